@@ -1,0 +1,3 @@
+from aotx_trio.cli import main
+
+raise SystemExit(main())

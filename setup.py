@@ -1,0 +1,5 @@
+"""setuptools shim: the native extension is built by build.py (cffi, out-of-line API mode)."""
+
+from setuptools import setup
+
+setup(cffi_modules=["build.py:ffibuilder"])
