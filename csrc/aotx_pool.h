@@ -1,0 +1,24 @@
+/* aotx_pool.h -- the C thread pool every compute path shares (decoder steps,
+ * embeddings).  The caller is worker 0; aotx_pool_run() returns when every
+ * worker finished fn.  Built for many short parallel sections per second
+ * (a decode step runs ~100): workers spin briefly before sleeping.
+ * Not part of the cffi surface (callbacks stay in C) except new/free/size.
+ */
+#ifndef AOTX_POOL_H
+#define AOTX_POOL_H
+
+#include "aotx.h"
+
+/* CDEF-BEGIN */
+typedef struct aotx_pool aotx_pool;
+/* n_threads: total workers including the caller; 0 = one per online core. */
+int aotx_pool_new(int32_t n_threads, aotx_pool **out);
+void aotx_pool_free(aotx_pool *p);
+int32_t aotx_pool_size(const aotx_pool *p);
+/* CDEF-END */
+
+typedef void (*aotx_pool_fn)(void *ctx, int32_t ith, int32_t nth);
+/* Run fn(ctx, ith, nth) on every worker (ith = 0 is the caller); not reentrant. */
+void aotx_pool_run(aotx_pool *p, aotx_pool_fn fn, void *ctx);
+
+#endif
