@@ -39,6 +39,8 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--shared", action="store_true", help="save the required shared-state profile")
     s.add_argument("--model", action="append", default=[], help="a GGUF text model (repeatable)")
     s.add_argument("--embedding", help="an embedding model folder (safetensors + tokenizer.json)")
+    s.add_argument("--lineage",
+                   help="pin the lineage of a new shared profile (32 lowercase hex; default random)")
 
     s = sub.add_parser("boot", help="run the runtime process")
     s.add_argument("--ccir", required=True, help="the complete runtime file")

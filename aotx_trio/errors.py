@@ -145,7 +145,7 @@ HTTP_STATUS: dict[type[AotxError], int] = {
 def http_status(exc: AotxError) -> int:
     for cls in type(exc).__mro__:
         if cls in HTTP_STATUS:
-            return HTTP_STATUS[cls]  # type: ignore[index]
+            return HTTP_STATUS[cls]
     return 500
 
 

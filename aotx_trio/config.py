@@ -1,0 +1,240 @@
+"""The gateway configuration (``gateway.json``), validated by pydantic v2.
+
+See docs/configuration.md for every key and its default.  Unknown keys are an
+error everywhere (``extra="forbid"``); every error is a :class:`ConfigError`
+whose message and ``key`` field name the dotted key path (``principals.0.tokn``).
+
+Relative paths in the file (``service_socket``, ``store.path``,
+``webhooks.signing_key_file``) are resolved against the folder that holds the
+file when it is loaded with :func:`load_gateway_config`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import hmac
+import json
+import os
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from aotx_trio.errors import ConfigError
+
+ACTIONS: tuple[str, ...] = ("shared_read", "shared_write", "shared_manage", "models_read",
+                            "models_invoke", "webhooks_manage")
+Action = Literal["shared_read", "shared_write", "shared_manage", "models_read",
+                 "models_invoke", "webhooks_manage"]
+
+MIB = 1024 * 1024
+_NAME = r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$"
+_BIND = re.compile(r"^(?:unix:.+|(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):(\d{1,5}))$")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=False)
+
+
+class Principal(_Strict):
+    """One caller: a name, the SHA-256 of its bearer token, the actions it may take."""
+
+    name: Annotated[str, Field(pattern=_NAME)]
+    token_sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+    actions: list[Action] = Field(default_factory=list)
+
+    @field_validator("actions")
+    @classmethod
+    def _unique_actions(cls, v: list[Action]) -> list[Action]:
+        if len(set(v)) != len(v):
+            raise ValueError("actions are listed twice")
+        return v
+
+
+class Limits(_Strict):
+    """Resource limits the gateway enforces itself (hypercorn does not)."""
+
+    max_body_bytes: Annotated[int, Field(ge=1024, le=1024 * MIB)] = MIB
+    max_media_bytes: Annotated[int, Field(ge=1024, le=1024 * MIB)] = 16 * MIB
+    max_connections: Annotated[int, Field(ge=1, le=65536)] = 1024
+    sse_queue_depth: Annotated[int, Field(ge=1, le=65536)] = 256
+    sse_keepalive_s: Annotated[float, Field(gt=0, le=3600)] = 15.0
+    list_limit_default: Annotated[int, Field(ge=1, le=10000)] = 50
+    list_limit_max: Annotated[int, Field(ge=1, le=10000)] = 500
+    execution_deadline_s: Annotated[float, Field(gt=0, le=86400)] = 300.0
+    retry_after_s: Annotated[int, Field(ge=1, le=3600)] = 1
+    keep_alive_timeout_s: Annotated[float, Field(gt=0, le=3600)] = 5.0
+    scratch_lease_s: Annotated[float, Field(gt=0, le=86400 * 7)] = 900.0
+
+    @model_validator(mode="after")
+    def _list_limits(self) -> Limits:
+        if self.list_limit_default > self.list_limit_max:
+            raise ValueError("list_limit_default is over list_limit_max")
+        return self
+
+
+class FolderStore(_Strict):
+    """The model registry in a folder (the default)."""
+
+    kind: Literal["folder"] = "folder"
+    path: Path = Path("registry")
+    index_refresh_s: Annotated[float, Field(gt=0, le=3600)] = 30.0
+    event_retention_days: Annotated[int, Field(ge=1, le=3650)] = 90
+    rescan_interval_s: Annotated[float, Field(gt=0, le=86400)] = 3600.0
+
+
+class PostgresStore(_Strict):
+    """The model registry in PostgreSQL (``dsn`` may hold a password: keep the file 0600)."""
+
+    kind: Literal["postgres"]
+    dsn: Annotated[str, Field(min_length=1)]
+    index_refresh_s: Annotated[float, Field(gt=0, le=3600)] = 30.0
+    event_retention_days: Annotated[int, Field(ge=1, le=3650)] = 90
+    rescan_interval_s: Annotated[float, Field(gt=0, le=86400)] = 3600.0
+
+
+def _store_kind(v: Any) -> str | None:
+    if isinstance(v, dict):
+        kind = v.get("kind", "folder")
+        return kind if isinstance(kind, str) else None
+    return getattr(v, "kind", None)
+
+
+Store = Annotated[Annotated[FolderStore, Tag("folder")] | Annotated[PostgresStore, Tag("postgres")],
+                  Discriminator(_store_kind, custom_error_type="store_kind",
+                                custom_error_message="kind must be 'folder' or 'postgres'")]
+
+
+class Webhooks(_Strict):
+    """Webhook delivery; without a signing key, registration answers 503 webhooks_unconfigured."""
+
+    signing_key_file: Path | None = None
+    retry_interval_s: Annotated[float, Field(gt=0, le=3600)] = 30.0
+    delivery_timeout_s: Annotated[float, Field(gt=0, le=600)] = 10.0
+    timestamp_tolerance_s: Annotated[int, Field(ge=1, le=3600)] = 300
+
+
+class GatewayConfig(_Strict):
+    """``gateway.json``."""
+
+    bind: str = "127.0.0.1:8080"
+    #: The runtime's service socket; ``None`` = in-process device (``aotx serve``).
+    service_socket: Path | None = None
+    principals: list[Principal] = Field(default_factory=list)
+    limits: Limits = Field(default_factory=Limits)
+    store: Store = Field(default_factory=FolderStore)
+    webhooks: Webhooks = Field(default_factory=Webhooks)
+
+    @field_validator("bind")
+    @classmethod
+    def _bind(cls, v: str) -> str:
+        m = _BIND.match(v)
+        if m is None or (m.group(1) is not None and int(m.group(1)) > 65535):
+            raise ValueError("bind must be HOST:PORT (port 0..65535) or unix:PATH")
+        return v
+
+    @model_validator(mode="after")
+    def _unique_principals(self) -> GatewayConfig:
+        names = [p.name for p in self.principals]
+        if len(set(names)) != len(names):
+            dup = next(n for n in names if names.count(n) > 1)
+            raise ValueError(f"principal name {dup!r} is listed twice")
+        hashes = [p.token_sha256 for p in self.principals]
+        if len(set(hashes)) != len(hashes):
+            raise ValueError("two principals share one token_sha256")
+        return self
+
+    def principal_for_token(self, token: str) -> Principal | None:
+        """The principal whose token hash matches ``token`` (constant-time compare)."""
+        digest = token_sha256(token)
+        found: Principal | None = None
+        for p in self.principals:
+            if hmac.compare_digest(p.token_sha256, digest):
+                found = p
+        return found
+
+    def resolved(self, base: Path) -> GatewayConfig:
+        """A copy whose relative paths are resolved against ``base``."""
+        def fix(p: Path | None) -> Path | None:
+            return None if p is None or p.is_absolute() else base / p
+        update: dict[str, Any] = {}
+        if (s := fix(self.service_socket)) is not None:
+            update["service_socket"] = s
+        if isinstance(self.store, FolderStore) and (s := fix(self.store.path)) is not None:
+            update["store"] = self.store.model_copy(update={"path": s})
+        if (s := fix(self.webhooks.signing_key_file)) is not None:
+            update["webhooks"] = self.webhooks.model_copy(update={"signing_key_file": s})
+        return self.model_copy(update=update)
+
+
+def token_sha256(token: str) -> str:
+    """The hex SHA-256 of a bearer token's UTF-8 bytes, as stored in ``token_sha256``."""
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def _key_path(loc: tuple[int | str, ...]) -> str:
+    parts = [str(x) for x in loc if x not in ("folder", "postgres") or x == loc[0]]
+    return ".".join(parts) or "(top level)"
+
+
+def parse_gateway_config(data: Any, source: str = "gateway.json") -> GatewayConfig:
+    """Validate already-parsed JSON; errors name the key path."""
+    try:
+        return GatewayConfig.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        key = _key_path(tuple(first["loc"]))
+        what = "unknown key" if first["type"] == "extra_forbidden" else \
+            first["msg"].removeprefix("Value error, ")
+        more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+        raise ConfigError(f"{source}: {key}: {what}{more}", key=key) from None
+
+
+def load_gateway_config(path: str | os.PathLike[str]) -> GatewayConfig:
+    """Read, validate and resolve ``gateway.json``."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{p}: no such file", key="(file)") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{p}: not UTF-8 (byte {exc.start})", key="(file)") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{p}: invalid JSON at line {exc.lineno} column {exc.colno}: "
+                          f"{exc.msg}", key="(file)") from None
+    return parse_gateway_config(data, str(p)).resolved(p.parent.resolve())
+
+
+def write_gateway_config(path: str | os.PathLike[str], config: GatewayConfig) -> None:
+    """Write ``gateway.json`` atomically with mode 0600 (temp + fsync + rename)."""
+    p = Path(path)
+    body = json.dumps(config.model_dump(mode="json"), indent=2, sort_keys=False) + "\n"
+    tmp = p.with_name(f".{p.name}.tmp-{os.getpid()}")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(body)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, p)
+        dfd = os.open(p.parent, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()

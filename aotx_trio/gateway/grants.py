@@ -1,0 +1,145 @@
+"""The deployment grant file (``grants.json``; docs/formats/grants.md).
+
+The gateway writes it from ``gateway.json`` (``aotx gateway write-grants``); the
+runtime reads it at boot (``aotx boot --service-grants DIR``) to learn which
+principals exist and what each may do. It names principals and actions only:
+never a token, never a token hash.  The device keys participants by the
+*principal key*, the first 16 bytes of SHA-256 of the principal's UTF-8 name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from aotx_trio.config import ACTIONS, Action, GatewayConfig, load_gateway_config
+from aotx_trio.errors import ConfigError
+
+SCHEMA = "aotx.grants.v1"
+FILE_NAME = "grants.json"
+
+
+def principal_key(name: str) -> str:
+    """32 lowercase hex digits: the first 16 bytes of SHA-256 of the UTF-8 name."""
+    return hashlib.sha256(name.encode("utf-8")).digest()[:16].hex()
+
+
+class GrantPrincipal(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: Annotated[str, Field(min_length=1, max_length=64)]
+    principal_key: Annotated[str, Field(pattern=r"^[0-9a-f]{32}$")]
+    actions: tuple[Action, ...]
+
+    @field_validator("actions")
+    @classmethod
+    def _canonical(cls, v: tuple[Action, ...]) -> tuple[Action, ...]:
+        if list(v) != sorted(set(v), key=ACTIONS.index):
+            raise ValueError("actions must be unique and in canonical order")
+        return v
+
+    @model_validator(mode="after")
+    def _key_matches(self) -> GrantPrincipal:
+        if self.principal_key != principal_key(self.name):
+            raise ValueError(f"principal_key of {self.name!r} is not sha256(name)[:16]")
+        return self
+
+
+class Grants(BaseModel):
+    """The validated grant file."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    schema_: Literal["aotx.grants.v1"] = Field(alias="schema")
+    principals: tuple[GrantPrincipal, ...]
+
+    @model_validator(mode="after")
+    def _unique(self) -> Grants:
+        names = [p.name for p in self.principals]
+        if names != sorted(set(names)):
+            raise ValueError("principals must be unique and sorted by name")
+        return self
+
+    def by_key(self, key: str | bytes) -> GrantPrincipal | None:
+        hexkey = key.hex() if isinstance(key, bytes) else key
+        for p in self.principals:
+            if p.principal_key == hexkey:
+                return p
+        return None
+
+    def actions_for(self, key: str | bytes) -> frozenset[str]:
+        """The actions granted to a principal key (empty for an unknown key)."""
+        p = self.by_key(key)
+        return frozenset(p.actions) if p is not None else frozenset()
+
+
+def grants_document(config: GatewayConfig) -> dict[str, Any]:
+    """The grant file's JSON object for a gateway configuration (no credentials)."""
+    principals = sorted(config.principals, key=lambda p: p.name)
+    return {
+        "schema": SCHEMA,
+        "principals": [
+            {"name": p.name, "principal_key": principal_key(p.name),
+             "actions": sorted(set(p.actions), key=ACTIONS.index)}
+            for p in principals
+        ],
+    }
+
+
+def write_grants(config: GatewayConfig, out_dir: str | os.PathLike[str]) -> Path:
+    """Write ``out_dir/grants.json`` atomically (temp + fsync + rename + dir fsync)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    body = json.dumps(grants_document(config), indent=2, ensure_ascii=False) + "\n"
+    target = out / FILE_NAME
+    tmp = out / f".{FILE_NAME}.tmp-{os.getpid()}"
+    try:
+        with tmp.open("w", encoding="utf-8") as f:
+            f.write(body)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+        dfd = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+    return target
+
+
+def load_grants(grants_dir: str | os.PathLike[str]) -> Grants:
+    """Read and validate ``grants_dir/grants.json``; unknown fields are refused."""
+    p = Path(grants_dir) / FILE_NAME
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{p}: no grant file (run 'aotx gateway write-grants')",
+                          code="grants_missing", key="(file)") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"{p}: not valid UTF-8 JSON: {exc}", code="grants_invalid",
+                          key="(file)") from None
+    try:
+        return Grants.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        key = ".".join(str(x) for x in first["loc"]) or "(top level)"
+        what = "unknown key" if first["type"] == "extra_forbidden" else \
+            first["msg"].removeprefix("Value error, ")
+        raise ConfigError(f"{p}: {key}: {what}", code="grants_invalid", key=key) from None
+
+
+def write_grants_main(args: argparse.Namespace) -> int:
+    config = load_gateway_config(args.config)
+    path = write_grants(config, args.out)
+    print(f"grants: {path} ({len(config.principals)} principals)")
+    return 0

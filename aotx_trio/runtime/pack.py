@@ -1,0 +1,178 @@
+"""``aotx pack``: create or update a complete runtime file (docs/formats/ccir.md).
+
+* a new file: the given text models and embedding folder, profile as asked;
+* ``--shared`` alone on an existing file: verifies its extents and saves the
+  required shared profile by rewriting only the 128-byte header in place (the
+  table and every extent stay byte-identical); repeating it writes nothing;
+* ``--model``/``--embedding`` on an existing file: adds or replaces components
+  (same text-model file name, or the whole embedding set) and rewrites the file
+  through a temporary copy and a rename, keeping the profile and lineage.
+
+Lineage: drawn at random (16 bytes, nonzero) when a file first gets the shared
+profile, then kept forever; ``lineage=`` (CLI ``--lineage HEX``) pins it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+from aotx_trio.errors import InvalidInput
+from aotx_trio.runtime import ccir
+from aotx_trio.runtime.ccir import KIND_EMBEDDING_FILE, KIND_TEXT_MODEL_GGUF, RuntimeFile, Source
+
+#: Files an embedding folder must hold at its top level (plus one ``*.safetensors``).
+EMBEDDING_REQUIRED = ("config.json", "tokenizer.json")
+
+_HEX32 = re.compile(r"[0-9a-f]{32}")
+
+
+def parse_lineage(value: str | bytes) -> bytes:
+    """16 nonzero bytes from 32 lowercase hex digits (or the bytes themselves)."""
+    raw: bytes | None
+    if isinstance(value, bytes):
+        raw = value if len(value) == 16 else None
+    else:
+        raw = bytes.fromhex(value) if _HEX32.fullmatch(value) else None
+    if raw is None or not any(raw):
+        raise InvalidInput("lineage must be 32 lowercase hexadecimal digits, not all zero",
+                           code="lineage_invalid", field="lineage")
+    return raw
+
+
+def new_lineage() -> bytes:
+    while True:
+        raw = os.urandom(16)
+        if any(raw):
+            return raw
+
+
+def model_source(path: str | os.PathLike[str]) -> Source:
+    """A GGUF text model file as a component named by its file name."""
+    p = Path(path)
+    try:
+        with p.open("rb") as f:
+            magic = f.read(4)
+            length = os.fstat(f.fileno()).st_size
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as exc:
+        raise InvalidInput(f"--model {p.name}: not a readable file",
+                           code="model_missing", field="model") from exc
+    if magic != b"GGUF":
+        raise InvalidInput(f"--model {p.name}: not a GGUF file (magic {magic!r})",
+                           code="model_invalid", field="model")
+    ccir.validate_name(p.name, "model")
+    return Source(KIND_TEXT_MODEL_GGUF, p.name, p, 0, length)
+
+
+def embedding_sources(folder: str | os.PathLike[str]) -> list[Source]:
+    """One component per regular file of an embedding folder (relative path, sorted).
+
+    Hidden files and folders (a name starting with '.') are skipped; so are
+    symlinked folders.  Symlinked files are packed by content.
+    """
+    root = Path(folder)
+    if not root.is_dir():
+        raise InvalidInput(f"--embedding {root.name}: not a folder",
+                           code="embedding_missing", field="embedding")
+    found: list[Source] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        base = Path(dirpath)
+        for fn in sorted(filenames):
+            p = base / fn
+            if fn.startswith(".") or not p.is_file():
+                continue
+            rel = p.relative_to(root).as_posix()
+            ccir.validate_name(rel, "embedding")
+            found.append(Source(KIND_EMBEDDING_FILE, rel, p, 0, p.stat().st_size))
+    top = {s.name for s in found}
+    missing = [n for n in EMBEDDING_REQUIRED if n not in top]
+    if not any(n.endswith(".safetensors") and "/" not in n for n in top):
+        missing.append("*.safetensors")
+    if missing:
+        raise InvalidInput(f"--embedding {root.name}: missing {', '.join(missing)}",
+                           code="embedding_invalid", field="embedding")
+    return found
+
+
+def pack(runtime: str | os.PathLike[str], *, models: Sequence[str | os.PathLike[str]] = (),
+         embedding: str | os.PathLike[str] | None = None, shared: bool = False,
+         lineage: str | bytes | None = None, progress: bool | None = None) -> RuntimeFile:
+    """Create or update a complete runtime file; returns the file as written."""
+    target = Path(runtime)
+    if target.exists() and not target.is_file():
+        raise InvalidInput(f"--runtime {target}: not a regular file", code="runtime_invalid",
+                           field="runtime")
+    existing = RuntimeFile.open(target) if target.exists() else None
+    pinned = parse_lineage(lineage) if lineage is not None else None
+
+    new_models = [model_source(m) for m in models]
+    names = [s.name for s in new_models]
+    if len(set(names)) != len(names):
+        raise InvalidInput("two --model files have the same file name",
+                           code="model_invalid", field="model")
+    new_embedding = embedding_sources(embedding) if embedding is not None else None
+
+    was_shared = existing is not None and existing.shared
+    want_shared = shared or was_shared
+    if pinned is not None and not want_shared:
+        raise InvalidInput("--lineage needs --shared", code="lineage_invalid", field="lineage")
+    if was_shared:
+        assert existing is not None
+        lineage_bytes = existing.header.lineage
+        if pinned is not None and pinned != lineage_bytes:
+            raise InvalidInput(f"{target.name} already has lineage {existing.lineage}; "
+                               "a shared runtime keeps its lineage",
+                               code="lineage_conflict", field="lineage")
+    elif want_shared:
+        lineage_bytes = pinned if pinned is not None else new_lineage()
+    else:
+        lineage_bytes = bytes(16)
+    required = (existing.profile.required if existing else 0) | \
+        (ccir.PROFILE_SHARED if want_shared else 0)
+
+    kept: list[Source] = []
+    if existing is not None:
+        for c in existing.components:
+            replaced = (c.kind == KIND_TEXT_MODEL_GGUF and c.name in names) or \
+                (c.kind == KIND_EMBEDDING_FILE and new_embedding is not None)
+            if not replaced:
+                kept.append(Source(c.kind, c.name, target, c.offset, c.length, c.sha256))
+    sources = kept + new_models + (new_embedding or [])
+    if not sources:
+        raise InvalidInput("a new runtime file needs --model or --embedding",
+                           code="runtime_empty", field="model")
+    if want_shared and not any(s.kind == KIND_EMBEDDING_FILE for s in sources):
+        raise InvalidInput("the shared profile needs the text embedding model "
+                           "(add --embedding DIR)", code="embedding_missing", field="embedding")
+
+    if existing is not None and not new_models and new_embedding is None:
+        # Header-only change: the table and every extent stay where they are.
+        existing.verify(progress)
+        if required == existing.profile.required and lineage_bytes == existing.header.lineage:
+            return existing
+        return ccir.rewrite_header(existing, required=required,
+                                   optional=existing.profile.optional, lineage=lineage_bytes)
+
+    optional = (existing.profile.optional if existing else 0) & ccir.KNOWN_OPTIONAL
+    return ccir.write_runtime(target, sources, required=required, optional=optional,
+                              lineage=lineage_bytes, progress=progress)
+
+
+def describe(rf: RuntimeFile) -> list[str]:
+    profile = ", ".join(name for bit, name in ccir.PROFILE_NAMES.items()
+                        if rf.profile.required >> bit & 1) or "none"
+    lines = [f"runtime: {rf.path}", f"profile: {profile}", f"lineage: {rf.lineage}"]
+    for c in rf.components:
+        lines.append(f"  {c.kind_name:<16} {c.length:>12} {c.sha256_hex[:16]}  {c.name}")
+    return lines
+
+
+def main(args: argparse.Namespace) -> int:
+    rf = pack(args.runtime, models=args.model, embedding=args.embedding, shared=args.shared,
+              lineage=getattr(args, "lineage", None))
+    print("\n".join(describe(rf)))
+    return 0

@@ -1,0 +1,280 @@
+"""``aotx pack``: new files, --shared in place, component updates, determinism."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import mmap
+import os
+from pathlib import Path
+
+import pytest
+
+from aotx_trio import cli
+from aotx_trio.errors import FormatError, InvalidInput
+from aotx_trio.runtime import ccir
+from aotx_trio.runtime.ccir import RuntimeFile
+from aotx_trio.runtime.pack import pack
+
+GGUF_A = b"GGUF\x03\x00\x00\x00" + bytes(range(256)) * 20
+GGUF_B = b"GGUF\x03\x00\x00\x00" + b"another model" * 100
+LINEAGE = "00112233445566778899aabbccddeeff"
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture
+def inputs(tmp_path: Path) -> dict[str, Path]:
+    src = tmp_path / "src"
+    (src / "emb" / "1_Pooling").mkdir(parents=True)
+    (src / "a.gguf").write_bytes(GGUF_A)
+    (src / "b.gguf").write_bytes(GGUF_B)
+    emb = src / "emb"
+    (emb / "config.json").write_text('{"hidden_size": 384}')
+    (emb / "tokenizer.json").write_text('{"model": {"type": "WordPiece"}}')
+    (emb / "model.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{}      ")
+    (emb / "1_Pooling" / "config.json").write_text('{"pooling_mode_mean_tokens": true}')
+    (emb / "modules.json").write_text("[]")
+    return {"a": src / "a.gguf", "b": src / "b.gguf", "emb": emb, "out": tmp_path / "out"}
+
+
+def _names(rf: RuntimeFile) -> list[str]:
+    return [c.name for c in rf.components]
+
+
+def test_new_file_holds_models_and_embedding_in_canonical_order(inputs: dict[str, Path]) -> None:
+    inputs["out"].mkdir()
+    rf = pack(inputs["out"] / "r.aotxccir", models=[inputs["b"], inputs["a"]],
+              embedding=inputs["emb"], progress=False)
+    assert _names(rf) == ["a.gguf", "b.gguf", "1_Pooling/config.json", "config.json",
+                          "model.safetensors", "modules.json", "tokenizer.json"]
+    assert [c.kind_name for c in rf.components][:2] == ["text_model_gguf"] * 2
+    assert rf.read_component("a.gguf") == GGUF_A
+    assert rf.read_component("1_Pooling/config.json") == b'{"pooling_mode_mean_tokens": true}'
+    assert not rf.shared
+    rf.verify(progress=False)
+
+
+def test_packing_twice_gives_identical_bytes(inputs: dict[str, Path], tmp_path: Path) -> None:
+    one = pack(tmp_path / "1.aotxccir", models=[inputs["a"]], embedding=inputs["emb"],
+               progress=False)
+    two = pack(tmp_path / "2.aotxccir", models=[inputs["a"]], embedding=inputs["emb"],
+               progress=False)
+    assert one.path.read_bytes() == two.path.read_bytes()
+    s1 = pack(tmp_path / "s1.aotxccir", models=[inputs["a"]], embedding=inputs["emb"],
+              shared=True, lineage=LINEAGE, progress=False)
+    s2 = pack(tmp_path / "s2.aotxccir", models=[inputs["a"]], embedding=inputs["emb"],
+              shared=True, lineage=LINEAGE, progress=False)
+    assert s1.path.read_bytes() == s2.path.read_bytes()
+    assert s1.lineage == LINEAGE
+
+
+def test_shared_lineage_is_random_unless_pinned(inputs: dict[str, Path], tmp_path: Path) -> None:
+    r1 = pack(tmp_path / "1.aotxccir", models=[inputs["a"]], embedding=inputs["emb"],
+              shared=True, progress=False)
+    r2 = pack(tmp_path / "2.aotxccir", models=[inputs["a"]], embedding=inputs["emb"],
+              shared=True, progress=False)
+    assert r1.shared and r2.shared
+    assert r1.lineage != r2.lineage and r1.lineage != "0" * 32
+    assert len(r1.lineage) == 32
+
+
+def test_shared_on_existing_file_reuses_extents(inputs: dict[str, Path], tmp_path: Path) -> None:
+    path = tmp_path / "r.aotxccir"
+    before = pack(path, models=[inputs["a"]], embedding=inputs["emb"], progress=False)
+    raw_before = path.read_bytes()
+    ino = path.stat().st_ino
+    after = pack(path, shared=True, progress=False)
+    raw_after = path.read_bytes()
+    assert path.stat().st_ino == ino  # rewritten in place, not replaced
+    assert after.shared and after.lineage != "0" * 32
+    assert [(c.name, c.offset, c.length, c.sha256) for c in after.components] == \
+        [(c.name, c.offset, c.length, c.sha256) for c in before.components]
+    assert len(raw_after) == len(raw_before)
+    assert raw_after[ccir.HEADER_SIZE:] == raw_before[ccir.HEADER_SIZE:]
+    assert raw_after[:ccir.HEADER_SIZE] != raw_before[:ccir.HEADER_SIZE]
+    # Repeating --shared changes nothing at all.
+    digest, mtime = _sha(path), path.stat().st_mtime_ns
+    again = pack(path, shared=True, progress=False)
+    assert _sha(path) == digest and path.stat().st_mtime_ns == mtime
+    assert again.lineage == after.lineage
+    # Pinning the same lineage is a no-op too; a different one is refused.
+    pack(path, shared=True, lineage=after.lineage, progress=False)
+    with pytest.raises(InvalidInput) as info:
+        pack(path, shared=True, lineage=LINEAGE, progress=False)
+    assert info.value.code == "lineage_conflict"
+    assert _sha(path) == digest
+
+
+def test_shared_via_cli_is_byte_identical_on_repeat(inputs: dict[str, Path], tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "identity.aotxccir"
+    assert cli.main(["pack", "--runtime", str(path), "--model", str(inputs["a"]),
+                     "--embedding", str(inputs["emb"])]) == 0
+    assert cli.main(["pack", "--runtime", str(path), "--shared"]) == 0
+    digest = _sha(path)
+    assert cli.main(["pack", "--runtime", str(path), "--shared"]) == 0
+    assert _sha(path) == digest
+    out = capsys.readouterr().out
+    assert "profile: shared_state" in out and "a.gguf" in out
+
+
+def test_model_update_keeps_profile_and_other_components(inputs: dict[str, Path],
+                                                         tmp_path: Path) -> None:
+    path = tmp_path / "r.aotxccir"
+    first = pack(path, models=[inputs["a"]], embedding=inputs["emb"], shared=True,
+                 lineage=LINEAGE, progress=False)
+    emb_before = {c.name: c.sha256 for c in first.embedding_files}
+    second = pack(path, models=[inputs["b"]], progress=False)
+    assert _names(second)[:2] == ["a.gguf", "b.gguf"]
+    assert second.lineage == LINEAGE and second.shared
+    assert {c.name: c.sha256 for c in second.embedding_files} == emb_before
+    second.verify(progress=False)
+    # Replacing a.gguf by a file with the same name and other bytes.
+    newer = tmp_path / "a.gguf"
+    newer.write_bytes(GGUF_B)
+    third = pack(path, models=[newer], progress=False)
+    assert third.read_component("a.gguf") == GGUF_B
+    assert _names(third)[:2] == ["a.gguf", "b.gguf"]
+    # The same result as packing those inputs fresh.
+    fresh = pack(tmp_path / "fresh.aotxccir", models=[newer, inputs["b"]],
+                 embedding=inputs["emb"], shared=True, lineage=LINEAGE, progress=False)
+    assert fresh.path.read_bytes() == path.read_bytes()
+
+
+def test_embedding_update_replaces_the_whole_set(inputs: dict[str, Path], tmp_path: Path) -> None:
+    path = tmp_path / "r.aotxccir"
+    pack(path, models=[inputs["a"]], embedding=inputs["emb"], progress=False)
+    emb2 = tmp_path / "emb2"
+    emb2.mkdir()
+    for name in ("config.json", "tokenizer.json", "model.safetensors"):
+        (emb2 / name).write_bytes((inputs["emb"] / name).read_bytes())
+    rf = pack(path, embedding=emb2, progress=False)
+    assert _names(rf) == ["a.gguf", "config.json", "model.safetensors", "tokenizer.json"]
+
+
+def test_hidden_files_are_skipped_and_tokens_never_enter_the_file(
+        inputs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    token = "aotx-secret-token-6f1c2b"
+    token_hash = hashlib.sha256(token.encode()).hexdigest()
+    monkeypatch.setenv("AOTX_TOKEN", token)
+    (inputs["emb"] / ".env").write_text(f"TOKEN={token}\n")
+    (inputs["emb"] / ".cache").mkdir()
+    (inputs["emb"] / ".cache" / "t").write_text(token)
+    deep = tmp_path / f"dir-{token}"
+    deep.mkdir()
+    model = deep / "m.gguf"
+    model.write_bytes(GGUF_A)
+    (tmp_path / "gateway.json").write_text(json.dumps({"principals": [
+        {"name": "alice", "token_sha256": token_hash, "actions": ["shared_read"]}]}))
+    rf = pack(tmp_path / "r.aotxccir", models=[model], embedding=inputs["emb"], shared=True,
+              progress=False)
+    raw = rf.path.read_bytes()
+    assert ".env" not in _names(rf) and not any(n.startswith(".cache") for n in _names(rf))
+    for needle in (token, token_hash, str(tmp_path), "alice"):
+        assert needle.encode() not in raw, needle
+
+
+def test_refusals_leave_no_file(inputs: dict[str, Path], tmp_path: Path) -> None:
+    out = tmp_path / "r.aotxccir"
+    not_gguf = tmp_path / "x.gguf"
+    not_gguf.write_bytes(b"PK\x03\x04 a zip, not a model")
+    with pytest.raises(InvalidInput) as info:
+        pack(out, models=[not_gguf], progress=False)
+    assert info.value.code == "model_invalid" and info.value.fields["field"] == "model"
+    with pytest.raises(InvalidInput) as info:
+        pack(out, models=[tmp_path / "missing.gguf"], progress=False)
+    assert info.value.code == "model_missing"
+    with pytest.raises(InvalidInput) as info:
+        pack(out, progress=False)
+    assert info.value.code == "runtime_empty"
+    with pytest.raises(InvalidInput) as info:
+        pack(out, models=[inputs["a"]], shared=True, progress=False)
+    assert info.value.code == "embedding_missing"
+    with pytest.raises(InvalidInput) as info:
+        pack(out, models=[inputs["a"]], lineage=LINEAGE, progress=False)
+    assert info.value.code == "lineage_invalid"
+    with pytest.raises(InvalidInput):
+        pack(out, models=[inputs["a"]], embedding=inputs["emb"], shared=True, lineage="0" * 32,
+             progress=False)
+    bad_emb = tmp_path / "bad_emb"
+    bad_emb.mkdir()
+    (bad_emb / "config.json").write_text("{}")
+    with pytest.raises(InvalidInput) as info:
+        pack(out, embedding=bad_emb, progress=False)
+    assert "tokenizer.json" in info.value.message and "safetensors" in info.value.message
+    assert not out.exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_shared_on_a_file_without_embedding_is_refused(inputs: dict[str, Path],
+                                                       tmp_path: Path) -> None:
+    path = tmp_path / "r.aotxccir"
+    pack(path, models=[inputs["a"]], progress=False)
+    digest = _sha(path)
+    with pytest.raises(InvalidInput) as info:
+        pack(path, shared=True, progress=False)
+    assert "--embedding" in info.value.message
+    assert _sha(path) == digest
+
+
+def test_foreign_or_damaged_target_is_never_overwritten(inputs: dict[str, Path],
+                                                        tmp_path: Path) -> None:
+    foreign = tmp_path / "r.aotxccir"
+    foreign.write_bytes(GGUF_A)
+    with pytest.raises(FormatError):
+        pack(foreign, models=[inputs["a"]], progress=False)
+    assert foreign.read_bytes() == GGUF_A
+    path = tmp_path / "d.aotxccir"
+    rf = pack(path, models=[inputs["a"]], embedding=inputs["emb"], progress=False)
+    raw = bytearray(path.read_bytes())
+    raw[rf.component("a.gguf").offset + 100] ^= 0xFF
+    path.write_bytes(raw)
+    with pytest.raises(FormatError) as info:
+        pack(path, shared=True, progress=False)
+    assert info.value.code == "ccir_digest_mismatch"
+    with pytest.raises(FormatError):
+        pack(path, models=[inputs["b"]], progress=False)
+    assert path.read_bytes() == raw
+
+
+@pytest.mark.slow
+def test_real_default_models_pack_and_share(tmp_path: Path) -> None:
+    from aotx_trio.models import default_embedding_model, default_text_model
+
+    gguf = default_text_model()
+    emb = default_embedding_model()
+    path = tmp_path / "identity.aotxccir"
+    rf = pack(path, models=[gguf], embedding=emb, progress=False)
+    assert rf.text_models[0].name == "gemma-3-270m-q4_k_m.gguf"
+    assert rf.text_models[0].sha256_hex == \
+        "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
+    assert "1_Pooling/config.json" in _names(rf) and "model.safetensors" in _names(rf)
+    table_before = path.read_bytes()[ccir.HEADER_SIZE:rf.header.table_end]
+    shared = pack(path, shared=True, progress=False)
+    assert path.read_bytes()[ccir.HEADER_SIZE:rf.header.table_end] == table_before
+    assert [c.offset for c in shared.components] == [c.offset for c in rf.components]
+    p, off, _length = shared.component_view(shared.text_models[0].name)
+    with p.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+        assert m[off:off + 4] == b"GGUF" and off % mmap.PAGESIZE == 0
+    out = shared.extract_embedding(tmp_path / "emb")
+    assert _sha(out / "model.safetensors") == _sha(emb / "model.safetensors")
+    assert os.path.getsize(path) == shared.header.file_length
+
+
+def test_unknown_optional_bits_survive_header_updates_only(inputs: dict[str, Path],
+                                                           tmp_path: Path) -> None:
+    import struct
+
+    path = tmp_path / "r.aotxccir"
+    pack(path, models=[inputs["a"]], embedding=inputs["emb"], progress=False)
+    raw = bytearray(path.read_bytes())
+    struct.pack_into("<Q", raw, 24, 1 << 5)
+    struct.pack_into("<I", raw, 124, ccir.crc32c(bytes(raw[:124])))
+    path.write_bytes(raw)
+    shared = pack(path, shared=True, progress=False)
+    assert shared.profile.optional == 1 << 5 and shared.shared
+    updated = pack(path, models=[inputs["b"]], progress=False)
+    assert updated.profile.optional == 0 and updated.lineage == shared.lineage
