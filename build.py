@@ -54,9 +54,19 @@ def capacity_macros() -> list[tuple[str, str]]:
     return out
 
 
+# cffi reads declarations in order: areas that others build on come first.
+_HEADER_ORDER = ["journal", "pool", "sgemm", "kernels", "tokenizer", "gguf", "kv", "sample",
+                 "model", "device", "embed"]
+
+
+def _header_rank(h: Path) -> tuple[int, str]:
+    area = h.stem[len("aotx_"):]
+    return (_HEADER_ORDER.index(area) if area in _HEADER_ORDER else len(_HEADER_ORDER), area)
+
+
 def select(only: list[str] | None) -> tuple[list[Path], list[Path]]:
     """Headers and sources to build; ``common`` and ``aotx.h`` are always in."""
-    headers = sorted(CSRC.glob("aotx_*.h"))
+    headers = sorted(CSRC.glob("aotx_*.h"), key=_header_rank)
     sources = sorted(CSRC.glob("*.c"))
     if only is not None:
         stems = set(only) | {"common"}
@@ -90,9 +100,6 @@ def make_ffi(only: list[str] | None = None, absolute: bool = False) -> FFI:
         extra_link_args=ldflags,
     )
     return ffi
-
-
-ffibuilder = make_ffi()
 
 
 def main(argv: list[str] | None = None) -> int:
