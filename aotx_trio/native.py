@@ -32,9 +32,7 @@ def _load() -> Any:
         sys.modules["aotx_trio._native"] = mod
         spec.loader.exec_module(mod)
         return mod
-    from aotx_trio import _native
-
-    return _native
+    return importlib.import_module("aotx_trio._native")
 
 
 _mod = _load()

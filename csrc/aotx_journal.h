@@ -16,6 +16,16 @@
  *
  * Records are fixed-size: record i lives at file offset
  * AOTX_JOURNAL_FILE_HEADER + i * AOTX_JOURNAL_RECORD_SIZE.
+ *
+ * Boot: the first transfer of every journal instance (new or resumed) is its
+ * boot transfer.  aotx_journal_begin_boot() queues it explicitly; if the
+ * first enqueue comes before it, the journal queues the boot transfer in
+ * front of that transfer by itself (same hold/cap rules, all or nothing),
+ * and a later begin_boot() just reports the boot record already queued.
+ *
+ * Thread safety: an aotx_journal has its own mutex; enqueue (device thread)
+ * and drain/ack/nack (emitter) may run on different threads.  A reader is
+ * single-threaded.
  */
 #ifndef AOTX_JOURNAL_H
 #define AOTX_JOURNAL_H
@@ -31,6 +41,10 @@ enum {
     AOTX_JOURNAL_RECORD_SIZE = 192,      /* header + data, data zero-padded */
     AOTX_JOURNAL_FILE_HEADER = 64,
     AOTX_JOURNAL_TICK_RECORDS = 16,      /* the emitter writes at most this many per tick */
+    AOTX_JOURNAL_FORMAT_VERSION = 1,
+    AOTX_JOURNAL_MAX_PARTS = 65535,      /* part count is a u16 */
+    AOTX_JOURNAL_MAX_TRANSFER = 10485600,/* 65535 * 160 */
+    AOTX_JOURNAL_BOOT_PAYLOAD = 32,      /* bytes of a boot transfer */
 
     /* transfer kinds (the part header's kind byte) */
     AOTX_XFER_BOOT = 1,          /* journal-owned: boot number, written first at every boot */
@@ -39,6 +53,20 @@ enum {
     AOTX_XFER_OUTPUT = 4,        /* device: output bytes of an execution */
     AOTX_XFER_COMPLETION = 5,    /* device: terminal result of an operation */
     AOTX_XFER_RETIREMENT = 6,    /* device: retry-floor advance and freed receipts */
+    AOTX_XFER_MAX_KIND = 6,
+
+    /* part header flag bits */
+    AOTX_JOURNAL_FLAG_FIRST = 1, /* part index 0 */
+    AOTX_JOURNAL_FLAG_LAST = 2,  /* part index == part count - 1 */
+
+    /* hold reason bits (aotx_save_state.hold, aotx_journal_set_hold) */
+    AOTX_JOURNAL_HOLD_FILE_CAP = 1,  /* bit 0: the file cap would be passed; sticky until
+                                        aotx_journal_set_file_cap() or set_hold(.., 0) */
+    AOTX_JOURNAL_HOLD_DISK = 2,      /* bit 1: a write/fsync failed (nack) or disk pressure;
+                                        cleared by the next successful ack */
+    AOTX_JOURNAL_HOLD_PENDING = 4,   /* bit 2: an enqueue was refused for max_pending_bytes;
+                                        informational, cleared by an ack or an accepted
+                                        enqueue (does not by itself refuse) */
 
     /* codes: 2xx */
     AOTX_R_JOURNAL_HOLD = 201,          /* journal on hold (file cap, disk pressure, disk error) */
@@ -54,7 +82,8 @@ typedef struct aotx_journal_reader aotx_journal_reader;
 
 typedef struct aotx_journal_params {
     uint64_t file_cap_bytes;     /* 0 = none; an enqueue that would pass it holds */
-    uint64_t max_pending_bytes;  /* bound on encoded-but-unsaved bytes (hold past it) */
+    uint64_t max_pending_bytes;  /* bound on encoded-but-unsaved bytes (hold past it);
+                                    192 .. 256 MiB, allocated once by aotx_journal_new */
     uint64_t file_incarnation;   /* random id of the journal file, from its header */
     uint8_t lineage[16];         /* runtime lineage, from the runtime file */
 } aotx_journal_params;
@@ -65,7 +94,8 @@ typedef struct aotx_save_state {
     uint64_t in_flight_records;  /* drained, not yet acked */
     uint64_t pending_bytes;      /* encoded bytes not yet saved (incl. in flight) */
     uint64_t file_incarnation;
-    uint64_t generation;         /* number of successful acks since the file was made */
+    uint64_t generation;         /* save generation: +1 at every successful ack; continued
+                                    across boots (docs/formats/journal.md, "Generation") */
     uint64_t boot;               /* boot number (count of boot transfers) */
     uint8_t commit_digest[32];   /* chained SHA-256 over every saved record */
     int32_t disk_error;          /* errno of the last failed write/fsync, 0 if none since */
@@ -76,33 +106,52 @@ void aotx_journal_default_params(aotx_journal_params *p);
 int aotx_journal_new(const aotx_journal_params *p, aotx_journal **out);
 void aotx_journal_free(aotx_journal *j);
 
-/* The 64-byte file header for a new journal file. Returns bytes written or -needed. */
+/* The 64-byte file header for a new journal file (after resume: the resumed
+ * file's own header). Returns bytes written (64) or -needed. */
 int64_t aotx_journal_header_encode(const aotx_journal *j, uint8_t *buf, size_t cap);
 
 /* Queue one whole transfer (split into parts). On refusal nothing is queued.
+ * kind is 2..6 (the boot kind is journal-owned). Refusal AOTX_R_JOURNAL_HOLD
+ * while hold bit 0 or 1 is set, when the file cap would be passed (sets bit
+ * 0) or when max_pending_bytes would be passed (sets bit 2).
  * *out_last_record = index of its last part (saved when saved_records > it). */
 int aotx_journal_enqueue(aotx_journal *j, uint8_t kind, const uint8_t *data, uint32_t len,
                          uint64_t *out_last_record);
-/* Queue the boot transfer for this boot (boot number = previous + 1). */
+/* Queue the boot transfer for this boot (boot number = previous + 1); if it
+ * is already queued, report its record and return 0. */
 int aotx_journal_begin_boot(aotx_journal *j, uint64_t *out_last_record);
 
-/* Emitter: copy up to max_records queued records into buf (cap >= 192*max_records),
- * marking them in flight. Returns bytes copied (0 when none) or -needed.
+/* Emitter: copy up to max_records queued records not yet in flight into buf,
+ * marking them in flight. Returns bytes copied (0 when none) or -needed
+ * (192 * the records it would copy). Holds do not stop a drain.
  * *out_first_record = index of the first (its file offset follows from it). */
 int64_t aotx_journal_drain(aotx_journal *j, uint8_t *buf, size_t cap, uint32_t max_records,
                            uint64_t *out_first_record);
-/* The in-flight records are written and fsynced. */
+/* The in-flight records are written and fsynced: saved_records advances,
+ * generation++, disk_error and hold bits 1 and 2 clear. */
 int aotx_journal_ack(aotx_journal *j);
-/* Writing or fsyncing the in-flight records failed with errno `err`: they go
- * back to the queue (to be rewritten), disk_error is set, the journal holds. */
+/* Writing or fsyncing the in-flight records failed with errno `err` (> 0):
+ * they go back to the queue (to be rewritten), disk_error is set, hold bit 1
+ * is set. Also valid with nothing in flight (a failed truncate or directory
+ * fsync). */
 int aotx_journal_nack(aotx_journal *j, int err);
-/* Set or clear a hold reason bit (the emitter reports ENOSPC / file cap). */
+/* Set or clear hold reason bits (a mask of AOTX_JOURNAL_HOLD_*). */
 void aotx_journal_set_hold(aotx_journal *j, uint32_t reason_bit, int on);
+/* Change the file cap (0 = none); clears hold bit 0. */
+void aotx_journal_set_file_cap(aotx_journal *j, uint64_t file_cap_bytes);
 void aotx_journal_save_state(const aotx_journal *j, aotx_save_state *out);
 
-/* Recovery over the whole file (header included); buf must outlive the reader. */
+/* Recovery over the whole file (header included); buf must outlive the reader.
+ * reader_new fails only for bad arguments or memory: a bad file header is
+ * reported by the first reader_next (and reader_header_status). */
 int aotx_journal_reader_new(const uint8_t *buf, size_t len, aotx_journal_reader **out);
 void aotx_journal_reader_free(aotx_journal_reader *r);
+/* 0 when the header is good, else AOTX_E_JOURNAL_FOREIGN / _DAMAGE (offset
+ * in reader_error_offset). */
+int aotx_journal_reader_header_status(const aotx_journal_reader *r);
+/* Refuse (AOTX_E_JOURNAL_FOREIGN, offset 16) a file of another lineage.
+ * Call before the first reader_next; returns the header status. */
+int aotx_journal_reader_expect_lineage(aotx_journal_reader *r, const uint8_t lineage[16]);
 /* The next complete transfer: 1 and its kind/data/len/first record index (data
  * points into reader-owned memory valid until the next call); 0 at the end
  * (a torn tail ends it too); AOTX_E_JOURNAL_DAMAGE / _FOREIGN with
@@ -111,12 +160,21 @@ int aotx_journal_reader_next(aotx_journal_reader *r, uint8_t *kind, const uint8_
                              uint32_t *len, uint64_t *first_record);
 uint64_t aotx_journal_reader_valid_end(const aotx_journal_reader *r);    /* truncate here */
 uint64_t aotx_journal_reader_error_offset(const aotx_journal_reader *r);
-/* The file's incarnation and lineage (valid once reader_new succeeded). */
+/* The file's incarnation and lineage (zero unless the header is good). */
 uint64_t aotx_journal_reader_incarnation(const aotx_journal_reader *r);
 void aotx_journal_reader_lineage(const aotx_journal_reader *r, uint8_t out[16]);
-/* Continue the file: next record index, digest, generation and boot count
- * from a reader that returned 0 (end). */
+/* Boot transfers read so far. */
+uint64_t aotx_journal_reader_boot(const aotx_journal_reader *r);
+/* Continue the file: header, incarnation, lineage, next record index,
+ * digest, generation and boot count from a reader that returned 0 (end), on
+ * a journal nothing was enqueued in yet (else AOTX_E_JOURNAL_STATE). */
 int aotx_journal_resume(aotx_journal *j, const aotx_journal_reader *r);
+
+/* Checksums (journal_crc32c.c, journal_sha256.c). */
+/* CRC-32C (Castagnoli), reflected; pass 0 to start, the previous result to continue. */
+uint32_t aotx_crc32c(uint32_t crc, const uint8_t *data, size_t len);
+/* SHA-256 (FIPS 180-4) of data. */
+void aotx_sha256(const uint8_t *data, size_t len, uint8_t out[32]);
 /* CDEF-END */
 
 #endif

@@ -5,6 +5,10 @@
  * k-quants, Q8_0 for Q4_0/Q5_0/Q8_0), then any number of threads run
  * aotx_matmul_rows() over disjoint row ranges.  Every fast kernel has a
  * portable reference (the *_ref functions) that the tests use as an oracle.
+ *
+ * Fast kernels compute the same per-block integer sums as the reference; only
+ * the order of float additions differs.  AOTX_KERNELS=ref in the environment
+ * (read once) forces the reference everywhere.
  */
 #ifndef AOTX_KERNELS_H
 #define AOTX_KERNELS_H
@@ -30,19 +34,128 @@ int64_t aotx_type_row_bytes(int type, int64_t cols);
 int aotx_dequant_row(int type, const void *src, float *dst, int64_t n);
 int aotx_dequant_row_ref(int type, const void *src, float *dst, int64_t n);
 
-/* Activation scratch for X[n_tok][cols] against weights of `type`, in bytes. */
+/* Activation scratch for X[n_tok][cols] against weights of `type`, in bytes
+ * (or a negative code).  Token t's prepared row starts at t * aotx_act_bytes(type, cols, 1). */
 int64_t aotx_act_bytes(int type, int64_t cols, int64_t n_tok);
 /* Convert X[n_tok][cols] (row stride ldx floats) into `act`. */
 int aotx_act_prepare(int type, const float *x, int64_t ldx, int64_t n_tok, int64_t cols, void *act);
 
 /* Y[t*ldy + r] = dot(W[r, :], X[t, :]) for r in [r0, r1), t in [0, n_tok).
- * W: [rows][cols] in `type` blocks; act: from aotx_act_prepare(type, ...). */
+ * W: [rows][cols] in `type` blocks; act: from aotx_act_prepare(type, ...).
+ * With n_tok > 1, ldy must be >= r1. */
 int aotx_matmul_rows(int type, const void *w, int64_t cols, const void *act, int64_t n_tok,
                      float *y, int64_t ldy, int64_t r0, int64_t r1);
 int aotx_matmul_rows_ref(int type, const void *w, int64_t cols, const void *act, int64_t n_tok,
                          float *y, int64_t ldy, int64_t r0, int64_t r1);
 /* Which implementation aotx_matmul_rows picks on this CPU: "ref", "avx2", "avx512", "avx512vnni". */
 const char *aotx_kernel_impl(int type);
+/* Same for aotx_dequant_row. */
+const char *aotx_dequant_impl(int type);
+/* Re-pick the kernels for every type, capped at `impl` ("ref", "avx2", "avx512vnni"
+ * or "auto" = the best this CPU runs).  For tests and benchmarks: not safe while
+ * other threads run kernels.  AOTX_E_UNSUPPORTED if the CPU lacks that level. */
+int aotx_kernel_force(const char *impl);
 /* CDEF-END */
+
+/* ---- GGUF block layouts (public facts of the ggml formats; little-endian) ----
+ * fp16 fields are IEEE binary16 bit patterns. */
+#define AOTX_QK 32      /* elements per Q4_0 / Q5_0 / Q8_0 block */
+#define AOTX_QK_K 256   /* elements per k-quant super-block */
+
+typedef struct {        /* value = d * (q - 8); q = low nibble of qs[j] (j<16) or high nibble of qs[j-16] */
+    uint16_t d;
+    uint8_t qs[16];
+} aotx_block_q4_0;
+typedef struct {        /* value = d * (q - 16); q = nibble as Q4_0 | bit j of qh (u32 LE) << 4 */
+    uint16_t d;
+    uint8_t qh[4];
+    uint8_t qs[16];
+} aotx_block_q5_0;
+typedef struct {        /* value = d * qs[j] */
+    uint16_t d;
+    int8_t qs[32];
+} aotx_block_q8_0;
+typedef struct {        /* 8 sub-blocks of 32: value = d*sc[j]*q - dmin*m[j] (6-bit sc/m packed) */
+    uint16_t d;
+    uint16_t dmin;
+    uint8_t scales[12];
+    uint8_t qs[128];    /* [4 pairs][32]: low nibbles = sub-block 2p, high = 2p+1 */
+} aotx_block_q4_k;
+typedef struct {        /* as Q4_K with a 5th bit: bit j of qh[l] for sub-block j, element l */
+    uint16_t d;
+    uint16_t dmin;
+    uint8_t scales[12];
+    uint8_t qh[32];
+    uint8_t qs[128];
+} aotx_block_q5_k;
+typedef struct {        /* 16 groups of 16: value = d * scales[g] * (q - 32), q 6 bits */
+    uint8_t ql[128];    /* [2 halves][64] */
+    uint8_t qh[64];     /* [2 halves][32], 2 bits per 32-element quarter */
+    int8_t scales[16];
+    uint16_t d;
+} aotx_block_q6_k;
+typedef struct {        /* ggml's Q8_K (activations of k-quant products): value = d * qs[j] */
+    float d;
+    int8_t qs[256];
+    int16_t bsums[16];  /* sum of each 16 consecutive qs */
+} aotx_block_q8_k;
+
+/* Our activation block for Q4_0/Q5_0/Q8_0 products (in memory only, never on disk). */
+typedef struct {
+    float d;            /* scale: x ~= d * qs[j] */
+    int32_t bias;       /* -(k/8) * sum(qs), k = the weights' unsigned offset: 8 (Q4_0),
+                           16 (Q5_0), 128 (Q8_0, stored +128): the kernels start each of
+                           the 8 int32 lanes of a block's sum at this value */
+    int8_t qs[32];
+} aotx_act_q8_0;
+
+AOTX_STATIC_ASSERT(sizeof(aotx_block_q4_0) == 18, "q4_0 block is 18 bytes");
+AOTX_STATIC_ASSERT(sizeof(aotx_block_q5_0) == 22, "q5_0 block is 22 bytes");
+AOTX_STATIC_ASSERT(sizeof(aotx_block_q8_0) == 34, "q8_0 block is 34 bytes");
+AOTX_STATIC_ASSERT(sizeof(aotx_block_q4_k) == 144, "q4_k block is 144 bytes");
+AOTX_STATIC_ASSERT(sizeof(aotx_block_q5_k) == 176, "q5_k block is 176 bytes");
+AOTX_STATIC_ASSERT(sizeof(aotx_block_q6_k) == 210, "q6_k block is 210 bytes");
+AOTX_STATIC_ASSERT(sizeof(aotx_block_q8_k) == 292, "q8_k block is 292 bytes");
+AOTX_STATIC_ASSERT(sizeof(aotx_act_q8_0) == 40, "q8_0 activation block is 40 bytes");
+
+/* ---- internal to quant*.c (not part of the cffi surface) ---- */
+/* A matmul kernel: W rows [r0, r1) (row_bytes apart) against n_tok prepared
+ * activation rows (act_stride bytes apart). Arguments already validated. */
+typedef void (*aotx_mm_fn)(const uint8_t *w, size_t row_bytes, int64_t nb, const uint8_t *act,
+                           size_t act_stride, int64_t n_tok, float *y, int64_t ldy, int64_t r0,
+                           int64_t r1);
+/* A dequantizer of nb blocks. */
+typedef void (*aotx_dq_fn)(const uint8_t *src, float *dst, int64_t nb);
+
+/* quant_x86.c: the fastest kernels up to max_level this CPU runs for `type`
+ * (NULL outputs when none). */
+enum { AOTX_LEVEL_REF = 0, AOTX_LEVEL_AVX2 = 1, AOTX_LEVEL_AVX512VNNI = 2 };
+/* The highest level this CPU runs. */
+int aotx_x86_level(void);
+void aotx_x86_pick(int type, int max_level, aotx_mm_fn *mm, const char **mm_name, aotx_dq_fn *dq,
+                   const char **dq_name);
+
+static inline float aotx_fp16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1fu, man = h & 0x3ffu, bits;
+    union { uint32_t u; float f; } v;
+    if (exp == 0) {
+        v.f = (float)man * 0x1p-24f;      /* zero or subnormal: exact */
+        v.u |= sign;
+        return v.f;
+    }
+    if (exp == 31)
+        bits = sign | 0x7f800000u | (man << 13);
+    else
+        bits = sign | ((exp + 112u) << 23) | (man << 13);
+    v.u = bits;
+    return v.f;
+}
+
+static inline float aotx_bf16_to_f32(uint16_t h) {
+    union { uint32_t u; float f; } v;
+    v.u = (uint32_t)h << 16;
+    return v.f;
+}
 
 #endif

@@ -15,6 +15,10 @@ typedef struct aotx_pool aotx_pool;
 int aotx_pool_new(int32_t n_threads, aotx_pool **out);
 void aotx_pool_free(aotx_pool *p);
 int32_t aotx_pool_size(const aotx_pool *p);
+/* Test hook: runs n_sections parallel sections; each worker adds its index+1
+ * into a per-section slot.  Returns 0 when every section saw every worker
+ * exactly once, else a negative code; *elapsed_ns is the wall time. */
+int aotx_pool_selftest(aotx_pool *p, int64_t n_sections, int64_t *elapsed_ns);
 /* CDEF-END */
 
 typedef void (*aotx_pool_fn)(void *ctx, int32_t ith, int32_t nth);
