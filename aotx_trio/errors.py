@@ -172,12 +172,17 @@ _BY_NAME: dict[str, type[AotxError]] = {
     "invalid_argument": InvalidInput,
     "journal_damage": JournalDamage,
     "unsupported_profile": UnsupportedProfile,
+    "lineage_mismatch": Conflict,
+    "command_too_large": InvalidInput,
+    "result_too_large": InvalidInput,
+    "already_terminal": Conflict,
     "disk_error": DiskError,
     "io_error": DiskError,
 }
 
 _BY_SUFFIX: list[tuple[str, type[AotxError]]] = [
     ("_not_found", NotFound),
+    ("_conflict", Conflict),
     ("_full", CapacityExhausted),
     ("_forbidden", Forbidden),
     ("_damage", JournalDamage),

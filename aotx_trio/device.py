@@ -1,0 +1,489 @@
+"""The durable shared-state device: a typed face over ``csrc/aotx_device.h``.
+
+Every 16-byte value (principal keys, operation keys, lineage, space /
+conversation / operation ids) goes in and comes out as 32 lowercase hex
+digits; :func:`resource_id` / :func:`parse_resource_id` turn them into the
+``spc-{lineage}-{id}`` forms of the spec.  Every native code goes through
+:func:`aotx_trio.native.check`.  Calls take microseconds and never block on
+I/O: the gateway may call them directly from trio.
+
+The journal is borrowed: pass the ``aotx_journal *`` cdata (or any object with
+a ``handle`` attribute holding it); it must outlive the device.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from aotx_trio import errors
+from aotx_trio.native import check, error_for, ffi, lib
+
+GRANT_READ = 1
+GRANT_WRITE = 2
+GRANT_MANAGE = 4
+ALL_GRANTS = GRANT_READ | GRANT_WRITE | GRANT_MANAGE
+
+RIGHT_NAMES: tuple[str, ...] = ("read", "write", "manage")
+SCOPES: tuple[str, ...] = ("private", "room", "instance")
+STATUSES: tuple[str, ...] = ("admitted", "running", "succeeded", "failed", "cancelled",
+                             "interrupted", "deadline_exceeded")
+MEDIA_TYPES: dict[str, int] = {"image": 1, "audio": 2}
+MAX_TEXT_BYTES = 2048
+MAX_MODEL_NAME = 128
+MAX_MEDIA = 8
+
+
+class Kind(enum.IntEnum):
+    REGISTER = 1
+    SPACE_CREATE = 2
+    MEMBER_SET = 3
+    CONVERSATION_CREATE = 4
+    INPUT = 5
+    CANCEL = 6
+    RETIRE = 7
+
+
+# ---- ids ----------------------------------------------------------------
+
+
+def _hex16(value: str, name: str) -> bytes:
+    if len(value) != 32 or value.lower() != value:
+        raise errors.InvalidInput(f"{name} must be 32 lowercase hex digits", code=f"{name}_invalid",
+                                  field=name)
+    try:
+        return bytes.fromhex(value)
+    except ValueError:
+        raise errors.InvalidInput(f"{name} must be 32 lowercase hex digits",
+                                  code=f"{name}_invalid", field=name) from None
+
+
+def _hex(buf: Any, n: int = 16) -> str:
+    return bytes(ffi.buffer(buf, n)).hex()
+
+
+def resource_id(prefix: str, lineage: str, ident: str) -> str:
+    """``{prefix}-{lineage}-{id}`` (par, spc, con, op)."""
+    return f"{prefix}-{lineage}-{ident}"
+
+
+def parse_resource_id(prefix: str, lineage: str, text: str) -> str | None:
+    """The 32-hex id inside ``{prefix}-{lineage}-{id}``, or None when it is not one of
+    this lineage (callers answer not_found)."""
+    head = f"{prefix}-{lineage}-"
+    if not text.startswith(head):
+        return None
+    ident = text[len(head):]
+    if len(ident) != 32 or any(c not in "0123456789abcdef" for c in ident):
+        return None
+    return ident
+
+
+def rights_mask(permissions: tuple[str, ...] | list[str]) -> int:
+    mask = 0
+    for p in permissions:
+        if p not in RIGHT_NAMES:
+            raise errors.InvalidInput(f"unknown permission {p!r}", code="rights_invalid",
+                                      field="permissions")
+        mask |= 1 << RIGHT_NAMES.index(p)
+    return mask
+
+
+def rights_names(mask: int) -> tuple[str, ...]:
+    return tuple(n for i, n in enumerate(RIGHT_NAMES) if mask & (1 << i))
+
+
+# ---- requests -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Request:
+    """One sequenced mutation; defaults are the spec's (256 tokens, temperature 0,
+    top_p 1, pages 0 = current grant, scope private, id = operation key)."""
+
+    kind: Kind
+    lineage: str
+    operation_key: str
+    sequence: int
+    id: str | None = None
+    scope: str = "private"
+    space: str | None = None
+    participant: str | None = None
+    permissions: tuple[str, ...] = ()
+    conversation: str | None = None
+    text: str | bytes = ""
+    model: str = ""
+    max_output_tokens: int = 256
+    pages: int = 0
+    temperature: float = 0.0
+    top_p: float = 1.0
+    media: tuple[tuple[str, str], ...] = ()  # (type, sha256 hex)
+    target_sequence: int = 0
+    retry_floor: int = 0
+
+
+def _u64(value: int, name: str) -> int:
+    if not 0 <= value < 1 << 64:
+        raise errors.InvalidInput(f"{name} out of range", code=f"{name}_invalid", field=name)
+    return value
+
+
+def _u32(value: int, name: str) -> int:
+    if not 0 <= value < 1 << 32:
+        raise errors.InvalidInput(f"{name} out of range", code=f"{name}_invalid", field=name)
+    return value
+
+
+def _fill(req: Request) -> Any:
+    """The native ``aotx_request`` for req (type-level checks only; C checks the rest)."""
+    c = ffi.new("aotx_request *")
+    c.kind = int(req.kind)
+    ffi.memmove(c.lineage, _hex16(req.lineage, "lineage"), 16)
+    ffi.memmove(c.operation_key, _hex16(req.operation_key, "operation_key"), 16)
+    c.sequence = _u64(req.sequence, "sequence")
+    if req.id is not None:
+        c.has_id = 1
+        ffi.memmove(c.id, _hex16(req.id, "id"), 16)
+    if req.scope not in SCOPES:
+        raise errors.InvalidInput(f"unknown scope {req.scope!r}", code="scope_invalid",
+                                  field="scope")
+    c.scope = SCOPES.index(req.scope)
+    if req.space is not None:
+        ffi.memmove(c.space, _hex16(req.space, "space"), 16)
+    if req.participant is not None:
+        ffi.memmove(c.participant, _hex16(req.participant, "participant"), 16)
+    c.rights = rights_mask(req.permissions)
+    if req.conversation is not None:
+        ffi.memmove(c.conversation, _hex16(req.conversation, "conversation"), 16)
+    text = req.text.encode() if isinstance(req.text, str) else req.text
+    if len(text) > MAX_TEXT_BYTES:
+        raise errors.InvalidInput("text over 2048 bytes", code="text_invalid", field="text")
+    c.text_len = len(text)
+    ffi.memmove(c.text, text, len(text))
+    model = req.model.encode()
+    if len(model) > MAX_MODEL_NAME:
+        raise errors.InvalidInput("model name over 128 bytes", code="model_invalid",
+                                  field="model")
+    c.model_len = len(model)
+    ffi.memmove(c.model, model, len(model))
+    c.max_output_tokens = _u32(req.max_output_tokens, "max_output_tokens")
+    c.pages = _u32(req.pages, "pages")
+    if not (math.isfinite(req.temperature) and math.isfinite(req.top_p)):
+        raise errors.InvalidInput("temperature and top_p must be finite",
+                                  code="sampling_invalid", field="temperature")
+    c.temperature = float(req.temperature)
+    c.top_p = float(req.top_p)
+    if len(req.media) > MAX_MEDIA:
+        raise errors.InvalidInput("at most 8 media rows", code="media_invalid", field="media")
+    c.n_media = len(req.media)
+    for i, (mtype, sha) in enumerate(req.media):
+        if mtype not in MEDIA_TYPES or len(sha) != 64:
+            raise errors.InvalidInput(f"media[{i}] invalid", code="media_invalid", field="media")
+        c.media[i].type = MEDIA_TYPES[mtype]
+        try:
+            ffi.memmove(c.media[i].sha256, bytes.fromhex(sha), 32)
+        except ValueError:
+            raise errors.InvalidInput(f"media[{i}].sha256 invalid", code="media_invalid",
+                                      field="media") from None
+    c.target_sequence = _u64(req.target_sequence, "target_sequence")
+    c.retry_floor = _u64(req.retry_floor, "retry_floor")
+    return c
+
+
+def encode_canonical(req: Request) -> bytes:
+    """The canonical operation bytes of req (docs/formats/device.md)."""
+    c = _fill(req)
+    need = lib.aotx_canonical_encode(c, ffi.NULL, 0)
+    if need >= 0:
+        check(int(need))
+    buf = ffi.new("uint8_t[]", -need)
+    n = lib.aotx_canonical_encode(c, buf, -need)
+    if n < 0:
+        raise error_for(int(n))
+    return bytes(ffi.buffer(buf, n))
+
+
+def decode_canonical(data: bytes) -> Request:
+    c = ffi.new("aotx_request *")
+    check(lib.aotx_canonical_decode(data, len(data), c))
+    kind = Kind(c.kind)
+    fields: dict[str, Any] = {}
+    if kind in (Kind.SPACE_CREATE, Kind.CONVERSATION_CREATE):
+        fields["id"] = _hex(c.id)
+    if kind == Kind.SPACE_CREATE:
+        fields["scope"] = SCOPES[c.scope]
+    if kind in (Kind.MEMBER_SET, Kind.CONVERSATION_CREATE):
+        fields["space"] = _hex(c.space)
+    if kind == Kind.MEMBER_SET:
+        fields["participant"] = _hex(c.participant)
+        fields["permissions"] = rights_names(c.rights)
+    if kind == Kind.INPUT:
+        fields.update(
+            conversation=_hex(c.conversation),
+            text=bytes(ffi.buffer(c.text, c.text_len)).decode(),
+            model=bytes(ffi.buffer(c.model, c.model_len)).decode(),
+            max_output_tokens=c.max_output_tokens, pages=c.pages,
+            temperature=c.temperature, top_p=c.top_p,
+            media=tuple((("", "image", "audio")[c.media[i].type], _hex(c.media[i].sha256, 32))
+                        for i in range(c.n_media)))
+    if kind == Kind.CANCEL:
+        fields["target_sequence"] = c.target_sequence
+    if kind == Kind.RETIRE:
+        fields["retry_floor"] = c.retry_floor
+    return Request(kind=kind, lineage=_hex(c.lineage), operation_key=_hex(c.operation_key),
+                   sequence=c.sequence, **fields)
+
+
+# ---- views --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SaveState:
+    saved_records: int
+    pending_bytes: int
+    file_incarnation: int
+    generation: int
+    boot: int
+    commit_digest: str
+    disk_error: int
+    hold: int
+
+
+@dataclass(frozen=True)
+class Receipt:
+    op_id: str
+    kind: Kind
+    status: str
+    participant: str
+    sequence: int | None            # None for another participant's receipt
+    operation_key: str | None       # None for another participant's receipt
+    retry: bool
+    device_committed: bool
+    admission_saved: bool
+    terminal_saved: bool
+    cancel_requested: bool
+    admission_number: int
+    admission_record: int
+    terminal_record: int | None
+    resource_id: str
+    result_len: int
+    input_tokens: int
+    output_tokens: int
+    save: SaveState
+
+    @property
+    def terminal(self) -> bool:
+        return self.status not in ("admitted", "running")
+
+
+@dataclass(frozen=True)
+class Participant:
+    key: str
+    registered: bool
+    next_sequence: int | None       # None (JSON null) for a foreign participant
+    retry_floor: int | None
+
+
+@dataclass(frozen=True)
+class Space:
+    id: str
+    owner: str
+    scope: str
+    rights: tuple[str, ...]         # the caller's effective rights
+    admission_number: int
+    conversations: int
+
+
+@dataclass(frozen=True)
+class Member:
+    participant: str
+    rights: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Conversation:
+    id: str
+    space: str
+    creator: str
+    admission_number: int
+    inputs: int
+
+
+@dataclass(frozen=True)
+class Usage:
+    participants: int
+    spaces: int
+    conversations: int
+    members: int
+    receipts: int
+    admissions: int
+
+
+def _receipt(v: Any) -> Receipt:
+    foreign = bool(v.foreign)
+    return Receipt(
+        op_id=_hex(v.op_id), kind=Kind(v.kind), status=STATUSES[v.status],
+        participant=_hex(v.participant),
+        sequence=None if foreign else int(v.sequence),
+        operation_key=None if foreign else _hex(v.operation_key),
+        retry=bool(v.retry), device_committed=bool(v.device_committed),
+        admission_saved=bool(v.admission_saved), terminal_saved=bool(v.terminal_saved),
+        cancel_requested=bool(v.cancel_requested), admission_number=int(v.admission_number),
+        admission_record=int(v.admission_record),
+        terminal_record=None if v.terminal_record == 2**64 - 1 else int(v.terminal_record),
+        resource_id=_hex(v.resource_id), result_len=int(v.result_len),
+        input_tokens=int(v.input_tokens), output_tokens=int(v.output_tokens),
+        save=SaveState(saved_records=int(v.saved_records), pending_bytes=int(v.pending_bytes),
+                       file_incarnation=int(v.file_incarnation), generation=int(v.generation),
+                       boot=int(v.boot), commit_digest=_hex(v.commit_digest, 32),
+                       disk_error=int(v.disk_error), hold=int(v.hold)))
+
+
+def _space(v: Any) -> Space:
+    return Space(id=_hex(v.id), owner=_hex(v.owner), scope=SCOPES[v.scope],
+                 rights=rights_names(v.rights), admission_number=int(v.admission_number),
+                 conversations=int(v.conversations))
+
+
+def _conversation(v: Any) -> Conversation:
+    return Conversation(id=_hex(v.id), space=_hex(v.space), creator=_hex(v.creator),
+                        admission_number=int(v.admission_number), inputs=int(v.inputs))
+
+
+@dataclass
+class Device:
+    """One native device over a borrowed journal."""
+
+    journal: Any
+    lineage: str
+    default_pages: int = 0
+    _handle: Any = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        params = ffi.new("aotx_device_params *")
+        lib.aotx_device_default_params(params)
+        params.default_pages = self.default_pages
+        out = ffi.new("aotx_device **")
+        jh = getattr(self.journal, "handle", self.journal)
+        check(lib.aotx_device_new(params, _hex16(self.lineage, "lineage"), jh, out))
+        self._handle = ffi.gc(out[0], lib.aotx_device_free)
+
+    def close(self) -> None:
+        if self._handle is not None:
+            ffi.release(self._handle)
+            self._handle = None
+
+    # -- ids --
+    def id_of(self, prefix: str, ident: str) -> str:
+        return resource_id(prefix, self.lineage, ident)
+
+    def parse_id(self, prefix: str, text: str) -> str | None:
+        return parse_resource_id(prefix, self.lineage, text)
+
+    # -- mutations --
+    def submit(self, grants: int, actor: str, req: Request) -> Receipt:
+        c = _fill(req)
+        out = ffi.new("aotx_receipt_view *")
+        check(lib.aotx_device_submit(self._handle, grants, _hex16(actor, "actor"), c, out))
+        return _receipt(out)
+
+    def start(self, op_id: str) -> None:
+        check(lib.aotx_device_start(self._handle, _hex16(op_id, "op_id")))
+
+    def complete(self, op_id: str, status: str, result: bytes = b"", input_tokens: int = 0,
+                 output_tokens: int = 0) -> None:
+        if status not in STATUSES:
+            raise errors.InvalidInput(f"unknown status {status!r}", code="status_invalid",
+                                      field="status")
+        check(lib.aotx_device_complete(self._handle, _hex16(op_id, "op_id"),
+                                       STATUSES.index(status), result, len(result),
+                                       input_tokens, output_tokens))
+
+    # -- reads --
+    def receipt(self, grants: int, actor: str, op_id: str) -> Receipt:
+        out = ffi.new("aotx_receipt_view *")
+        check(lib.aotx_device_receipt(self._handle, grants, _hex16(actor, "actor"),
+                                      _hex16(op_id, "op_id"), out))
+        return _receipt(out)
+
+    def result(self, grants: int, actor: str, op_id: str, offset: int = 0,
+               limit: int = 65536) -> tuple[bytes, int]:
+        """(bytes from offset, total result length)."""
+        buf = ffi.new("uint8_t[]", max(limit, 1))
+        total = ffi.new("uint32_t *")
+        n = lib.aotx_device_result_read(self._handle, grants, _hex16(actor, "actor"),
+                                        _hex16(op_id, "op_id"), _u64(offset, "offset"), buf,
+                                        limit, total)
+        if n < 0:
+            check(int(n))
+        return bytes(ffi.buffer(buf, n)), int(total[0])
+
+    def participant(self, grants: int, actor: str, key: str | None = None) -> Participant:
+        out = ffi.new("aotx_participant_view *")
+        check(lib.aotx_device_participant(self._handle, grants, _hex16(actor, "actor"),
+                                          _hex16(key or actor, "participant"), out))
+        visible = bool(out.counters_visible)
+        return Participant(key=_hex(out.key), registered=bool(out.registered),
+                           next_sequence=int(out.next_sequence) if visible else None,
+                           retry_floor=int(out.retry_floor) if visible else None)
+
+    def space(self, grants: int, actor: str, space: str) -> Space:
+        out = ffi.new("aotx_space_view *")
+        check(lib.aotx_device_space(self._handle, grants, _hex16(actor, "actor"),
+                                    _hex16(space, "space"), out))
+        return _space(out)
+
+    def spaces(self, grants: int, actor: str, cursor: int = 0,
+               limit: int = 100) -> tuple[list[Space], int]:
+        out = ffi.new("aotx_space_view[]", max(limit, 1))
+        n = ffi.new("uint32_t *")
+        nxt = ffi.new("uint64_t *")
+        check(lib.aotx_device_spaces(self._handle, grants, _hex16(actor, "actor"),
+                                     _u64(cursor, "cursor"), _u32(limit, "limit"), out, n, nxt))
+        return [_space(out[i]) for i in range(n[0])], int(nxt[0])
+
+    def members(self, grants: int, actor: str, space: str, cursor: int = 0,
+                limit: int = 100) -> tuple[list[Member], int]:
+        out = ffi.new("aotx_member_view[]", max(limit, 1))
+        n = ffi.new("uint32_t *")
+        nxt = ffi.new("uint64_t *")
+        check(lib.aotx_device_members(self._handle, grants, _hex16(actor, "actor"),
+                                      _hex16(space, "space"), _u64(cursor, "cursor"),
+                                      _u32(limit, "limit"), out, n, nxt))
+        rows = [Member(participant=_hex(out[i].participant), rights=rights_names(out[i].rights))
+                for i in range(n[0])]
+        return rows, int(nxt[0])
+
+    def conversations(self, grants: int, actor: str, space: str, cursor: int = 0,
+                      limit: int = 100) -> tuple[list[Conversation], int]:
+        out = ffi.new("aotx_conversation_view[]", max(limit, 1))
+        n = ffi.new("uint32_t *")
+        nxt = ffi.new("uint64_t *")
+        check(lib.aotx_device_conversations(self._handle, grants, _hex16(actor, "actor"),
+                                            _hex16(space, "space"), _u64(cursor, "cursor"),
+                                            _u32(limit, "limit"), out, n, nxt))
+        return [_conversation(out[i]) for i in range(n[0])], int(nxt[0])
+
+    def conversation(self, grants: int, actor: str, conversation: str) -> Conversation:
+        out = ffi.new("aotx_conversation_view *")
+        check(lib.aotx_device_conversation(self._handle, grants, _hex16(actor, "actor"),
+                                           _hex16(conversation, "conversation"), out))
+        return _conversation(out)
+
+    def usage(self) -> Usage:
+        u = ffi.new("aotx_device_usage *")
+        lib.aotx_device_usage_get(self._handle, u)
+        return Usage(participants=u.participants, spaces=u.spaces,
+                     conversations=u.conversations, members=u.members, receipts=u.receipts,
+                     admissions=int(u.admissions))
+
+    # -- recovery --
+    def recover(self, reader: Any) -> None:
+        """Replay every transfer of an ``aotx_journal_reader *`` (see aotx_device_recover)."""
+        bad = ffi.new("uint64_t *")
+        rh = getattr(reader, "handle", reader)
+        rc = lib.aotx_device_recover(self._handle, rh, bad)
+        if rc != 0:
+            raise error_for(int(rc), f"record {int(bad[0])}", record=int(bad[0]))

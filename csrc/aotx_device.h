@@ -1,0 +1,293 @@
+/* aotx_device.h -- the durable shared-state device: fixed-capacity tables
+ * (participants, spaces, members, conversations, receipts), sequenced
+ * mutations with canonical operation bytes, rights, and recovery from the
+ * journal.  Byte layouts: docs/formats/device.md.
+ *
+ * Every call takes the caller's CURRENT grants (AOTX_GRANT_*) and the
+ * caller's 16-byte principal key (sha256(principal name)[:16]).  A refused
+ * call changes nothing.  Submitting a mutation validates everything, encodes
+ * the admission transfer, enqueues it in the journal (which may hold), and
+ * only then changes the tables.
+ */
+#ifndef AOTX_DEVICE_H
+#define AOTX_DEVICE_H
+
+#include "aotx.h"
+#include "aotx_journal.h"
+
+/* CDEF-BEGIN */
+/* (aotx_journal.h's CDEF text comes after this one: name its types as
+ * `struct aotx_journal` here.) */
+enum {
+    /* mutation kinds (canonical byte 1) */
+    AOTX_KIND_REGISTER = 1,
+    AOTX_KIND_SPACE_CREATE = 2,
+    AOTX_KIND_MEMBER_SET = 3,
+    AOTX_KIND_CONVERSATION_CREATE = 4,
+    AOTX_KIND_INPUT = 5,
+    AOTX_KIND_CANCEL = 6,
+    AOTX_KIND_RETIRE = 7,
+
+    AOTX_SCOPE_PRIVATE = 0,
+    AOTX_SCOPE_ROOM = 1,
+    AOTX_SCOPE_INSTANCE = 2,
+
+    /* space rights (member rows) */
+    AOTX_RIGHT_READ = 1,
+    AOTX_RIGHT_WRITE = 2,
+    AOTX_RIGHT_MANAGE = 4,
+    /* current principal grants */
+    AOTX_GRANT_READ = 1,    /* shared_read */
+    AOTX_GRANT_WRITE = 2,   /* shared_write */
+    AOTX_GRANT_MANAGE = 4,  /* shared_manage */
+
+    /* receipt status */
+    AOTX_STATUS_ADMITTED = 0,
+    AOTX_STATUS_RUNNING = 1,
+    AOTX_STATUS_SUCCEEDED = 2,
+    AOTX_STATUS_FAILED = 3,
+    AOTX_STATUS_CANCELLED = 4,
+    AOTX_STATUS_INTERRUPTED = 5,
+    AOTX_STATUS_DEADLINE_EXCEEDED = 6,
+
+    AOTX_MEDIA_IMAGE = 1,
+    AOTX_MEDIA_AUDIO = 2,
+
+    AOTX_MAX_MEDIA = 8,
+    AOTX_MAX_TEXT_BYTES = 2048,      /* text + media links */
+    AOTX_MEDIA_LINK_BYTES = 73,      /* per media row, separator included */
+    AOTX_MAX_MODEL_NAME = 128,
+    AOTX_CANON_HEADER = 48,
+    AOTX_ADMISSION_HEADER = 72,
+    AOTX_COMPLETION_HEADER = 32,
+
+    /* codes: 1xx.  Refusals (>0) leave the device unchanged. */
+    AOTX_R_LINEAGE_MISMATCH = 101,
+    AOTX_R_PARTICIPANT_NOT_FOUND = 102,
+    AOTX_R_SEQUENCE_CONFLICT = 103,
+    AOTX_R_FUTURE_SEQUENCE = 104,
+    AOTX_R_BELOW_RETRY_FLOOR = 105,
+    AOTX_R_OPERATION_KEY_CONFLICT = 106,
+    AOTX_R_REGISTRATION_CONFLICT = 107,
+    AOTX_R_SPACE_ID_CONFLICT = 108,
+    AOTX_R_CONVERSATION_ID_CONFLICT = 109,
+    AOTX_R_SPACE_NOT_FOUND = 110,
+    AOTX_R_CONVERSATION_NOT_FOUND = 111,
+    AOTX_R_OPERATION_NOT_FOUND = 112,
+    AOTX_R_MEMBER_NOT_FOUND = 113,        /* MEMBER_SET names an unregistered participant */
+    AOTX_R_TARGET_NOT_FOUND = 114,        /* CANCEL target sequence has no live receipt */
+    AOTX_R_FORBIDDEN = 115,               /* space right missing on a visible resource */
+    AOTX_R_GRANT_FORBIDDEN = 116,         /* current principal grant missing */
+    AOTX_R_RETIREMENT_BLOCKED = 117,
+    AOTX_R_RETRY_FLOOR_INVALID = 118,
+    AOTX_R_PARTICIPANTS_FULL = 119,
+    AOTX_R_SPACES_FULL = 120,
+    AOTX_R_CONVERSATIONS_FULL = 121,
+    AOTX_R_MEMBERS_FULL = 122,
+    AOTX_R_RECEIPT_TABLE_FULL = 123,
+    AOTX_R_COMMAND_TOO_LARGE = 124,
+    AOTX_R_RESULT_TOO_LARGE = 125,
+    AOTX_R_ALREADY_TERMINAL = 126,        /* complete/start on a finished receipt */
+    AOTX_R_ADMISSION_UNSAVED = 127,       /* start before the admission is saved */
+    AOTX_R_KIND_INVALID = 130,
+    AOTX_R_OPERATION_KEY_INVALID = 131,   /* all-zero key */
+    AOTX_R_SCOPE_INVALID = 132,
+    AOTX_R_RIGHTS_INVALID = 133,
+    AOTX_R_TEXT_INVALID = 134,            /* not UTF-8, or text + media links > 2048 */
+    AOTX_R_MODEL_INVALID = 135,
+    AOTX_R_MEDIA_INVALID = 136,
+    AOTX_R_SAMPLING_INVALID = 137,        /* temperature / top_p / max_output_tokens */
+    AOTX_R_STATUS_INVALID = 138,
+    AOTX_R_CURSOR_INVALID = 139,
+    AOTX_R_TARGET_SEQUENCE_INVALID = 140,
+    AOTX_R_RESERVED_TOKEN_INVALID = 141,  /* text holds a reserved media control token */
+    /* errors (<0) */
+    AOTX_E_RECOVERY_DAMAGE = -101,        /* a journal transfer contradicts the replayed state */
+    AOTX_E_DEVICE_STATE = -102            /* call out of order (recover on a used device) */
+};
+
+typedef struct aotx_device aotx_device;
+
+typedef struct aotx_device_params {
+    uint32_t default_pages;     /* page grant used when an input says pages = 0 (recorded later) */
+    uint32_t reserved;
+} aotx_device_params;
+
+typedef struct aotx_media_ref {
+    uint8_t type;               /* AOTX_MEDIA_IMAGE / _AUDIO */
+    uint8_t sha256[32];
+} aotx_media_ref;
+
+/* One mutation as the gateway parsed it (defaults already applied by the
+ * caller: max_output_tokens 256, temperature 0, top_p 1; has_id = 0 means the
+ * id is the operation key). */
+typedef struct aotx_request {
+    uint8_t kind;
+    uint8_t lineage[16];
+    uint8_t operation_key[16];
+    uint64_t sequence;
+    /* SPACE_CREATE, CONVERSATION_CREATE */
+    uint8_t has_id;
+    uint8_t id[16];
+    uint8_t scope;
+    /* MEMBER_SET, CONVERSATION_CREATE */
+    uint8_t space[16];
+    /* MEMBER_SET */
+    uint8_t participant[16];
+    uint8_t rights;
+    /* INPUT */
+    uint8_t conversation[16];
+    uint32_t text_len;
+    uint8_t text[2048];
+    uint32_t model_len;
+    uint8_t model[128];
+    uint32_t max_output_tokens;
+    uint32_t pages;
+    double temperature;
+    double top_p;
+    uint32_t n_media;
+    aotx_media_ref media[8];
+    /* CANCEL */
+    uint64_t target_sequence;
+    /* RETIRE */
+    uint64_t retry_floor;
+} aotx_request;
+
+typedef struct aotx_receipt_view {
+    uint8_t op_id[16];
+    uint8_t kind;
+    uint8_t status;             /* AOTX_STATUS_* */
+    uint8_t foreign;            /* 1: another participant's receipt: sequence/key absent */
+    uint8_t retry;              /* 1: this submit was an exact retry */
+    uint8_t device_committed;
+    uint8_t admission_saved;
+    uint8_t terminal_saved;
+    uint8_t cancel_requested;
+    uint8_t participant[16];
+    uint8_t operation_key[16];  /* zero when foreign */
+    uint64_t sequence;          /* 0 when foreign */
+    uint64_t admission_number;
+    uint64_t admission_record;  /* journal record index of the admission's last part */
+    uint64_t terminal_record;   /* of the terminal result (== admission_record for immediate kinds) */
+    uint8_t resource_id[16];    /* created space / conversation; the input's conversation */
+    uint32_t result_len;
+    uint32_t input_tokens;
+    uint32_t output_tokens;
+    uint32_t reserved;
+    /* the journal's save state when read (aotx_save_state fields) */
+    uint64_t saved_records;
+    uint64_t pending_bytes;
+    uint64_t file_incarnation;
+    uint64_t generation;
+    uint64_t boot;
+    uint8_t commit_digest[32];
+    int32_t disk_error;
+    uint32_t hold;
+} aotx_receipt_view;
+
+typedef struct aotx_participant_view {
+    uint8_t key[16];
+    uint8_t registered;
+    uint8_t counters_visible;   /* 0 for a foreign participant: counters absent */
+    uint8_t reserved[6];
+    uint64_t next_sequence;
+    uint64_t retry_floor;
+} aotx_participant_view;
+
+typedef struct aotx_space_view {
+    uint8_t id[16];
+    uint8_t owner[16];
+    uint8_t scope;
+    uint8_t rights;             /* the caller's effective rights (resolved AND grants) */
+    uint8_t reserved[6];
+    uint64_t admission_number;
+    uint64_t conversations;
+} aotx_space_view;
+
+typedef struct aotx_member_view {
+    uint8_t participant[16];
+    uint8_t rights;
+    uint8_t reserved[7];
+} aotx_member_view;
+
+typedef struct aotx_conversation_view {
+    uint8_t id[16];
+    uint8_t space[16];
+    uint8_t creator[16];
+    uint64_t admission_number;
+    uint64_t inputs;
+} aotx_conversation_view;
+
+void aotx_device_default_params(aotx_device_params *p);
+/* Allocates every table once. The journal is borrowed (must outlive dev). */
+int aotx_device_new(const aotx_device_params *p, const uint8_t lineage[16], struct aotx_journal *j,
+                    aotx_device **out);
+void aotx_device_free(aotx_device *d);
+void aotx_device_lineage(const aotx_device *d, uint8_t out[16]);
+
+/* Canonical operation bytes of a request (docs/formats/device.md).
+ * Returns the byte count, or -needed when cap is too small, or a positive
+ * AOTX_R_*_INVALID code (with *out_len untouched) when the request is malformed. */
+int64_t aotx_canonical_encode(const aotx_request *req, uint8_t *buf, size_t cap);
+/* Parse canonical bytes back into a request (0 or AOTX_R_*_INVALID / -2). */
+int aotx_canonical_decode(const uint8_t *buf, size_t len, aotx_request *out);
+
+/* Submit one sequenced mutation for `actor`. On 0, *out is the receipt
+ * (out->retry = 1 for an exact retry, which changes nothing). */
+int aotx_device_submit(aotx_device *d, uint32_t grants, const uint8_t actor[16],
+                       const aotx_request *req, aotx_receipt_view *out);
+/* Executor: admitted -> running (needs a saved admission; not journaled). */
+int aotx_device_start(aotx_device *d, const uint8_t op_id[16]);
+/* Executor: the terminal result of an INPUT (enqueues a COMPLETION transfer). */
+int aotx_device_complete(aotx_device *d, const uint8_t op_id[16], uint8_t status,
+                         const uint8_t *result, uint32_t len, uint32_t input_tokens,
+                         uint32_t output_tokens);
+
+/* Reads (check current grants AND stored rights). */
+int aotx_device_receipt(aotx_device *d, uint32_t grants, const uint8_t actor[16],
+                        const uint8_t op_id[16], aotx_receipt_view *out);
+/* Result bytes from `offset`: copies min(cap, length - offset) bytes and
+ * returns that count (0 at or past the end); *out_total = the result length. */
+int64_t aotx_device_result_read(aotx_device *d, uint32_t grants, const uint8_t actor[16],
+                                const uint8_t op_id[16], uint64_t offset, uint8_t *buf,
+                                size_t cap, uint32_t *out_total);
+int aotx_device_participant(aotx_device *d, uint32_t grants, const uint8_t actor[16],
+                            const uint8_t key[16], aotx_participant_view *out);
+int aotx_device_space(aotx_device *d, uint32_t grants, const uint8_t actor[16],
+                      const uint8_t space[16], aotx_space_view *out);
+/* Spaces visible to the caller from table position `cursor`; *out_n rows,
+ * *out_next = cursor for the next page (0 when done). */
+int aotx_device_spaces(aotx_device *d, uint32_t grants, const uint8_t actor[16],
+                       uint64_t cursor, uint32_t limit, aotx_space_view *out,
+                       uint32_t *out_n, uint64_t *out_next);
+int aotx_device_members(aotx_device *d, uint32_t grants, const uint8_t actor[16],
+                        const uint8_t space[16], uint64_t cursor, uint32_t limit,
+                        aotx_member_view *out, uint32_t *out_n, uint64_t *out_next);
+int aotx_device_conversations(aotx_device *d, uint32_t grants, const uint8_t actor[16],
+                              const uint8_t space[16], uint64_t cursor, uint32_t limit,
+                              aotx_conversation_view *out, uint32_t *out_n,
+                              uint64_t *out_next);
+int aotx_device_conversation(aotx_device *d, uint32_t grants, const uint8_t actor[16],
+                             const uint8_t conversation[16], aotx_conversation_view *out);
+
+/* Table usage (tests, capabilities). */
+typedef struct aotx_device_usage {
+    uint32_t participants;
+    uint32_t spaces;
+    uint32_t conversations;
+    uint32_t members;
+    uint32_t receipts;          /* occupied slots, retiring ones included */
+    uint32_t reserved;
+    uint64_t admissions;        /* admission counter */
+} aotx_device_usage;
+void aotx_device_usage_get(aotx_device *d, aotx_device_usage *out);
+
+/* Recovery on a fresh device: apply every transfer of `r` in order, then
+ * aotx_journal_resume(), then enqueue an `interrupted` completion for each
+ * restored INPUT without a terminal result.  On failure *out_bad_record is
+ * the first record index of the offending transfer (or the reader's error
+ * offset for journal damage) and the device must be discarded. */
+int aotx_device_recover(aotx_device *d, struct aotx_journal_reader *r, uint64_t *out_bad_record);
+/* CDEF-END */
+
+#endif

@@ -1,0 +1,607 @@
+/* device.c -- the device handle, admission (prepare -> enqueue -> apply) and
+ * the executor's start/complete.  Reads: device_read.c; rights:
+ * device_rights.c; canonical bytes: device_canon.c; recovery: device_recover.c. */
+#include "device_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+const aotx_code_entry aotx_device_codes[] = {
+    {AOTX_R_LINEAGE_MISMATCH, "lineage_mismatch", "the lineage does not match this device; read /participant"},
+    {AOTX_R_PARTICIPANT_NOT_FOUND, "participant_not_found", "the participant is not registered"},
+    {AOTX_R_SEQUENCE_CONFLICT, "sequence_conflict", "this sequence was admitted with other canonical bytes"},
+    {AOTX_R_FUTURE_SEQUENCE, "future_sequence", "the sequence is past the participant's next sequence"},
+    {AOTX_R_BELOW_RETRY_FLOOR, "below_retry_floor", "the sequence is below the saved retry floor"},
+    {AOTX_R_OPERATION_KEY_CONFLICT, "operation_key_conflict", "the operation key is used by a live receipt"},
+    {AOTX_R_REGISTRATION_CONFLICT, "registration_conflict", "the participant is already registered"},
+    {AOTX_R_SPACE_ID_CONFLICT, "space_id_conflict", "a space with this id exists"},
+    {AOTX_R_CONVERSATION_ID_CONFLICT, "conversation_id_conflict", "a conversation with this id exists"},
+    {AOTX_R_SPACE_NOT_FOUND, "space_not_found", "no such space, or it is not visible to the caller"},
+    {AOTX_R_CONVERSATION_NOT_FOUND, "conversation_not_found", "no such conversation, or it is not visible to the caller"},
+    {AOTX_R_OPERATION_NOT_FOUND, "operation_not_found", "no such operation, or it is not visible to the caller"},
+    {AOTX_R_MEMBER_NOT_FOUND, "member_not_found", "the member participant is not registered"},
+    {AOTX_R_TARGET_NOT_FOUND, "target_not_found", "target_sequence names no live operation of the caller"},
+    {AOTX_R_FORBIDDEN, "forbidden", "the caller lacks the space right this needs"},
+    {AOTX_R_GRANT_FORBIDDEN, "grant_forbidden", "the caller's current grants lack the action this needs"},
+    {AOTX_R_RETIREMENT_BLOCKED, "retirement_blocked", "a receipt below the retry floor has no saved terminal result"},
+    {AOTX_R_RETRY_FLOOR_INVALID, "retry_floor_invalid", "retry_floor must be >= the current floor and <= the retirement's sequence"},
+    {AOTX_R_PARTICIPANTS_FULL, "participants_full", "the participant table is full"},
+    {AOTX_R_SPACES_FULL, "spaces_full", "the space table is full"},
+    {AOTX_R_CONVERSATIONS_FULL, "conversations_full", "the conversation table is full"},
+    {AOTX_R_MEMBERS_FULL, "members_full", "the member table is full"},
+    {AOTX_R_RECEIPT_TABLE_FULL, "receipt_table_full", "the receipt table is full until a saved retirement frees a slot"},
+    {AOTX_R_COMMAND_TOO_LARGE, "command_too_large", "the canonical command exceeds the per-receipt command bytes"},
+    {AOTX_R_RESULT_TOO_LARGE, "result_too_large", "the result exceeds the per-receipt result bytes"},
+    {AOTX_R_ALREADY_TERMINAL, "already_terminal", "the operation already has a terminal result"},
+    {AOTX_R_ADMISSION_UNSAVED, "admission_unsaved", "execution waits for a saved admission"},
+    {AOTX_R_KIND_INVALID, "kind_invalid", "unknown mutation kind"},
+    {AOTX_R_OPERATION_KEY_INVALID, "operation_key_invalid", "operation_key must be a nonzero 16-byte value"},
+    {AOTX_R_SCOPE_INVALID, "scope_invalid", "scope must be private, room or instance"},
+    {AOTX_R_RIGHTS_INVALID, "rights_invalid", "permissions must be read, write or manage"},
+    {AOTX_R_TEXT_INVALID, "text_invalid", "text must be UTF-8, nonempty without media, and fit 2048 bytes with media links"},
+    {AOTX_R_MODEL_INVALID, "model_invalid", "model must be 1..128 printable ASCII bytes"},
+    {AOTX_R_MEDIA_INVALID, "media_invalid", "at most 8 media rows of type image or audio"},
+    {AOTX_R_SAMPLING_INVALID, "sampling_invalid", "max_output_tokens 1..65536, temperature 0..2, top_p in (0, 1]"},
+    {AOTX_R_STATUS_INVALID, "status_invalid", "not a terminal status"},
+    {AOTX_R_CURSOR_INVALID, "cursor_invalid", "the cursor is past the table"},
+    {AOTX_R_TARGET_SEQUENCE_INVALID, "target_sequence_invalid", "target_sequence must be >= 1"},
+    {AOTX_R_RESERVED_TOKEN_INVALID, "reserved_token_invalid", "text holds a reserved media control token"},
+    {AOTX_E_RECOVERY_DAMAGE, "recovery_damage", "a journal transfer contradicts the recovered state"},
+    {AOTX_E_DEVICE_STATE, "device_out_of_order", "call out of order for this device"},
+    {0, NULL, NULL},
+};
+
+bool dev_is_zero(const uint8_t *b, size_t n) {
+    uint8_t acc = 0;
+    for (size_t i = 0; i < n; i++) acc |= b[i];
+    return acc == 0;
+}
+
+static uint64_t mix64(uint64_t z) { /* splitmix64 finaliser: a bijection */
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+/* Operation id of admission n: bytes 0..7 = mix64(n ^ L0) (a bijection of n,
+ * so never reused), bytes 8..15 = mix64(n ^ L1 ^ 0x6f70...). */
+void dev_op_id(const aotx_device *d, uint64_t n, uint8_t out[16]) {
+    uint64_t l0 = dev_rd64(d->lineage), l1 = dev_rd64(d->lineage + 8);
+    dev_le64(out, mix64(n ^ l0));
+    dev_le64(out + 8, mix64(n ^ l1 ^ 0x6f705f69645f7631ULL));
+}
+
+void aotx_device_default_params(aotx_device_params *p) {
+    memset(p, 0, sizeof *p);
+    p->default_pages = 0;
+}
+
+void aotx_device_free(aotx_device *d) {
+    if (!d) return;
+    free(d->participants);
+    free(d->spaces);
+    free(d->members);
+    free(d->conversations);
+    free(d->receipts);
+    free(d->canon_store);
+    free(d->result_store);
+    free(d->scratch);
+    free(d->plan);
+    if (d->mu_ready) pthread_mutex_destroy(&d->mu);
+    free(d);
+}
+
+int aotx_device_new(const aotx_device_params *p, const uint8_t lineage[16], aotx_journal *j,
+                    aotx_device **out) {
+    if (!lineage || !j || !out) return AOTX_E_INVALID_ARGUMENT;
+    aotx_device *d = calloc(1, sizeof *d);
+    if (!d) return AOTX_E_NOMEM;
+    if (p) d->params = *p;
+    else aotx_device_default_params(&d->params);
+    memcpy(d->lineage, lineage, 16);
+    d->journal = j;
+    d->participants = calloc(AOTX_MAX_PARTICIPANTS, sizeof *d->participants);
+    d->spaces = calloc(AOTX_MAX_SPACES, sizeof *d->spaces);
+    d->members = calloc(AOTX_MAX_MEMBERS, sizeof *d->members);
+    d->conversations = calloc(AOTX_MAX_CONVERSATIONS, sizeof *d->conversations);
+    d->receipts = calloc(DEV_RECEIPT_SLOTS, sizeof *d->receipts);
+    d->canon_store = calloc(DEV_RECEIPT_SLOTS, DEV_CANON_STRIDE);
+    d->result_store = calloc(DEV_RECEIPT_SLOTS, DEV_RESULT_STRIDE);
+    d->scratch_cap = AOTX_COMPLETION_HEADER + (size_t)AOTX_MAX_RESULT_BYTES;
+    if (d->scratch_cap < AOTX_ADMISSION_HEADER + DEV_CANON_MAX + DEV_RESULT_JSON_MAX)
+        d->scratch_cap = AOTX_ADMISSION_HEADER + DEV_CANON_MAX + DEV_RESULT_JSON_MAX;
+    d->scratch = malloc(d->scratch_cap);
+    d->plan = calloc(1, sizeof *d->plan);
+    d->mu_ready = pthread_mutex_init(&d->mu, NULL) == 0;
+    if (!d->mu_ready || !d->participants || !d->spaces || !d->members || !d->conversations || !d->receipts ||
+        !d->canon_store || !d->result_store || !d->scratch || !d->plan) {
+        aotx_device_free(d);
+        return AOTX_E_NOMEM;
+    }
+    for (uint32_t i = 0; i < DEV_RECEIPT_SLOTS; i++) {
+        d->receipts[i].canon = d->canon_store + (size_t)i * DEV_CANON_STRIDE;
+        d->receipts[i].result = d->result_store + (size_t)i * DEV_RESULT_STRIDE;
+    }
+    *out = d;
+    return AOTX_OK;
+}
+
+void aotx_device_lineage(const aotx_device *d, uint8_t out[16]) { memcpy(out, d->lineage, 16); }
+
+void dev_usage_get_locked(aotx_device *d, aotx_device_usage *out) {
+    dev_reclaim(d);
+    memset(out, 0, sizeof *out);
+    out->participants = d->n_participants;
+    out->spaces = d->n_spaces;
+    out->conversations = d->n_conversations;
+    out->members = d->n_members;
+    out->receipts = d->n_receipts;
+    out->admissions = d->admissions;
+}
+
+/* ---- lookups ---------------------------------------------------------- */
+
+uint32_t dev_find_participant(const aotx_device *d, const uint8_t key[16]) {
+    for (uint32_t i = 0; i < d->n_participants; i++)
+        if (memcmp(d->participants[i].key, key, 16) == 0) return i;
+    return DEV_NONE;
+}
+uint32_t dev_find_space(const aotx_device *d, const uint8_t id[16]) {
+    for (uint32_t i = 0; i < d->n_spaces; i++)
+        if (memcmp(d->spaces[i].id, id, 16) == 0) return i;
+    return DEV_NONE;
+}
+uint32_t dev_find_conversation(const aotx_device *d, const uint8_t id[16]) {
+    for (uint32_t i = 0; i < d->n_conversations; i++)
+        if (memcmp(d->conversations[i].id, id, 16) == 0) return i;
+    return DEV_NONE;
+}
+uint32_t dev_find_member_row(const aotx_device *d, uint32_t space, uint32_t participant) {
+    for (uint32_t i = 0; i < d->n_members; i++)
+        if (d->members[i].space == space && d->members[i].participant == participant) return i;
+    return DEV_NONE;
+}
+/* A live (not retiring) receipt of `actor` at `sequence`. */
+static uint32_t find_receipt_seq(const aotx_device *d, uint32_t actor, uint64_t sequence) {
+    for (uint32_t i = 0; i < DEV_RECEIPT_SLOTS; i++) {
+        const dev_receipt *r = &d->receipts[i];
+        if (r->used && !r->retiring && r->actor == actor && r->sequence == sequence) return i;
+    }
+    return DEV_NONE;
+}
+uint32_t dev_find_receipt_by_op(const aotx_device *d, const uint8_t op_id[16]) {
+    for (uint32_t i = 0; i < DEV_RECEIPT_SLOTS; i++) {
+        const dev_receipt *r = &d->receipts[i];
+        if (r->used && !r->retiring && memcmp(r->op_id, op_id, 16) == 0) return i;
+    }
+    return DEV_NONE;
+}
+
+uint64_t dev_saved_records(const aotx_device *d) {
+    if (d->replaying) return UINT64_MAX;
+    aotx_save_state s;
+    aotx_journal_save_state(d->journal, &s);
+    return s.saved_records;
+}
+
+/* Free the slots of retiring receipts whose retirement is saved. */
+void dev_reclaim(aotx_device *d) {
+    uint64_t saved = dev_saved_records(d);
+    for (uint32_t i = 0; i < DEV_RECEIPT_SLOTS; i++) {
+        dev_receipt *r = &d->receipts[i];
+        if (r->used && r->retiring && r->retire_record < saved) {
+            r->used = 0;
+            r->retiring = 0;
+            d->n_receipts--;
+        }
+    }
+}
+
+static bool terminal_status(uint8_t s) {
+    return s >= AOTX_STATUS_SUCCEEDED && s <= AOTX_STATUS_DEADLINE_EXCEEDED;
+}
+
+/* ---- immediate results (JSON, docs/formats/device.md "Results") ------- */
+
+static void res_id(const aotx_device *d, const char *prefix, const uint8_t id[16], char *out) {
+    char l[33], h[33];
+    dev_hex(d->lineage, 16, l);
+    dev_hex(id, 16, h);
+    snprintf(out, 80, "%s-%s-%s", prefix, l, h);
+}
+
+static const char *scope_name(uint8_t s) {
+    return s == AOTX_SCOPE_ROOM ? "room" : s == AOTX_SCOPE_INSTANCE ? "instance" : "private";
+}
+
+static void result_json(const aotx_device *d, dev_plan *pl, bool was_running) {
+    const aotx_request *q = pl->req;
+    char a[80], b[80];
+    int n = 0;
+    char *o = (char *)pl->result;
+    size_t cap = sizeof pl->result;
+    switch (q->kind) {
+    case AOTX_KIND_REGISTER:
+        res_id(d, "par", pl->actor_key, a);
+        n = snprintf(o, cap, "{\"participant\":\"%s\"}", a);
+        break;
+    case AOTX_KIND_SPACE_CREATE:
+        res_id(d, "spc", pl->resource_id, a);
+        n = snprintf(o, cap, "{\"space\":\"%s\",\"scope\":\"%s\"}", a, scope_name(q->scope));
+        break;
+    case AOTX_KIND_MEMBER_SET: {
+        res_id(d, "spc", q->space, a);
+        res_id(d, "par", q->participant, b);
+        char perms[40] = "";
+        const char *names[3] = {"\"read\"", "\"write\"", "\"manage\""};
+        for (int i = 0; i < 3; i++) {
+            if (!(q->rights & (1 << i))) continue;
+            if (perms[0]) strcat(perms, ",");
+            strcat(perms, names[i]);
+        }
+        n = snprintf(o, cap, "{\"space\":\"%s\",\"participant\":\"%s\",\"permissions\":[%s]}", a, b,
+                     perms);
+        break;
+    }
+    case AOTX_KIND_CONVERSATION_CREATE:
+        res_id(d, "con", pl->resource_id, a);
+        res_id(d, "spc", q->space, b);
+        n = snprintf(o, cap, "{\"conversation\":\"%s\",\"space\":\"%s\"}", a, b);
+        break;
+    case AOTX_KIND_CANCEL:
+        n = snprintf(o, cap, "{\"target_sequence\":\"%llu\",\"cancel_requested\":%s}",
+                     (unsigned long long)q->target_sequence, was_running ? "true" : "false");
+        break;
+    case AOTX_KIND_RETIRE:
+        n = snprintf(o, cap, "{\"retry_floor\":\"%llu\"}", (unsigned long long)q->retry_floor);
+        break;
+    default:
+        n = 0;
+        break;
+    }
+    pl->result_len = n > 0 ? (uint32_t)n : 0;
+}
+
+/* ---- prepare: every check, no change ---------------------------------- */
+
+/* Space lookup for an action needing `need` (effective = resolved & grants):
+ * invisible (no resolved right) -> not found; visible but lacking -> forbidden. */
+static int space_access(const aotx_device *d, uint32_t grants, uint32_t actor, uint32_t space,
+                        uint8_t need, int not_found) {
+    if (space == DEV_NONE) return not_found;
+    uint8_t resolved = dev_resolved_rights(d, space, actor);
+    if (resolved == 0) return not_found;
+    if ((resolved & grants & need) != need) return AOTX_R_FORBIDDEN;
+    return AOTX_OK;
+}
+
+static int prepare_kind(aotx_device *d, uint32_t grants, dev_plan *pl, const dev_participant *p,
+                        uint64_t *freed) {
+    const aotx_request *q = pl->req;
+    int rc;
+    switch (q->kind) {
+    case AOTX_KIND_REGISTER:
+        if (d->n_participants >= AOTX_MAX_PARTICIPANTS) return AOTX_R_PARTICIPANTS_FULL;
+        memcpy(pl->resource_id, pl->actor_key, 16);
+        break;
+    case AOTX_KIND_SPACE_CREATE:
+        memcpy(pl->resource_id, q->has_id ? q->id : q->operation_key, 16);
+        if (dev_find_space(d, pl->resource_id) != DEV_NONE) return AOTX_R_SPACE_ID_CONFLICT;
+        if (d->n_spaces >= AOTX_MAX_SPACES) return AOTX_R_SPACES_FULL;
+        break;
+    case AOTX_KIND_MEMBER_SET:
+        pl->space = dev_find_space(d, q->space);
+        rc = space_access(d, grants, pl->actor, pl->space, AOTX_RIGHT_MANAGE,
+                          AOTX_R_SPACE_NOT_FOUND);
+        if (rc) return rc;
+        pl->member_participant = dev_find_participant(d, q->participant);
+        if (pl->member_participant == DEV_NONE) return AOTX_R_MEMBER_NOT_FOUND;
+        pl->member_row = dev_find_member_row(d, pl->space, pl->member_participant);
+        if (pl->member_row == DEV_NONE && d->n_members >= AOTX_MAX_MEMBERS)
+            return AOTX_R_MEMBERS_FULL;
+        memcpy(pl->resource_id, q->space, 16);
+        break;
+    case AOTX_KIND_CONVERSATION_CREATE:
+        pl->space = dev_find_space(d, q->space);
+        rc = space_access(d, grants, pl->actor, pl->space, AOTX_RIGHT_WRITE,
+                          AOTX_R_SPACE_NOT_FOUND);
+        if (rc) return rc;
+        memcpy(pl->resource_id, q->has_id ? q->id : q->operation_key, 16);
+        if (dev_find_conversation(d, pl->resource_id) != DEV_NONE)
+            return AOTX_R_CONVERSATION_ID_CONFLICT;
+        if (d->n_conversations >= AOTX_MAX_CONVERSATIONS) return AOTX_R_CONVERSATIONS_FULL;
+        break;
+    case AOTX_KIND_INPUT:
+        pl->conversation = dev_find_conversation(d, q->conversation);
+        rc = space_access(d, grants, pl->actor,
+                          pl->conversation == DEV_NONE ? DEV_NONE
+                                                       : d->conversations[pl->conversation].space,
+                          AOTX_RIGHT_WRITE, AOTX_R_CONVERSATION_NOT_FOUND);
+        if (rc) return rc;
+        memcpy(pl->resource_id, q->conversation, 16);
+        break;
+    case AOTX_KIND_CANCEL:
+        if (q->target_sequence >= q->sequence) return AOTX_R_TARGET_NOT_FOUND;
+        pl->target_receipt = find_receipt_seq(d, pl->actor, q->target_sequence);
+        if (pl->target_receipt == DEV_NONE) return AOTX_R_TARGET_NOT_FOUND;
+        memcpy(pl->resource_id, d->receipts[pl->target_receipt].op_id, 16);
+        break;
+    case AOTX_KIND_RETIRE: {
+        if (q->retry_floor > q->sequence || q->retry_floor < p->retry_floor)
+            return AOTX_R_RETRY_FLOOR_INVALID;
+        uint64_t saved = dev_saved_records(d);
+        for (uint32_t i = 0; i < DEV_RECEIPT_SLOTS; i++) {
+            const dev_receipt *r = &d->receipts[i];
+            if (!r->used || r->retiring || r->actor != pl->actor || r->sequence >= q->retry_floor)
+                continue;
+            if (!r->has_terminal_record || r->terminal_record >= saved)
+                return AOTX_R_RETIREMENT_BLOCKED;
+            (*freed)++;
+        }
+        break;
+    }
+    default:
+        return AOTX_E_INTERNAL;
+    }
+    return AOTX_OK;
+}
+
+int dev_prepare(aotx_device *d, uint32_t grants, const uint8_t actor[16],
+                const aotx_request *req, dev_plan *pl, uint32_t *retry_slot) {
+    *retry_slot = DEV_NONE;
+    int rc = dev_validate_request(req);
+    if (rc) return rc;
+    memset(pl, 0, offsetof(dev_plan, canon));
+    pl->req = req;
+    memcpy(pl->actor_key, actor, 16);
+    int64_t n = aotx_canonical_encode(req, pl->canon, sizeof pl->canon);
+    if (n < 0) return AOTX_E_INTERNAL;
+    if (n > AOTX_MAX_COMMAND_BYTES) return AOTX_R_COMMAND_TOO_LARGE;
+    pl->canon_len = (uint32_t)n;
+    if (memcmp(req->lineage, d->lineage, 16) != 0) return AOTX_R_LINEAGE_MISMATCH;
+    if (!(grants & AOTX_GRANT_WRITE)) return AOTX_R_GRANT_FORBIDDEN;
+    dev_reclaim(d);
+
+    pl->actor = dev_find_participant(d, actor);
+    const dev_participant *p = pl->actor == DEV_NONE ? NULL : &d->participants[pl->actor];
+    uint64_t next = p ? p->next_sequence : 1, floor = p ? p->retry_floor : 1;
+    if (req->sequence < floor) return AOTX_R_BELOW_RETRY_FLOOR;
+    if (req->sequence > next) return AOTX_R_FUTURE_SEQUENCE;
+    if (req->sequence < next) {
+        uint32_t s = find_receipt_seq(d, pl->actor, req->sequence);
+        if (s == DEV_NONE) return AOTX_E_INTERNAL; /* [floor, next) always has receipts */
+        const dev_receipt *r = &d->receipts[s];
+        if (r->canon_len != pl->canon_len || memcmp(r->canon, pl->canon, pl->canon_len) != 0)
+            return AOTX_R_SEQUENCE_CONFLICT;
+        *retry_slot = s;
+        return AOTX_OK;
+    }
+    if (req->kind == AOTX_KIND_REGISTER) {
+        if (p) return AOTX_R_REGISTRATION_CONFLICT;
+    } else if (!p) {
+        return AOTX_R_PARTICIPANT_NOT_FOUND;
+    }
+    if (p) {
+        for (uint32_t i = 0; i < DEV_RECEIPT_SLOTS; i++) {
+            const dev_receipt *r = &d->receipts[i];
+            if (r->used && !r->retiring && r->actor == pl->actor &&
+                memcmp(r->op_key, req->operation_key, 16) == 0)
+                return AOTX_R_OPERATION_KEY_CONFLICT;
+        }
+    }
+    uint64_t freed = 0;
+    rc = prepare_kind(d, grants, pl, p, &freed);
+    if (rc) return rc;
+    /* Receipt slot: the reserve slot only takes a RETIRE that frees a receipt. */
+    bool room = d->n_receipts < AOTX_MAX_RECEIPTS ||
+                (req->kind == AOTX_KIND_RETIRE && freed > 0 && d->n_receipts < DEV_RECEIPT_SLOTS);
+    if (!room) return AOTX_R_RECEIPT_TABLE_FULL;
+    pl->slot = DEV_NONE;
+    for (uint32_t i = 0; i < DEV_RECEIPT_SLOTS; i++)
+        if (!d->receipts[i].used) { pl->slot = i; break; }
+    if (pl->slot == DEV_NONE) return AOTX_E_INTERNAL;
+    pl->admission_number = d->admissions + 1;
+    dev_op_id(d, pl->admission_number, pl->op_id);
+    pl->status = req->kind == AOTX_KIND_INPUT ? AOTX_STATUS_ADMITTED : AOTX_STATUS_SUCCEEDED;
+    bool was_running = req->kind == AOTX_KIND_CANCEL &&
+                       !terminal_status(d->receipts[pl->target_receipt].status);
+    result_json(d, pl, was_running);
+    return AOTX_OK;
+}
+
+/* ---- the admission transfer ------------------------------------------- */
+
+size_t dev_admission_encode(const dev_plan *pl, uint8_t *buf) {
+    memset(buf, 0, AOTX_ADMISSION_HEADER);
+    buf[0] = 1;
+    buf[1] = pl->req->kind;
+    buf[2] = pl->status;
+    dev_le16(buf + 4, (uint16_t)pl->canon_len);
+    dev_le16(buf + 6, (uint16_t)pl->result_len);
+    memcpy(buf + 8, pl->actor_key, 16);
+    memcpy(buf + 24, pl->op_id, 16);
+    dev_le64(buf + 40, pl->admission_number);
+    memcpy(buf + 48, pl->resource_id, 16);
+    memcpy(buf + AOTX_ADMISSION_HEADER, pl->canon, pl->canon_len);
+    memcpy(buf + AOTX_ADMISSION_HEADER + pl->canon_len, pl->result, pl->result_len);
+    return AOTX_ADMISSION_HEADER + pl->canon_len + pl->result_len;
+}
+
+/* ---- apply: cannot fail ----------------------------------------------- */
+
+void dev_apply(aotx_device *d, const dev_plan *pl, uint64_t record) {
+    const aotx_request *q = pl->req;
+    uint32_t actor = pl->actor;
+    d->admissions = pl->admission_number;
+    d->used = true;
+    switch (q->kind) {
+    case AOTX_KIND_REGISTER: {
+        actor = d->n_participants++;
+        dev_participant *p = &d->participants[actor];
+        memcpy(p->key, pl->actor_key, 16);
+        p->next_sequence = 1;
+        p->retry_floor = 1;
+        p->admission_number = pl->admission_number;
+        break;
+    }
+    case AOTX_KIND_SPACE_CREATE: {
+        dev_space *s = &d->spaces[d->n_spaces++];
+        memcpy(s->id, pl->resource_id, 16);
+        s->owner = actor;
+        s->scope = q->scope;
+        s->admission_number = pl->admission_number;
+        s->conversations = 0;
+        break;
+    }
+    case AOTX_KIND_MEMBER_SET:
+        if (pl->member_row != DEV_NONE) {
+            d->members[pl->member_row].rights = q->rights;
+        } else {
+            dev_member *m = &d->members[d->n_members++];
+            m->space = pl->space;
+            m->participant = pl->member_participant;
+            m->rights = q->rights;
+        }
+        break;
+    case AOTX_KIND_CONVERSATION_CREATE: {
+        dev_conversation *c = &d->conversations[d->n_conversations++];
+        memcpy(c->id, pl->resource_id, 16);
+        c->space = pl->space;
+        c->creator = actor;
+        c->admission_number = pl->admission_number;
+        c->inputs = 0;
+        d->spaces[pl->space].conversations++;
+        break;
+    }
+    case AOTX_KIND_INPUT:
+        d->conversations[pl->conversation].inputs++;
+        break;
+    case AOTX_KIND_CANCEL: {
+        dev_receipt *t = &d->receipts[pl->target_receipt];
+        if (!terminal_status(t->status)) t->cancel_requested = 1;
+        break;
+    }
+    case AOTX_KIND_RETIRE:
+        for (uint32_t i = 0; i < DEV_RECEIPT_SLOTS; i++) {
+            dev_receipt *r = &d->receipts[i];
+            if (r->used && !r->retiring && r->actor == actor && r->sequence < q->retry_floor) {
+                r->retiring = 1;
+                r->retire_record = record;
+            }
+        }
+        d->participants[actor].retry_floor = q->retry_floor;
+        break;
+    default:
+        break;
+    }
+    dev_receipt *r = &d->receipts[pl->slot];
+    uint8_t *canon = r->canon, *result = r->result;
+    memset(r, 0, sizeof *r);
+    r->canon = canon;
+    r->result = result;
+    r->used = 1;
+    r->kind = q->kind;
+    r->status = pl->status;
+    r->actor = actor;
+    r->sequence = q->sequence;
+    memcpy(r->op_key, q->operation_key, 16);
+    memcpy(r->op_id, pl->op_id, 16);
+    memcpy(r->resource_id, pl->resource_id, 16);
+    r->admission_number = pl->admission_number;
+    r->admission_record = record;
+    if (terminal_status(pl->status)) {
+        r->has_terminal_record = 1;
+        r->terminal_record = record;
+    }
+    r->canon_len = pl->canon_len;
+    memcpy(r->canon, pl->canon, pl->canon_len);
+    r->result_len = pl->result_len;
+    memcpy(r->result, pl->result, pl->result_len);
+    d->n_receipts++;
+    d->participants[actor].next_sequence = q->sequence + 1;
+}
+
+int dev_submit_locked(aotx_device *d, uint32_t grants, const uint8_t actor[16],
+                       const aotx_request *req, aotx_receipt_view *out) {
+    if (!d || !actor || !req || !out) return AOTX_E_INVALID_ARGUMENT;
+    if (d->replaying) return AOTX_E_DEVICE_STATE;
+    dev_plan *pl = d->plan;
+    uint32_t retry = DEV_NONE;
+    int rc = dev_prepare(d, grants, actor, req, pl, &retry);
+    if (rc) return rc;
+    if (retry != DEV_NONE) {
+        dev_receipt_view(d, retry, false, out);
+        out->retry = 1;
+        return AOTX_OK;
+    }
+    size_t len = dev_admission_encode(pl, d->scratch);
+    uint64_t last = 0;
+    rc = aotx_journal_enqueue(d->journal, AOTX_XFER_ADMISSION, d->scratch, (uint32_t)len, &last);
+    if (rc) return rc;
+    dev_apply(d, pl, last);
+    dev_receipt_view(d, pl->slot, false, out);
+    return AOTX_OK;
+}
+
+/* ---- executor ---------------------------------------------------------- */
+
+int dev_start_locked(aotx_device *d, const uint8_t op_id[16]) {
+    if (!d || !op_id) return AOTX_E_INVALID_ARGUMENT;
+    uint32_t s = dev_find_receipt_by_op(d, op_id);
+    if (s == DEV_NONE) return AOTX_R_OPERATION_NOT_FOUND;
+    dev_receipt *r = &d->receipts[s];
+    if (terminal_status(r->status)) return AOTX_R_ALREADY_TERMINAL;
+    if (r->admission_record >= dev_saved_records(d)) return AOTX_R_ADMISSION_UNSAVED;
+    r->status = AOTX_STATUS_RUNNING;
+    return AOTX_OK;
+}
+
+int dev_complete_check(const aotx_device *d, uint32_t slot, uint8_t status, uint32_t len) {
+    if (slot == DEV_NONE) return AOTX_R_OPERATION_NOT_FOUND;
+    if (!terminal_status(status)) return AOTX_R_STATUS_INVALID;
+    if (terminal_status(d->receipts[slot].status)) return AOTX_R_ALREADY_TERMINAL;
+    if (len > AOTX_MAX_RESULT_BYTES) return AOTX_R_RESULT_TOO_LARGE;
+    return AOTX_OK;
+}
+
+size_t dev_completion_encode(const uint8_t op_id[16], uint8_t status, const uint8_t *result,
+                             uint32_t len, uint32_t in_tok, uint32_t out_tok, uint8_t *buf) {
+    memset(buf, 0, AOTX_COMPLETION_HEADER);
+    buf[0] = 1;
+    buf[1] = status;
+    dev_le32(buf + 4, len);
+    memcpy(buf + 8, op_id, 16);
+    dev_le32(buf + 24, in_tok);
+    dev_le32(buf + 28, out_tok);
+    if (len) memcpy(buf + AOTX_COMPLETION_HEADER, result, len);
+    return AOTX_COMPLETION_HEADER + (size_t)len;
+}
+
+void dev_complete_apply(aotx_device *d, uint32_t slot, uint8_t status, const uint8_t *result,
+                        uint32_t len, uint32_t in_tok, uint32_t out_tok, uint64_t record) {
+    dev_receipt *r = &d->receipts[slot];
+    r->status = status;
+    r->result_len = len;
+    if (len) memcpy(r->result, result, len);
+    r->input_tokens = in_tok;
+    r->output_tokens = out_tok;
+    r->has_terminal_record = 1;
+    r->terminal_record = record;
+    d->used = true;
+}
+
+int dev_complete_locked(aotx_device *d, const uint8_t op_id[16], uint8_t status,
+                         const uint8_t *result, uint32_t len, uint32_t input_tokens,
+                         uint32_t output_tokens) {
+    if (!d || !op_id || (len && !result)) return AOTX_E_INVALID_ARGUMENT;
+    uint32_t s = dev_find_receipt_by_op(d, op_id);
+    int rc = dev_complete_check(d, s, status, len);
+    if (rc) return rc;
+    size_t n = dev_completion_encode(op_id, status, result, len, input_tokens, output_tokens,
+                                     d->scratch);
+    uint64_t last = 0;
+    rc = aotx_journal_enqueue(d->journal, AOTX_XFER_COMPLETION, d->scratch, (uint32_t)n, &last);
+    if (rc) return rc;
+    dev_complete_apply(d, s, status, result, len, input_tokens, output_tokens, last);
+    return AOTX_OK;
+}

@@ -1,0 +1,95 @@
+/* device_api.c -- the public entry points: each takes the device mutex and
+ * calls its dev_*_locked body (the executor thread and the gateway call in
+ * concurrently; every call is microseconds and never waits on I/O). */
+#include "device_internal.h"
+
+#define LOCKED(expr)                        \
+    do {                                    \
+        pthread_mutex_lock(&d->mu);         \
+        __typeof__(expr) rc_ = (expr);      \
+        pthread_mutex_unlock(&d->mu);       \
+        return rc_;                         \
+    } while (0)
+
+void aotx_device_usage_get(aotx_device *d, aotx_device_usage *out) {
+    pthread_mutex_lock(&d->mu);
+    dev_usage_get_locked(d, out);
+    pthread_mutex_unlock(&d->mu);
+}
+
+int aotx_device_submit(aotx_device *d, uint32_t grants, const uint8_t actor[16],
+                       const aotx_request *req, aotx_receipt_view *out) {
+    if (!d) return AOTX_E_INVALID_ARGUMENT;
+    LOCKED(dev_submit_locked(d, grants, actor, req, out));
+}
+
+int aotx_device_start(aotx_device *d, const uint8_t op_id[16]) {
+    if (!d) return AOTX_E_INVALID_ARGUMENT;
+    LOCKED(dev_start_locked(d, op_id));
+}
+
+int aotx_device_complete(aotx_device *d, const uint8_t op_id[16], uint8_t status,
+                         const uint8_t *result, uint32_t len, uint32_t input_tokens,
+                         uint32_t output_tokens) {
+    if (!d) return AOTX_E_INVALID_ARGUMENT;
+    LOCKED(dev_complete_locked(d, op_id, status, result, len, input_tokens, output_tokens));
+}
+
+int aotx_device_receipt(aotx_device *d, uint32_t grants, const uint8_t actor[16],
+                        const uint8_t op_id[16], aotx_receipt_view *out) {
+    if (!d) return AOTX_E_INVALID_ARGUMENT;
+    LOCKED(dev_receipt_locked(d, grants, actor, op_id, out));
+}
+
+int64_t aotx_device_result_read(aotx_device *d, uint32_t grants, const uint8_t actor[16],
+                                const uint8_t op_id[16], uint64_t offset, uint8_t *buf,
+                                size_t cap, uint32_t *out_total) {
+    if (!d) return AOTX_E_INVALID_ARGUMENT;
+    LOCKED(dev_result_read_locked(d, grants, actor, op_id, offset, buf, cap, out_total));
+}
+
+int aotx_device_participant(aotx_device *d, uint32_t grants, const uint8_t actor[16],
+                            const uint8_t key[16], aotx_participant_view *out) {
+    if (!d) return AOTX_E_INVALID_ARGUMENT;
+    LOCKED(dev_participant_locked(d, grants, actor, key, out));
+}
+
+int aotx_device_space(aotx_device *d, uint32_t grants, const uint8_t actor[16],
+                      const uint8_t space[16], aotx_space_view *out) {
+    if (!d) return AOTX_E_INVALID_ARGUMENT;
+    LOCKED(dev_space_locked(d, grants, actor, space, out));
+}
+
+int aotx_device_spaces(aotx_device *d, uint32_t grants, const uint8_t actor[16],
+                       uint64_t cursor, uint32_t limit, aotx_space_view *out,
+                       uint32_t *out_n, uint64_t *out_next) {
+    if (!d) return AOTX_E_INVALID_ARGUMENT;
+    LOCKED(dev_spaces_locked(d, grants, actor, cursor, limit, out, out_n, out_next));
+}
+
+int aotx_device_members(aotx_device *d, uint32_t grants, const uint8_t actor[16],
+                        const uint8_t space[16], uint64_t cursor, uint32_t limit,
+                        aotx_member_view *out, uint32_t *out_n, uint64_t *out_next) {
+    if (!d) return AOTX_E_INVALID_ARGUMENT;
+    LOCKED(dev_members_locked(d, grants, actor, space, cursor, limit, out, out_n, out_next));
+}
+
+int aotx_device_conversations(aotx_device *d, uint32_t grants, const uint8_t actor[16],
+                              const uint8_t space[16], uint64_t cursor, uint32_t limit,
+                              aotx_conversation_view *out, uint32_t *out_n,
+                              uint64_t *out_next) {
+    if (!d) return AOTX_E_INVALID_ARGUMENT;
+    LOCKED(dev_conversations_locked(d, grants, actor, space, cursor, limit, out, out_n,
+                                    out_next));
+}
+
+int aotx_device_conversation(aotx_device *d, uint32_t grants, const uint8_t actor[16],
+                             const uint8_t conversation[16], aotx_conversation_view *out) {
+    if (!d) return AOTX_E_INVALID_ARGUMENT;
+    LOCKED(dev_conversation_locked(d, grants, actor, conversation, out));
+}
+
+int aotx_device_recover(aotx_device *d, aotx_journal_reader *r, uint64_t *out_bad_record) {
+    if (!d) return AOTX_E_INVALID_ARGUMENT;
+    LOCKED(dev_recover_locked(d, r, out_bad_record));
+}

@@ -1,0 +1,187 @@
+/* device_internal.h -- the device's tables, shared by csrc/device*.c only. */
+#ifndef AOTX_DEVICE_INTERNAL_H
+#define AOTX_DEVICE_INTERNAL_H
+
+#include "aotx_device.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <string.h>
+
+#define DEV_NONE UINT32_MAX
+/* Physical receipt slots: one reserve slot lets a RETIRE that frees at least
+ * one receipt enter a full table (docs/formats/device.md, "Receipts"). */
+#define DEV_RECEIPT_SLOTS (AOTX_MAX_RECEIPTS + 1)
+/* Largest canonical form: header 48 + input body 48 + 8 media rows of 33 +
+ * model 128 + text 2048. */
+#define DEV_CANON_MAX (48 + 48 + 8 * 33 + 128 + 2048)
+#define DEV_CANON_STRIDE \
+    (AOTX_MAX_COMMAND_BYTES < DEV_CANON_MAX ? AOTX_MAX_COMMAND_BYTES : DEV_CANON_MAX)
+#define DEV_RESULT_JSON_MAX 512
+/* Per-slot result storage: AOTX_MAX_RESULT_BYTES, but never below what an
+ * immediate kind's JSON result needs. */
+#define DEV_RESULT_STRIDE \
+    (AOTX_MAX_RESULT_BYTES > DEV_RESULT_JSON_MAX ? AOTX_MAX_RESULT_BYTES : DEV_RESULT_JSON_MAX)
+#define DEV_ALL_GRANTS 7u
+
+typedef struct dev_participant {
+    uint8_t key[16];
+    uint64_t next_sequence;
+    uint64_t retry_floor;
+    uint64_t admission_number;  /* of its registration */
+} dev_participant;
+
+typedef struct dev_space {
+    uint8_t id[16];
+    uint32_t owner;             /* participant index */
+    uint8_t scope;
+    uint64_t admission_number;
+    uint64_t conversations;
+} dev_space;
+
+typedef struct dev_member {
+    uint32_t space;             /* space index */
+    uint32_t participant;       /* participant index */
+    uint8_t rights;
+} dev_member;
+
+typedef struct dev_conversation {
+    uint8_t id[16];
+    uint32_t space;             /* space index */
+    uint32_t creator;           /* participant index */
+    uint64_t admission_number;
+    uint64_t inputs;
+} dev_conversation;
+
+typedef struct dev_receipt {
+    uint8_t used;
+    uint8_t retiring;           /* under the actor's floor; freed once retire_record is saved */
+    uint8_t kind;
+    uint8_t status;
+    uint8_t cancel_requested;
+    uint8_t has_terminal_record;
+    uint32_t actor;             /* participant index */
+    uint64_t sequence;
+    uint8_t op_key[16];
+    uint8_t op_id[16];
+    uint8_t resource_id[16];
+    uint64_t admission_number;
+    uint64_t admission_record;  /* last record of the admission transfer */
+    uint64_t terminal_record;   /* last record of the terminal result */
+    uint64_t retire_record;     /* last record of the retirement (when retiring) */
+    uint32_t input_tokens, output_tokens;
+    uint32_t canon_len;
+    uint32_t result_len;
+    uint8_t *canon;             /* [DEV_CANON_STRIDE] */
+    uint8_t *result;            /* [DEV_RESULT_STRIDE] */
+} dev_receipt;
+
+struct aotx_device {
+    aotx_device_params params;
+    uint8_t lineage[16];
+    aotx_journal *journal;      /* borrowed */
+    uint64_t admissions;        /* admission counter (last assigned number) */
+    bool replaying;             /* recovery: every record counts as saved */
+    bool used;                  /* anything admitted or recovered */
+    uint32_t n_participants, n_spaces, n_conversations, n_members;
+    uint32_t n_receipts;        /* occupied slots */
+    dev_participant *participants;     /* [AOTX_MAX_PARTICIPANTS] */
+    dev_space *spaces;                 /* [AOTX_MAX_SPACES] */
+    dev_member *members;               /* [AOTX_MAX_MEMBERS] */
+    dev_conversation *conversations;   /* [AOTX_MAX_CONVERSATIONS] */
+    dev_receipt *receipts;             /* [DEV_RECEIPT_SLOTS] */
+    uint8_t *canon_store;              /* [DEV_RECEIPT_SLOTS][DEV_CANON_STRIDE] */
+    uint8_t *result_store;             /* [DEV_RECEIPT_SLOTS][DEV_RESULT_STRIDE] */
+    uint8_t *scratch;                  /* [scratch_cap] admission/completion encode buffer */
+    size_t scratch_cap;
+    struct dev_plan *plan;             /* [1] the admission being prepared */
+    pthread_mutex_t mu;                /* every public call holds it (device_api.c) */
+    bool mu_ready;
+};
+
+/* What a validated admission will do; filled by dev_prepare, applied by dev_apply. */
+typedef struct dev_plan {
+    const aotx_request *req;
+    uint8_t actor_key[16];
+    uint32_t actor;             /* participant index, DEV_NONE for REGISTER */
+    uint32_t space;             /* target space index */
+    uint32_t conversation;      /* target conversation index */
+    uint32_t member_row;        /* existing row or DEV_NONE */
+    uint32_t member_participant;
+    uint32_t target_receipt;    /* CANCEL */
+    uint32_t slot;              /* receipt slot for the new receipt */
+    uint64_t admission_number;
+    uint8_t op_id[16];
+    uint8_t resource_id[16];
+    uint8_t status;             /* status after admission */
+    uint32_t canon_len;
+    uint8_t canon[DEV_CANON_MAX];
+    uint32_t result_len;
+    uint8_t result[DEV_RESULT_JSON_MAX]; /* immediate-kind result JSON */
+} dev_plan;
+
+/* device_canon.c */
+int dev_validate_request(const aotx_request *req);
+void dev_le16(uint8_t *p, uint16_t v);
+void dev_le32(uint8_t *p, uint32_t v);
+void dev_le64(uint8_t *p, uint64_t v);
+uint16_t dev_rd16(const uint8_t *p);
+uint32_t dev_rd32(const uint8_t *p);
+uint64_t dev_rd64(const uint8_t *p);
+void dev_hex(const uint8_t *b, size_t n, char *out);
+
+/* device.c */
+bool dev_is_zero(const uint8_t *b, size_t n);
+void dev_op_id(const aotx_device *d, uint64_t n, uint8_t out[16]);
+int dev_prepare(aotx_device *d, uint32_t grants, const uint8_t actor[16],
+                const aotx_request *req, dev_plan *plan, uint32_t *retry_slot);
+size_t dev_admission_encode(const dev_plan *plan, uint8_t *buf);
+void dev_apply(aotx_device *d, const dev_plan *plan, uint64_t record);
+uint32_t dev_find_receipt_by_op(const aotx_device *d, const uint8_t op_id[16]);
+void dev_reclaim(aotx_device *d);
+int dev_complete_check(const aotx_device *d, uint32_t slot, uint8_t status, uint32_t len);
+void dev_complete_apply(aotx_device *d, uint32_t slot, uint8_t status, const uint8_t *result,
+                        uint32_t len, uint32_t in_tok, uint32_t out_tok, uint64_t record);
+size_t dev_completion_encode(const uint8_t op_id[16], uint8_t status, const uint8_t *result,
+                             uint32_t len, uint32_t in_tok, uint32_t out_tok, uint8_t *buf);
+
+
+/* The bodies of the public calls (device_api.c takes the mutex around them). */
+void dev_usage_get_locked(aotx_device *d, aotx_device_usage *out);
+int dev_submit_locked(aotx_device *d, uint32_t grants, const uint8_t actor[16],
+                      const aotx_request *req, aotx_receipt_view *out);
+int dev_start_locked(aotx_device *d, const uint8_t op_id[16]);
+int dev_complete_locked(aotx_device *d, const uint8_t op_id[16], uint8_t status,
+                        const uint8_t *result, uint32_t len, uint32_t input_tokens,
+                        uint32_t output_tokens);
+int dev_receipt_locked(aotx_device *d, uint32_t grants, const uint8_t actor[16],
+                       const uint8_t op_id[16], aotx_receipt_view *out);
+int64_t dev_result_read_locked(aotx_device *d, uint32_t grants, const uint8_t actor[16],
+                               const uint8_t op_id[16], uint64_t offset, uint8_t *buf,
+                               size_t cap, uint32_t *out_total);
+int dev_participant_locked(aotx_device *d, uint32_t grants, const uint8_t actor[16],
+                           const uint8_t key[16], aotx_participant_view *out);
+int dev_space_locked(aotx_device *d, uint32_t grants, const uint8_t actor[16],
+                     const uint8_t space[16], aotx_space_view *out);
+int dev_spaces_locked(aotx_device *d, uint32_t grants, const uint8_t actor[16], uint64_t cursor,
+                      uint32_t limit, aotx_space_view *out, uint32_t *out_n,
+                      uint64_t *out_next);
+int dev_members_locked(aotx_device *d, uint32_t grants, const uint8_t actor[16],
+                       const uint8_t space[16], uint64_t cursor, uint32_t limit,
+                       aotx_member_view *out, uint32_t *out_n, uint64_t *out_next);
+int dev_conversations_locked(aotx_device *d, uint32_t grants, const uint8_t actor[16],
+                             const uint8_t space[16], uint64_t cursor, uint32_t limit,
+                             aotx_conversation_view *out, uint32_t *out_n,
+                             uint64_t *out_next);
+int dev_conversation_locked(aotx_device *d, uint32_t grants, const uint8_t actor[16],
+                            const uint8_t conversation[16], aotx_conversation_view *out);
+int dev_recover_locked(aotx_device *d, aotx_journal_reader *r, uint64_t *out_bad_record);
+uint32_t dev_find_participant(const aotx_device *d, const uint8_t key[16]);
+uint32_t dev_find_space(const aotx_device *d, const uint8_t id[16]);
+uint32_t dev_find_conversation(const aotx_device *d, const uint8_t id[16]);
+uint32_t dev_find_member_row(const aotx_device *d, uint32_t space, uint32_t participant);
+uint64_t dev_saved_records(const aotx_device *d);
+uint8_t dev_resolved_rights(const aotx_device *d, uint32_t space, uint32_t participant);
+void dev_receipt_view(aotx_device *d, uint32_t slot, bool foreign, aotx_receipt_view *out);
+
+#endif

@@ -1,0 +1,250 @@
+/* device_read.c -- rights resolution and every read (receipts, results,
+ * participants, spaces, members, conversations).  Reads check the caller's
+ * current grants first (grant_forbidden), then stored rights: a resource the
+ * caller has no resolved right on reads as not found. */
+#include "device_internal.h"
+
+/* Spec "Scope": an explicit member row replaces the implicit rights (owner:
+ * read|write|manage; instance space: read|write for every registered
+ * participant; room and private: nothing). A zero-rights row blocks both. */
+uint8_t dev_resolved_rights(const aotx_device *d, uint32_t space, uint32_t participant) {
+    if (space == DEV_NONE || participant == DEV_NONE) return 0;
+    uint32_t row = dev_find_member_row(d, space, participant);
+    if (row != DEV_NONE) return d->members[row].rights;
+    const dev_space *s = &d->spaces[space];
+    if (s->owner == participant) return AOTX_RIGHT_READ | AOTX_RIGHT_WRITE | AOTX_RIGHT_MANAGE;
+    if (s->scope == AOTX_SCOPE_INSTANCE) return AOTX_RIGHT_READ | AOTX_RIGHT_WRITE;
+    return 0;
+}
+
+/* 0 when the caller may read the space; not_found / forbidden otherwise. */
+static int read_access(const aotx_device *d, uint32_t grants, uint32_t actor, uint32_t space,
+                       int not_found) {
+    if (space == DEV_NONE) return not_found;
+    uint8_t resolved = dev_resolved_rights(d, space, actor);
+    if (resolved == 0) return not_found;
+    if (!(resolved & grants & AOTX_RIGHT_READ)) return AOTX_R_FORBIDDEN;
+    return AOTX_OK;
+}
+
+void dev_receipt_view(aotx_device *d, uint32_t slot, bool foreign, aotx_receipt_view *out) {
+    const dev_receipt *r = &d->receipts[slot];
+    memset(out, 0, sizeof *out);
+    aotx_save_state st;
+    aotx_journal_save_state(d->journal, &st);
+    out->saved_records = st.saved_records;
+    out->pending_bytes = st.pending_bytes;
+    out->file_incarnation = st.file_incarnation;
+    out->generation = st.generation;
+    out->boot = st.boot;
+    memcpy(out->commit_digest, st.commit_digest, 32);
+    out->disk_error = st.disk_error;
+    out->hold = st.hold;
+    uint64_t saved = d->replaying ? UINT64_MAX : st.saved_records;
+    memcpy(out->op_id, r->op_id, 16);
+    out->kind = r->kind;
+    out->status = r->status;
+    out->foreign = foreign;
+    out->device_committed = 1;
+    out->admission_saved = r->admission_record < saved;
+    out->terminal_saved = r->has_terminal_record && r->terminal_record < saved;
+    out->cancel_requested = r->cancel_requested;
+    memcpy(out->participant, d->participants[r->actor].key, 16);
+    if (!foreign) {
+        memcpy(out->operation_key, r->op_key, 16);
+        out->sequence = r->sequence;
+    }
+    out->admission_number = r->admission_number;
+    out->admission_record = r->admission_record;
+    out->terminal_record = r->has_terminal_record ? r->terminal_record : UINT64_MAX;
+    memcpy(out->resource_id, r->resource_id, 16);
+    out->result_len = r->result_len;
+    out->input_tokens = r->input_tokens;
+    out->output_tokens = r->output_tokens;
+}
+
+/* The receipt slot `actor` may read, or a code. Own receipts are always
+ * visible; another participant's INPUT receipt is visible to readers of its
+ * conversation's space (counters absent). */
+static int readable_receipt(aotx_device *d, uint32_t grants, const uint8_t actor[16],
+                            const uint8_t op_id[16], uint32_t *slot, bool *foreign) {
+    if (!(grants & AOTX_GRANT_READ)) return AOTX_R_GRANT_FORBIDDEN;
+    dev_reclaim(d);
+    uint32_t s = dev_find_receipt_by_op(d, op_id);
+    if (s == DEV_NONE) return AOTX_R_OPERATION_NOT_FOUND;
+    const dev_receipt *r = &d->receipts[s];
+    uint32_t me = dev_find_participant(d, actor);
+    if (me != DEV_NONE && r->actor == me) {
+        *slot = s;
+        *foreign = false;
+        return AOTX_OK;
+    }
+    if (r->kind != AOTX_KIND_INPUT) return AOTX_R_OPERATION_NOT_FOUND;
+    uint32_t c = dev_find_conversation(d, r->resource_id);
+    if (c == DEV_NONE) return AOTX_R_OPERATION_NOT_FOUND;
+    int rc = read_access(d, grants, me, d->conversations[c].space, AOTX_R_OPERATION_NOT_FOUND);
+    if (rc) return rc;
+    *slot = s;
+    *foreign = true;
+    return AOTX_OK;
+}
+
+int dev_receipt_locked(aotx_device *d, uint32_t grants, const uint8_t actor[16],
+                        const uint8_t op_id[16], aotx_receipt_view *out) {
+    if (!d || !actor || !op_id || !out) return AOTX_E_INVALID_ARGUMENT;
+    uint32_t s;
+    bool foreign;
+    int rc = readable_receipt(d, grants, actor, op_id, &s, &foreign);
+    if (rc) return rc;
+    dev_receipt_view(d, s, foreign, out);
+    return AOTX_OK;
+}
+
+int64_t dev_result_read_locked(aotx_device *d, uint32_t grants, const uint8_t actor[16],
+                                const uint8_t op_id[16], uint64_t offset, uint8_t *buf,
+                                size_t cap, uint32_t *out_total) {
+    if (!d || !actor || !op_id || (cap && !buf)) return AOTX_E_INVALID_ARGUMENT;
+    uint32_t s;
+    bool foreign;
+    int rc = readable_receipt(d, grants, actor, op_id, &s, &foreign);
+    if (rc) return rc;
+    const dev_receipt *r = &d->receipts[s];
+    if (out_total) *out_total = r->result_len;
+    if (offset >= r->result_len) return 0;
+    size_t n = r->result_len - (size_t)offset;
+    if (n > cap) n = cap;
+    memcpy(buf, r->result + offset, n);
+    return (int64_t)n;
+}
+
+int dev_participant_locked(aotx_device *d, uint32_t grants, const uint8_t actor[16],
+                            const uint8_t key[16], aotx_participant_view *out) {
+    if (!d || !actor || !key || !out) return AOTX_E_INVALID_ARGUMENT;
+    if (!(grants & AOTX_GRANT_READ)) return AOTX_R_GRANT_FORBIDDEN;
+    uint32_t p = dev_find_participant(d, key);
+    bool own = memcmp(actor, key, 16) == 0;
+    if (!own && p == DEV_NONE) return AOTX_R_PARTICIPANT_NOT_FOUND;
+    memset(out, 0, sizeof *out);
+    memcpy(out->key, key, 16);
+    out->registered = p != DEV_NONE;
+    out->counters_visible = own;
+    if (own) {
+        out->next_sequence = p == DEV_NONE ? 1 : d->participants[p].next_sequence;
+        out->retry_floor = p == DEV_NONE ? 1 : d->participants[p].retry_floor;
+    }
+    return AOTX_OK;
+}
+
+static void space_view(const aotx_device *d, uint32_t s, uint8_t eff, aotx_space_view *out) {
+    const dev_space *sp = &d->spaces[s];
+    memset(out, 0, sizeof *out);
+    memcpy(out->id, sp->id, 16);
+    memcpy(out->owner, d->participants[sp->owner].key, 16);
+    out->scope = sp->scope;
+    out->rights = eff;
+    out->admission_number = sp->admission_number;
+    out->conversations = sp->conversations;
+}
+
+int dev_space_locked(aotx_device *d, uint32_t grants, const uint8_t actor[16],
+                      const uint8_t space[16], aotx_space_view *out) {
+    if (!d || !actor || !space || !out) return AOTX_E_INVALID_ARGUMENT;
+    if (!(grants & AOTX_GRANT_READ)) return AOTX_R_GRANT_FORBIDDEN;
+    uint32_t me = dev_find_participant(d, actor);
+    uint32_t s = dev_find_space(d, space);
+    int rc = read_access(d, grants, me, s, AOTX_R_SPACE_NOT_FOUND);
+    if (rc) return rc;
+    space_view(d, s, dev_resolved_rights(d, s, me) & (uint8_t)grants, out);
+    return AOTX_OK;
+}
+
+int dev_spaces_locked(aotx_device *d, uint32_t grants, const uint8_t actor[16],
+                       uint64_t cursor, uint32_t limit, aotx_space_view *out,
+                       uint32_t *out_n, uint64_t *out_next) {
+    if (!d || !actor || !out_n || !out_next || (limit && !out)) return AOTX_E_INVALID_ARGUMENT;
+    if (!(grants & AOTX_GRANT_READ)) return AOTX_R_GRANT_FORBIDDEN;
+    if (cursor > d->n_spaces) return AOTX_R_CURSOR_INVALID;
+    uint32_t me = dev_find_participant(d, actor);
+    uint32_t n = 0;
+    uint64_t i = cursor;
+    for (; i < d->n_spaces && n < limit; i++) {
+        uint8_t resolved = dev_resolved_rights(d, (uint32_t)i, me);
+        if (!(resolved & grants & AOTX_RIGHT_READ)) continue;
+        space_view(d, (uint32_t)i, resolved & (uint8_t)grants, &out[n++]);
+    }
+    *out_n = n;
+    *out_next = i < d->n_spaces ? i : 0;
+    return AOTX_OK;
+}
+
+int dev_members_locked(aotx_device *d, uint32_t grants, const uint8_t actor[16],
+                        const uint8_t space[16], uint64_t cursor, uint32_t limit,
+                        aotx_member_view *out, uint32_t *out_n, uint64_t *out_next) {
+    if (!d || !actor || !space || !out_n || !out_next || (limit && !out))
+        return AOTX_E_INVALID_ARGUMENT;
+    if (!(grants & AOTX_GRANT_READ)) return AOTX_R_GRANT_FORBIDDEN;
+    uint32_t me = dev_find_participant(d, actor);
+    uint32_t s = dev_find_space(d, space);
+    int rc = read_access(d, grants, me, s, AOTX_R_SPACE_NOT_FOUND);
+    if (rc) return rc;
+    if (cursor > d->n_members) return AOTX_R_CURSOR_INVALID;
+    uint32_t n = 0;
+    uint64_t i = cursor;
+    for (; i < d->n_members && n < limit; i++) {
+        const dev_member *m = &d->members[i];
+        if (m->space != s) continue;
+        memset(&out[n], 0, sizeof out[n]);
+        memcpy(out[n].participant, d->participants[m->participant].key, 16);
+        out[n].rights = m->rights;
+        n++;
+    }
+    *out_n = n;
+    *out_next = i < d->n_members ? i : 0;
+    return AOTX_OK;
+}
+
+static void conversation_view(const aotx_device *d, uint32_t c, aotx_conversation_view *out) {
+    const dev_conversation *cv = &d->conversations[c];
+    memset(out, 0, sizeof *out);
+    memcpy(out->id, cv->id, 16);
+    memcpy(out->space, d->spaces[cv->space].id, 16);
+    memcpy(out->creator, d->participants[cv->creator].key, 16);
+    out->admission_number = cv->admission_number;
+    out->inputs = cv->inputs;
+}
+
+int dev_conversations_locked(aotx_device *d, uint32_t grants, const uint8_t actor[16],
+                              const uint8_t space[16], uint64_t cursor, uint32_t limit,
+                              aotx_conversation_view *out, uint32_t *out_n,
+                              uint64_t *out_next) {
+    if (!d || !actor || !space || !out_n || !out_next || (limit && !out))
+        return AOTX_E_INVALID_ARGUMENT;
+    if (!(grants & AOTX_GRANT_READ)) return AOTX_R_GRANT_FORBIDDEN;
+    uint32_t me = dev_find_participant(d, actor);
+    uint32_t s = dev_find_space(d, space);
+    int rc = read_access(d, grants, me, s, AOTX_R_SPACE_NOT_FOUND);
+    if (rc) return rc;
+    if (cursor > d->n_conversations) return AOTX_R_CURSOR_INVALID;
+    uint32_t n = 0;
+    uint64_t i = cursor;
+    for (; i < d->n_conversations && n < limit; i++) {
+        if (d->conversations[i].space != s) continue;
+        conversation_view(d, (uint32_t)i, &out[n++]);
+    }
+    *out_n = n;
+    *out_next = i < d->n_conversations ? i : 0;
+    return AOTX_OK;
+}
+
+int dev_conversation_locked(aotx_device *d, uint32_t grants, const uint8_t actor[16],
+                             const uint8_t conversation[16], aotx_conversation_view *out) {
+    if (!d || !actor || !conversation || !out) return AOTX_E_INVALID_ARGUMENT;
+    if (!(grants & AOTX_GRANT_READ)) return AOTX_R_GRANT_FORBIDDEN;
+    uint32_t me = dev_find_participant(d, actor);
+    uint32_t c = dev_find_conversation(d, conversation);
+    int rc = read_access(d, grants, me, c == DEV_NONE ? DEV_NONE : d->conversations[c].space,
+                         AOTX_R_CONVERSATION_NOT_FOUND);
+    if (rc) return rc;
+    conversation_view(d, c, out);
+    return AOTX_OK;
+}

@@ -1,0 +1,107 @@
+/* device_recover.c -- rebuild the tables from the journal's transfers.
+ * Each admission is decoded, re-validated through the same dev_prepare the
+ * live path uses (all grants: grants are not recorded, the admission was
+ * permitted when it was made), and its recorded device fields (admission
+ * number, operation id, resource id, status, result bytes) must equal what
+ * the replay computes; only then is it applied.  Any mismatch fails closed. */
+#include "device_internal.h"
+
+static int replay_admission(aotx_device *d, const uint8_t *data, uint32_t len, uint64_t record,
+                            aotx_request *req) {
+    if (len < AOTX_ADMISSION_HEADER || data[0] != 1 || data[3] != 0) return AOTX_E_RECOVERY_DAMAGE;
+    uint32_t canon_len = dev_rd16(data + 4), result_len = dev_rd16(data + 6);
+    if ((uint64_t)AOTX_ADMISSION_HEADER + canon_len + result_len != len)
+        return AOTX_E_RECOVERY_DAMAGE;
+    if (!dev_is_zero(data + 64, 8)) return AOTX_E_RECOVERY_DAMAGE;
+    if (aotx_canonical_decode(data + AOTX_ADMISSION_HEADER, canon_len, req) != AOTX_OK)
+        return AOTX_E_RECOVERY_DAMAGE;
+    if (req->kind != data[1]) return AOTX_E_RECOVERY_DAMAGE;
+    dev_plan *pl = d->plan;
+    uint32_t retry = DEV_NONE;
+    int rc = dev_prepare(d, DEV_ALL_GRANTS, data + 8, req, pl, &retry);
+    if (rc != AOTX_OK || retry != DEV_NONE) return AOTX_E_RECOVERY_DAMAGE;
+    if (pl->canon_len != canon_len || pl->status != data[2] ||
+        memcmp(pl->op_id, data + 24, 16) != 0 || pl->admission_number != dev_rd64(data + 40) ||
+        memcmp(pl->resource_id, data + 48, 16) != 0 || pl->result_len != result_len ||
+        memcmp(pl->result, data + AOTX_ADMISSION_HEADER + canon_len, result_len) != 0)
+        return AOTX_E_RECOVERY_DAMAGE;
+    dev_apply(d, pl, record);
+    return AOTX_OK;
+}
+
+static int replay_completion(aotx_device *d, const uint8_t *data, uint32_t len, uint64_t record) {
+    if (len < AOTX_COMPLETION_HEADER || data[0] != 1 || dev_rd16(data + 2) != 0)
+        return AOTX_E_RECOVERY_DAMAGE;
+    uint32_t rlen = dev_rd32(data + 4);
+    if ((uint64_t)AOTX_COMPLETION_HEADER + rlen != len) return AOTX_E_RECOVERY_DAMAGE;
+    uint32_t s = dev_find_receipt_by_op(d, data + 8);
+    if (dev_complete_check(d, s, data[1], rlen) != AOTX_OK) return AOTX_E_RECOVERY_DAMAGE;
+    if (d->receipts[s].kind != AOTX_KIND_INPUT) return AOTX_E_RECOVERY_DAMAGE;
+    dev_complete_apply(d, s, data[1], data + AOTX_COMPLETION_HEADER, rlen, dev_rd32(data + 24),
+                       dev_rd32(data + 28), record);
+    return AOTX_OK;
+}
+
+int dev_recover_locked(aotx_device *d, aotx_journal_reader *r, uint64_t *out_bad_record) {
+    if (!d || !r) return AOTX_E_INVALID_ARGUMENT;
+    if (d->used || d->replaying) return AOTX_E_DEVICE_STATE;
+    uint64_t bad = 0;
+    aotx_request req;
+    int rc = AOTX_OK;
+    rc = aotx_journal_reader_expect_lineage(r, d->lineage);
+    if (rc) {
+        if (out_bad_record) *out_bad_record = aotx_journal_reader_error_offset(r);
+        return rc;
+    }
+    d->replaying = true;
+    for (;;) {
+        uint8_t kind = 0;
+        const uint8_t *data = NULL;
+        uint32_t len = 0;
+        uint64_t first = 0;
+        int more = aotx_journal_reader_next(r, &kind, &data, &len, &first);
+        if (more == 0) break;
+        if (more < 0) {
+            rc = more;
+            bad = aotx_journal_reader_error_offset(r);
+            break;
+        }
+        bad = first;
+        switch (kind) {
+        case AOTX_XFER_BOOT:
+        case AOTX_XFER_LEASE:    /* execution leases: not yet produced by the device */
+        case AOTX_XFER_OUTPUT:
+            rc = AOTX_OK;
+            break;
+        case AOTX_XFER_ADMISSION:
+            rc = replay_admission(d, data, len, first, &req);
+            break;
+        case AOTX_XFER_COMPLETION:
+            rc = replay_completion(d, data, len, first);
+            break;
+        default:
+            rc = AOTX_E_RECOVERY_DAMAGE;
+            break;
+        }
+        if (rc) break;
+    }
+    d->replaying = false;
+    d->used = true;
+    if (rc == AOTX_OK) rc = aotx_journal_resume(d->journal, r);
+    if (rc) {
+        if (out_bad_record) *out_bad_record = bad;
+        return rc;
+    }
+    dev_reclaim(d);
+    /* Restored INPUTs without a terminal result become interrupted (never re-run). */
+    for (uint32_t i = 0; i < DEV_RECEIPT_SLOTS; i++) {
+        dev_receipt *rc_ = &d->receipts[i];
+        if (!rc_->used || rc_->kind != AOTX_KIND_INPUT || rc_->has_terminal_record) continue;
+        rc = dev_complete_locked(d, rc_->op_id, AOTX_STATUS_INTERRUPTED, NULL, 0, 0, 0);
+        if (rc) {
+            if (out_bad_record) *out_bad_record = rc_->admission_record;
+            return rc;
+        }
+    }
+    return AOTX_OK;
+}
