@@ -1,0 +1,77 @@
+"""The gateway's QuartTrio app factory.
+
+:func:`create_app` wires the one device client, the authenticator, the body
+limit, the error envelope and the shared-conversations routes.  When the
+client has a long-lived ``run(task_status=...)`` task (the socket transport),
+the app starts it in ``app.nursery`` before serving and only then accepts
+requests; quart-trio cancels that nursery at shutdown, so nothing is left
+running.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from quart import Response, g, request
+from quart_trio import QuartTrio
+
+from aotx_trio import errors
+from aotx_trio.client import DeviceClient
+from aotx_trio.config import GatewayConfig
+from aotx_trio.gateway import shared_routes
+from aotx_trio.gateway.auth import Authenticator, PrincipalEntry
+from aotx_trio.gateway.errors import BodyTooLarge, handle_any
+
+DEFAULT_MAX_BODY_BYTES = 1024 * 1024
+
+
+def create_app(client: DeviceClient, principals: Iterable[PrincipalEntry], *,
+               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, list_limit_default: int = 50,
+               list_limit_max: int = 500) -> QuartTrio:
+    app = QuartTrio("aotx_trio.gateway", static_folder=None)
+    app.config.update(
+        AOTX_CLIENT=client,
+        MAX_CONTENT_LENGTH=max_body_bytes,
+        PROVIDE_AUTOMATIC_OPTIONS=False,
+        AOTX_LIST_LIMIT_DEFAULT=list_limit_default,
+        AOTX_LIST_LIMIT_MAX=list_limit_max,
+    )
+    app.config["BODY_TIMEOUT"] = 30
+    auth = Authenticator(principals)
+
+    run = getattr(client, "run", None)
+    if run is not None:
+        @app.before_serving
+        async def _start_client() -> None:
+            await app.nursery.start(run)
+
+    @app.before_request
+    async def _authenticate() -> None:
+        if not request.path.startswith(shared_routes.BASE + "/") \
+                and request.path != shared_routes.BASE:
+            return
+        g.principal = auth.authenticate(request.headers.get("Authorization"))
+        length = request.content_length
+        if length is not None and length > max_body_bytes:
+            raise BodyTooLarge(f"request body of {length} bytes is over the limit of "
+                               f"{max_body_bytes}", limit=max_body_bytes)
+
+    @app.after_request
+    async def _no_store(resp: Response) -> Response:
+        resp.headers["Cache-Control"] = "no-store"
+        return resp
+
+    app.register_error_handler(Exception, handle_any)
+    app.register_blueprint(shared_routes.bp)
+    return app
+
+
+def make_app_from_config(config: GatewayConfig, client: DeviceClient) -> QuartTrio:
+    """The app for a loaded ``gateway.json`` (aotx_trio.config.GatewayConfig)."""
+    principals = list(config.principals)
+    if not principals:
+        raise errors.ConfigError("gateway.json names no principals", key="principals")
+    lim = config.limits
+    return create_app(client, principals, max_body_bytes=lim.max_body_bytes,
+                      list_limit_default=lim.list_limit_default,
+                      list_limit_max=lim.list_limit_max)

@@ -1,0 +1,79 @@
+"""Bearer tokens -> principals, and the action check.
+
+The gateway never stores a token: ``gateway.json`` holds ``token_sha256`` per
+principal.  A request's token is hashed once and compared with every
+principal's digest using :func:`hmac.compare_digest` (all of them, always, so
+timing tells nothing about which one matched).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from aotx_trio import errors
+from aotx_trio.gateway.errors import Unauthorized
+
+SHARED_ACTIONS = ("shared_read", "shared_write", "shared_manage")
+
+
+class PrincipalEntry(Protocol):
+    """What auth needs of a ``gateway.json`` principal (aotx_trio.config)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def token_sha256(self) -> str: ...
+    @property
+    def actions(self) -> Sequence[str]: ...
+
+
+@dataclass(frozen=True)
+class Principal:
+    name: str
+    actions: tuple[str, ...]
+
+    def require(self, action: str) -> None:
+        if action not in self.actions:
+            raise errors.Forbidden(f"principal {self.name!r} lacks the {action} action",
+                                   action=action)
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def new_token() -> str:
+    """A fresh admin/bearer token (256 bits, URL-safe)."""
+    return "aotx_" + secrets.token_urlsafe(32)
+
+
+class Authenticator:
+    def __init__(self, principals: Iterable[PrincipalEntry]) -> None:
+        self._table: list[tuple[bytes, Principal]] = []
+        for p in principals:
+            digest = bytes.fromhex(p.token_sha256)
+            if len(digest) != 32:
+                raise errors.ConfigError(f"principal {p.name!r}: token_sha256 must be 64 hex "
+                                         "digits", field="token_sha256")
+            self._table.append((digest, Principal(p.name, tuple(p.actions))))
+
+    def authenticate(self, authorization: str | None) -> Principal:
+        if not authorization:
+            raise Unauthorized("missing Authorization header (use: Bearer <token>)")
+        scheme, _, token = authorization.partition(" ")
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token or any(c.isspace() for c in token):
+            raise Unauthorized("malformed Authorization header (use: Bearer <token>)")
+        digest = hashlib.sha256(token.encode("utf-8")).digest()
+        found: Principal | None = None
+        for stored, principal in self._table:
+            if hmac.compare_digest(stored, digest) and found is None:
+                found = principal
+        if found is None:
+            raise Unauthorized("unknown bearer token")
+        return found

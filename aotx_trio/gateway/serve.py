@@ -1,0 +1,87 @@
+"""``aotx gateway serve --config FILE``: the gateway process (hypercorn, trio worker).
+
+::
+
+    serve_gateway          hypercorn.trio.serve(app, shutdown_trigger=...)
+    └─ app.nursery
+       └─ device client    SocketClient.run: <journal>/service.sock
+
+SIGINT/SIGTERM trigger hypercorn's graceful shutdown (in-flight requests
+finish, then quart-trio cancels the app nursery and runs after_serving).
+:func:`serve_gateway` is also the gateway half of ``aotx serve``, with an
+in-process client instead of the socket.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+
+import trio
+from hypercorn.config import Config as HyperConfig
+from hypercorn.trio import serve as hypercorn_serve
+
+from aotx_trio import errors
+from aotx_trio.client import DeviceClient, SocketClient
+from aotx_trio.config import GatewayConfig, load_gateway_config
+from aotx_trio.gateway.app import make_app_from_config
+
+log = logging.getLogger("aotx.gateway")
+
+
+def hypercorn_config(config: GatewayConfig) -> HyperConfig:
+    hc = HyperConfig()
+    hc.bind = [config.bind]
+    hc.keep_alive_timeout = config.limits.keep_alive_timeout_s
+    hc.accesslog = None
+    hc.errorlog = logging.getLogger("hypercorn.error")
+    hc.graceful_timeout = 5.0
+    hc.h11_max_incomplete_size = 64 * 1024
+    return hc
+
+
+async def serve_gateway(config: GatewayConfig, client: DeviceClient,
+                        shutdown: trio.Event, *,
+                        task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
+                        ) -> None:
+    """Serve until ``shutdown`` is set; ``started()`` with the bound URLs."""
+    app = make_app_from_config(config, client)
+    await hypercorn_serve(app, hypercorn_config(config),
+                          shutdown_trigger=shutdown.wait, task_status=task_status)
+
+
+async def on_signal(shutdown: trio.Event) -> None:
+    """Set ``shutdown`` on the first SIGINT or SIGTERM."""
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for signum in signals:
+            log.info("signal %s: shutting down", signal.Signals(signum).name)
+            shutdown.set()
+            return
+
+
+async def _run(config: GatewayConfig) -> None:
+    if config.service_socket is None:
+        raise errors.ConfigError("gateway.json: service_socket is required for "
+                                 "'aotx gateway serve' (use 'aotx serve' for one process)",
+                                 key="service_socket")
+    shutdown = trio.Event()
+    client = SocketClient(str(config.service_socket))
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(on_signal, shutdown)
+        binds = await nursery.start(serve_gateway, config, client, shutdown)
+        print(f"aotx gateway: listening on {' '.join(binds)}", flush=True)
+        await shutdown.wait()
+        # hypercorn returns after its graceful shutdown; then the signal task ends.
+    print("aotx gateway: stopped", flush=True)
+
+
+def main(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    config = load_gateway_config(args.config)
+    from aotx_trio.runtime.boot import run_trio
+
+    run_trio(_run, config)
+    return 0

@@ -1,0 +1,1 @@
+"""The runtime process role (``aotx boot``): device, journal emitter, executor, service socket."""

@@ -1,0 +1,159 @@
+"""``aotx boot``: the runtime process (one nursery tree).
+
+::
+
+    run_runtime            opens the runtime file and the grant file (fail closed),
+    │                      recovers the device from the journal
+    ├─ tick emitter        writes + fsyncs journal records, acknowledges saves
+    └─ service socket      <journal>/service.sock (docs/formats/socket.md)
+
+:func:`run_runtime` reports its :class:`~aotx_trio.runtime.service.ServiceHandler`
+through ``task_status.started()`` once both children are ready, so ``aotx
+serve`` can put the gateway (with an in-process client) in the same
+``trio.run``.  SIGINT/SIGTERM cancel the tree; the service socket file is
+removed and the journal closed on the way out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import logging
+import signal
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from aotx_trio import errors
+from aotx_trio.runtime.service import SOCKET_NAME, ServiceHandler, serve_socket
+
+log = logging.getLogger("aotx.boot")
+
+
+# --------------------------------------------------------------------------- runtime state
+
+
+@dataclass
+class RuntimeState:
+    """What a booted runtime holds: the device, the journal file, the emitter."""
+
+    device: Any           # aotx_trio.device.Device
+    journal_file: Any     # aotx_trio.runtime.emitter.JournalFile
+    emitter: Any          # aotx_trio.runtime.emitter.Emitter
+    lineage: str
+
+
+@contextlib.asynccontextmanager
+async def open_runtime_state(lineage: bytes, journal_dir: Path) -> AsyncIterator[RuntimeState]:
+    """Open (or create) the journal in ``journal_dir``, replay it into a fresh device
+    (fail closed on damage), queue this boot's transfer, and yield the state; closes
+    the device and the file on exit."""
+    from aotx_trio.device import Device
+    from aotx_trio.runtime.emitter import Emitter, open_journal_file
+
+    journal_dir.mkdir(parents=True, exist_ok=True)
+    jf = await trio.to_thread.run_sync(
+        functools.partial(open_journal_file, journal_dir, lineage, resume=False))
+    device = None
+    try:
+        device = Device(jf.journal, lineage.hex())
+        reader = jf.replay_reader(lineage)
+        device.recover(reader)   # replays, resumes the journal, marks interrupted inputs
+        jf.journal.begin_boot()
+        emitter = Emitter.for_file(jf)
+        emitter.wake()
+        log.info("journal %s: %d transfers replayed, %d torn bytes dropped", jf.path,
+                 len(jf.transfers), jf.truncated_bytes)
+        yield RuntimeState(device, jf, emitter, lineage.hex())
+    finally:
+        if device is not None:
+            device.close()
+        jf.close()
+
+
+def load_runtime_file(ccir_path: Path) -> tuple[bytes, dict[str, Any]]:
+    """The lineage and model names of a complete runtime file with the shared profile."""
+    from aotx_trio.runtime.ccir import RuntimeFile
+
+    rf = RuntimeFile.open(ccir_path)
+    if not rf.shared:
+        raise errors.UnsupportedProfile(
+            f"{ccir_path} lacks the shared profile (run: aotx pack --runtime {ccir_path} "
+            "--shared)", code="shared_profile_missing", field="ccir")
+    models = {"text": [{"name": c.name, "sha256": c.sha256_hex} for c in rf.text_models],
+              "embedding": [{"name": c.name, "sha256": c.sha256_hex}
+                            for c in rf.embedding_files if c.name.endswith(".safetensors")]}
+    return rf.header.lineage, models
+
+
+async def run_runtime(ccir: str | Path, journal: str | Path, grants_dir: str | Path, *,
+                      socket: bool = True,
+                      task_status: trio.TaskStatus[ServiceHandler] = trio.TASK_STATUS_IGNORED,
+                      ) -> None:
+    """The runtime nursery: emitter + service socket; started() with the handler."""
+    from aotx_trio.gateway.grants import load_grants
+
+    lineage, models = load_runtime_file(Path(ccir))
+    grants = load_grants(grants_dir)  # serves nothing without deployment grants
+    journal_dir = Path(journal)
+    async with open_runtime_state(lineage, journal_dir) as state:
+        handler = ServiceHandler(state.device, state.emitter, state.journal_file.journal.save_state,
+                                 state.lineage, grants, models=models)
+        handler.state = state
+        async with trio.open_nursery() as nursery:
+            await nursery.start(state.emitter.run)
+            if socket:
+                await nursery.start(serve_socket, journal_dir / SOCKET_NAME, handler)
+            task_status.started(handler)
+
+
+async def until_signal(cancel_scope: trio.CancelScope) -> None:
+    """Cancel ``cancel_scope`` on the first SIGINT or SIGTERM."""
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for signum in signals:
+            log.info("signal %s: shutting down", signal.Signals(signum).name)
+            cancel_scope.cancel()
+            return
+
+
+async def _boot(args: argparse.Namespace) -> None:
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(until_signal, nursery.cancel_scope)
+        handler = await nursery.start(run_runtime, args.ccir, args.journal,
+                                      args.service_grants)
+        sock = Path(args.journal) / SOCKET_NAME
+        print(f"aotx boot: lineage {handler.lineage}, serving {sock}", flush=True)
+
+
+def _leaves(exc: BaseException) -> Iterator[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        for sub in exc.exceptions:
+            yield from _leaves(sub)
+    else:
+        yield exc
+
+
+def run_trio(fn: Callable[..., Awaitable[None]], *args: Any) -> None:
+    """``trio.run`` for an entry point: when the tree died of our own errors only, raise
+    the first one unwrapped so the CLI prints its code and message (exit status 1)."""
+    try:
+        trio.run(fn, *args)
+    except BaseExceptionGroup as group:
+        leaves = list(_leaves(group))
+        ours = [e for e in leaves if isinstance(e, errors.AotxError)]
+        if ours and len(ours) == len(leaves):
+            raise ours[0] from group
+        raise
+
+
+def main(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    run_trio(_boot, args)
+    print("aotx boot: stopped", flush=True)
+    return 0

@@ -1,0 +1,108 @@
+"""``aotx serve``: the embedded default, runtime + gateway in one ``trio.run``.
+
+The data folder (``--data``, default ``./aotx-data``)::
+
+    runtime.aotxccir     the complete runtime file (packed from the default models
+                         on first run when absent; an existing one is used as is)
+    gateway.json         mode 0600; one principal "admin" with every action; only the
+                         SHA-256 of its token is stored: the token is printed ONCE
+    grants/grants.json   the deployment grant file, rewritten from gateway.json at
+                         every start
+    journal/             journal.aotxj and service.sock
+
+Shutdown order on SIGINT/SIGTERM: hypercorn shuts down gracefully first, then
+the runtime tree is cancelled (nothing is left running).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+import trio
+
+from aotx_trio.client import InProcessClient
+from aotx_trio.config import GatewayConfig, load_gateway_config, write_gateway_config
+from aotx_trio.gateway.auth import hash_token, new_token
+from aotx_trio.gateway.grants import write_grants
+from aotx_trio.gateway.serve import on_signal, serve_gateway
+from aotx_trio.runtime.boot import run_runtime, run_trio
+
+log = logging.getLogger("aotx.serve")
+
+RUNTIME_NAME = "runtime.aotxccir"
+CONFIG_NAME = "gateway.json"
+ADMIN = "admin"
+ADMIN_ACTIONS = ["shared_read", "shared_write", "shared_manage", "models_read",
+                 "models_invoke", "webhooks_manage"]
+
+
+def ensure_runtime(data: Path) -> Path:
+    """The data folder's runtime file, packed from the default models if missing."""
+    target = data / RUNTIME_NAME
+    if not target.exists():
+        from aotx_trio.models import default_embedding_model, default_text_model
+        from aotx_trio.runtime.pack import pack
+
+        print(f"aotx serve: packing {target} from the default models (first run)",
+              file=sys.stderr, flush=True)
+        pack(target, models=[default_text_model()], embedding=default_embedding_model(),
+             shared=True)
+    return target
+
+
+def ensure_config(data: Path, bind: str) -> tuple[GatewayConfig, str | None]:
+    """gateway.json (created with a fresh admin token on first run) and the token,
+    which is returned only when it was just made."""
+    path = data / CONFIG_NAME
+    token: str | None = None
+    if not path.exists():
+        token = new_token()
+        config = GatewayConfig.model_validate({
+            "bind": bind,
+            "service_socket": None,
+            "principals": [{"name": ADMIN, "token_sha256": hash_token(token),
+                            "actions": ADMIN_ACTIONS}],
+        })
+        write_gateway_config(path, config)
+    config = load_gateway_config(path)
+    return config.model_copy(update={"bind": bind}), token
+
+
+def prepare(data: Path, bind: str) -> tuple[Path, GatewayConfig, str | None]:
+    data.mkdir(parents=True, exist_ok=True)
+    runtime = ensure_runtime(data)
+    config, token = ensure_config(data, bind)
+    write_grants(config, data / "grants")
+    return runtime, config, token
+
+
+async def serve_embedded(data: Path, bind: str, *,
+                         task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
+                         shutdown: trio.Event | None = None) -> None:
+    runtime, config, token = await trio.to_thread.run_sync(prepare, data, bind)
+    if token is not None:
+        print("aotx serve: admin token (shown once, stored only as its SHA-256):",
+              flush=True)
+        print(f"  {token}", flush=True)
+    shutdown = shutdown or trio.Event()
+    async with trio.open_nursery() as outer:
+        outer.start_soon(on_signal, shutdown)
+        handler = await outer.start(run_runtime, runtime, data / "journal", data / "grants")
+        async with trio.open_nursery() as gateway:
+            binds = await gateway.start(serve_gateway, config, InProcessClient(handler),
+                                        shutdown)
+            print(f"aotx serve: lineage {handler.lineage}, listening on {' '.join(binds)}",
+                  flush=True)
+            task_status.started(binds)
+        outer.cancel_scope.cancel()   # the gateway has shut down: stop the runtime
+    print("aotx serve: stopped", flush=True)
+
+
+def main(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    run_trio(serve_embedded, Path(args.data), args.bind)
+    return 0

@@ -1,0 +1,126 @@
+"""Test helpers for the runtime and gateway tests: a tiny shared runtime file, a
+gateway configuration with fresh tokens, its grant file, and an embedded
+runtime + app in one trio nursery (the same wiring as ``aotx serve``)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import trio
+from quart_trio import QuartTrio
+
+from aotx_trio.client import InProcessClient
+from aotx_trio.config import GatewayConfig, write_gateway_config
+from aotx_trio.gateway.app import make_app_from_config
+from aotx_trio.gateway.auth import hash_token
+from aotx_trio.gateway.grants import write_grants
+from aotx_trio.runtime import boot, pack
+from aotx_trio.runtime.service import ServiceHandler
+
+ALL = ("shared_read", "shared_write", "shared_manage")
+SCHEMA = "aotx.shared.mutation.v1"
+LINEAGE = "0123456789abcdef0123456789abcdef"
+
+
+def make_runtime_file(folder: Path, lineage: str = LINEAGE) -> Path:
+    """A shared runtime file from a stub GGUF and a stub embedding folder (the
+    shared-state tests never run the models)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    gguf = folder / "stub.gguf"
+    gguf.write_bytes(b"GGUF" + bytes(60))
+    emb = folder / "embedding"
+    emb.mkdir(exist_ok=True)
+    (emb / "config.json").write_text("{}")
+    (emb / "tokenizer.json").write_text("{}")
+    (emb / "model.safetensors").write_bytes(bytes(16))
+    target = folder / "runtime.aotxccir"
+    pack.pack(target, models=[gguf], embedding=emb, shared=True, lineage=lineage,
+              progress=False)
+    return target
+
+
+def token_for(name: str) -> str:
+    return f"token-{name}-0123456789abcdef"
+
+
+def make_config(folder: Path, principals: Mapping[str, Sequence[str]], *,
+                socket: Path | None = None, max_body_bytes: int | None = None,
+                bind: str = "127.0.0.1:0") -> tuple[Path, GatewayConfig]:
+    limits: dict[str, Any] = {}
+    if max_body_bytes is not None:
+        limits["max_body_bytes"] = max_body_bytes
+    cfg = GatewayConfig.model_validate({
+        "bind": bind,
+        "service_socket": str(socket) if socket is not None else None,
+        "principals": [{"name": n, "token_sha256": hash_token(token_for(n)),
+                        "actions": list(a)} for n, a in principals.items()],
+        "limits": limits,
+    })
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "gateway.json"
+    write_gateway_config(path, cfg)
+    write_grants(cfg, folder / "grants")
+    return path, cfg
+
+
+def short_dir() -> Path:
+    """A fresh folder with a short path (AF_UNIX socket paths are limited to 107 bytes);
+    the caller removes it."""
+    return Path(tempfile.mkdtemp(prefix="aotx-t-", dir="/tmp"))
+
+
+@dataclass
+class Env:
+    app: QuartTrio
+    client: Any               # quart test client
+    handler: ServiceHandler
+    lineage: str
+    folder: Path
+
+    def auth(self, name: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {token_for(name)}"}
+
+    def body(self, key: int, sequence: int, **fields: Any) -> dict[str, Any]:
+        return {"schema": SCHEMA, "lineage": self.lineage,
+                "operation_key": f"{key:032x}", "sequence": str(sequence), **fields}
+
+    def par(self, name: str) -> str:
+        from aotx_trio.runtime.service import principal_key
+        return f"par-{self.lineage}-{principal_key(name)}"
+
+
+@contextlib.asynccontextmanager
+async def embedded(tmp_path: Path, principals: Mapping[str, Sequence[str]], *,
+                   deployed: Mapping[str, Sequence[str]] | None = None,
+                   max_body_bytes: int | None = None,
+                   ccir: Path | None = None) -> AsyncIterator[Env]:
+    """Runtime + app in one nursery over a fresh journal; ``deployed`` overrides the
+    grant file's actions."""
+    folder = short_dir()
+    try:
+        if ccir is None:
+            ccir = make_runtime_file(tmp_path / "rt")
+        _, cfg = make_config(folder, principals, max_body_bytes=max_body_bytes)
+        if deployed is not None:
+            _, dep = make_config(folder / "dep", deployed)
+            write_grants(dep, folder / "grants")
+        async with trio.open_nursery() as nursery:
+            handler = await nursery.start(boot.run_runtime, ccir, folder / "journal",
+                                          folder / "grants")
+            app = make_app_from_config(cfg, InProcessClient(handler))
+            async with app.test_app() as test_app:
+                yield Env(app, test_app.test_client(), handler, handler.lineage, folder)
+            nursery.cancel_scope.cancel()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def json_of(text: str) -> Any:
+    return json.loads(text)

@@ -1,0 +1,146 @@
+"""The runtime process: refuses to start without the shared profile or the
+deployment grants, recovers its state from the journal, fails closed on damage,
+and shuts down cleanly on SIGTERM/SIGINT (socket removed, nothing left running)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+from _gateway_env import ALL, LINEAGE, make_config, make_runtime_file, short_dir
+
+from aotx_trio import errors
+from aotx_trio.runtime import boot, pack
+from aotx_trio.runtime.service import SOCKET_NAME
+
+
+@pytest.fixture
+def folder() -> Any:
+    import shutil
+
+    d = short_dir()
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def _submit(kind: str, key: int, seq: int, **fields: Any) -> dict[str, Any]:
+    return {"principal": "alice", "actions": list(ALL), "kind": kind,
+            "body": {"schema": "aotx.shared.mutation.v1", "lineage": LINEAGE,
+                     "operation_key": f"{key:032x}", "sequence": str(seq), **fields}}
+
+
+async def test_refuses_a_runtime_file_without_the_shared_profile(tmp_path: Path,
+                                                                  folder: Path) -> None:
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF" + bytes(28))
+    plain = pack.pack(tmp_path / "plain.aotxccir", models=[gguf], progress=False)
+    make_config(folder, {"alice": ALL})
+    with pytest.raises(errors.UnsupportedProfile) as info:
+        await boot.run_runtime(plain.path, folder / "journal", folder / "grants")
+    assert "--shared" in info.value.message
+    assert not (folder / "journal").exists()
+
+
+async def test_serves_nothing_without_deployment_grants(tmp_path: Path, folder: Path) -> None:
+    ccir = make_runtime_file(tmp_path / "rt")
+    with pytest.raises(errors.ConfigError) as info:
+        await boot.run_runtime(ccir, folder / "journal", folder / "no-grants")
+    assert info.value.code == "grants_missing"
+    assert not (folder / "journal" / SOCKET_NAME).exists()
+
+
+async def test_state_survives_a_restart(tmp_path: Path, folder: Path) -> None:
+    ccir = make_runtime_file(tmp_path / "rt")
+    make_config(folder, {"alice": ALL})
+    journal = folder / "journal"
+    async with trio.open_nursery() as n:
+        h = await n.start(boot.run_runtime, ccir, journal, folder / "grants")
+        assert (journal / SOCKET_NAME).exists()
+        first = await h.call("mutation.submit", _submit("participant.register", 1, 1))
+        space = await h.call("mutation.submit", _submit("space.create", 2, 2, scope="room"))
+        assert first["created"] and space["created"]
+        n.cancel_scope.cancel()
+    assert not (journal / SOCKET_NAME).exists()
+    async with trio.open_nursery() as n:
+        h = await n.start(boot.run_runtime, ccir, journal, folder / "grants")
+        again = await h.call("mutation.submit", _submit("space.create", 2, 2, scope="room"))
+        assert not again["created"]
+        assert again["receipt"]["operation"] == space["receipt"]["operation"]
+        assert again["receipt"]["save"]["boot"] == "2"
+        me = await h.call("participant.get", {"principal": "alice", "actions": list(ALL)})
+        assert me["next_sequence"] == "3"
+        got = await h.call("space.get", {"principal": "alice", "actions": list(ALL),
+                                         "space": space["receipt"]["resource"]})
+        assert got["scope"] == "room"
+        n.cancel_scope.cancel()
+
+
+async def test_journal_damage_fails_closed(tmp_path: Path, folder: Path) -> None:
+    ccir = make_runtime_file(tmp_path / "rt")
+    make_config(folder, {"alice": ALL})
+    journal = folder / "journal"
+    async with trio.open_nursery() as n:
+        h = await n.start(boot.run_runtime, ccir, journal, folder / "grants")
+        for i in range(1, 4):
+            await h.call("mutation.submit", _submit("participant.register", 1, 1) if i == 1
+                         else _submit("space.create", i, i))
+        n.cancel_scope.cancel()
+    path = journal / "journal.aotxj"
+    data = bytearray(path.read_bytes())
+    data[64 + 192 + 40] ^= 0xFF   # a data byte of the second record: not a torn tail
+    path.write_bytes(bytes(data))
+    with pytest.raises(errors.FormatError):
+        await boot.run_runtime(ccir, journal, folder / "grants")
+    assert not (journal / SOCKET_NAME).exists()
+
+
+def _wait_for(path: Path, proc: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + 60
+    while not path.exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "runtime did not start"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_aotx_boot_stops_cleanly_on_signal(tmp_path: Path, folder: Path, signum: int) -> None:
+    ccir = make_runtime_file(tmp_path / "rt")
+    make_config(folder, {"alice": ALL})
+    sock = folder / "journal" / SOCKET_NAME
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "aotx_trio", "boot", "--ccir", str(ccir), "--journal",
+         str(folder / "journal"), "--service-grants", str(folder / "grants")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+    try:
+        _wait_for(sock, proc)
+        proc.send_signal(signum)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert f"lineage {LINEAGE}" in out
+    assert "aotx boot: stopped" in out
+    assert not sock.exists()
+
+
+def test_aotx_boot_reports_damage_and_exits_1(tmp_path: Path, folder: Path) -> None:
+    ccir = make_runtime_file(tmp_path / "rt")
+    make_config(folder, {"alice": ALL})
+    journal = folder / "journal"
+    journal.mkdir()
+    (journal / "journal.aotxj").write_bytes(b"NOTAJRNL" + bytes(120))
+    proc = subprocess.run(
+        [sys.executable, "-m", "aotx_trio", "boot", "--ccir", str(ccir), "--journal",
+         str(journal), "--service-grants", str(folder / "grants")],
+        capture_output=True, text=True, timeout=60, env=dict(os.environ))
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1].startswith("aotx boot: journal_")
+    assert not (journal / SOCKET_NAME).exists()
