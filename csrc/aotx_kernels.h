@@ -9,6 +9,11 @@
  * Fast kernels compute the same per-block integer sums as the reference; only
  * the order of float additions differs.  AOTX_KERNELS=ref in the environment
  * (read once) forces the reference everywhere.
+ *
+ * Buffers: W as mapped from the GGUF (2-byte aligned at least; tensor data is
+ * 32-aligned); act and X 4-byte aligned (64 recommended).  No call allocates.
+ * Same act for all weights of one family: a Q8_0-family act serves Q4_0, Q5_0 and
+ * Q8_0 weights of the same cols; a Q8_K act serves Q4_K, Q5_K and Q6_K.
  */
 #ifndef AOTX_KERNELS_H
 #define AOTX_KERNELS_H
@@ -100,14 +105,19 @@ typedef struct {        /* ggml's Q8_K (activations of k-quant products): value 
     int16_t bsums[16];  /* sum of each 16 consecutive qs */
 } aotx_block_q8_k;
 
-/* Our activation block for Q4_0/Q5_0/Q8_0 products (in memory only, never on disk). */
-typedef struct {
-    float d;            /* scale: x ~= d * qs[j] */
-    int32_t bias;       /* -(k/8) * sum(qs), k = the weights' unsigned offset: 8 (Q4_0),
-                           16 (Q5_0), 128 (Q8_0, stored +128): the kernels start each of
-                           the 8 int32 lanes of a block's sum at this value */
-    int8_t qs[32];
-} aotx_act_q8_0;
+/* Our activation layout for Q4_0/Q5_0/Q8_0 products (in memory only, never on
+ * disk): per token, ceil(nb/2) pairs of 32-element blocks, 128 bytes a pair:
+ *   bytes   0..63   xu[64]: x_q + 128 as uint8 (x_q in [-127, 127]), blocks 2p, 2p+1
+ *   bytes  64..127  float dx[16]: block 2p's scale 8 times, then block 2p+1's 8 times
+ * x ~= dx * x_q.  An odd last block leaves the pair's second half as x_q = 0, dx = 0.
+ * The kernels load 64 quants and 16 per-lane scales with one load each. */
+#define AOTX_ACT8_PAIR_BYTES 128
+static inline const uint8_t *aotx_act8_xu(const uint8_t *row, int64_t blk) {
+    return row + (blk >> 1) * AOTX_ACT8_PAIR_BYTES + (blk & 1) * 32;
+}
+static inline const float *aotx_act8_dx(const uint8_t *row, int64_t blk) {
+    return (const float *)(row + (blk >> 1) * AOTX_ACT8_PAIR_BYTES + 64 + (blk & 1) * 32);
+}
 
 AOTX_STATIC_ASSERT(sizeof(aotx_block_q4_0) == 18, "q4_0 block is 18 bytes");
 AOTX_STATIC_ASSERT(sizeof(aotx_block_q5_0) == 22, "q5_0 block is 22 bytes");
@@ -116,7 +126,6 @@ AOTX_STATIC_ASSERT(sizeof(aotx_block_q4_k) == 144, "q4_k block is 144 bytes");
 AOTX_STATIC_ASSERT(sizeof(aotx_block_q5_k) == 176, "q5_k block is 176 bytes");
 AOTX_STATIC_ASSERT(sizeof(aotx_block_q6_k) == 210, "q6_k block is 210 bytes");
 AOTX_STATIC_ASSERT(sizeof(aotx_block_q8_k) == 292, "q8_k block is 292 bytes");
-AOTX_STATIC_ASSERT(sizeof(aotx_act_q8_0) == 40, "q8_0 activation block is 40 bytes");
 
 /* ---- internal to quant*.c (not part of the cffi surface) ---- */
 /* A matmul kernel: W rows [r0, r1) (row_bytes apart) against n_tok prepared
@@ -126,9 +135,14 @@ typedef void (*aotx_mm_fn)(const uint8_t *w, size_t row_bytes, int64_t nb, const
                            int64_t r1);
 /* A dequantizer of nb blocks. */
 typedef void (*aotx_dq_fn)(const uint8_t *src, float *dst, int64_t nb);
+/* Activation quantizers of one row (Q8_0-family pairs / Q8_K blocks); the fast ones
+ * produce the same bytes as quant.c's. */
+typedef void (*aotx_act8_fn)(const float *x, int64_t cols, uint8_t *out);
+typedef void (*aotx_act8k_fn)(const float *x, int64_t cols, aotx_block_q8_k *out);
 
 /* quant_x86.c: the fastest kernels up to max_level this CPU runs for `type`
  * (NULL outputs when none). */
+void aotx_x86_pick_act(int max_level, aotx_act8_fn *q8_0, aotx_act8k_fn *q8_k);
 enum { AOTX_LEVEL_REF = 0, AOTX_LEVEL_AVX2 = 1, AOTX_LEVEL_AVX512VNNI = 2 };
 /* The highest level this CPU runs. */
 int aotx_x86_level(void);

@@ -292,26 +292,6 @@ def text_or_none(data: bytes) -> str | None:
         return None
 
 
-# Device refusal names whose class the generic native mapping gets wrong for HTTP.
-_REMAP: dict[str, type[errors.AotxError]] = {
-    "lineage_mismatch": errors.Conflict,
-    "operation_key_conflict": errors.Conflict,
-    "registration_conflict": errors.Conflict,
-    "space_id_conflict": errors.Conflict,
-    "conversation_id_conflict": errors.Conflict,
-    "command_too_large": errors.InvalidInput,
-    "result_too_large": errors.InvalidInput,
-    "grant_forbidden": errors.Forbidden,
-}
-
-
-def remap(exc: errors.AotxError) -> errors.AotxError:
-    cls = _REMAP.get(exc.code)
-    if cls is None or isinstance(exc, cls):
-        return exc
-    return cls(exc.message, code=exc.code, rc=exc.rc, **exc.fields)
-
-
 # --------------------------------------------------------------------------- the handler
 
 
@@ -366,10 +346,7 @@ class ServiceHandler:
         if fn is None:
             raise errors.NotFound(f"no service method {method!r}", code="method_not_found",
                                   method=method)
-        try:
-            return await fn(params)
-        except errors.AotxError as exc:
-            raise remap(exc) from None
+        return await fn(params)
 
     # -- callers ------------------------------------------------------------------
     def _caller(self, params: Mapping[str, Any]) -> tuple[int, str]:
