@@ -171,6 +171,7 @@ _BY_NAME: dict[str, type[AotxError]] = {
     "forbidden": Forbidden,
     "invalid_argument": InvalidInput,
     "journal_damage": JournalDamage,
+    "journal_foreign": FormatError,
     "unsupported_profile": UnsupportedProfile,
     "lineage_mismatch": Conflict,
     "command_too_large": InvalidInput,

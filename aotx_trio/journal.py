@@ -1,0 +1,284 @@
+"""The journal's Python face: typed wrappers of ``csrc/aotx_journal.h``.
+
+:class:`Journal` is the encoder and pending queue (enqueue, drain, ack, nack,
+save state); :class:`JournalReader` verifies a whole journal file and yields
+its complete transfers; :func:`read_journal` / :func:`recover_journal` wrap
+the reader for callers that only want the transfers and ``valid_end``.
+Byte layout: ``docs/formats/journal.md``.  Errors go through
+:func:`aotx_trio.native.check`; a damaged or foreign file raises with the
+byte offset in ``exc.fields["offset"]`` and in the message.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Generator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from aotx_trio.native import check, ffi, lib
+
+RECORD_SIZE = 192
+PART_DATA = 160
+FILE_HEADER = 64
+TICK_RECORDS = 16
+MAX_TRANSFER = 65535 * PART_DATA
+
+XFER_BOOT = 1
+XFER_ADMISSION = 2
+XFER_LEASE = 3
+XFER_OUTPUT = 4
+XFER_COMPLETION = 5
+XFER_RETIREMENT = 6
+
+HOLD_FILE_CAP = 1
+HOLD_DISK = 2
+HOLD_PENDING = 4
+
+DEFAULT_MAX_PENDING = 4 << 20
+
+
+def record_offset(index: int) -> int:
+    """File offset of record ``index``."""
+    return FILE_HEADER + RECORD_SIZE * index
+
+
+def crc32c(data: bytes, crc: int = 0) -> int:
+    """CRC-32C (Castagnoli) of ``data``, continuing ``crc``."""
+    return int(lib.aotx_crc32c(crc, data, len(data)))
+
+
+def sha256(data: bytes) -> bytes:
+    """SHA-256 (the library's own FIPS 180-4 implementation)."""
+    out = ffi.new("uint8_t[32]")
+    lib.aotx_sha256(data, len(data), out)
+    return bytes(out)
+
+
+@dataclass(frozen=True)
+class JournalParams:
+    lineage: bytes = bytes(16)
+    file_incarnation: int = 0
+    file_cap_bytes: int = 0  # 0 = no cap
+    max_pending_bytes: int = DEFAULT_MAX_PENDING
+
+    def __post_init__(self) -> None:
+        if len(self.lineage) != 16:
+            raise ValueError(f"lineage must be 16 bytes, got {len(self.lineage)}")
+
+
+@dataclass(frozen=True)
+class SaveState:
+    next_record: int
+    saved_records: int
+    in_flight_records: int
+    pending_bytes: int
+    file_incarnation: int
+    generation: int
+    boot: int
+    commit_digest: bytes
+    disk_error: int
+    hold: int
+
+
+@dataclass(frozen=True)
+class Transfer:
+    kind: int
+    data: bytes
+    first_record: int
+
+    @property
+    def records(self) -> int:
+        return max(1, -(-len(self.data) // PART_DATA))
+
+    @property
+    def last_record(self) -> int:
+        return self.first_record + self.records - 1
+
+
+class Journal:
+    """The native journal: encoder, bounded pending queue, save acknowledgement."""
+
+    def __init__(self, params: JournalParams | None = None) -> None:
+        params = params or JournalParams()
+        p = ffi.new("aotx_journal_params *")
+        lib.aotx_journal_default_params(p)
+        p.file_cap_bytes = params.file_cap_bytes
+        p.max_pending_bytes = params.max_pending_bytes
+        p.file_incarnation = params.file_incarnation
+        ffi.memmove(p.lineage, params.lineage, 16)
+        out = ffi.new("aotx_journal **")
+        check(lib.aotx_journal_new(p, out), "aotx_journal_new")
+        self._j: Any = ffi.gc(out[0], lib.aotx_journal_free)
+        self._buf: Any = ffi.new("uint8_t[]", RECORD_SIZE * TICK_RECORDS)
+        self._u64: Any = ffi.new("uint64_t *")
+
+    @property
+    def handle(self) -> Any:
+        """The ``aotx_journal *`` (for the device, which borrows it)."""
+        return self._j
+
+    def header(self) -> bytes:
+        buf = ffi.new("uint8_t[64]")
+        check(int(lib.aotx_journal_header_encode(self._j, buf, 64)), ok_positive=True)
+        return bytes(buf)
+
+    def enqueue(self, kind: int, data: bytes) -> int:
+        """Queue one transfer; returns the index of its last record."""
+        check(lib.aotx_journal_enqueue(self._j, kind, data, len(data), self._u64),
+              f"enqueue kind {kind}, {len(data)} bytes", kind=kind, length=len(data))
+        return int(self._u64[0])
+
+    def begin_boot(self) -> int:
+        check(lib.aotx_journal_begin_boot(self._j, self._u64), "begin_boot")
+        return int(self._u64[0])
+
+    def drain(self, max_records: int = TICK_RECORDS) -> tuple[int, bytes] | None:
+        """Up to ``max_records`` queued records now in flight: (first index, bytes)."""
+        if not 0 < max_records <= TICK_RECORDS:
+            raise ValueError(f"max_records must be 1..{TICK_RECORDS}")
+        n = int(lib.aotx_journal_drain(self._j, self._buf, RECORD_SIZE * TICK_RECORDS,
+                                       max_records, self._u64))
+        check(n, "drain", ok_positive=True)
+        if n == 0:
+            return None
+        return int(self._u64[0]), bytes(ffi.buffer(self._buf, n))
+
+    def ack(self) -> None:
+        check(lib.aotx_journal_ack(self._j), "ack")
+
+    def nack(self, err: int) -> None:
+        check(lib.aotx_journal_nack(self._j, err), "nack")
+
+    def set_hold(self, bits: int, on: bool) -> None:
+        lib.aotx_journal_set_hold(self._j, bits, 1 if on else 0)
+
+    def set_file_cap(self, file_cap_bytes: int) -> None:
+        lib.aotx_journal_set_file_cap(self._j, file_cap_bytes)
+
+    def save_state(self) -> SaveState:
+        s = ffi.new("aotx_save_state *")
+        lib.aotx_journal_save_state(self._j, s)
+        return SaveState(
+            next_record=int(s.next_record), saved_records=int(s.saved_records),
+            in_flight_records=int(s.in_flight_records), pending_bytes=int(s.pending_bytes),
+            file_incarnation=int(s.file_incarnation), generation=int(s.generation),
+            boot=int(s.boot), commit_digest=bytes(s.commit_digest),
+            disk_error=int(s.disk_error), hold=int(s.hold))
+
+    def resume(self, reader: JournalReader) -> None:
+        """Continue the file ``reader`` read to its end (index, digest, boot, generation)."""
+        check(lib.aotx_journal_resume(self._j, reader.handle), "resume")
+
+
+class JournalReader:
+    """Verifies a journal image and yields its complete transfers, in order.
+
+    Iteration ends at the end of the file or at a torn tail (``valid_end`` then
+    names where the file must be truncated); damage anywhere else raises
+    ``JournalDamage`` (or the foreign-file error) naming the byte offset.
+    """
+
+    def __init__(self, image: bytes, expected_lineage: bytes | None = None,
+                 *, source: str = "journal") -> None:
+        self._image = image
+        self._cbuf: Any = ffi.from_buffer(image)
+        self.source = source
+        out = ffi.new("aotx_journal_reader **")
+        check(lib.aotx_journal_reader_new(self._cbuf, len(image), out), "reader_new")
+        self._r: Any = ffi.gc(out[0], lib.aotx_journal_reader_free)
+        if expected_lineage is not None:
+            if len(expected_lineage) != 16:
+                raise ValueError("expected_lineage must be 16 bytes")
+            lib.aotx_journal_reader_expect_lineage(self._r, expected_lineage)
+        self.finished = False
+
+    @property
+    def handle(self) -> Any:
+        """The ``aotx_journal_reader *`` (for the device's replay)."""
+        return self._r
+
+    def _raise(self, rc: int) -> None:
+        off = int(lib.aotx_journal_reader_error_offset(self._r))
+        check(rc, f"{self.source}: at byte offset {off}", offset=off)
+
+    def check_header(self) -> None:
+        rc = int(lib.aotx_journal_reader_header_status(self._r))
+        if rc != 0:
+            self._raise(rc)
+
+    def next(self) -> Transfer | None:
+        kind = ffi.new("uint8_t *")
+        data = ffi.new("uint8_t **")
+        length = ffi.new("uint32_t *")
+        first = ffi.new("uint64_t *")
+        rc = int(lib.aotx_journal_reader_next(self._r, kind, data, length, first))
+        if rc < 0:
+            self._raise(rc)
+        if rc == 0:
+            self.finished = True
+            return None
+        return Transfer(int(kind[0]), bytes(ffi.buffer(data[0], length[0])), int(first[0]))
+
+    def __iter__(self) -> Iterator[Transfer]:
+        while (t := self.next()) is not None:
+            yield t
+
+    @property
+    def valid_end(self) -> int:
+        return int(lib.aotx_journal_reader_valid_end(self._r))
+
+    @property
+    def incarnation(self) -> int:
+        return int(lib.aotx_journal_reader_incarnation(self._r))
+
+    @property
+    def lineage(self) -> bytes:
+        out = ffi.new("uint8_t[16]")
+        lib.aotx_journal_reader_lineage(self._r, out)
+        return bytes(out)
+
+    @property
+    def boot(self) -> int:
+        return int(lib.aotx_journal_reader_boot(self._r))
+
+
+def _image(path_or_bytes: str | os.PathLike[str] | bytes) -> tuple[bytes, str]:
+    if isinstance(path_or_bytes, bytes | bytearray | memoryview):
+        return bytes(path_or_bytes), "journal"
+    p = Path(path_or_bytes)
+    return p.read_bytes(), str(p)
+
+
+def read_journal(path_or_bytes: str | os.PathLike[str] | bytes,
+                 expected_lineage: bytes | None = None) -> Generator[Transfer, None, int]:
+    """Yield every complete transfer; the generator's return value is ``valid_end``."""
+    image, source = _image(path_or_bytes)
+    reader = JournalReader(image, expected_lineage, source=source)
+    yield from reader
+    return reader.valid_end
+
+
+@dataclass(frozen=True)
+class Recovered:
+    transfers: list[Transfer]
+    valid_end: int
+    size: int
+    incarnation: int
+    lineage: bytes
+    boot: int
+
+    @property
+    def torn_bytes(self) -> int:
+        return self.size - self.valid_end
+
+
+def recover_journal(path_or_bytes: str | os.PathLike[str] | bytes,
+                    expected_lineage: bytes | None = None) -> Recovered:
+    """Read a whole journal: its transfers, ``valid_end`` and header facts."""
+    image, source = _image(path_or_bytes)
+    reader = JournalReader(image, expected_lineage, source=source)
+    transfers = list(reader)
+    return Recovered(transfers, reader.valid_end, len(image), reader.incarnation,
+                     reader.lineage, reader.boot)

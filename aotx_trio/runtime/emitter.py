@@ -1,0 +1,290 @@
+"""The journal file and its tick emitter.
+
+:func:`open_journal_file` creates a journal file (header written to a
+temporary file, fsynced, renamed, folder fsynced) or opens one, verifies every
+record, truncates a torn tail (and fsyncs), and returns a :class:`JournalFile`
+whose :class:`~aotx_trio.journal.Journal` continues the file.  Damage before
+the tail raises ``JournalDamage`` naming the byte offset: the runtime refuses
+to start.
+
+:class:`Emitter` is the trio task that makes records durable::
+
+    loop: wait until records are pending (Emitter.wake())
+          drain <= 16 records -> pwrite at their offsets -> fsync -> ack
+          on OSError: nack(errno) (journal holds), back off, then drain the
+          same records again and REWRITE them before the next fsync.
+
+An fsync failure is never retried into "success": after a failed fsync the
+records are written again before the next fsync.  ``wait_saved(i)`` returns
+once record ``i`` is saved; many waiters share one fsync (group commit).
+
+Every file operation goes through a :class:`FileOps` object, so tests can
+inject faults at the I/O edge.  Byte layout: ``docs/formats/journal.md``.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import secrets
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import trio
+
+from aotx_trio.journal import (
+    RECORD_SIZE,
+    TICK_RECORDS,
+    Journal,
+    JournalParams,
+    JournalReader,
+    Transfer,
+    record_offset,
+)
+
+log = logging.getLogger(__name__)
+
+JOURNAL_NAME = "journal.aotxj"
+
+
+class FileOps:
+    """The file operations the journal performs (subclass to inject faults).
+
+    ``in_thread``: the emitter runs writes and fsyncs in a worker thread
+    (``trio.to_thread.run_sync``); an in-memory fake sets it False.
+    """
+
+    in_thread = True
+
+    def open(self, path: str, flags: int, mode: int = 0o600) -> int:
+        return os.open(path, flags | os.O_CLOEXEC, mode)
+
+    def close(self, fd: int) -> None:
+        os.close(fd)
+
+    def pwrite(self, fd: int, data: bytes | memoryview, offset: int) -> int:
+        return os.pwrite(fd, data, offset)
+
+    def fsync(self, fd: int) -> None:
+        os.fsync(fd)
+
+    def ftruncate(self, fd: int, length: int) -> None:
+        os.ftruncate(fd, length)
+
+    def read_all(self, fd: int) -> bytes:
+        size = os.fstat(fd).st_size
+        chunks: list[bytes] = []
+        offset = 0
+        while offset < size:
+            b = os.pread(fd, min(size - offset, 1 << 24), offset)
+            if not b:
+                break
+            chunks.append(b)
+            offset += len(b)
+        return b"".join(chunks)
+
+    def rename(self, src: str, dst: str) -> None:
+        os.rename(src, dst)
+
+    def fsync_dir(self, path: str) -> None:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def write_all(ops: FileOps, fd: int, data: bytes | memoryview, offset: int) -> int:
+    """pwrite all of ``data`` at ``offset`` (continuing short writes); returns calls made."""
+    view = memoryview(data)
+    calls = 0
+    while view:
+        n = ops.pwrite(fd, view, offset)
+        calls += 1
+        if n <= 0:
+            raise OSError(errno.EIO, f"pwrite wrote {n} bytes at offset {offset}")
+        view = view[n:]
+        offset += n
+    return calls
+
+
+@dataclass
+class JournalFile:
+    """An open, verified journal file and the journal continuing it."""
+
+    path: Path
+    fd: int
+    journal: Journal
+    image: bytes                 # the file's bytes up to valid_end (for the device's replay)
+    transfers: list[Transfer]
+    created: bool
+    truncated_bytes: int         # torn tail removed at open
+    ops: FileOps = field(default_factory=FileOps)
+
+    def replay_reader(self, expected_lineage: bytes | None = None) -> JournalReader:
+        """A fresh reader over the verified bytes (for a replay that resumes the journal)."""
+        return JournalReader(self.image, expected_lineage, source=str(self.path))
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            self.ops.close(self.fd)
+            self.fd = -1
+
+
+def _create(directory: Path, path: Path, header: bytes, ops: FileOps) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    fd = ops.open(str(tmp), os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o600)
+    try:
+        write_all(ops, fd, header, 0)
+        ops.fsync(fd)
+    finally:
+        ops.close(fd)
+    ops.rename(str(tmp), str(path))
+    ops.fsync_dir(str(directory))
+
+
+def open_journal_file(directory: str | os.PathLike[str], lineage: bytes, *,
+                      params: JournalParams | None = None, ops: FileOps | None = None,
+                      name: str = JOURNAL_NAME, resume: bool = True) -> JournalFile:
+    """Create or open ``directory/name``; verify, truncate a torn tail, continue it.
+
+    Blocking (run it with ``trio.to_thread.run_sync``).  With ``resume=False``
+    the returned journal is fresh and the caller resumes it through
+    ``replay_reader()`` (the device's recovery does).  Raises
+    ``JournalDamage`` / the foreign-file error naming the byte offset.
+    """
+    ops = ops or FileOps()
+    d = Path(directory)
+    path = d / name
+    base = replace(params or JournalParams(), lineage=lineage)
+    created = False
+    if not path.exists():
+        incarnation = secrets.randbits(64)
+        header = Journal(replace(base, file_incarnation=incarnation)).header()
+        _create(d, path, header, ops)
+        created = True
+    fd = ops.open(str(path), os.O_RDWR)
+    try:
+        image = ops.read_all(fd)
+        reader = JournalReader(image, expected_lineage=lineage, source=str(path))
+        transfers = list(reader)
+        valid_end = reader.valid_end
+        truncated = len(image) - valid_end
+        if truncated:
+            log.warning("%s: torn tail of %d bytes after offset %d truncated",
+                        path, truncated, valid_end)
+            ops.ftruncate(fd, valid_end)
+            ops.fsync(fd)
+            image = image[:valid_end]
+        journal = Journal(replace(base, file_incarnation=reader.incarnation))
+        if resume:
+            journal.resume(reader)
+    except BaseException:
+        ops.close(fd)
+        raise
+    return JournalFile(path, fd, journal, image, transfers, created, truncated, ops)
+
+
+class Emitter:
+    """The tick emitter: drain <= 16 records, write, fsync, ack (see module doc)."""
+
+    def __init__(self, journal: Journal, fd: int, *, ops: FileOps | None = None,
+                 tick_records: int = TICK_RECORDS, backoff_initial: float = 0.05,
+                 backoff_max: float = 2.0) -> None:
+        if not 0 < tick_records <= TICK_RECORDS:
+            raise ValueError(f"tick_records must be 1..{TICK_RECORDS}")
+        self.journal = journal
+        self.fd = fd
+        self.ops = ops or FileOps()
+        self.tick_records = tick_records
+        self.backoff_initial = backoff_initial
+        self.backoff_max = backoff_max
+        self.saved_records = journal.save_state().saved_records
+        self.ticks = 0
+        self.failures = 0
+        self.last_error: OSError | None = None
+        self._wake = trio.Event()
+        self._saved = trio.Event()
+
+    @classmethod
+    def for_file(cls, jf: JournalFile, *, tick_records: int = TICK_RECORDS,
+                 backoff_initial: float = 0.05, backoff_max: float = 2.0) -> Emitter:
+        return cls(jf.journal, jf.fd, ops=jf.ops, tick_records=tick_records,
+                   backoff_initial=backoff_initial, backoff_max=backoff_max)
+
+    def wake(self) -> None:
+        """Records were enqueued (call from the trio thread)."""
+        self._wake.set()
+
+    def set_file_cap(self, file_cap_bytes: int) -> None:
+        """Raise (or set) the file cap; clears the file-cap hold."""
+        self.journal.set_file_cap(file_cap_bytes)
+
+    def _pending(self) -> bool:
+        s = self.journal.save_state()
+        return s.next_record > s.saved_records + s.in_flight_records
+
+    async def wait_saved(self, record_index: int) -> None:
+        """Return once ``record_index`` is saved (saved_records > record_index)."""
+        while self.saved_records <= record_index:
+            event = self._saved
+            await event.wait()
+
+    async def flush(self) -> None:
+        """Wait until every record enqueued so far is saved."""
+        last = self.journal.save_state().next_record - 1
+        if last >= 0:
+            self.wake()
+            await self.wait_saved(last)
+
+    def _write_and_sync(self, first: int, data: bytes) -> None:
+        write_all(self.ops, self.fd, data, record_offset(first))
+        self.ops.fsync(self.fd)
+
+    async def tick(self) -> bool | None:
+        """One drain/write/fsync/ack. None: nothing pending; True: saved; False: failed."""
+        drained = self.journal.drain(self.tick_records)
+        if drained is None:
+            return None
+        first, data = drained
+        self.ticks += 1
+        try:
+            if self.ops.in_thread:
+                # not abandoned on cancel: the result (ack or nack) is always recorded
+                await trio.to_thread.run_sync(self._write_and_sync, first, data)
+            else:
+                self._write_and_sync(first, data)
+        except OSError as exc:
+            self.failures += 1
+            self.last_error = exc
+            self.journal.nack(exc.errno or errno.EIO)
+            log.warning("journal write of records %d..%d failed: %s (holding, will rewrite)",
+                        first, first + len(data) // RECORD_SIZE - 1, exc)
+            return False
+        except BaseException:
+            # outcome unknown (KeyboardInterrupt in the thread...): rewrite them later
+            self.journal.nack(errno.ECANCELED)
+            raise
+        self.journal.ack()
+        self.saved_records = first + len(data) // RECORD_SIZE
+        self.last_error = None
+        event, self._saved = self._saved, trio.Event()
+        event.set()
+        return True
+
+    async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        backoff = self.backoff_initial
+        self.saved_records = self.journal.save_state().saved_records  # after any resume
+        task_status.started()
+        while True:
+            while not self._pending():
+                await self._wake.wait()
+                self._wake = trio.Event()
+            ok = await self.tick()
+            if ok is False:
+                await trio.sleep(backoff)
+                backoff = min(backoff * 2, self.backoff_max)
+            else:
+                backoff = self.backoff_initial
+                await trio.lowlevel.checkpoint()

@@ -1,0 +1,344 @@
+/* journal.c -- the journal record codec, the bounded pending queue and save
+ * acknowledgement (aotx_journal.h; bytes: docs/formats/journal.md). */
+#include "journal_internal.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_PENDING_LIMIT (256ull << 20)
+#define DEFAULT_PENDING (4ull << 20)
+
+const aotx_code_entry aotx_journal_codes[] = {
+    {AOTX_R_JOURNAL_HOLD, "journal_hold",
+     "the journal is on hold (file cap, disk pressure, disk error or pending bytes)"},
+    {AOTX_R_JOURNAL_NOTHING, "journal_nothing", "the journal has nothing to write"},
+    {AOTX_E_JOURNAL_DAMAGE, "journal_damage",
+     "the journal is damaged before its tail; refusing to start"},
+    {AOTX_E_JOURNAL_FOREIGN, "journal_foreign",
+     "the journal file is foreign (magic, version or lineage)"},
+    {AOTX_E_JOURNAL_TOO_LARGE, "journal_too_large",
+     "the transfer is larger than the journal format or pending bound allows"},
+    {AOTX_E_JOURNAL_STATE, "journal_state", "journal call out of order"},
+    {0, NULL, NULL},
+};
+
+struct aotx_journal {
+    pthread_mutex_t mu;
+    aotx_journal_params p;
+    uint8_t header[AOTX_JOURNAL_FILE_HEADER]; /* the file's header bytes */
+    uint8_t *ring;          /* [cap_records][192] encoded records, slot = index % cap */
+    uint8_t *ring_digest;   /* [cap_records][32] chained digest after each record */
+    uint64_t cap_records;   /* max_pending_bytes / 192 */
+    uint64_t next_record;   /* index of the next record to encode */
+    uint64_t saved_records; /* [0, saved_records) acked */
+    uint64_t in_flight;     /* [saved, saved + in_flight) drained, not acked */
+    uint8_t enc_digest[32]; /* digest after record next_record - 1 */
+    uint8_t saved_digest[32]; /* digest after record saved_records - 1 */
+    uint64_t generation;
+    uint64_t boot;          /* boots queued (the last one's number) */
+    int boot_queued;        /* this instance queued its boot transfer */
+    uint64_t boot_last_record;
+    int32_t disk_error;
+    uint32_t hold;
+};
+
+/* ---- codec ---- */
+
+uint32_t journal_record_crc(const uint8_t *rec) {
+    static const uint8_t zero4[4] = {0, 0, 0, 0};
+    uint32_t c = aotx_crc32c(0, rec, JP_CRC);
+    c = aotx_crc32c(c, zero4, 4);
+    return aotx_crc32c(c, rec + AOTX_JOURNAL_PART_HEADER, AOTX_JOURNAL_PART_DATA);
+}
+
+uint32_t journal_header_crc(const uint8_t *hdr) { return aotx_crc32c(0, hdr, JH_CRC); }
+
+void journal_chain(const uint8_t prev[32], const uint8_t *rec, uint8_t next[32]) {
+    uint8_t buf[32 + AOTX_JOURNAL_RECORD_SIZE];
+    memcpy(buf, prev, 32);
+    memcpy(buf + 32, rec, AOTX_JOURNAL_RECORD_SIZE);
+    aotx_sha256(buf, sizeof buf, next);
+}
+
+static void encode_file_header(const aotx_journal_params *p, uint8_t *h) {
+    memset(h, 0, AOTX_JOURNAL_FILE_HEADER);
+    memcpy(h + JH_MAGIC, JOURNAL_MAGIC, 8);
+    put_u32(h + JH_VERSION, AOTX_JOURNAL_FORMAT_VERSION);
+    put_u32(h + JH_HEADER_SIZE, AOTX_JOURNAL_FILE_HEADER);
+    memcpy(h + JH_LINEAGE, p->lineage, 16);
+    put_u64(h + JH_INCARNATION, p->file_incarnation);
+    put_u32(h + JH_CREATED_BY, JOURNAL_LIB_VERSION);
+    put_u16(h + JH_RECORD_SIZE, AOTX_JOURNAL_RECORD_SIZE);
+    h[JH_RECORD_TYPE] = AOTX_JOURNAL_RECORD_TYPE;
+    h[JH_RECORD_CLASS] = AOTX_JOURNAL_RECORD_CLASS;
+    put_u32(h + JH_CRC, journal_header_crc(h));
+}
+
+static void encode_record(uint8_t *rec, uint8_t kind, uint16_t part, uint16_t count,
+                          uint64_t index, uint32_t xfer_len, const uint8_t *data,
+                          uint16_t dlen) {
+    memset(rec, 0, AOTX_JOURNAL_RECORD_SIZE);
+    rec[JP_TYPE] = AOTX_JOURNAL_RECORD_TYPE;
+    rec[JP_CLASS] = AOTX_JOURNAL_RECORD_CLASS;
+    rec[JP_KIND] = kind;
+    rec[JP_FLAGS] = (uint8_t)((part == 0 ? AOTX_JOURNAL_FLAG_FIRST : 0) |
+                              (part + 1 == count ? AOTX_JOURNAL_FLAG_LAST : 0));
+    put_u16(rec + JP_PART, part);
+    put_u16(rec + JP_COUNT, count);
+    put_u64(rec + JP_INDEX, index);
+    put_u32(rec + JP_XFER_LEN, xfer_len);
+    put_u16(rec + JP_DATA_LEN, dlen);
+    if (dlen) memcpy(rec + AOTX_JOURNAL_PART_HEADER, data, dlen);
+    put_u32(rec + JP_CRC, journal_record_crc(rec));
+}
+
+/* ---- lifecycle ---- */
+
+void aotx_journal_default_params(aotx_journal_params *p) {
+    memset(p, 0, sizeof *p);
+    p->max_pending_bytes = DEFAULT_PENDING;
+}
+
+int aotx_journal_new(const aotx_journal_params *p, aotx_journal **out) {
+    if (!p || !out) return AOTX_E_INVALID_ARGUMENT;
+    if (p->max_pending_bytes < AOTX_JOURNAL_RECORD_SIZE || p->max_pending_bytes > MAX_PENDING_LIMIT)
+        return AOTX_E_INVALID_ARGUMENT;
+    aotx_journal *j = calloc(1, sizeof *j);
+    if (!j) return AOTX_E_NOMEM;
+    j->cap_records = p->max_pending_bytes / AOTX_JOURNAL_RECORD_SIZE;
+    j->ring = malloc(j->cap_records * AOTX_JOURNAL_RECORD_SIZE);
+    j->ring_digest = malloc(j->cap_records * 32);
+    if (!j->ring || !j->ring_digest || pthread_mutex_init(&j->mu, NULL) != 0) {
+        free(j->ring);
+        free(j->ring_digest);
+        free(j);
+        return AOTX_E_NOMEM;
+    }
+    j->p = *p;
+    encode_file_header(p, j->header);
+    aotx_sha256(j->header, AOTX_JOURNAL_FILE_HEADER, j->enc_digest);
+    memcpy(j->saved_digest, j->enc_digest, 32);
+    *out = j;
+    return AOTX_OK;
+}
+
+void aotx_journal_free(aotx_journal *j) {
+    if (!j) return;
+    pthread_mutex_destroy(&j->mu);
+    free(j->ring);
+    free(j->ring_digest);
+    free(j);
+}
+
+int64_t aotx_journal_header_encode(const aotx_journal *j, uint8_t *buf, size_t cap) {
+    if (!j || (!buf && cap)) return AOTX_E_INVALID_ARGUMENT;
+    if (cap < AOTX_JOURNAL_FILE_HEADER) return -(int64_t)AOTX_JOURNAL_FILE_HEADER;
+    aotx_journal *m = (aotx_journal *)j;
+    pthread_mutex_lock(&m->mu);
+    memcpy(buf, j->header, AOTX_JOURNAL_FILE_HEADER);
+    pthread_mutex_unlock(&m->mu);
+    return AOTX_JOURNAL_FILE_HEADER;
+}
+
+/* ---- enqueue ---- */
+
+static uint8_t *slot(aotx_journal *j, uint64_t index) {
+    return j->ring + (index % j->cap_records) * AOTX_JOURNAL_RECORD_SIZE;
+}
+
+/* Refusal checks for n new records; 0 when they may be queued. Sets hold bits. */
+static int admit(aotx_journal *j, uint64_t n) {
+    if (n * AOTX_JOURNAL_RECORD_SIZE > j->p.max_pending_bytes) return AOTX_E_JOURNAL_TOO_LARGE;
+    if (j->hold & (AOTX_JOURNAL_HOLD_FILE_CAP | AOTX_JOURNAL_HOLD_DISK)) return AOTX_R_JOURNAL_HOLD;
+    uint64_t end = AOTX_JOURNAL_FILE_HEADER + (j->next_record + n) * AOTX_JOURNAL_RECORD_SIZE;
+    if (j->p.file_cap_bytes && end > j->p.file_cap_bytes) {
+        j->hold |= AOTX_JOURNAL_HOLD_FILE_CAP;
+        return AOTX_R_JOURNAL_HOLD;
+    }
+    if (j->next_record - j->saved_records + n > j->cap_records) {
+        j->hold |= AOTX_JOURNAL_HOLD_PENDING;
+        return AOTX_R_JOURNAL_HOLD;
+    }
+    return AOTX_OK;
+}
+
+/* Encode one admitted transfer's parts into the ring; returns its last index. */
+static uint64_t put_transfer(aotx_journal *j, uint8_t kind, const uint8_t *data, uint32_t len) {
+    uint64_t count = journal_parts_for(len);
+    for (uint64_t part = 0; part < count; part++) {
+        uint64_t off = part * AOTX_JOURNAL_PART_DATA;
+        uint64_t dlen = len - off < AOTX_JOURNAL_PART_DATA ? len - off : AOTX_JOURNAL_PART_DATA;
+        uint64_t index = j->next_record;
+        uint8_t *rec = slot(j, index);
+        encode_record(rec, kind, (uint16_t)part, (uint16_t)count, index, len,
+                      data ? data + off : NULL, (uint16_t)dlen);
+        uint8_t *dig = j->ring_digest + (index % j->cap_records) * 32;
+        journal_chain(j->enc_digest, rec, dig);
+        memcpy(j->enc_digest, dig, 32);
+        j->next_record++;
+    }
+    return j->next_record - 1;
+}
+
+static void boot_payload(const aotx_journal *j, uint8_t *b) {
+    memset(b, 0, AOTX_JOURNAL_BOOT_PAYLOAD);
+    put_u64(b + JB_BOOT, j->boot + 1);
+    put_u64(b + JB_GENERATION, j->generation);
+    put_u64(b + JB_INCARNATION, j->p.file_incarnation);
+    put_u32(b + JB_CREATED_BY, JOURNAL_LIB_VERSION);
+}
+
+static void put_boot(aotx_journal *j) {
+    uint8_t b[AOTX_JOURNAL_BOOT_PAYLOAD];
+    boot_payload(j, b);
+    j->boot_last_record = put_transfer(j, AOTX_XFER_BOOT, b, sizeof b);
+    j->boot++;
+    j->boot_queued = 1;
+}
+
+int aotx_journal_enqueue(aotx_journal *j, uint8_t kind, const uint8_t *data, uint32_t len,
+                         uint64_t *out_last_record) {
+    if (!j || (!data && len) || kind <= AOTX_XFER_BOOT || kind > AOTX_XFER_MAX_KIND)
+        return AOTX_E_INVALID_ARGUMENT;
+    if (len > AOTX_JOURNAL_MAX_TRANSFER) return AOTX_E_JOURNAL_TOO_LARGE;
+    pthread_mutex_lock(&j->mu);
+    uint64_t n = journal_parts_for(len) + (j->boot_queued ? 0 : 1);
+    int rc = admit(j, n);
+    if (rc == AOTX_OK) {
+        if (!j->boot_queued) put_boot(j);
+        uint64_t last = put_transfer(j, kind, data, len);
+        j->hold &= ~(uint32_t)AOTX_JOURNAL_HOLD_PENDING;
+        if (out_last_record) *out_last_record = last;
+    }
+    pthread_mutex_unlock(&j->mu);
+    return rc;
+}
+
+int aotx_journal_begin_boot(aotx_journal *j, uint64_t *out_last_record) {
+    if (!j) return AOTX_E_INVALID_ARGUMENT;
+    pthread_mutex_lock(&j->mu);
+    int rc = AOTX_OK;
+    if (!j->boot_queued) rc = admit(j, 1);
+    if (rc == AOTX_OK) {
+        if (!j->boot_queued) {
+            put_boot(j);
+            j->hold &= ~(uint32_t)AOTX_JOURNAL_HOLD_PENDING;
+        }
+        if (out_last_record) *out_last_record = j->boot_last_record;
+    }
+    pthread_mutex_unlock(&j->mu);
+    return rc;
+}
+
+/* ---- emitter side ---- */
+
+int64_t aotx_journal_drain(aotx_journal *j, uint8_t *buf, size_t cap, uint32_t max_records,
+                           uint64_t *out_first_record) {
+    if (!j || (!buf && cap)) return AOTX_E_INVALID_ARGUMENT;
+    pthread_mutex_lock(&j->mu);
+    uint64_t first = j->saved_records + j->in_flight;
+    uint64_t avail = j->next_record - first;
+    uint64_t n = avail < max_records ? avail : max_records;
+    int64_t rc;
+    if (n * AOTX_JOURNAL_RECORD_SIZE > cap) {
+        rc = -(int64_t)(n * AOTX_JOURNAL_RECORD_SIZE);
+    } else {
+        for (uint64_t i = 0; i < n; i++)
+            memcpy(buf + i * AOTX_JOURNAL_RECORD_SIZE, slot(j, first + i), AOTX_JOURNAL_RECORD_SIZE);
+        j->in_flight += n;
+        if (out_first_record) *out_first_record = first;
+        rc = (int64_t)(n * AOTX_JOURNAL_RECORD_SIZE);
+    }
+    pthread_mutex_unlock(&j->mu);
+    return rc;
+}
+
+int aotx_journal_ack(aotx_journal *j) {
+    if (!j) return AOTX_E_INVALID_ARGUMENT;
+    pthread_mutex_lock(&j->mu);
+    int rc = AOTX_OK;
+    if (j->in_flight == 0) {
+        rc = AOTX_E_JOURNAL_STATE;
+    } else {
+        j->saved_records += j->in_flight;
+        j->in_flight = 0;
+        memcpy(j->saved_digest, j->ring_digest + ((j->saved_records - 1) % j->cap_records) * 32, 32);
+        j->generation++;
+        j->disk_error = 0;
+        j->hold &= ~(uint32_t)(AOTX_JOURNAL_HOLD_DISK | AOTX_JOURNAL_HOLD_PENDING);
+    }
+    pthread_mutex_unlock(&j->mu);
+    return rc;
+}
+
+int aotx_journal_nack(aotx_journal *j, int err) {
+    if (!j || err <= 0) return AOTX_E_INVALID_ARGUMENT;
+    pthread_mutex_lock(&j->mu);
+    j->in_flight = 0;
+    j->disk_error = err;
+    j->hold |= AOTX_JOURNAL_HOLD_DISK;
+    pthread_mutex_unlock(&j->mu);
+    return AOTX_OK;
+}
+
+void aotx_journal_set_hold(aotx_journal *j, uint32_t reason_bit, int on) {
+    if (!j) return;
+    uint32_t mask = reason_bit & (AOTX_JOURNAL_HOLD_FILE_CAP | AOTX_JOURNAL_HOLD_DISK |
+                                  AOTX_JOURNAL_HOLD_PENDING);
+    pthread_mutex_lock(&j->mu);
+    if (on) j->hold |= mask;
+    else j->hold &= ~mask;
+    pthread_mutex_unlock(&j->mu);
+}
+
+void aotx_journal_set_file_cap(aotx_journal *j, uint64_t file_cap_bytes) {
+    if (!j) return;
+    pthread_mutex_lock(&j->mu);
+    j->p.file_cap_bytes = file_cap_bytes;
+    j->hold &= ~(uint32_t)AOTX_JOURNAL_HOLD_FILE_CAP;
+    pthread_mutex_unlock(&j->mu);
+}
+
+void aotx_journal_save_state(const aotx_journal *j, aotx_save_state *out) {
+    if (!j || !out) return;
+    aotx_journal *m = (aotx_journal *)j;
+    pthread_mutex_lock(&m->mu);
+    memset(out, 0, sizeof *out);
+    out->next_record = j->next_record;
+    out->saved_records = j->saved_records;
+    out->in_flight_records = j->in_flight;
+    out->pending_bytes = (j->next_record - j->saved_records) * AOTX_JOURNAL_RECORD_SIZE;
+    out->file_incarnation = j->p.file_incarnation;
+    out->generation = j->generation;
+    out->boot = j->boot;
+    memcpy(out->commit_digest, j->saved_digest, 32);
+    out->disk_error = j->disk_error;
+    out->hold = j->hold;
+    pthread_mutex_unlock(&m->mu);
+}
+
+/* ---- resume (the reader's results; journal_reader.c fills them) ---- */
+
+int aotx_journal_resume(aotx_journal *j, const aotx_journal_reader *r) {
+    if (!j || !r) return AOTX_E_INVALID_ARGUMENT;
+    journal_resume_point rp;
+    int rc = journal_reader_resume_point(r, &rp);
+    if (rc != AOTX_OK) return rc;
+    pthread_mutex_lock(&j->mu);
+    if (j->next_record != 0 || j->boot_queued || j->generation != 0) {
+        rc = AOTX_E_JOURNAL_STATE;
+    } else {
+        memcpy(j->header, rp.header, AOTX_JOURNAL_FILE_HEADER);
+        memcpy(j->p.lineage, rp.header + JH_LINEAGE, 16);
+        j->p.file_incarnation = get_u64(rp.header + JH_INCARNATION);
+        j->next_record = j->saved_records = rp.records;
+        j->in_flight = 0;
+        memcpy(j->enc_digest, rp.digest, 32);
+        memcpy(j->saved_digest, rp.digest, 32);
+        j->boot = rp.boot;
+        j->generation = rp.generation;
+    }
+    pthread_mutex_unlock(&j->mu);
+    return rc;
+}

@@ -1,0 +1,253 @@
+/* journal_reader.c -- recovery: verify every record of a journal file,
+ * publish complete transfers, end cleanly at a torn tail, fail closed on
+ * damage anywhere else (docs/formats/journal.md, "Recovery"). */
+#include "journal_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct aotx_journal_reader {
+    const uint8_t *buf;     /* [len] the whole file, caller-owned */
+    size_t len;
+    uint64_t n_records;     /* whole 192-byte records after the header */
+    int header_rc;          /* 0, or FOREIGN / DAMAGE */
+    uint8_t header[AOTX_JOURNAL_FILE_HEADER];
+    uint64_t pos;           /* next record index to read */
+    int done;               /* 1 after the end (clean or torn) */
+    int err;                /* sticky error code */
+    uint64_t err_off;       /* byte offset of the error */
+    uint64_t valid_records; /* records in complete transfers */
+    uint64_t verified_end;  /* records verified at the end (incl. a dropped incomplete tail) */
+    uint8_t digest[32];     /* chained digest after valid_records */
+    uint64_t boot;          /* boot transfers read */
+    uint64_t boot_generation; /* generation recorded in the last boot transfer */
+    uint64_t boot_first;    /* first record index of the last boot transfer */
+    uint8_t *xfer;          /* [xfer_cap] assembled transfer bytes */
+    size_t xfer_cap;
+};
+
+static int fail(aotx_journal_reader *r, int code, uint64_t off) {
+    r->err = code;
+    r->err_off = off;
+    return code;
+}
+
+static int check_header(aotx_journal_reader *r) {
+    const uint8_t *h = r->buf;
+    if (r->len < AOTX_JOURNAL_FILE_HEADER || memcmp(h + JH_MAGIC, JOURNAL_MAGIC, 8) != 0)
+        return fail(r, AOTX_E_JOURNAL_FOREIGN, JH_MAGIC);
+    if (get_u32(h + JH_CRC) != journal_header_crc(h)) return fail(r, AOTX_E_JOURNAL_DAMAGE, JH_CRC);
+    if (get_u32(h + JH_VERSION) != AOTX_JOURNAL_FORMAT_VERSION)
+        return fail(r, AOTX_E_JOURNAL_FOREIGN, JH_VERSION);
+    if (get_u32(h + JH_HEADER_SIZE) != AOTX_JOURNAL_FILE_HEADER)
+        return fail(r, AOTX_E_JOURNAL_FOREIGN, JH_HEADER_SIZE);
+    if (get_u16(h + JH_RECORD_SIZE) != AOTX_JOURNAL_RECORD_SIZE)
+        return fail(r, AOTX_E_JOURNAL_FOREIGN, JH_RECORD_SIZE);
+    if (h[JH_RECORD_TYPE] != AOTX_JOURNAL_RECORD_TYPE)
+        return fail(r, AOTX_E_JOURNAL_FOREIGN, JH_RECORD_TYPE);
+    if (h[JH_RECORD_CLASS] != AOTX_JOURNAL_RECORD_CLASS)
+        return fail(r, AOTX_E_JOURNAL_FOREIGN, JH_RECORD_CLASS);
+    for (int i = JH_RESERVED; i < JH_CRC; i++)
+        if (h[i]) return fail(r, AOTX_E_JOURNAL_DAMAGE, (uint64_t)i);
+    return AOTX_OK;
+}
+
+int aotx_journal_reader_new(const uint8_t *buf, size_t len, aotx_journal_reader **out) {
+    if (!out || (!buf && len)) return AOTX_E_INVALID_ARGUMENT;
+    aotx_journal_reader *r = calloc(1, sizeof *r);
+    if (!r) return AOTX_E_NOMEM;
+    r->buf = buf;
+    r->len = len;
+    r->header_rc = check_header(r);
+    if (r->header_rc == AOTX_OK) {
+        memcpy(r->header, buf, AOTX_JOURNAL_FILE_HEADER);
+        r->n_records = (len - AOTX_JOURNAL_FILE_HEADER) / AOTX_JOURNAL_RECORD_SIZE;
+        aotx_sha256(r->header, AOTX_JOURNAL_FILE_HEADER, r->digest);
+    }
+    *out = r;
+    return AOTX_OK;
+}
+
+void aotx_journal_reader_free(aotx_journal_reader *r) {
+    if (!r) return;
+    free(r->xfer);
+    free(r);
+}
+
+int aotx_journal_reader_header_status(const aotx_journal_reader *r) {
+    return r ? r->header_rc : AOTX_E_INVALID_ARGUMENT;
+}
+
+int aotx_journal_reader_expect_lineage(aotx_journal_reader *r, const uint8_t lineage[16]) {
+    if (!r || !lineage) return AOTX_E_INVALID_ARGUMENT;
+    if (r->header_rc == AOTX_OK && memcmp(r->header + JH_LINEAGE, lineage, 16) != 0)
+        r->header_rc = fail(r, AOTX_E_JOURNAL_FOREIGN, JH_LINEAGE);
+    return r->header_rc;
+}
+
+static uint64_t rec_off(uint64_t index) {
+    return AOTX_JOURNAL_FILE_HEADER + index * AOTX_JOURNAL_RECORD_SIZE;
+}
+
+/* A record is intact when it carries our type and class and its CRC matches. */
+static int intact(const uint8_t *rec) {
+    return rec[JP_TYPE] == AOTX_JOURNAL_RECORD_TYPE && rec[JP_CLASS] == AOTX_JOURNAL_RECORD_CLASS &&
+           get_u32(rec + JP_CRC) == journal_record_crc(rec);
+}
+
+static int any_intact_after(const aotx_journal_reader *r, uint64_t index) {
+    for (uint64_t i = index + 1; i < r->n_records; i++)
+        if (intact(r->buf + rec_off(i))) return 1;
+    return 0;
+}
+
+/* Field checks of an intact record at position pos, part of a transfer that
+ * started at `start` (first part `first`, NULL when pos == start).  Returns
+ * the offset of the bad field inside the record, or -1 when it is fine. */
+static int bad_field(const uint8_t *rec, uint64_t pos, uint64_t start, const uint8_t *first) {
+    uint8_t kind = rec[JP_KIND];
+    uint8_t flags = rec[JP_FLAGS];
+    uint16_t part = get_u16(rec + JP_PART), count = get_u16(rec + JP_COUNT);
+    uint32_t xlen = get_u32(rec + JP_XFER_LEN);
+    uint16_t dlen = get_u16(rec + JP_DATA_LEN);
+    if (get_u64(rec + JP_INDEX) != pos) return JP_INDEX;
+    if (kind < AOTX_XFER_BOOT || kind > AOTX_XFER_MAX_KIND) return JP_KIND;
+    if (xlen > AOTX_JOURNAL_MAX_TRANSFER) return JP_XFER_LEN;
+    if (count == 0 || count != journal_parts_for(xlen)) return JP_COUNT;
+    if (part != pos - start || part >= count) return JP_PART;
+    uint8_t want_flags = (uint8_t)((part == 0 ? AOTX_JOURNAL_FLAG_FIRST : 0) |
+                                   (part + 1 == count ? AOTX_JOURNAL_FLAG_LAST : 0));
+    if (flags != want_flags) return JP_FLAGS;
+    uint64_t want_dlen = part + 1 < count ? AOTX_JOURNAL_PART_DATA
+                                          : xlen - (uint64_t)part * AOTX_JOURNAL_PART_DATA;
+    if (dlen != want_dlen) return JP_DATA_LEN;
+    for (int i = JP_RESERVED; i < JP_CRC; i++)
+        if (rec[i]) return i;
+    for (int i = AOTX_JOURNAL_PART_HEADER + dlen; i < AOTX_JOURNAL_RECORD_SIZE; i++)
+        if (rec[i]) return i;
+    if (first) {
+        if (kind != first[JP_KIND]) return JP_KIND;
+        if (count != get_u16(first + JP_COUNT)) return JP_COUNT;
+        if (xlen != get_u32(first + JP_XFER_LEN)) return JP_XFER_LEN;
+    }
+    return -1;
+}
+
+/* Boot payload checks; offset of the bad field inside the payload or -1. */
+static int bad_boot(const aotx_journal_reader *r, const uint8_t *b, uint32_t len) {
+    if (len != AOTX_JOURNAL_BOOT_PAYLOAD) return 0;
+    if (get_u64(b + JB_BOOT) != r->boot + 1) return JB_BOOT;
+    if (get_u64(b + JB_INCARNATION) != get_u64(r->header + JH_INCARNATION)) return JB_INCARNATION;
+    if (get_u32(b + JB_RESERVED) != 0) return JB_RESERVED;
+    return -1;
+}
+
+static int ensure_xfer(aotx_journal_reader *r, size_t need) {
+    if (need <= r->xfer_cap) return AOTX_OK;
+    size_t cap = r->xfer_cap ? r->xfer_cap : 4096;
+    while (cap < need) cap *= 2;
+    uint8_t *p = realloc(r->xfer, cap);
+    if (!p) return AOTX_E_NOMEM;
+    r->xfer = p;
+    r->xfer_cap = cap;
+    return AOTX_OK;
+}
+
+int aotx_journal_reader_next(aotx_journal_reader *r, uint8_t *kind, const uint8_t **data,
+                             uint32_t *len, uint64_t *first_record) {
+    if (!r) return AOTX_E_INVALID_ARGUMENT;
+    if (r->header_rc != AOTX_OK) return r->header_rc;
+    if (r->err) return r->err;
+    if (r->done) return 0;
+    uint64_t start = r->pos;
+    uint8_t d[32];
+    memcpy(d, r->digest, 32);
+    const uint8_t *first = NULL;
+    for (;;) {
+        uint64_t pos = r->pos;
+        if (pos >= r->n_records) { /* end of file: clean, or an incomplete transfer */
+            r->verified_end = pos;
+            r->pos = start;
+            r->done = 1;
+            return 0;
+        }
+        const uint8_t *rec = r->buf + rec_off(pos);
+        if (!intact(rec)) {
+            if (any_intact_after(r, pos)) return fail(r, AOTX_E_JOURNAL_DAMAGE, rec_off(pos));
+            r->verified_end = pos;
+            r->pos = start; /* torn tail: drop the incomplete transfer */
+            r->done = 1;
+            return 0;
+        }
+        int bf = bad_field(rec, pos, start, first);
+        if (bf >= 0) return fail(r, AOTX_E_JOURNAL_DAMAGE, rec_off(pos) + (uint64_t)bf);
+        if (!first) first = rec;
+        uint32_t xlen = get_u32(rec + JP_XFER_LEN);
+        uint16_t part = get_u16(rec + JP_PART), count = get_u16(rec + JP_COUNT);
+        int rc = ensure_xfer(r, xlen ? xlen : 1);
+        if (rc != AOTX_OK) return rc;
+        memcpy(r->xfer + (size_t)part * AOTX_JOURNAL_PART_DATA, rec + AOTX_JOURNAL_PART_HEADER,
+               get_u16(rec + JP_DATA_LEN));
+        journal_chain(d, rec, d);
+        r->pos = pos + 1;
+        if (part + 1 < count) continue;
+        uint8_t k = first[JP_KIND];
+        if (k == AOTX_XFER_BOOT) {
+            int bb = bad_boot(r, r->xfer, xlen);
+            if (bb >= 0) {
+                r->pos = start;
+                return fail(r, AOTX_E_JOURNAL_DAMAGE,
+                            rec_off(start) + AOTX_JOURNAL_PART_HEADER + (uint64_t)bb);
+            }
+            r->boot++;
+            r->boot_generation = get_u64(r->xfer + JB_GENERATION);
+            r->boot_first = start;
+        }
+        r->valid_records = r->pos;
+        memcpy(r->digest, d, 32);
+        if (kind) *kind = k;
+        if (data) *data = r->xfer;
+        if (len) *len = xlen;
+        if (first_record) *first_record = start;
+        return 1;
+    }
+}
+
+uint64_t aotx_journal_reader_valid_end(const aotx_journal_reader *r) {
+    if (!r || r->header_rc != AOTX_OK) return 0;
+    return rec_off(r->valid_records);
+}
+
+uint64_t aotx_journal_reader_error_offset(const aotx_journal_reader *r) {
+    return r ? r->err_off : 0;
+}
+
+uint64_t aotx_journal_reader_incarnation(const aotx_journal_reader *r) {
+    if (!r || r->header_rc != AOTX_OK) return 0;
+    return get_u64(r->header + JH_INCARNATION);
+}
+
+void aotx_journal_reader_lineage(const aotx_journal_reader *r, uint8_t out[16]) {
+    if (!out) return;
+    if (!r || r->header_rc != AOTX_OK) {
+        memset(out, 0, 16);
+        return;
+    }
+    memcpy(out, r->header + JH_LINEAGE, 16);
+}
+
+uint64_t aotx_journal_reader_boot(const aotx_journal_reader *r) { return r ? r->boot : 0; }
+
+int journal_reader_resume_point(const aotx_journal_reader *r, journal_resume_point *out) {
+    if (r->header_rc != AOTX_OK || r->err || !r->done) return AOTX_E_JOURNAL_STATE;
+    memcpy(out->header, r->header, AOTX_JOURNAL_FILE_HEADER);
+    out->records = r->valid_records;
+    memcpy(out->digest, r->digest, 32);
+    out->boot = r->boot;
+    /* every ack since the last boot saved at least one record at or after the
+     * boot transfer (the first record of its boot), and every saved record
+     * verifies (records of an incomplete tail transfer included) */
+    out->generation = r->boot ? r->boot_generation + (r->verified_end - r->boot_first)
+                              : r->verified_end;
+    return AOTX_OK;
+}

@@ -1,0 +1,418 @@
+"""aotx_trio.runtime.emitter: tick emitter, group commit, fault sweeps at the I/O edge.
+
+The fault sweep runs a fixed tick sequence once to count its I/O operations,
+then for every operation index N injects EIO, ENOSPC, a short write or an
+fsync failure, once or forever, and recovers from the bytes a crash would
+leave (the fsynced "durable" image and the page-cache image).  The fake file
+models a failed fsync the way Linux may: the unsynced pages are dropped.  So
+an emitter that retried the fsync without rewriting would lose acked data.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import trio
+import trio.testing
+
+from aotx_trio import errors
+from aotx_trio.journal import (
+    FILE_HEADER,
+    HOLD_DISK,
+    HOLD_FILE_CAP,
+    RECORD_SIZE,
+    XFER_ADMISSION,
+    XFER_BOOT,
+    XFER_OUTPUT,
+    Journal,
+    JournalParams,
+    JournalReader,
+    recover_journal,
+)
+from aotx_trio.runtime.emitter import JOURNAL_NAME, Emitter, FileOps, open_journal_file
+
+LINEAGE = b"emitter-lineage!"
+
+
+@dataclass
+class FakeFile(FileOps):
+    """An in-memory journal file with injectable faults.
+
+    ``cache`` is what reads see; ``durable`` what survives power loss (the
+    bytes as of the last successful fsync).  ``fault(op_index, op)`` returns
+    the fault to inject into operation ``op_index`` ("pwrite"/"fsync") or None.
+    """
+
+    cache: bytearray = field(default_factory=bytearray)
+    durable: bytes = b""
+    fault: Callable[[int, str], str | None] = lambda n, op: None
+    ops: int = 0
+    events: list[tuple[str, int, int, bool]] = field(default_factory=list)
+    in_thread = False
+
+    def pwrite(self, fd: int, data: bytes | memoryview, offset: int) -> int:
+        n = self.ops
+        self.ops += 1
+        f = self.fault(n, "pwrite")
+        if f in ("eio", "enospc"):
+            self.events.append(("pwrite", offset, 0, False))
+            code = errno.EIO if f == "eio" else errno.ENOSPC
+            raise OSError(code, os.strerror(code))
+        length = len(data) if f != "short" else max(1, len(data) // 2)
+        if len(self.cache) < offset:
+            self.cache.extend(bytes(offset - len(self.cache)))
+        self.cache[offset:offset + length] = bytes(data[:length])
+        self.events.append(("pwrite", offset, length, True))
+        return length
+
+    def fsync(self, fd: int) -> None:
+        n = self.ops
+        self.ops += 1
+        f = self.fault(n, "fsync")
+        if f in ("eio", "enospc", "fsync"):
+            self.events.append(("fsync", 0, 0, False))
+            self.cache = bytearray(self.durable)   # dirty pages dropped
+            code = errno.ENOSPC if f == "enospc" else errno.EIO
+            raise OSError(code, os.strerror(code))
+        self.events.append(("fsync", 0, 0, True))
+        self.durable = bytes(self.cache)
+
+
+def fresh() -> tuple[Journal, FakeFile]:
+    j = Journal(JournalParams(lineage=LINEAGE, file_incarnation=42))
+    f = FakeFile()
+    f.cache = bytearray(j.header())
+    f.durable = bytes(f.cache)
+    return j, f
+
+
+WAVES: list[list[tuple[int, bytes]]] = [
+    [(XFER_ADMISSION, b"a1" * 5), (XFER_OUTPUT, bytes(range(250)) * 4),
+     (XFER_ADMISSION, bytes(3000))],
+    [(XFER_ADMISSION, b"b1"), (XFER_OUTPUT, bytes((i * 5) & 0xFF for i in range(8192)))],
+]
+
+
+@dataclass
+class Outcome:
+    enqueued: list[tuple[int, bytes]] = field(default_factory=list)
+    acked: list[int] = field(default_factory=list)    # positions in enqueued
+    refused: int = 0
+
+
+async def workload(emitter: Emitter, out: Outcome) -> None:
+    """Two waves of transfers, each waited for by its own task (group commit)."""
+    for wave in WAVES:
+        lasts: list[tuple[int, int]] = []
+        for kind, data in wave:
+            try:
+                last = emitter.journal.enqueue(kind, data)
+            except errors.JournalHold:
+                out.refused += 1
+                continue
+            out.enqueued.append((kind, data))
+            lasts.append((len(out.enqueued) - 1, last))
+        emitter.wake()
+
+        async def waiter(pos: int, last: int) -> None:
+            await emitter.wait_saved(last)
+            out.acked.append(pos)
+
+        with trio.move_on_after(120):
+            async with trio.open_nursery() as n:
+                for pos, last in lasts:
+                    n.start_soon(waiter, pos, last)
+
+
+async def run_sequence(fault: Callable[[int, str], str | None]) -> tuple[Emitter, FakeFile,
+                                                                          Outcome]:
+    j, f = fresh()
+    f.fault = fault
+    emitter = Emitter(j, 3, ops=f)
+    out = Outcome()
+    async with trio.open_nursery() as n:
+        await n.start(emitter.run)
+        await workload(emitter, out)
+        n.cancel_scope.cancel()
+    return emitter, f, out
+
+
+def check_recovery(image: bytes, out: Outcome, saved_records: int | None) -> int:
+    """The image holds a prefix of the enqueued transfers, every acked one, each once."""
+    rec = recover_journal(image, LINEAGE)
+    got = [(t.kind, t.data) for t in rec.transfers if t.kind != XFER_BOOT]
+    assert got == out.enqueued[:len(got)]
+    assert all(pos < len(got) for pos in out.acked), (out.acked, len(got))
+    if saved_records is not None:   # nothing acked that was not made durable, byte for byte
+        end = FILE_HEADER + RECORD_SIZE * saved_records
+        assert len(image) >= end and image[:end] == BASELINE_IMAGE[:end]
+    # the recovered file continues
+    r = JournalReader(image[:rec.valid_end], LINEAGE)
+    list(r)
+    j2 = Journal(JournalParams(lineage=LINEAGE))
+    j2.resume(r)
+    last = j2.enqueue(XFER_ADMISSION, b"after")
+    assert last == (rec.valid_end - FILE_HEADER) // RECORD_SIZE + 1
+    return len(got)
+
+
+def check_rewrites(f: FakeFile) -> int:
+    """After every failed fsync, the lost bytes are pwritten again before the next good fsync."""
+    dirty: list[tuple[int, int]] = []
+    lost: bytearray | None = None
+    failures = 0
+    for op, off, length, ok in f.events:
+        if op == "pwrite" and ok:
+            dirty.append((off, length))
+            if lost is not None:
+                lost[off:off + length] = bytes(length)
+        elif op == "fsync" and not ok:
+            failures += 1
+            mask = bytearray(max((o + n for o, n in dirty), default=0)) if lost is None else lost
+            for o, n in dirty:
+                if len(mask) < o + n:
+                    mask.extend(bytes(o + n - len(mask)))
+                mask[o:o + n] = b"\x01" * n
+            lost, dirty = mask, []
+        elif op == "fsync" and ok:
+            assert lost is None or not any(lost), "fsync ok before the lost bytes were rewritten"
+            lost, dirty = None, []
+    return failures
+
+
+async def test_baseline_sequence() -> None:
+    emitter, f, out = await run_sequence(lambda n, op: None)
+    assert len(out.acked) == 5 and out.refused == 0
+    records = 1 + 1 + 7 + 19 + 1 + 52
+    assert f.durable == bytes(f.cache) and len(f.durable) == FILE_HEADER + RECORD_SIZE * records
+    assert check_recovery(f.durable, out, emitter.saved_records) == 5
+    assert emitter.saved_records == records and emitter.failures == 0
+    s = emitter.journal.save_state()
+    assert s.generation == emitter.ticks == f.ops // 2
+    # at most 16 records per tick
+    assert all(n <= 16 * RECORD_SIZE for op, _, n, _ in f.events if op == "pwrite")
+
+
+def baseline() -> tuple[int, bytes]:
+    async def main() -> tuple[int, bytes]:
+        _, f, _ = await run_sequence(lambda n, op: None)
+        return f.ops, f.durable
+    return trio.run(main)
+
+
+BASELINE_OPS, BASELINE_IMAGE = baseline()
+
+
+@pytest.mark.parametrize("forever", [False, True], ids=["once", "forever"])
+@pytest.mark.parametrize("kind", ["eio", "enospc", "short", "fsync"])
+async def test_fault_sweep(kind: str, forever: bool, autojump_clock: trio.testing.MockClock,
+                           ) -> None:
+    eligible = {"eio": ("pwrite", "fsync"), "enospc": ("pwrite", "fsync"),
+                "short": ("pwrite",), "fsync": ("fsync",)}[kind]
+    injected_any = 0
+    for target in range(BASELINE_OPS):
+        fired: list[int] = []
+
+        def fault(n: int, op: str, target: int = target, fired: list[int] = fired) -> str | None:
+            if op not in eligible or n < target or (fired and not forever):
+                return None
+            fired.append(n)
+            return kind
+
+        emitter, f, out = await run_sequence(fault)
+        if not fired:
+            continue
+        injected_any += 1
+        # what survives power loss, and what survives a process crash
+        n_durable = check_recovery(f.durable, out, emitter.saved_records)
+        check_recovery(bytes(f.cache), out, None)
+        rewrites_checked = check_rewrites(f)
+        s = emitter.journal.save_state()
+        if not forever or kind == "short":
+            # the fault is behind us: everything was saved, the hold cleared
+            assert n_durable == len(out.enqueued) == 5 and sorted(out.acked) == list(range(5))
+            assert s.hold == 0 and s.disk_error == 0 and s.saved_records == s.next_record
+            if kind != "short":
+                assert emitter.failures == 1
+        else:
+            # stuck: the journal holds, reports the errno, and accepted nothing unsaved
+            assert emitter.failures >= 2
+            assert s.hold & HOLD_DISK
+            assert s.disk_error == {"eio": errno.EIO, "enospc": errno.ENOSPC,
+                                    "fsync": errno.EIO}[kind]
+            assert s.saved_records < s.next_record
+            assert len(out.acked) <= n_durable < 5 or out.refused > 0
+        if kind in ("fsync", "eio", "enospc") and any(
+                op == "fsync" and not ok for op, _, _, ok in f.events):
+            assert rewrites_checked >= 1
+    assert injected_any > 0
+
+
+async def test_fsync_failure_rewrites_before_ack(autojump_clock: trio.testing.MockClock) -> None:
+    """Count pwrites: the records of a failed fsync are written twice, then acked."""
+    emitter, f, out = await run_sequence(lambda n, op: "fsync" if n == 1 else None)
+    writes = [(o, n) for op, o, n, ok in f.events if op == "pwrite" and ok]
+    assert writes[0] == writes[1] == (FILE_HEADER, 16 * RECORD_SIZE)
+    ops = [(op, ok) for op, _, _, ok in f.events][:4]
+    assert ops == [("pwrite", True), ("fsync", False), ("pwrite", True), ("fsync", True)]
+    assert len(out.acked) == 5 and check_recovery(f.durable, out, emitter.saved_records) == 5
+
+
+async def test_enospc_holds_then_clears(autojump_clock: trio.testing.MockClock) -> None:
+    j, f = fresh()
+    space = {"full": True}
+    f.fault = lambda n, op: "enospc" if space["full"] and op == "pwrite" else None
+    emitter = Emitter(j, 3, ops=f)
+    async with trio.open_nursery() as n:
+        await n.start(emitter.run)
+        last = j.enqueue(XFER_ADMISSION, b"x")
+        emitter.wake()
+        await trio.sleep(5)
+        s = j.save_state()
+        assert s.hold == HOLD_DISK and s.disk_error == errno.ENOSPC and s.saved_records == 0
+        with pytest.raises(errors.JournalHold):
+            j.enqueue(XFER_ADMISSION, b"y")
+        assert j.save_state().next_record == last + 1
+        space["full"] = False
+        with trio.fail_after(10):
+            await emitter.wait_saved(last)
+        s = j.save_state()
+        assert s.hold == 0 and s.disk_error == 0
+        j.enqueue(XFER_ADMISSION, b"y")
+        n.cancel_scope.cancel()
+
+
+async def test_file_cap_hold_until_raised(autojump_clock: trio.testing.MockClock) -> None:
+    j = Journal(JournalParams(lineage=LINEAGE, file_cap_bytes=FILE_HEADER + 3 * RECORD_SIZE))
+    f = FakeFile(cache=bytearray(j.header()))
+    emitter = Emitter(j, 3, ops=f)
+    async with trio.open_nursery() as n:
+        await n.start(emitter.run)
+        last = j.enqueue(XFER_ADMISSION, b"1")
+        emitter.wake()
+        await emitter.wait_saved(last)
+        with pytest.raises(errors.JournalHold):
+            j.enqueue(XFER_ADMISSION, bytes(320))
+        assert j.save_state().hold == HOLD_FILE_CAP
+        with pytest.raises(errors.JournalHold):
+            j.enqueue(XFER_ADMISSION, b"2")
+        emitter.set_file_cap(0)
+        last = j.enqueue(XFER_ADMISSION, bytes(320))
+        emitter.wake()
+        await emitter.wait_saved(last)
+        n.cancel_scope.cancel()
+    assert len(f.cache) == FILE_HEADER + 4 * RECORD_SIZE   # boot, "1", 2 parts
+
+
+async def test_group_commit_many_waiters_one_fsync() -> None:
+    j, f = fresh()
+    emitter = Emitter(j, 3, ops=f)
+    done: list[int] = []
+
+    async def producer(i: int) -> None:
+        last = j.enqueue(XFER_ADMISSION, b"p%d" % i)
+        emitter.wake()
+        await emitter.wait_saved(last)
+        done.append(i)
+
+    async with trio.open_nursery() as n:
+        await n.start(emitter.run)
+        async with trio.open_nursery() as p:
+            for i in range(15):
+                p.start_soon(producer, i)
+        n.cancel_scope.cancel()
+    assert sorted(done) == list(range(15))
+    fsyncs = [e for e in f.events if e[0] == "fsync"]
+    assert len(fsyncs) <= 2 < len(done)        # 16 records (boot + 15) in at most 2 ticks
+
+
+async def test_cancel_during_backoff_is_not_swallowed(
+        autojump_clock: trio.testing.MockClock) -> None:
+    j, f = fresh()
+    f.fault = lambda n, op: "eio"
+    emitter = Emitter(j, 3, ops=f, backoff_initial=1.0, backoff_max=1.0)
+    with trio.move_on_after(30) as scope:
+        async with trio.open_nursery() as n:
+            await n.start(emitter.run)
+            j.enqueue(XFER_ADMISSION, b"x")
+            emitter.wake()
+    assert scope.cancelled_caught
+    assert 20 <= emitter.failures <= 32           # retried about once a second
+    assert j.save_state().in_flight_records == 0  # nothing left dangling in flight
+
+
+async def test_real_file_create_reopen_continue(tmp_path: Path) -> None:
+    jf = await trio.to_thread.run_sync(open_journal_file, tmp_path, LINEAGE)
+    assert jf.created and (tmp_path / JOURNAL_NAME).stat().st_size == FILE_HEADER
+    assert not (tmp_path / (JOURNAL_NAME + ".tmp")).exists()
+    emitter = Emitter.for_file(jf)
+    async with trio.open_nursery() as n:
+        await n.start(emitter.run)
+        lasts = [jf.journal.enqueue(XFER_OUTPUT, bytes([i]) * (100 * i)) for i in range(1, 8)]
+        emitter.wake()
+        await emitter.wait_saved(lasts[-1])
+        await emitter.flush()
+        n.cancel_scope.cancel()
+    s1 = jf.journal.save_state()
+    jf.close()
+    jf2 = await trio.to_thread.run_sync(open_journal_file, tmp_path, LINEAGE)
+    try:
+        assert not jf2.created and jf2.truncated_bytes == 0
+        assert [t.data for t in jf2.transfers[1:]] == [bytes([i]) * (100 * i) for i in range(1, 8)]
+        s2 = jf2.journal.save_state()
+        assert s2.next_record == s1.next_record and s2.commit_digest == s1.commit_digest
+        assert s2.file_incarnation == s1.file_incarnation and s2.generation >= s1.generation
+        assert jf2.journal.begin_boot() == s1.next_record and jf2.journal.save_state().boot == 2
+    finally:
+        jf2.close()
+
+
+class RecordingOps(FileOps):
+    """The real file operations, with a log of their names."""
+
+    def __init__(self) -> None:
+        self.log: list[str] = []
+
+    def open(self, path: str, flags: int, mode: int = 0o600) -> int:
+        self.log.append("open" + (".tmp" if path.endswith(".tmp") else ""))
+        return super().open(path, flags, mode)
+
+    def pwrite(self, fd: int, data: bytes | memoryview, offset: int) -> int:
+        self.log.append("pwrite")
+        return super().pwrite(fd, data, offset)
+
+    def fsync(self, fd: int) -> None:
+        self.log.append("fsync")
+        super().fsync(fd)
+
+    def ftruncate(self, fd: int, length: int) -> None:
+        self.log.append(f"ftruncate {length}")
+        super().ftruncate(fd, length)
+
+    def rename(self, src: str, dst: str) -> None:
+        self.log.append("rename")
+        super().rename(src, dst)
+
+    def fsync_dir(self, path: str) -> None:
+        self.log.append("fsync_dir")
+        super().fsync_dir(path)
+
+
+def test_create_is_durable_and_torn_tail_truncation_is_fsynced(tmp_path: Path) -> None:
+    ops = RecordingOps()
+    jf = open_journal_file(tmp_path, LINEAGE, ops=ops)
+    jf.close()
+    assert ops.log == ["open.tmp", "pwrite", "fsync", "rename", "fsync_dir", "open"]
+    path = tmp_path / JOURNAL_NAME
+    with path.open("ab") as f:
+        f.write(bytes(100))                      # a torn partial record
+    ops.log.clear()
+    jf = open_journal_file(tmp_path, LINEAGE, ops=ops)
+    jf.close()
+    assert ops.log == ["open", f"ftruncate {FILE_HEADER}", "fsync"]
+    assert path.stat().st_size == FILE_HEADER
