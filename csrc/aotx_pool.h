@@ -11,7 +11,7 @@
 
 /* CDEF-BEGIN */
 typedef struct aotx_pool aotx_pool;
-/* n_threads: total workers including the caller; 0 = one per online core. */
+/* n_threads: total workers including the caller (at most 32); 0 = one per online core. */
 int aotx_pool_new(int32_t n_threads, aotx_pool **out);
 void aotx_pool_free(aotx_pool *p);
 int32_t aotx_pool_size(const aotx_pool *p);
@@ -22,7 +22,10 @@ int aotx_pool_selftest(aotx_pool *p, int64_t n_sections, int64_t *elapsed_ns);
 /* CDEF-END */
 
 typedef void (*aotx_pool_fn)(void *ctx, int32_t ith, int32_t nth);
-/* Run fn(ctx, ith, nth) on every worker (ith = 0 is the caller); not reentrant. */
+/* Run fn(ctx, ith, nth) once for every ith in [0, nth) and return when all
+ * are done; ith = 0 runs on the caller, the others on their workers unless a
+ * worker is late, in which case the caller runs its share (so fn must not
+ * depend on the thread it runs on).  Not reentrant. */
 void aotx_pool_run(aotx_pool *p, aotx_pool_fn fn, void *ctx);
 
 #endif

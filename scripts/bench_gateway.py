@@ -3,25 +3,42 @@
 
 Starts ``aotx serve`` on a free loopback port over a fresh data folder whose
 gateway.json names one principal per client, then runs ``--clients`` (default
-32) concurrent clients for ``--seconds``.  Each client registers, creates its
-own private space, then loops ``member.set`` on it (an explicit row for itself
-with every right), retiring its receipts every ``--retire-every`` mutations so
-the fixed receipt table never fills.  Every counted mutation was
-answered 202, i.e. after its admission record was fsynced.
+32) concurrent clients spread over ``--procs`` (default 2) load processes.
+Each client registers, creates its own private space, then loops
+``member.set`` on it (an explicit row for itself with every right), retiring
+its receipts every ``--retire-every`` mutations so the fixed receipt table
+never fills.  Every counted mutation was answered 202, i.e. after its
+admission record was fsynced.
 
-Prints mutations/s and the p50/p99 latency of those answers; targets: >= 1000/s,
-p99 < 50 ms.  Not a test: nothing here asserts on speed.
+Phases (one clock for all processes, ``time.monotonic``)::
 
-    .venv/bin/python scripts/bench_gateway.py [--clients 32] [--seconds 10] [--procs 2]
-        [--runtime FILE]   # reuse a runtime file instead of packing the default models
+    setup     every client registers and creates its space (not measured)
+    warm-up   ``--warmup`` seconds of load, not counted
+    window    ``--seconds`` of load: a request is counted when it completes in the
+              window; CPU seconds of the server, the load processes and the
+              whole machine are read from /proc at the window's two ends
+    drain     the in-flight requests finish, nothing new is sent
 
-The clients run in ``--procs`` processes (one Python event loop cannot keep 32
-HTTP clients busy); every process runs against the same server.
+Each client also stops after ``--max-requests`` requests.  The load processes
+speak HTTP/1.1 over keep-alive TCP connections with a minimal asyncio client
+(one connection per client), so that the load costs the 2-core machine as
+little CPU as possible; the server sees ordinary requests.
+
+Prints a table and one JSON line.  Targets: >= 1000 durable mutations/s with
+32 clients, p99 < 50 ms.  Not a test: nothing here asserts on speed.
+
+    .venv/bin/python scripts/bench_gateway.py [--clients 32] [--procs 2] [--seconds 10]
+        [--warmup 2] [--runtime FILE] [--py-spy OUT.svg]
+
+The runtime file is packed from the default models once and cached in
+``--cache`` (default ~/.cache/aotx-trio/bench); each run hard-links it into
+its fresh data folder.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import shutil
@@ -34,9 +51,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
-import trio
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -47,6 +61,30 @@ from aotx_trio.runtime.service import principal_key  # noqa: E402
 BASE = "/aotx/v1/shared"
 SCHEMA = "aotx.shared.mutation.v1"
 ALL = ["shared_read", "shared_write", "shared_manage"]
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+# --------------------------------------------------------------------------- /proc
+
+
+def proc_cpu(pid: int) -> float:
+    """CPU seconds (user + system, all threads) of process ``pid`` so far."""
+    text = Path(f"/proc/{pid}/stat").read_text()
+    fields = text.rpartition(")")[2].split()
+    # fields[0] is field 3 (state); utime and stime are fields 14 and 15
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def machine_cpu() -> tuple[float, float]:
+    """(busy, total) CPU seconds of the whole machine so far (/proc/stat)."""
+    parts = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    vals = [int(x) for x in parts[:8]]
+    total = sum(vals)
+    idle = vals[3] + vals[4]
+    return (total - idle) / CLK_TCK, total / CLK_TCK
+
+
+# --------------------------------------------------------------------------- setup
 
 
 def free_port() -> int:
@@ -56,9 +94,22 @@ def free_port() -> int:
         return port
 
 
-def prepare(data: Path, clients: int, runtime: Path | None) -> list[str]:
+def cached_runtime(cache: Path) -> Path:
+    """The default-model runtime file, packed once into ``cache``."""
+    target = cache / "runtime.aotxccir"
+    if not target.exists():
+        from aotx_trio.serve import ensure_runtime
+
+        cache.mkdir(parents=True, exist_ok=True)
+        ensure_runtime(cache)
+    return target
+
+
+def prepare(data: Path, clients: int, runtime: Path) -> list[str]:
     data.mkdir(parents=True, exist_ok=True)
-    if runtime is not None:
+    try:
+        os.link(runtime, data / "runtime.aotxccir")
+    except OSError:
         shutil.copy(runtime, data / "runtime.aotxccir")
     tokens = [f"bench-token-{i}-{os.urandom(8).hex()}" for i in range(clients)]
     cfg = GatewayConfig.model_validate({
@@ -68,125 +119,197 @@ def prepare(data: Path, clients: int, runtime: Path | None) -> list[str]:
     return tokens
 
 
+# --------------------------------------------------------------------------- load process
+
+
+class Conn:
+    """One keep-alive HTTP/1.1 connection (requests one at a time)."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                 token: str) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.auth = f"Authorization: Bearer {token}\r\n".encode()
+
+    async def request(self, method: str, path: str,
+                      body: dict[str, Any] | None = None) -> tuple[int, Any]:
+        payload = b"" if body is None else json.dumps(body, separators=(",", ":")).encode()
+        head = (f"{method} {path} HTTP/1.1\r\nHost: bench\r\n").encode() + self.auth
+        if body is not None:
+            head += (f"Content-Type: application/json\r\n"
+                     f"Content-Length: {len(payload)}\r\n").encode()
+        self.writer.write(head + b"\r\n" + payload)
+        raw = await self.reader.readuntil(b"\r\n\r\n")
+        lines = raw.split(b"\r\n")
+        status = int(lines[0].split(b" ", 2)[1])
+        length = 0
+        for line in lines[1:]:
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                length = int(value)
+        data = await self.reader.readexactly(length) if length else b""
+        return status, json.loads(data) if data else None
+
+
 class Client:
-    def __init__(self, http: httpx.AsyncClient, index: int, token: str, lineage: str) -> None:
-        self.http = http
+    def __init__(self, conn: Conn, index: int, lineage: str) -> None:
+        self.conn = conn
         self.i = index
-        self.headers = {"Authorization": f"Bearer {token}"}
         self.lineage = lineage
         self.seq = 1
         self.me = f"par-{lineage}-{principal_key(f'bench-{index}')}"
-        self.latencies: list[float] = []
-        self.errors: dict[str, int] = {}
+        self.space = ""
+        # (completed at, latency, status code or error code)
+        self.samples: list[tuple[float, float, str]] = []
 
     def body(self, **fields: Any) -> dict[str, Any]:
         key = (self.i + 1) << 64 | self.seq
         return {"schema": SCHEMA, "lineage": self.lineage, "operation_key": f"{key:032x}",
                 "sequence": str(self.seq), **fields}
 
-    async def mutate(self, path: str, measure: bool, **fields: Any) -> dict[str, Any] | None:
-        t0 = time.perf_counter()
-        r = await self.http.post(BASE + path, json=self.body(**fields), headers=self.headers)
-        dt = time.perf_counter() - t0
-        if r.status_code != 202:
-            code = r.json().get("error", {}).get("code", str(r.status_code))
-            self.errors[code] = self.errors.get(code, 0) + 1
-            return None
-        self.seq += 1
-        if measure:
-            self.latencies.append(dt)
-        out: dict[str, Any] = r.json()
-        return out
+    async def mutate(self, path: str, **fields: Any) -> Any:
+        t0 = time.monotonic()
+        status, out = await self.conn.request("POST", BASE + path, self.body(**fields))
+        t1 = time.monotonic()
+        if status == 202:
+            self.seq += 1
+            self.samples.append((t1, t1 - t0, "202"))
+            return out
+        code = (out or {}).get("error", {}).get("code", str(status))
+        self.samples.append((t1, t1 - t0, f"{status} {code}"))
+        return None
 
 
-async def run(base: str, tokens: list[str], first: int, seconds: float,
-              retire_every: int) -> dict[str, Any]:
-    """Drive clients ``first .. first+len(tokens)-1``; returns latencies and errors."""
-    limits = httpx.Limits(max_connections=len(tokens) + 4, max_keepalive_connections=len(tokens))
-    async with httpx.AsyncClient(base_url=base, limits=limits, timeout=30) as http:
-        caps = (await http.get(BASE + "/capabilities",
-                               headers={"Authorization": f"Bearer {tokens[0]}"})).json()
-        lineage = caps["lineage"]
-        clients = [Client(http, first + i, t, lineage) for i, t in enumerate(tokens)]
-        async with trio.open_nursery() as n:
-            for c in clients:
-                n.start_soon(c.mutate, "/participant", False)
-        spaces: dict[int, str] = {}
+async def load(host: str, port: int, tokens: list[str], first: int, retire_every: int,
+               max_requests: int) -> dict[str, Any]:
+    conns = []
+    for t in tokens:
+        r, w = await asyncio.open_connection(host, port)
+        conns.append(Conn(r, w, t))
+    status, caps = await conns[0].request("GET", BASE + "/capabilities")
+    assert status == 200, caps
+    lineage = caps["lineage"]
+    clients = [Client(c, first + i, lineage) for i, c in enumerate(conns)]
+    await asyncio.gather(*(c.mutate("/participant") for c in clients))
 
-        async def make_space(c: Client) -> None:
-            receipt = await c.mutate("/spaces", False)
-            assert receipt is not None, c.errors
-            spaces[c.i] = receipt["resource"]
+    async def make_space(c: Client) -> None:
+        receipt = await c.mutate("/spaces")
+        assert receipt is not None, c.samples[-1]
+        c.space = receipt["resource"]
 
-        async with trio.open_nursery() as n:
-            for c in clients:
-                n.start_soon(make_space, c)
-
-        end = trio.current_time() + seconds
-        started = time.perf_counter()
-
-        async def loop(c: Client) -> None:
-            k = 0
-            while trio.current_time() < end:
-                k += 1
-                if k % retire_every == 0:
-                    await c.mutate("/participant/retirements", True, retry_floor=str(c.seq))
-                    continue
-                # an explicit row for the owner itself, with every right: always allowed
-                await c.mutate(f"/spaces/{spaces[c.i]}/members", True,
-                               participant=c.me, permissions=["read", "write", "manage"])
-
-        async with trio.open_nursery() as n:
-            for c in clients:
-                n.start_soon(loop, c)
-        elapsed = time.perf_counter() - started
-    errors: dict[str, int] = {}
+    await asyncio.gather(*(make_space(c) for c in clients))
     for c in clients:
-        for k, v in c.errors.items():
-            errors[k] = errors.get(k, 0) + v
-    return {"latencies": [x for c in clients for x in c.latencies], "errors": errors,
-            "elapsed": elapsed}
+        c.samples.clear()
+    # ready: wait for the coordinator's start line (one clock for every process)
+    print("ready", flush=True)
+    line = await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+    go = json.loads(line)
+    await asyncio.sleep(max(0.0, go["start"] - time.monotonic()))
+    end = go["end"]
 
+    async def loop(c: Client) -> None:
+        k = 0
+        while time.monotonic() < end and k < max_requests:
+            k += 1
+            if k % retire_every == 0:
+                await c.mutate("/participant/retirements", retry_floor=str(c.seq))
+                continue
+            # an explicit row for the owner itself, with every right: always allowed
+            await c.mutate(f"/spaces/{c.space}/members", participant=c.me,
+                           permissions=["read", "write", "manage"])
 
-def report(results: list[dict[str, Any]], clients: int) -> None:
-    lat = sorted(x for r in results for x in r["latencies"])
-    errors: dict[str, int] = {}
-    for r in results:
-        for k, v in r["errors"].items():
-            errors[k] = errors.get(k, 0) + v
-    if not lat:
-        print(f"no durable mutations; errors: {errors}")
-        return
-    elapsed = max(r["elapsed"] for r in results)
-    p50 = lat[len(lat) // 2] * 1000
-    p99 = lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1000
-    rate = len(lat) / elapsed
-    print(json.dumps({"clients": clients, "seconds": round(elapsed, 2),
-                      "durable_mutations": len(lat), "per_second": round(rate, 1),
-                      "p50_ms": round(p50, 2), "p99_ms": round(p99, 2), "errors": errors}))
-    print(f"{rate:.0f} durable mutations/s (target >= 1000), p50 {p50:.1f} ms, "
-          f"p99 {p99:.1f} ms (target < 50)")
+    await asyncio.gather(*(loop(c) for c in clients))
+    for conn in conns:
+        conn.writer.close()
+    return {"samples": [s for c in clients for s in c.samples]}
 
 
 def worker(args: argparse.Namespace) -> int:
-    """One load process: clients [first, first+count) of the tokens file; JSON on stdout."""
     tokens = Path(args.tokens_file).read_text().split()[args.first:args.first + args.count]
-    out = trio.run(run, args.base, tokens, args.first, args.seconds, args.retire_every)
-    print(json.dumps(out))
+    host, _, port = args.base.rpartition(":")
+    out = asyncio.run(load(host, int(port), tokens, args.first, args.retire_every,
+                           args.max_requests))
+    print(json.dumps(out), flush=True)
     return 0
+
+
+# --------------------------------------------------------------------------- report
+
+
+def pct(lat: list[float], q: float) -> float:
+    return lat[min(len(lat) - 1, int(len(lat) * q))] * 1000 if lat else float("nan")
+
+
+def report(samples: list[tuple[float, float, str]], t_from: float, t_to: float,
+           cpu: dict[str, float], args: argparse.Namespace) -> dict[str, Any]:
+    window = [s for s in samples if t_from <= s[0] <= t_to]
+    ok = sorted(s[1] for s in window if s[2] == "202")
+    errs: dict[str, int] = {}
+    for s in window:
+        if s[2] != "202":
+            errs[s[2]] = errs.get(s[2], 0) + 1
+    span = t_to - t_from
+    out = {"clients": args.clients, "procs": args.procs, "window_s": round(span, 2),
+           "durable_mutations": len(ok), "per_second": round(len(ok) / span, 1),
+           "p50_ms": round(pct(ok, 0.50), 2), "p90_ms": round(pct(ok, 0.90), 2),
+           "p99_ms": round(pct(ok, 0.99), 2), "max_ms": round(ok[-1] * 1000, 2) if ok else None,
+           "errors": errs, "cpu_s": {k: round(v, 2) for k, v in cpu.items()}}
+    rows = [
+        ("durable mutations (202)", f"{len(ok)}"),
+        ("window", f"{span:.2f} s (after {args.warmup:g} s warm-up)"),
+        ("mutations/s", f"{len(ok) / span:.0f}   (target >= 1000)"),
+        ("p50 / p90 / p99 latency", f"{pct(ok, .5):.1f} / {pct(ok, .9):.1f} / "
+                                    f"{pct(ok, .99):.1f} ms   (p99 target < 50)"),
+        ("errors", ", ".join(f"{k}: {v}" for k, v in errs.items()) or "0"),
+        ("server CPU", f"{cpu['server']:.2f} s = {cpu['server'] / span:.2f} cores, "
+                       f"{1e3 * cpu['server'] / max(1, len(ok)):.2f} ms/mutation"),
+        ("load generator CPU", f"{cpu['load']:.2f} s = {cpu['load'] / span:.2f} cores"),
+        ("other processes CPU", f"{cpu['other']:.2f} s = {cpu['other'] / span:.2f} cores"),
+        ("machine idle", f"{cpu['idle']:.2f} s = {cpu['idle'] / span:.2f} cores"),
+    ]
+    width = max(len(r[0]) for r in rows)
+    print(f"aotx serve, {args.clients} clients in {args.procs} load processes")
+    for name, value in rows:
+        print(f"  {name:<{width}}  {value}")
+    return out
+
+
+# --------------------------------------------------------------------------- main
+
+
+def wait_listening(proc: subprocess.Popen[bytes], port: int, log: Path) -> bool:
+    deadline = time.monotonic() + 600   # the first run may pack the default models
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            print(log.read_text(), file=sys.stderr)
+            return False
+        if "listening on" in log.read_text():
+            return True
+        time.sleep(0.1)
+    print("server did not start", file=sys.stderr)
+    return False
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--clients", type=int, default=32)
-    ap.add_argument("--seconds", type=float, default=10.0)
-    ap.add_argument("--retire-every", type=int, default=16)
-    ap.add_argument("--runtime", type=Path, help="runtime file to reuse (default: pack the "
-                    "default models on first run)")
     ap.add_argument("--procs", type=int, default=2,
-                    help="client processes (the clients are spread over them)")
+                    help="load processes (the clients are spread over them)")
+    ap.add_argument("--seconds", type=float, default=10.0, help="measured window")
+    ap.add_argument("--warmup", type=float, default=2.0, help="uncounted load first")
+    ap.add_argument("--max-requests", type=int, default=1_000_000,
+                    help="per client, warm-up included")
+    ap.add_argument("--retire-every", type=int, default=16)
+    ap.add_argument("--runtime", type=Path, help="runtime file to use (default: the cached "
+                    "pack of the default models)")
+    ap.add_argument("--cache", type=Path,
+                    default=Path.home() / ".cache" / "aotx-trio" / "bench")
+    ap.add_argument("--py-spy", metavar="SVG", help="record the server with py-spy during "
+                    "the window (the profiler costs CPU: do not quote its numbers)")
     ap.add_argument("--keep", action="store_true", help="keep the data folder")
+    ap.add_argument("--server-script", help="run this script (same --data/--bind arguments) "
+                    "instead of 'aotx serve' (an instrumented server)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--base", help=argparse.SUPPRESS)
     ap.add_argument("--tokens-file", help=argparse.SUPPRESS)
@@ -195,52 +318,75 @@ def main() -> int:
     args = ap.parse_args()
     if args.worker:
         return worker(args)
+    runtime = args.runtime or cached_runtime(args.cache)
     data = Path(tempfile.mkdtemp(prefix="aotx-bench-"))
-    tokens = prepare(data, args.clients, args.runtime)
+    tokens = prepare(data, args.clients, runtime)
     port = free_port()
     log = data / "serve.log"
     with log.open("ab") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "aotx_trio", "serve", "--data",
-                                 str(data), "--bind", f"127.0.0.1:{port}"], stdout=out,
-                                stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
+        cmd = [args.server_script] if args.server_script else ["-m", "aotx_trio", "serve"]
+        proc = subprocess.Popen([sys.executable, *cmd, "--data", str(data), "--bind",
+                                 f"127.0.0.1:{port}"], stdout=out, stderr=subprocess.STDOUT)
+    workers: list[subprocess.Popen[str]] = []
     try:
-        deadline = time.monotonic() + 600   # first run may pack the default models
-        while True:
-            if proc.poll() is not None:
-                print(log.read_text(), file=sys.stderr)
-                return 1
-            try:
-                httpx.get(base + "/", timeout=1)
-                break
-            except httpx.TransportError:
-                if time.monotonic() > deadline:
-                    print("server did not start", file=sys.stderr)
-                    return 1
-                time.sleep(0.1)
+        if not wait_listening(proc, port, log):
+            return 1
         tokens_file = data / "tokens"
         tokens_file.write_text("\n".join(tokens))
         procs = max(1, min(args.procs, args.clients))
+        args.procs = procs
         share = [args.clients // procs + (1 if i < args.clients % procs else 0)
                  for i in range(procs)]
-        workers = []
         first = 0
         for count in share:
             workers.append(subprocess.Popen(
-                [sys.executable, __file__, "--worker", "--base", base, "--tokens-file",
-                 str(tokens_file), "--first", str(first), "--count", str(count),
-                 "--seconds", str(args.seconds), "--retire-every", str(args.retire_every)],
-                stdout=subprocess.PIPE, text=True))
+                [sys.executable, __file__, "--worker", "--base", f"127.0.0.1:{port}",
+                 "--tokens-file", str(tokens_file), "--first", str(first), "--count",
+                 str(count), "--retire-every", str(args.retire_every),
+                 "--max-requests", str(args.max_requests)],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
             first += count
-        results = []
         for w in workers:
-            text, _ = w.communicate(timeout=args.seconds + 300)
+            assert w.stdout is not None
+            if w.stdout.readline().strip() != "ready":
+                print("a load process failed during setup", file=sys.stderr)
+                return 1
+        start = time.monotonic() + 0.2
+        t_from = start + args.warmup
+        t_to = t_from + args.seconds
+        go = json.dumps({"start": start, "end": t_to}) + "\n"
+        for w in workers:
+            assert w.stdin is not None
+            w.stdin.write(go)
+            w.stdin.flush()
+        time.sleep(max(0.0, t_from - time.monotonic()))
+        spy = None
+        if args.py_spy:
+            raw = ["--format", "raw"] if args.py_spy.endswith(".txt") else []  # folded stacks
+            spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record",
+                                    "-o", args.py_spy, "--pid", str(proc.pid), "-d",
+                                    str(int(args.seconds)), "--nonblocking", *raw])
+        c0 = (proc_cpu(proc.pid), sum(proc_cpu(w.pid) for w in workers), *machine_cpu())
+        time.sleep(max(0.0, t_to - time.monotonic()))
+        c1 = (proc_cpu(proc.pid), sum(proc_cpu(w.pid) for w in workers), *machine_cpu())
+        server, load_cpu = c1[0] - c0[0], c1[1] - c0[1]
+        busy, total = c1[2] - c0[2], c1[3] - c0[3]
+        cpu = {"server": server, "load": load_cpu, "other": max(0.0, busy - server - load_cpu),
+               "idle": total - busy}
+        samples: list[tuple[float, float, str]] = []
+        for w in workers:
+            text, _ = w.communicate(timeout=300)
             if w.returncode != 0:
                 print(f"a load process failed ({w.returncode})", file=sys.stderr)
                 return 1
-            results.append(json.loads(text.strip().splitlines()[-1]))
-        report(results, args.clients)
+            samples += [tuple(s) for s in json.loads(text.strip().splitlines()[-1])["samples"]]
+        if spy is not None:
+            spy.wait(timeout=120)
+        print(json.dumps(report(samples, t_from, t_to, cpu, args)))
     finally:
+        for w in workers:
+            if w.poll() is None:
+                w.kill()
         proc.send_signal(signal.SIGTERM)
         try:
             proc.wait(timeout=30)

@@ -42,6 +42,16 @@ def test_missing_malformed_or_wrong_tokens_are_unauthorized(header: str | None) 
         auth.authenticate(header)
 
 
+def test_remembered_tokens_still_map_to_their_own_principal() -> None:
+    auth = Authenticator([_entry("alice", "ta"), _entry("bob", "tb", ("shared_read",))])
+    for _ in range(3):  # the second and later lookups come from the digest cache
+        assert auth.authenticate("Bearer ta").name == "alice"
+        assert auth.authenticate("Bearer tb").actions == ("shared_read",)
+        for header in ("Bearer tA", "Bearer ta tb", "Basic ta", "Bearer"):
+            with pytest.raises(Unauthorized):
+                auth.authenticate(header)
+
+
 def test_new_tokens_are_fresh_and_long() -> None:
     a, b = new_token(), new_token()
     assert a != b and len(a) >= 40

@@ -72,7 +72,7 @@ def check_flip(offset: int, mask: int) -> str:
     lo, hi = record_span(offset)
     try:
         rec = recover_journal(bytes(damaged), LINEAGE)
-    except (errors.JournalDamage, errors.NativeError) as exc:
+    except (errors.JournalDamage, errors.FormatError) as exc:
         assert exc.code in ("journal_damage", "journal_foreign"), exc
         where = exc.fields["offset"]
         assert lo <= where < hi, (offset, mask, where)

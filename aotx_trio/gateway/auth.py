@@ -3,7 +3,11 @@
 The gateway never stores a token: ``gateway.json`` holds ``token_sha256`` per
 principal.  A request's token is hashed once and compared with every
 principal's digest using :func:`hmac.compare_digest` (all of them, always, so
-timing tells nothing about which one matched).
+timing tells nothing about which one matched).  A digest that matched is then
+remembered (digest -> principal, at most one entry per principal), so later
+requests with the same token cost one SHA-256 and one dict lookup; the lookup
+is keyed by the digest, which an attacker cannot steer, so its timing tells
+nothing about the stored digests either.
 """
 
 from __future__ import annotations
@@ -61,19 +65,23 @@ class Authenticator:
                 raise errors.ConfigError(f"principal {p.name!r}: token_sha256 must be 64 hex "
                                          "digits", field="token_sha256")
             self._table.append((digest, Principal(p.name, tuple(p.actions))))
+        self._known: dict[bytes, Principal] = {}
 
     def authenticate(self, authorization: str | None) -> Principal:
         if not authorization:
             raise Unauthorized("missing Authorization header (use: Bearer <token>)")
         scheme, _, token = authorization.partition(" ")
         token = token.strip()
-        if scheme.lower() != "bearer" or not token or any(c.isspace() for c in token):
+        if scheme.lower() != "bearer" or not token or len(token.split()) != 1:
             raise Unauthorized("malformed Authorization header (use: Bearer <token>)")
         digest = hashlib.sha256(token.encode("utf-8")).digest()
-        found: Principal | None = None
+        found = self._known.get(digest)
+        if found is not None:
+            return found
         for stored, principal in self._table:
             if hmac.compare_digest(stored, digest) and found is None:
                 found = principal
         if found is None:
             raise Unauthorized("unknown bearer token")
+        self._known[digest] = found
         return found

@@ -66,16 +66,22 @@ def status_for(exc: errors.AotxError) -> int:
     return errors.http_status(exc)
 
 
+def dumps(body: Any) -> str:
+    """The gateway's one JSON encoding (compact, UTF-8 text)."""
+    return json.dumps(body, separators=(",", ":"), ensure_ascii=False)
+
+
 def json_response(body: Any, status: int, headers: dict[str, str] | None = None) -> Response:
-    resp = Response(json.dumps(body, separators=(",", ":"), ensure_ascii=False),
-                    status=status, content_type="application/json")
+    resp = Response(dumps(body), status=status, content_type="application/json")
     resp.headers["Cache-Control"] = "no-store"
     for k, v in (headers or {}).items():
         resp.headers[k] = v
     return resp
 
 
-def render(exc: errors.AotxError) -> Response:
+def error_parts(exc: errors.AotxError) -> tuple[int, dict[str, Any], dict[str, str]]:
+    """(status, envelope, extra headers) of an error: shared by :func:`render` and the
+    ASGI fast path (aotx_trio.gateway.fast)."""
     status = status_for(exc)
     headers: dict[str, str] = {}
     if status == 401:
@@ -83,7 +89,12 @@ def render(exc: errors.AotxError) -> Response:
     retry_after = exc.fields.get("retry_after")
     if status in (429, 503) and isinstance(retry_after, int | float):
         headers["Retry-After"] = str(max(1, int(retry_after)))
-    return json_response(exc.envelope(), status, headers)
+    return status, exc.envelope(), headers
+
+
+def render(exc: errors.AotxError) -> Response:
+    status, body, headers = error_parts(exc)
+    return json_response(body, status, headers)
 
 
 def render_http(exc: HTTPException) -> Response:
@@ -105,10 +116,13 @@ def render_http(exc: HTTPException) -> Response:
     return resp
 
 
+INTERNAL_ERROR: dict[str, Any] = {"error": {"code": "internal_error",
+                                           "message": "internal error; see the gateway log"}}
+
+
 def render_unexpected(exc: BaseException) -> Response:
     log.error("unhandled error", exc_info=exc)
-    return json_response({"error": {"code": "internal_error",
-                                    "message": "internal error; see the gateway log"}}, 500)
+    return json_response(INTERNAL_ERROR, 500)
 
 
 async def handle_any(exc: Exception) -> Response:

@@ -307,6 +307,7 @@ class GrantTable(Protocol):
 
 
 READ_CHUNK = 65536
+MAX_CACHED_PRINCIPALS = 4096
 
 
 class ServiceHandler:
@@ -326,6 +327,9 @@ class ServiceHandler:
         self.models = dict(models or {})
         self.save_timeout = save_timeout
         self.state: Any = None  # the runtime's RuntimeState, set by boot (tests, tools)
+        # principal name -> (device key, deployed actions) of the grant table self.grants
+        self._principals: dict[str, tuple[str, frozenset[str]]] = {}
+        self._principals_of: GrantTable = grants
         self._methods: dict[str, Callable[[Mapping[str, Any]], Awaitable[Any]]] = {
             "ping": self._ping,
             "capabilities": self._capabilities,
@@ -357,8 +361,15 @@ class ServiceHandler:
         if not isinstance(name, str) or not name or not isinstance(actions, list):
             raise errors.InvalidInput("call needs principal (string) and actions (list)",
                                       field="principal")
-        key = principal_key(name)
-        deployed = self.grants.actions_for(key)
+        if self._principals_of is not self.grants:   # a new grant table: forget
+            self._principals, self._principals_of = {}, self.grants
+        known = self._principals.get(name)
+        if known is None:
+            if len(self._principals) >= MAX_CACHED_PRINCIPALS:
+                self._principals.clear()
+            key = principal_key(name)
+            known = self._principals[name] = (key, self.grants.actions_for(key))
+        key, deployed = known
         return grant_mask([a for a in actions if a in deployed]), key
 
     @staticmethod
