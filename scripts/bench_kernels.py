@@ -1,0 +1,162 @@
+"""Kernel throughput on the real model's shapes (Gemma 3 270M Q4_K_M + MiniLM F32).
+
+    AOTX_NATIVE_DIR=build/dev-kernels .venv/bin/python scripts/bench_kernels.py [--quick]
+
+Per type and shape: n_tok = 1 (decode: GB/s of weights streamed) and n_tok = 64
+(prefill: GFLOP/s), for the implementation aotx_matmul_rows picks (and the
+reference at n_tok = 1 on the small shapes).  Then a whole decode step (every
+layer's matrices + the tied Q8_0 output head, 1 and 2 threads) in ms/token.
+Weights are random blocks with valid scales (same bytes per row as the model).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from typing import Any
+
+import numpy as np
+
+from aotx_trio.native import ffi, lib
+
+T = {"F32": 0, "F16": 1, "Q4_0": 2, "Q5_0": 6, "Q8_0": 8, "Q4_K": 12, "Q5_K": 13, "Q6_K": 14,
+     "BF16": 30}
+SCALE_OFFS = {"Q4_0": (0,), "Q5_0": (0,), "Q8_0": (0,), "Q4_K": (0, 2), "Q5_K": (0, 2),
+              "Q6_K": (208,)}
+
+# (type, rows, cols, what)
+SHAPES = [
+    ("Q8_0", 262144, 640, "token_embd / output head"),
+    ("Q8_0", 256, 640, "attn_v"),
+    ("Q5_0", 1024, 640, "attn_q"),
+    ("Q5_0", 2048, 640, "ffn_gate / ffn_up"),
+    ("Q4_K", 640, 1024, "attn_output"),
+    ("Q4_K", 640, 2048, "ffn_down (some layers)"),
+    ("Q6_K", 640, 2048, "ffn_down"),
+    ("Q4_0", 2048, 640, "(not in model)"),
+    ("Q5_K", 640, 2048, "(not in model)"),
+    ("F16", 2048, 640, "(not in model)"),
+    ("BF16", 2048, 640, "(not in model)"),
+    ("F32", 1536, 384, "MiniLM ffn up"),
+    ("F32", 384, 1536, "MiniLM ffn down"),
+]
+
+
+def make_weights(tname: str, rows: int, cols: int, rng: np.random.Generator) -> np.ndarray:
+    t = T[tname]
+    rb = int(lib.aotx_type_row_bytes(t, cols))
+    if tname == "F32":
+        return rng.standard_normal((rows, cols), np.float32).view(np.uint8)
+    if tname in ("F16", "BF16"):
+        bits = rng.integers(0x3000, 0x3c00, (rows, cols), dtype=np.uint16)
+        return bits.view(np.uint8)
+    bb = int(lib.aotx_type_block_bytes(t))
+    raw = rng.integers(0, 256, rows * rb, dtype=np.uint8).reshape(-1, bb)
+    for off in SCALE_OFFS[tname]:
+        raw[:, off:off + 2] = np.array([0.01], np.float16).view(np.uint8)
+    return raw.reshape(rows, rb)
+
+
+class Mat:
+    def __init__(self, tname: str, rows: int, cols: int, rng: np.random.Generator) -> None:
+        self.t, self.rows, self.cols = T[tname], rows, cols
+        self.w = make_weights(tname, rows, cols, rng)
+        self.nbytes = self.w.nbytes
+        self.wp = ffi.from_buffer(self.w)
+
+    def prepare(self, n_tok: int, rng: np.random.Generator) -> tuple[Any, Any, np.ndarray]:
+        x = rng.standard_normal((n_tok, self.cols), np.float32)
+        act = np.zeros(int(lib.aotx_act_bytes(self.t, self.cols, n_tok)), np.uint8)
+        assert lib.aotx_act_prepare(self.t, ffi.from_buffer("float[]", x), self.cols, n_tok,
+                                    self.cols, ffi.from_buffer(act)) == 0
+        y = np.zeros((n_tok, self.rows), np.float32)
+        return ffi.from_buffer(act), ffi.from_buffer("float[]", y), act
+
+    def run(self, act: Any, y: Any, n_tok: int, r0: int, r1: int, ref: bool = False) -> None:
+        fn = lib.aotx_matmul_rows_ref if ref else lib.aotx_matmul_rows
+        rc = fn(self.t, self.wp, self.cols, act, n_tok, y, self.rows, r0, r1)
+        assert rc == 0
+
+
+def best_time(fn: Callable[[], None], min_time: float, clock: Callable[[], float] = time.thread_time
+              ) -> float:
+    """Best of several runs.  Single-threaded runs count this thread's CPU time, so that
+    other processes on the (shared, 2-core) machine do not inflate it; pass
+    clock=time.perf_counter for multi-threaded runs."""
+    fn()
+    best, spent, n = float("inf"), 0.0, 0
+    while spent < min_time or n < 3:
+        t0 = clock()
+        fn()
+        dt = clock() - t0
+        best, spent, n = min(best, dt), spent + dt, n + 1
+    return best
+
+
+def bench_shapes(min_time: float) -> None:
+    rng = np.random.default_rng(0)
+    print(f"{'type':5} {'rows x cols':>13} {'impl':>10} {'MB':>7} {'n=1 GB/s':>9} "
+          f"{'ref GB/s':>9} {'n=64 GFLOP/s':>13}  shape")
+    for tname, rows, cols, what in SHAPES:
+        m = Mat(tname, rows, cols, rng)
+        impl = ffi.string(lib.aotx_kernel_impl(m.t)).decode()
+        act1, y1, _a1 = m.prepare(1, rng)
+        t1 = best_time(partial(m.run, act1, y1, 1, 0, rows), min_time)
+        gbs = m.nbytes / t1 / 1e9
+        ref = "-"
+        if m.nbytes < 4e6:
+            tr = best_time(partial(m.run, act1, y1, 1, 0, rows, ref=True), min_time / 4)
+            ref = f"{m.nbytes / tr / 1e9:.2f}"
+        # prefill: at most 8192 rows (the output head only ever sees the last token)
+        pr = min(rows, 8192)
+        act64, y64, _a64 = m.prepare(64, rng)
+        t64 = best_time(partial(m.run, act64, y64, 64, 0, pr), min_time)
+        gflops = 2.0 * pr * cols * 64 / t64 / 1e9
+        print(f"{tname:5} {rows:>6} x {cols:<5} {impl:>10} {m.nbytes / 1e6:7.1f} {gbs:9.2f} "
+              f"{ref:>9} {gflops:13.1f}  {what}")
+
+
+def bench_decode(min_time: float) -> None:
+    """Every matrix of an 18-layer Gemma 3 270M decode step plus the output head."""
+    rng = np.random.default_rng(1)
+    layer = [("Q5_0", 1024, 640), ("Q5_0", 256, 640), ("Q8_0", 256, 640), ("Q4_K", 640, 1024),
+             ("Q5_0", 2048, 640), ("Q5_0", 2048, 640), ("Q6_K", 640, 2048)]
+    mats = [Mat(*spec, rng) for _ in range(18) for spec in layer]
+    mats.append(Mat("Q8_0", 262144, 640, rng))
+    preps = [m.prepare(1, rng) for m in mats]
+    total = sum(m.nbytes for m in mats)
+
+    def step(lo: float, hi: float) -> None:
+        for m, (act, y, _) in zip(mats, preps, strict=True):
+            m.run(act, y, 1, int(m.rows * lo), int(m.rows * hi))
+
+    t1 = best_time(lambda: step(0.0, 1.0), min_time)
+    with ThreadPoolExecutor(2) as pool:
+        def two() -> None:
+            # per matrix split, as a thread pool would (each half is one call)
+            for m, (act, y, _) in zip(mats, preps, strict=True):
+                h = m.rows // 2
+                f = pool.submit(m.run, act, y, 1, 0, h)
+                m.run(act, y, 1, h, m.rows)
+                f.result()
+        t2 = best_time(two, min_time, time.perf_counter)
+    print(f"\ndecode step (18 layers + head, {total / 1e6:.0f} MB of weights): "
+          f"1 thread {t1 * 1e3:.1f} ms CPU ({total / t1 / 1e9:.1f} GB/s), "
+          f"2 threads {t2 * 1e3:.1f} ms wall ({total / t2 / 1e9:.1f} GB/s)")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--quick", action="store_true", help="shorter timing loops")
+    args = ap.parse_args()
+    min_time = 0.2 if args.quick else 0.6
+    bench_shapes(min_time)
+    bench_decode(min_time)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,518 @@
+"""Tensor kernels (csrc/quant.c, csrc/quant_x86.c): dequantization equals gguf-py bit for
+bit, fast matmul kernels equal the reference (same integer sums, float order only), the
+reference equals numpy on dequantized data, and the real model's tensors decode like gguf-py.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from gguf import GGML_QUANT_SIZES, quants
+from gguf import GGMLQuantizationType as GT
+
+from aotx_trio.native import ffi, lib
+
+MODEL = Path("/root/.cache/aotx-trio/gemma-3-270m-q4_k_m.gguf")
+
+# type -> (block elements, block bytes, byte offsets of fp16 scale fields)
+LAYOUT: dict[GT, tuple[int, int, tuple[int, ...]]] = {
+    GT.F32: (1, 4, ()),
+    GT.F16: (1, 2, ()),
+    GT.BF16: (1, 2, ()),
+    GT.Q4_0: (32, 18, (0,)),
+    GT.Q5_0: (32, 22, (0,)),
+    GT.Q8_0: (32, 34, (0,)),
+    GT.Q4_K: (256, 144, (0, 2)),
+    GT.Q5_K: (256, 176, (0, 2)),
+    GT.Q6_K: (256, 210, (208,)),
+}
+QUANT_TYPES = [GT.Q4_0, GT.Q5_0, GT.Q8_0, GT.Q4_K, GT.Q5_K, GT.Q6_K]
+ALL_TYPES = [GT.F32, GT.F16, GT.BF16, *QUANT_TYPES]
+GGUF_QUANTIZES = {GT.F16, GT.BF16, GT.Q4_0, GT.Q5_0, GT.Q8_0}
+
+ACT_Q8_K = np.dtype([("d", "<f4"), ("qs", "i1", (256,)), ("bsums", "<i2", (16,))])
+
+
+def fbuf(a: np.ndarray) -> Any:
+    return ffi.from_buffer("float[]", a)
+
+
+def block_elems(t: GT) -> int:
+    return LAYOUT[t][0]
+
+
+def random_bytes_blocks(t: GT, n_blocks: int, rng: np.random.Generator) -> np.ndarray:
+    """n_blocks of random bytes whose fp16 scale fields hold finite values."""
+    _, bb, offs = LAYOUT[t]
+    if t == GT.F32:
+        return rng.standard_normal(n_blocks).astype(np.float32).view(np.uint8)
+    if t == GT.F16:  # every finite bit pattern: normals, subnormals, zeros
+        bits = rng.integers(0, 1 << 16, n_blocks, dtype=np.uint32).astype(np.uint16)
+        bits[(bits & 0x7C00) == 0x7C00] &= 0xBFFF
+        return bits.view(np.uint8)
+    if t == GT.BF16:
+        bits = rng.integers(0, 1 << 16, n_blocks, dtype=np.uint32).astype(np.uint16)
+        bits[(bits & 0x7F80) == 0x7F80] &= 0xBFFF
+        return bits.view(np.uint8)
+    raw = rng.integers(0, 256, (n_blocks, bb), dtype=np.uint16).astype(np.uint8)
+    for off in offs:
+        scale = (rng.uniform(-0.02, 0.02, n_blocks)).astype(np.float16)
+        raw[:, off:off + 2] = scale.view(np.uint8).reshape(n_blocks, 2)
+    return raw.reshape(-1)
+
+
+def weights(t: GT, rows: int, cols: int, rng: np.random.Generator, mode: str) -> np.ndarray:
+    """W[rows][cols] in type t as a uint8 array [rows, row_bytes]."""
+    if mode == "quantize" and t in GGUF_QUANTIZES:
+        data = quants.quantize(rng.standard_normal((rows, cols)).astype(np.float32) * 0.05, t)
+        return np.ascontiguousarray(data).view(np.uint8).reshape(rows, -1)
+    if t in (GT.F32, GT.F16, GT.BF16) and mode == "quantize":
+        x = rng.standard_normal((rows, cols)).astype(np.float32)
+        return np.ascontiguousarray(quants.quantize(x, t)).view(np.uint8).reshape(rows, -1)
+    n_blocks = rows * cols // block_elems(t)
+    return random_bytes_blocks(t, n_blocks, rng).reshape(rows, -1)
+
+
+def dequant(t: GT, src: np.ndarray, ref: bool) -> np.ndarray:
+    n = src.size * block_elems(t) // LAYOUT[t][1]
+    out = np.empty(n, np.float32)
+    fn = lib.aotx_dequant_row_ref if ref else lib.aotx_dequant_row
+    src = np.ascontiguousarray(src)
+    assert fn(int(t), ffi.from_buffer(src), fbuf(out), n) == 0
+    return out
+
+
+def gguf_dequant(t: GT, src: np.ndarray) -> np.ndarray:
+    return np.asarray(quants.dequantize(np.ascontiguousarray(src), t), np.float32).reshape(-1)
+
+
+def prepare(t: GT, x: np.ndarray) -> np.ndarray:
+    n_tok, cols = x.shape
+    size = lib.aotx_act_bytes(int(t), cols, n_tok)
+    assert size >= 0
+    act = np.zeros(max(size, 1), np.uint8)
+    x = np.ascontiguousarray(x, np.float32)
+    assert lib.aotx_act_prepare(int(t), fbuf(x), cols, n_tok, cols,
+                                ffi.from_buffer(act)) == 0
+    return act[:size]
+
+
+def act_dequant(t: GT, act: np.ndarray, n_tok: int, cols: int) -> tuple[np.ndarray, np.ndarray]:
+    """(X as the kernels see it, per-element half-step of its quantization)."""
+    if t in (GT.F32, GT.F16, GT.BF16):
+        x = act.view(np.float32).reshape(n_tok, cols)
+        return x, np.zeros_like(x)
+    if t in (GT.Q4_0, GT.Q5_0, GT.Q8_0):
+        qs, d = act8_blocks(act, n_tok, cols)
+    else:
+        blocks = act.view(ACT_Q8_K).reshape(n_tok, cols // 256)
+        qs, d = blocks["qs"].astype(np.float32), blocks["d"]
+    dd = d[..., None].astype(np.float32)
+    xq = (dd * qs.astype(np.float32)).reshape(n_tok, cols)
+    return xq, np.broadcast_to(dd / 2, qs.shape).reshape(n_tok, cols)
+
+
+def act8_blocks(act: np.ndarray, n_tok: int, cols: int) -> tuple[np.ndarray, np.ndarray]:
+    """Q8_0-family activations: 128-byte pairs of blocks (64 quants + 128, 16 per-lane
+    scales) -> (x_q [n_tok][nb][32] int, d [n_tok][nb]); checks the layout's invariants."""
+    nb = cols // 32
+    pairs = (nb + 1) // 2
+    raw = act.reshape(n_tok, pairs, 128)
+    xq = raw[..., :64].reshape(n_tok, 2 * pairs, 32).astype(np.int32) - 128
+    dx = np.ascontiguousarray(raw[..., 64:]).view(np.float32).reshape(n_tok, 2 * pairs, 8)
+    assert np.all(dx == dx[..., :1])  # the scale repeated in each of 8 lanes
+    assert np.all(np.abs(xq) <= 127)
+    if nb % 2:  # padding block: zero quants, zero scale
+        assert np.all(xq[:, nb:] == 0) and np.all(dx[:, nb:] == 0)
+    return xq[:, :nb], dx[:, :nb, 0]
+
+
+def matmul(t: GT, w: np.ndarray, cols: int, act: np.ndarray, n_tok: int, rows: int,
+           r0: int, r1: int, ldy: int, ref: bool) -> np.ndarray:
+    y = np.full(max(n_tok, 1) * ldy, 12345.0, np.float32)
+    fn = lib.aotx_matmul_rows_ref if ref else lib.aotx_matmul_rows
+    w = np.ascontiguousarray(w)
+    rc = fn(int(t), ffi.from_buffer(w), cols, ffi.from_buffer(act), n_tok,
+            fbuf(y), ldy, r0, r1)
+    assert rc == 0
+    return y.reshape(max(n_tok, 1), ldy)
+
+
+@pytest.fixture(params=["avx2", "avx512vnni"])
+def impl(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Run the test with the fast kernels capped at one instruction-set level."""
+    name = str(request.param)
+    rc = lib.aotx_kernel_force(name.encode())
+    if rc == lib.AOTX_E_UNSUPPORTED:
+        pytest.skip(f"this CPU does not run {name}")
+    assert rc == 0
+    yield name
+    assert lib.aotx_kernel_force(b"auto") == 0
+
+
+def check_untouched(y: np.ndarray, n_tok: int, r0: int, r1: int) -> None:
+    mask = np.ones(y.shape, bool)
+    mask[:n_tok, r0:r1] = False
+    assert np.all(y[mask] == 12345.0)
+
+
+# ------------------------------------------------------------------ layout and types
+
+
+def test_type_sizes_match_gguf() -> None:
+    for t in ALL_TYPES:
+        be, bb, _ = LAYOUT[t]
+        assert GGML_QUANT_SIZES[t] == (be, bb)
+        assert lib.aotx_type_block_elems(int(t)) == be
+        assert lib.aotx_type_block_bytes(int(t)) == bb
+        assert lib.aotx_type_row_bytes(int(t), be * 3) == bb * 3
+    assert lib.aotx_type_block_bytes(int(GT.Q8_K)) == 292
+    assert lib.aotx_type_block_elems(7) == 0
+    assert lib.aotx_type_row_bytes(7, 32) == lib.AOTX_E_KERNEL_TYPE
+    assert lib.aotx_type_row_bytes(int(GT.Q4_K), 255) == lib.AOTX_E_KERNEL_SHAPE
+    assert lib.aotx_type_row_bytes(int(GT.Q8_0), -32) == lib.AOTX_E_INVALID_ARGUMENT
+
+
+def test_refusals_have_codes() -> None:
+    x = np.zeros((1, 64), np.float32)
+    act = prepare(GT.Q8_0, x)
+    w = np.zeros(68, np.uint8)
+    y = np.zeros(4, np.float32)
+    args = (ffi.from_buffer(w), 64, ffi.from_buffer(act), 1, fbuf(y), 4)
+    assert lib.aotx_matmul_rows(7, *args, 0, 1) == lib.AOTX_E_KERNEL_TYPE
+    assert lib.aotx_matmul_rows(int(GT.Q8_K), *args, 0, 1) == lib.AOTX_E_KERNEL_TYPE
+    assert lib.aotx_matmul_rows(int(GT.Q8_0), ffi.from_buffer(w), 48, ffi.from_buffer(act), 1,
+                                fbuf(y), 4, 0, 1) == lib.AOTX_E_KERNEL_SHAPE
+    assert lib.aotx_matmul_rows(int(GT.Q8_0), *args, 1, 0) == lib.AOTX_E_INVALID_ARGUMENT
+    assert lib.aotx_matmul_rows(int(GT.Q8_0), ffi.from_buffer(w), 64, ffi.from_buffer(act), 2,
+                                fbuf(y), 1, 0, 2) == lib.AOTX_E_INVALID_ARGUMENT
+    assert lib.aotx_act_bytes(int(GT.Q4_K), 100, 1) == lib.AOTX_E_KERNEL_SHAPE
+    assert lib.aotx_act_prepare(int(GT.Q8_0), fbuf(x), 32, 1, 64,
+                                ffi.from_buffer(act)) == lib.AOTX_E_INVALID_ARGUMENT
+    out = np.zeros(32, np.float32)
+    assert lib.aotx_dequant_row(int(GT.Q8_0), ffi.from_buffer(w), fbuf(out), 31) \
+        == lib.AOTX_E_KERNEL_SHAPE
+    assert ffi.string(lib.aotx_code_name(lib.AOTX_E_KERNEL_TYPE)) == b"kernel_type_unsupported"
+    assert ffi.string(lib.aotx_code_name(lib.AOTX_E_KERNEL_SHAPE)) == b"kernel_shape_invalid"
+
+
+def test_impl_names() -> None:
+    for t in ALL_TYPES:
+        name = ffi.string(lib.aotx_kernel_impl(int(t))).decode()
+        assert name in ("ref", "avx2", "avx512", "avx512vnni")
+    assert ffi.string(lib.aotx_kernel_impl(7)) == b"none"
+
+
+# ------------------------------------------------------------------ dequantization
+
+
+@pytest.mark.parametrize("t", ALL_TYPES, ids=lambda t: t.name)
+@pytest.mark.parametrize("mode", ["quantize", "random"])
+def test_dequant_equals_gguf_py(t: GT, mode: str, impl: str) -> None:
+    name = ffi.string(lib.aotx_dequant_impl(int(t))).decode()
+    assert name == (impl if impl == "avx512vnni" and t != GT.F32 else "ref")
+    rng = np.random.default_rng([int(t), len(mode)])
+    be = block_elems(t)
+    for n_blocks in (1, 2, 3, 7, 16):
+        cols = max(be * n_blocks, 64) if be == 1 else be * n_blocks
+        w = weights(t, 3, cols, rng, mode)
+        want = gguf_dequant(t, w)
+        for ref in (True, False):
+            got = dequant(t, w, ref)
+            assert got.shape == want.shape
+            assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), (t.name, ref)
+
+
+# ------------------------------------------------------------------ activations
+
+
+@pytest.mark.parametrize("t", [GT.Q4_0, GT.Q5_0, GT.Q8_0, GT.Q6_K, GT.F16],
+                         ids=lambda t: t.name)
+def test_act_prepare_quantizes_each_block(t: GT) -> None:
+    rng = np.random.default_rng(7)
+    cols, n_tok = 512 + (96 if t == GT.Q5_0 else 0), 3  # Q5_0: an odd block count
+    x = rng.standard_normal((n_tok, cols)).astype(np.float32) * 3
+    x[1, :] = 0.0  # an all-zero row quantizes to d = 0
+    act = prepare(t, x)
+    xq, half = act_dequant(t, act, n_tok, cols)
+    assert np.all(np.abs(xq - x) <= half * (1 + 1e-5) + 1e-30)
+    if t in (GT.Q4_0, GT.Q5_0, GT.Q8_0):
+        xq8, _ = act8_blocks(act, n_tok, cols)
+        assert np.abs(xq8).max() == 127
+    elif t == GT.Q6_K:
+        blocks = act.view(ACT_Q8_K)
+        sums = blocks["qs"].astype(np.int32).reshape(-1, 16, 16).sum(axis=2)
+        assert np.array_equal(blocks["bsums"], sums)
+    else:
+        assert np.array_equal(xq, x)
+
+
+@pytest.mark.parametrize("t", [GT.Q8_0, GT.Q4_K], ids=lambda t: t.name)
+def test_fast_act_prepare_equals_reference_bytes(t: GT, impl: str) -> None:
+    rng = np.random.default_rng(9)
+    for cols in (256, 768, 2048):
+        x = rng.standard_normal((5, cols)).astype(np.float32) * np.float32(10.0) ** rng.integers(
+            -3, 4, (5, 1))
+        x[0] = 0.0
+        x[1, :: 3] = 0.0
+        x[2, 5] = 1e6  # one dominant element per block row
+        fast = prepare(t, x)
+        assert lib.aotx_kernel_force(b"ref") == 0
+        ref = prepare(t, x)
+        assert lib.aotx_kernel_force(impl.encode()) == 0
+        assert np.array_equal(fast, ref)
+        # one prepared activation serves every weight type of the family
+        for other in ([GT.Q4_0, GT.Q5_0] if t == GT.Q8_0 else [GT.Q5_K, GT.Q6_K]):
+            assert np.array_equal(prepare(other, x), fast)
+
+
+# ------------------------------------------------------------------ matrix products
+
+
+def magnitude(wd: np.ndarray, xd: np.ndarray) -> np.ndarray:
+    """|W| @ |X|^T in float64: the scale float rounding errors are measured against."""
+    return np.abs(wd.astype(np.float64)) @ np.abs(xd.astype(np.float64)).T
+
+
+def run_case(t: GT, rows: int, n_blocks: int, n_tok: int, r0: int, r1: int, seed: int,
+             impl: str, mode: str = "random") -> None:
+    want_impl = {"avx512vnni": "avx512"}.get(impl, impl) if t == GT.F32 else impl
+    assert ffi.string(lib.aotx_kernel_impl(int(t))).decode() == want_impl
+    rng = np.random.default_rng(seed)
+    be = block_elems(t)
+    cols = be * n_blocks if be > 1 else n_blocks
+    if be == 1:
+        mode = "quantize"  # float weights: normal values (random bits overflow)
+    w = weights(t, rows, cols, rng, mode)
+    x = rng.standard_normal((n_tok, cols)).astype(np.float32)
+    act = prepare(t, x)
+    ldy = rows + 3
+    y_ref = matmul(t, w, cols, act, n_tok, rows, r0, r1, ldy, ref=True)
+    y_fast = matmul(t, w, cols, act, n_tok, rows, r0, r1, ldy, ref=False)
+    check_untouched(y_ref, n_tok, r0, r1)
+    check_untouched(y_fast, n_tok, r0, r1)
+    wd = gguf_dequant(t, w).reshape(rows, cols)
+    xd, half = act_dequant(t, act, n_tok, cols)
+    mag = magnitude(wd, xd).T[:, r0:r1]  # [n_tok][r1-r0]
+    got_ref = y_ref[:n_tok, r0:r1].astype(np.float64)
+    got_fast = y_fast[:n_tok, r0:r1].astype(np.float64)
+    # fast == ref: same integer sums, only float rounding order differs
+    assert np.all(np.abs(got_fast - got_ref) <= 1e-5 * mag + 1e-30), (t.name, "fast vs ref")
+    # ref == dequantized W times dequantized X (float64)
+    exact = (wd.astype(np.float64) @ xd.astype(np.float64).T).T[:, r0:r1]
+    assert np.all(np.abs(got_ref - exact) <= 2e-5 * mag + 1e-30), (t.name, "ref vs numpy")
+    # and within quantization tolerance of the unquantized activations
+    full = (wd.astype(np.float64) @ x.astype(np.float64).T).T[:, r0:r1]
+    bound = (np.abs(wd.astype(np.float64)) @ half.astype(np.float64).T).T[:, r0:r1]
+    assert np.all(np.abs(got_ref - full) <= bound * 1.001 + 2e-5 * mag + 1e-30)
+
+
+SHAPES = [  # rows, blocks per row, n_tok, r0, r1
+    (1, 1, 1, 0, 1),
+    (5, 1, 2, 0, 5),
+    (13, 3, 3, 2, 11),
+    (37, 2, 5, 0, 37),
+    (19, 5, 17, 4, 19),
+    (33, 4, 1, 1, 32),
+    (8, 7, 4, 0, 8),
+    (70, 2, 9, 3, 67),
+    (5, 131, 3, 0, 5),  # long rows: past the buffered-row limit of the Q8_0 family
+]
+
+
+@pytest.mark.parametrize("t", ALL_TYPES, ids=lambda t: t.name)
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_matmul_fast_ref_numpy(t: GT, shape: tuple[int, int, int, int, int], impl: str) -> None:
+    rows, nb, n_tok, r0, r1 = shape
+    if block_elems(t) == 1:
+        nb = nb * 32 + 5  # float types: odd column counts
+    run_case(t, rows, nb, n_tok, r0, r1, seed=rows * 131 + nb, impl=impl)
+
+
+@pytest.mark.parametrize("t", [GT.Q4_0, GT.Q5_0, GT.Q8_0, GT.BF16], ids=lambda t: t.name)
+def test_matmul_on_gguf_quantized_weights(t: GT, impl: str) -> None:
+    run_case(t, 24, 20, 6, 0, 24, seed=11, impl=impl, mode="quantize")
+
+
+@pytest.mark.parametrize("t", [GT.Q8_0, GT.Q4_K, GT.Q6_K], ids=lambda t: t.name)
+def test_matmul_zero_and_extreme_activations(t: GT, impl: str) -> None:
+    rng = np.random.default_rng(5)
+    rows, cols = 9, 512
+    w = weights(t, rows, cols, rng, "random")
+    x = np.zeros((3, cols), np.float32)
+    x[1] = 1e-3
+    x[2, ::2] = 1e4
+    x[2, 1::2] = -1e4
+    act = prepare(t, x)
+    y_ref = matmul(t, w, cols, act, 3, rows, 0, rows, rows, ref=True)
+    y_fast = matmul(t, w, cols, act, 3, rows, 0, rows, rows, ref=False)
+    assert np.all(y_ref[0] == 0.0) and np.all(y_fast[0] == 0.0)
+    wd = gguf_dequant(t, w).reshape(rows, cols)
+    xd, _ = act_dequant(t, act, 3, cols)
+    mag = magnitude(wd, xd).T
+    assert np.all(np.abs(y_fast - y_ref) <= 1e-5 * mag + 1e-30)
+
+
+def test_threads_on_disjoint_row_ranges_match_one_call() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    rng = np.random.default_rng(12)
+    rows, cols, n_tok = 301, 640, 3
+    w = weights(GT.Q5_0, rows, cols, rng, "random")
+    act = prepare(GT.Q5_0, rng.standard_normal((n_tok, cols)).astype(np.float32))
+    whole = matmul(GT.Q5_0, w, cols, act, n_tok, rows, 0, rows, rows, ref=False)
+    y = np.full(n_tok * rows, 12345.0, np.float32)
+    cuts = [0, 37, 150, 151, 301]
+
+    def part(r0: int, r1: int) -> int:
+        return int(lib.aotx_matmul_rows(int(GT.Q5_0), ffi.from_buffer(w), cols,
+                                        ffi.from_buffer(act), n_tok, fbuf(y), rows, r0, r1))
+
+    with ThreadPoolExecutor(4) as pool:
+        assert list(pool.map(part, cuts[:-1], cuts[1:])) == [0, 0, 0, 0]
+    assert np.array_equal(y.reshape(n_tok, rows), whole)
+
+
+def test_forced_reference_is_named() -> None:
+    code = ("from aotx_trio.native import ffi, lib; "
+            "print(ffi.string(lib.aotx_kernel_impl(8)).decode())")
+    env = dict(os.environ, AOTX_KERNELS="ref")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "ref"
+    assert lib.aotx_kernel_force(b"ref") == 0
+    try:
+        assert ffi.string(lib.aotx_kernel_impl(int(GT.Q4_K))) == b"ref"
+        assert ffi.string(lib.aotx_kernel_impl(int(GT.F32))) == b"ref"
+    finally:
+        assert lib.aotx_kernel_force(b"auto") == 0
+    assert lib.aotx_kernel_force(b"sse9") == lib.AOTX_E_INVALID_ARGUMENT
+
+
+# ------------------------------------------------------------------ the real model
+
+needs_model = pytest.mark.skipif(not MODEL.exists(), reason="real model not assembled")
+
+
+_SCALAR = {0: "<u1", 1: "<i1", 2: "<u2", 3: "<i2", 4: "<u4", 5: "<i4", 6: "<f4", 7: "<u1",
+           10: "<u8", 11: "<i8", 12: "<f8"}
+
+
+def read_gguf_tensors(path: Path) -> dict[str, tuple[GT, list[int], np.ndarray]]:
+    """name -> (type, dims, raw bytes): a minimal GGUF v3 reader (gguf-py's GGUFReader
+    spends ~10 s decoding the 262k-token vocabulary we do not need here)."""
+    buf = np.memmap(path, np.uint8, mode="r")
+    pos = 0
+
+    def take(dt: str) -> int | float:
+        nonlocal pos
+        v = np.frombuffer(buf, dt, 1, pos)[0]
+        pos += np.dtype(dt).itemsize
+        return v.item()  # type: ignore[no-any-return]
+
+    def string() -> str:
+        nonlocal pos
+        n = int(take("<u8"))
+        pos += n
+        return bytes(buf[pos - n:pos]).decode()
+
+    def skip_value(vt: int) -> None:
+        nonlocal pos
+        if vt == 8:
+            string()
+        elif vt == 9:
+            et, n = int(take("<u4")), int(take("<u8"))
+            if et in _SCALAR:
+                pos += n * np.dtype(_SCALAR[et]).itemsize
+            else:
+                for _ in range(n):
+                    skip_value(et)
+        else:
+            pos += np.dtype(_SCALAR[vt]).itemsize
+
+    assert bytes(buf[:4]) == b"GGUF"
+    pos = 4
+    assert take("<u4") == 3
+    n_tensors, n_kv = int(take("<u8")), int(take("<u8"))
+    align = 32
+    for _ in range(n_kv):
+        key, vt = string(), int(take("<u4"))
+        if key == "general.alignment":
+            align = int(take("<u4"))
+        else:
+            skip_value(vt)
+    infos = []
+    for _ in range(n_tensors):
+        name = string()
+        dims = [int(take("<u8")) for _ in range(int(take("<u4")))]
+        infos.append((name, dims, GT(int(take("<u4"))), int(take("<u8"))))
+    start = (pos + align - 1) // align * align
+    out = {}
+    for name, dims, t, off in infos:
+        rows = int(np.prod(dims[1:]))
+        rb = dims[0] // LAYOUT[t][0] * LAYOUT[t][1]
+        out[name] = (t, dims, buf[start + off:start + off + rows * rb].reshape(rows, rb))
+    return out
+
+
+@pytest.fixture(scope="module")
+def model_tensors() -> dict[str, tuple[GT, list[int], np.ndarray]]:
+    return read_gguf_tensors(MODEL)
+
+
+@needs_model
+def test_mini_reader_tiles_the_file(model_tensors: dict[str, tuple[GT, list[int], np.ndarray]]
+                                    ) -> None:
+    """Our test-side reader's tensors lie back to back (32-byte aligned) up to the file's end."""
+    spans = sorted((raw.ctypes.data, raw.nbytes) for _, _, raw in model_tensors.values())
+    for (a, n), (b, _) in itertools.pairwise(spans):
+        assert b - a == (n + 31) // 32 * 32
+    root = next(iter(model_tensors.values()))[2]
+    while isinstance(root.base, np.ndarray):
+        root = root.base
+    assert spans[-1][0] + spans[-1][1] == root.ctypes.data + MODEL.stat().st_size
+    t, dims, _ = model_tensors["token_embd.weight"]
+    assert (t, dims) == (GT.Q8_0, [640, 262144])
+
+
+@needs_model
+@pytest.mark.parametrize("name", ["token_embd.weight", "blk.0.attn_q.weight",
+                                  "blk.0.attn_v.weight", "blk.0.attn_output.weight",
+                                  "blk.0.ffn_down.weight", "blk.2.ffn_down.weight",
+                                  "blk.0.attn_norm.weight"])
+def test_real_model_tensors(model_tensors: dict[str, tuple[GT, list[int], np.ndarray]],
+                            name: str, impl: str) -> None:
+    t, dims, raw = model_tensors[name]
+    cols = dims[0]
+    n = raw.shape[0]
+    rows_idx = [0, 1, n // 2, n - 1] if n > 1 else [0]
+    sel = np.ascontiguousarray(raw[rows_idx])
+    want = gguf_dequant(t, sel)
+    for ref in (True, False):
+        got = dequant(t, sel, ref)
+        assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    if t == GT.F32:
+        return
+    # fast vs ref vs numpy on a slab of real rows
+    slab = np.ascontiguousarray(raw[: min(40, raw.shape[0])])
+    rows = slab.shape[0]
+    rng = np.random.default_rng(3)
+    for n_tok in (1, 4, 7):
+        x = rng.standard_normal((n_tok, cols)).astype(np.float32)
+        act = prepare(t, x)
+        y_ref = matmul(t, slab, cols, act, n_tok, rows, 0, rows, rows, ref=True)
+        y_fast = matmul(t, slab, cols, act, n_tok, rows, 0, rows, rows, ref=False)
+        wd = gguf_dequant(t, slab).reshape(rows, cols)
+        xd, _ = act_dequant(t, act, n_tok, cols)
+        mag = magnitude(wd, xd).T
+        exact = (wd.astype(np.float64) @ xd.astype(np.float64).T).T
+        assert np.all(np.abs(y_fast - y_ref) <= 1e-5 * mag + 1e-30)
+        assert np.all(np.abs(y_ref - exact) <= 2e-5 * mag + 1e-30)
