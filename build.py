@@ -103,7 +103,8 @@ def make_ffi(only: list[str] | None = None, absolute: bool = False) -> FFI:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", help="comma-separated source stems to build (common is always in)")
     ap.add_argument("--out", help="folder for the built module (default: in place, aotx_trio/)")
     args = ap.parse_args(argv)

@@ -27,7 +27,8 @@ _ENTRY: dict[str, str] = {
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="aotx", description="aotx-trio: shared-conversation LLM runtime")
+    p = argparse.ArgumentParser(prog="aotx",
+                                description="aotx-trio: shared-conversation LLM runtime")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     s = sub.add_parser("serve", help="embedded default: runtime + gateway in one process")
@@ -40,7 +41,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--model", action="append", default=[], help="a GGUF text model (repeatable)")
     s.add_argument("--embedding", help="an embedding model folder (safetensors + tokenizer.json)")
     s.add_argument("--lineage",
-                   help="pin the lineage of a new shared profile (32 lowercase hex; default random)")
+                   help="pin the lineage of a new shared profile (32 hex; default random)")
 
     s = sub.add_parser("boot", help="run the runtime process")
     s.add_argument("--ccir", required=True, help="the complete runtime file")
@@ -90,7 +91,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         fn = _resolve(_ENTRY[key])
     except ModuleNotFoundError as exc:
         if exc.name and exc.name.startswith("aotx_trio"):
-            print(f"aotx: '{key}' is not available in this build ({exc.name} missing)", file=sys.stderr)
+            print(f"aotx: '{key}' is not available in this build ({exc.name} missing)",
+                  file=sys.stderr)
             return 2
         raise
     try:

@@ -9,9 +9,9 @@
     │   ├── OverCapacity           over_capacity        KV pages / queue full (retry_after)
     │   └── CapacityExhausted      capacity_exhausted   a fixed table is full
     ├── RequestError               the request itself is wrong for the current state
-    │   ├── SequenceConflict       sequence_conflict    other bytes at a known sequence, or a future one
+    │   ├── SequenceConflict       sequence_conflict    other bytes at a known or a future sequence
     │   ├── BelowRetryFloor        below_retry_floor    sequence below the saved retry floor
-    │   ├── Conflict               conflict             other state conflicts (unsupported publication ...)
+    │   ├── Conflict               conflict             other state conflicts
     │   ├── NotFound               not_found            unknown, or not visible to the caller
     │   ├── Forbidden              forbidden            grant or space right missing
     │   └── InvalidInput           invalid_argument     bad field or value (.fields["field"])
