@@ -1,0 +1,78 @@
+/* model_internal.h -- the decoder's private structures (model*.c only). */
+#ifndef AOTX_MODEL_INTERNAL_H
+#define AOTX_MODEL_INTERNAL_H
+
+#include "aotx_gguf.h"
+#include "aotx_kernels.h"
+#include "aotx_kv.h"
+#include "aotx_model.h"
+#include "aotx_pool.h"
+#include "aotx_tokenizer.h"
+
+#include <stdatomic.h>
+
+#define MODEL_ACT_CLASSES 3   /* F32-like, Q8_K (k-quants), Q8_0 (legacy quants) */
+
+typedef struct mtensor {
+    const void *w;        /* [rows][row_bytes] in the mapping */
+    int32_t type;
+    int64_t rows, cols;
+} mtensor;
+
+typedef struct mlayer {
+    mtensor q, k, v, o, gate, up, down;
+    float *attn_norm, *ffn_norm;              /* [d_model] owned */
+    float *post_attn_norm, *post_ffn_norm;    /* [d_model] owned, gemma3 only */
+    float *q_norm, *k_norm;                   /* [head_dim] owned, gemma3 only */
+    float *bq, *bk, *bv;                      /* [rows] owned biases, qwen2 only */
+    int sliding;
+    int rope_class;                           /* 0 global base, 1 local (sliding) base */
+} mlayer;
+
+struct aotx_model {
+    aotx_gguf *g;
+    aotx_model_info info;
+    aotx_pool *pool;
+    aotx_kv_pool *kv;
+    aotx_tokenizer *tok;
+    mtensor tok_embd, output;
+    float *out_norm;          /* [d_model] owned */
+    mlayer *layers;           /* [n_layers] */
+    float emb_scale;          /* sqrt(d_model) for gemma3, else 1 */
+    int rope_neox;            /* 1: rotate halves; 0: rotate adjacent pairs */
+    int32_t n_rot;            /* rotated dims per head (even, <= head_dim) */
+    float rope_pos_scale[2];  /* position multiplier per rope class (linear scaling) */
+    float *inv_freq;          /* [2][n_rot/2] */
+
+    /* step scratch, sized at load; T = max_batch_tokens */
+    float *x, *xn;            /* [T][d_model] */
+    float *q;                 /* [T][n_heads*head_dim] */
+    float *k;                 /* [T][n_kv_heads*head_dim] */
+    float *v;                 /* [T][n_kv_heads*v_dim] */
+    float *att;               /* [T][n_heads*v_dim] */
+    float *o;                 /* [T][d_model] */
+    float *gate, *up;         /* [T][d_ff] */
+    float *rope_cs;           /* [T][2][n_rot/2][2] cos, sin */
+    float *scores;            /* [n_threads][4][max_tokens + 4] attention scores */
+    const float **vrows;      /* [n_threads][max_tokens + 4] V row pointers (attention) */
+    int32_t *blk_start;       /* [T + 1] attention blocks: first token of each */
+    int32_t n_blocks;
+    void *act[MODEL_ACT_CLASSES];     /* prepared activations */
+    int32_t *tok_pos;         /* [T] */
+    uint32_t *tok_seq;        /* [T] KV sequence id */
+    int32_t *logit_tok;       /* [max_seqs] token row of each logit row */
+    int32_t *old_len;         /* [max_seqs] */
+    uint8_t *seen;            /* [max_seqs] duplicate check */
+};
+
+int model_load_weights(aotx_model *m, char *err, int64_t cap);
+int model_load_tokenizer(aotx_model *m, char *err, int64_t cap);
+int model_read_hparams(aotx_model *m, char *err, int64_t cap);
+int model_alloc_scratch(aotx_model *m);
+void model_free_weights(aotx_model *m);
+int model_set_err(char *err, int64_t cap, int code, const char *fmt, ...);
+int model_act_class(int32_t type);
+/* Runs the layers and head for T prepared tokens (tok_seq/tok_pos filled, x embedded). */
+void model_forward(aotx_model *m, int32_t T, int32_t n_logits, float *logits);
+
+#endif

@@ -1,0 +1,398 @@
+/* model_load.c -- hyper-parameters, tensors and vocabulary from a GGUF file. */
+#include "model_internal.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int model_set_err(char *err, int64_t cap, int code, const char *fmt, ...) {
+    if (err && cap > 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, (size_t)cap, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
+static const char *arch_prefix(const aotx_model *m) {
+    switch (m->info.arch) {
+    case AOTX_ARCH_GEMMA3: return "gemma3";
+    case AOTX_ARCH_QWEN2: return "qwen2";
+    default: return "llama";
+    }
+}
+
+/* {arch}.suffix as an int; dflt < INT64_MIN+1 means required. */
+static int hp_int(const aotx_model *m, const char *suffix, int64_t dflt, int required, int64_t *out,
+                  char *err, int64_t cap) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch_prefix(m), suffix);
+    int64_t i = aotx_gguf_find_key(m->g, key);
+    if (i < 0) {
+        if (required) return model_set_err(err, cap, AOTX_E_MODEL_PARAM, "%s is missing", key);
+        *out = dflt;
+        return 0;
+    }
+    if (aotx_gguf_get_int(m->g, i, out) || *out < 0 || *out > (1 << 30))
+        return model_set_err(err, cap, AOTX_E_MODEL_PARAM, "%s is not a valid integer", key);
+    return 0;
+}
+
+static int hp_float(const aotx_model *m, const char *suffix, double dflt, double *out, char *err,
+                    int64_t cap) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch_prefix(m), suffix);
+    int64_t i = aotx_gguf_find_key(m->g, key);
+    if (i < 0) { *out = dflt; return 0; }
+    if (aotx_gguf_get_float(m->g, i, out) || !isfinite(*out))
+        return model_set_err(err, cap, AOTX_E_MODEL_PARAM, "%s is not a number", key);
+    return 0;
+}
+
+static int read_arch(aotx_model *m, char *err, int64_t cap) {
+    const char *s;
+    uint64_t n;
+    int64_t i = aotx_gguf_find_key(m->g, "general.architecture");
+    if (i < 0 || aotx_gguf_get_str(m->g, i, &s, &n))
+        return model_set_err(err, cap, AOTX_E_MODEL_ARCH, "general.architecture is missing");
+    if (n == 6 && !memcmp(s, "gemma3", 6)) m->info.arch = AOTX_ARCH_GEMMA3;
+    else if ((n == 5 && !memcmp(s, "llama", 5)) || (n == 7 && !memcmp(s, "mistral", 7)))
+        m->info.arch = AOTX_ARCH_LLAMA;
+    else if (n == 5 && !memcmp(s, "qwen2", 5)) m->info.arch = AOTX_ARCH_QWEN2;
+    else
+        return model_set_err(err, cap, AOTX_E_MODEL_ARCH,
+                             "general.architecture '%.*s' is not gemma3, llama, mistral or qwen2",
+                             (int)(n > 64 ? 64 : n), s);
+    return 0;
+}
+
+int model_read_hparams(aotx_model *m, char *err, int64_t cap) {
+    int rc;
+    int64_t d, L, ff, nh, nkv, kl, vl, win, ctx, nrot;
+    double eps, base, base_local, scale, rscale;
+    aotx_model_info *in = &m->info;
+    if ((rc = read_arch(m, err, cap))) return rc;
+    if ((rc = hp_int(m, "embedding_length", 0, 1, &d, err, cap))) return rc;
+    if ((rc = hp_int(m, "block_count", 0, 1, &L, err, cap))) return rc;
+    if ((rc = hp_int(m, "feed_forward_length", 0, 1, &ff, err, cap))) return rc;
+    if ((rc = hp_int(m, "attention.head_count", 0, 1, &nh, err, cap))) return rc;
+    if ((rc = hp_int(m, "attention.head_count_kv", nh, 0, &nkv, err, cap))) return rc;
+    if (d <= 0 || L <= 0 || ff <= 0 || nh <= 0 || nkv <= 0 || nh % nkv)
+        return model_set_err(err, cap, AOTX_E_MODEL_PARAM,
+                             "%s: embedding_length/block_count/feed_forward_length/head counts "
+                             "invalid (head_count %% head_count_kv must be 0)", arch_prefix(m));
+    if ((rc = hp_int(m, "attention.key_length", d / nh, 0, &kl, err, cap))) return rc;
+    if ((rc = hp_int(m, "attention.value_length", kl, 0, &vl, err, cap))) return rc;
+    if ((rc = hp_int(m, "context_length", 2048, 0, &ctx, err, cap))) return rc;
+    if ((rc = hp_int(m, "attention.sliding_window", 0, 0, &win, err, cap))) return rc;
+    if ((rc = hp_int(m, "rope.dimension_count", kl, 0, &nrot, err, cap))) return rc;
+    if (kl <= 0 || vl <= 0 || kl % 2 || nrot <= 0 || nrot > kl || nrot % 2)
+        return model_set_err(err, cap, AOTX_E_MODEL_PARAM, "%s.attention.key_length %lld / "
+                             "rope.dimension_count %lld invalid", arch_prefix(m), (long long)kl,
+                             (long long)nrot);
+    if ((rc = hp_float(m, "attention.layer_norm_rms_epsilon", 1e-6, &eps, err, cap))) return rc;
+    if ((rc = hp_float(m, "rope.freq_base", m->info.arch == AOTX_ARCH_GEMMA3 ? 1e6 : 1e4, &base,
+                       err, cap)))
+        return rc;
+    if ((rc = hp_float(m, "rope.freq_base_swa", 1e4, &base_local, err, cap))) return rc;
+    if ((rc = hp_float(m, "attention.scale", 1.0 / sqrt((double)kl), &scale, err, cap))) return rc;
+    if ((rc = hp_float(m, "rope.scaling.factor", 1.0, &rscale, err, cap))) return rc;
+    if (rscale <= 0) rscale = 1.0;
+    in->d_model = (int32_t)d; in->n_layers = (int32_t)L; in->d_ff = (int32_t)ff;
+    in->n_heads = (int32_t)nh; in->n_kv_heads = (int32_t)nkv;
+    in->head_dim = (int32_t)kl; in->v_dim = (int32_t)vl;
+    in->ctx_train = (int32_t)ctx;
+    in->window = m->info.arch == AOTX_ARCH_GEMMA3 ? (int32_t)win : 0;
+    in->eps = (float)eps;
+    in->rope_base = (float)base;
+    in->rope_base_local = m->info.arch == AOTX_ARCH_GEMMA3 ? (float)base_local : (float)base;
+    in->attn_scale = (float)scale;
+    m->n_rot = (int32_t)nrot;
+    m->rope_neox = m->info.arch != AOTX_ARCH_LLAMA;
+    m->emb_scale = m->info.arch == AOTX_ARCH_GEMMA3 ? sqrtf((float)d) : 1.0f;
+    /* linear rope scaling applies to global layers (all layers outside gemma3) */
+    m->rope_pos_scale[0] = (float)(1.0 / rscale);
+    m->rope_pos_scale[1] = m->info.arch == AOTX_ARCH_GEMMA3 ? 1.0f : (float)(1.0 / rscale);
+    m->inv_freq = malloc(sizeof(float) * (size_t)nrot);
+    if (!m->inv_freq) return AOTX_E_NOMEM;
+    for (int c = 0; c < 2; c++) {
+        double b = c == 0 ? base : in->rope_base_local;
+        for (int64_t i = 0; i < nrot / 2; i++)
+            m->inv_freq[c * (nrot / 2) + i] = (float)pow(b, -2.0 * (double)i / (double)nrot);
+    }
+    return 0;
+}
+
+int model_act_class(int32_t type) {
+    switch (type) {
+    case AOTX_T_Q4_K: case AOTX_T_Q5_K: case AOTX_T_Q6_K: return 1;
+    case AOTX_T_Q4_0: case AOTX_T_Q5_0: case AOTX_T_Q8_0: return 2;
+    default: return 0;
+    }
+}
+
+static int get_matrix(aotx_model *m, const char *name, int64_t rows, int64_t cols, int optional,
+                      mtensor *out, char *err, int64_t cap) {
+    aotx_gguf_tensor_info ti;
+    int64_t i = aotx_gguf_find_tensor(m->g, name);
+    memset(out, 0, sizeof *out);
+    if (i < 0) {
+        if (optional) return 0;
+        return model_set_err(err, cap, AOTX_E_MODEL_TENSOR, "tensor %s is missing", name);
+    }
+    aotx_gguf_tensor(m->g, i, &ti);
+    if (ti.n_dims != 2 || ti.dims[0] != cols || (rows > 0 && ti.dims[1] != rows))
+        return model_set_err(err, cap, AOTX_E_MODEL_TENSOR,
+                             "tensor %s has shape [%lld, %lld]; expected [%lld, %lld]", name,
+                             (long long)ti.dims[0], (long long)ti.dims[1], (long long)cols,
+                             (long long)rows);
+    if (aotx_type_block_elems(ti.type) <= 0 || aotx_act_bytes(ti.type, cols, 1) <= 0)
+        return model_set_err(err, cap, AOTX_E_MODEL_TENSOR,
+                             "tensor %s has type %d the kernels do not support", name, ti.type);
+    *out = (mtensor){ti.data, ti.type, ti.dims[1], ti.dims[0]};
+    return 0;
+}
+
+/* A 1-D tensor of n elements, dequantized into an owned float copy. */
+static int get_vector(aotx_model *m, const char *name, int64_t n, int optional, float **out,
+                      char *err, int64_t cap) {
+    aotx_gguf_tensor_info ti;
+    int64_t i = aotx_gguf_find_tensor(m->g, name);
+    *out = NULL;
+    if (i < 0) {
+        if (optional) return 0;
+        return model_set_err(err, cap, AOTX_E_MODEL_TENSOR, "tensor %s is missing", name);
+    }
+    aotx_gguf_tensor(m->g, i, &ti);
+    if (ti.n_dims != 1 || ti.dims[0] != n)
+        return model_set_err(err, cap, AOTX_E_MODEL_TENSOR,
+                             "tensor %s has %lld elements in %d dims; expected [%lld]", name,
+                             (long long)ti.dims[0], ti.n_dims, (long long)n);
+    float *v = malloc(sizeof(float) * (size_t)n);
+    if (!v) return AOTX_E_NOMEM;
+    if (aotx_dequant_row(ti.type, ti.data, v, n)) {
+        free(v);
+        return model_set_err(err, cap, AOTX_E_MODEL_TENSOR, "tensor %s has unusable type %d",
+                             name, ti.type);
+    }
+    *out = v;
+    return 0;
+}
+
+static int load_layer(aotx_model *m, int32_t l, char *err, int64_t cap) {
+    const aotx_model_info *in = &m->info;
+    mlayer *ly = &m->layers[l];
+    int64_t d = in->d_model, qd = (int64_t)in->n_heads * in->head_dim;
+    int64_t kd = (int64_t)in->n_kv_heads * in->head_dim, vd = (int64_t)in->n_kv_heads * in->v_dim;
+    int64_t od = (int64_t)in->n_heads * in->v_dim;
+    int gem = in->arch == AOTX_ARCH_GEMMA3;
+    char nm[96];
+    int rc;
+#define MAT(field, suffix, rows, cols)                                            \
+    snprintf(nm, sizeof nm, "blk.%d." suffix ".weight", l);                       \
+    if ((rc = get_matrix(m, nm, rows, cols, 0, &ly->field, err, cap))) return rc;
+#define VEC(field, suffix, n, opt)                                                \
+    snprintf(nm, sizeof nm, "blk.%d." suffix, l);                                 \
+    if ((rc = get_vector(m, nm, n, opt, &ly->field, err, cap))) return rc;
+    MAT(q, "attn_q", qd, d);
+    MAT(k, "attn_k", kd, d);
+    MAT(v, "attn_v", vd, d);
+    MAT(o, "attn_output", d, od);
+    MAT(gate, "ffn_gate", in->d_ff, d);
+    MAT(up, "ffn_up", in->d_ff, d);
+    MAT(down, "ffn_down", d, in->d_ff);
+    VEC(attn_norm, "attn_norm.weight", d, 0);
+    VEC(ffn_norm, "ffn_norm.weight", d, 0);
+    if (gem) {
+        VEC(post_attn_norm, "post_attention_norm.weight", d, 0);
+        VEC(post_ffn_norm, "post_ffw_norm.weight", d, 0);
+        VEC(q_norm, "attn_q_norm.weight", in->head_dim, 0);
+        VEC(k_norm, "attn_k_norm.weight", in->head_dim, 0);
+    }
+    VEC(bq, "attn_q.bias", qd, 1);
+    VEC(bk, "attn_k.bias", kd, 1);
+    VEC(bv, "attn_v.bias", vd, 1);
+#undef MAT
+#undef VEC
+    ly->sliding = gem && in->window > 0 && (l + 1) % 6 != 0;
+    ly->rope_class = gem && (l + 1) % 6 != 0 ? 1 : 0;
+    return 0;
+}
+
+int model_load_weights(aotx_model *m, char *err, int64_t cap) {
+    int rc;
+    aotx_model_info *in = &m->info;
+    if ((rc = get_matrix(m, "token_embd.weight", 0, in->d_model, 0, &m->tok_embd, err, cap)))
+        return rc;
+    in->n_vocab = (int32_t)m->tok_embd.rows;
+    if ((rc = get_matrix(m, "output.weight", in->n_vocab, in->d_model, 1, &m->output, err, cap)))
+        return rc;
+    if (!m->output.w) m->output = m->tok_embd;   /* tied */
+    if ((rc = get_vector(m, "output_norm.weight", in->d_model, 0, &m->out_norm, err, cap)))
+        return rc;
+    m->layers = calloc((size_t)in->n_layers, sizeof(mlayer));
+    if (!m->layers) return AOTX_E_NOMEM;
+    for (int32_t l = 0; l < in->n_layers; l++)
+        if ((rc = load_layer(m, l, err, cap))) return rc;
+    return 0;
+}
+
+void model_free_weights(aotx_model *m) {
+    if (m->layers) {
+        for (int32_t l = 0; l < m->info.n_layers; l++) {
+            mlayer *ly = &m->layers[l];
+            free(ly->attn_norm); free(ly->ffn_norm); free(ly->post_attn_norm);
+            free(ly->post_ffn_norm); free(ly->q_norm); free(ly->k_norm);
+            free(ly->bq); free(ly->bk); free(ly->bv);
+        }
+        free(m->layers);
+    }
+    free(m->out_norm);
+    free(m->inv_freq);
+}
+
+static int32_t tok_id(const aotx_gguf *g, const char *key) {
+    int64_t v, i = aotx_gguf_find_key(g, key);
+    if (i < 0 || aotx_gguf_get_int(g, i, &v) || v < 0 || v > INT32_MAX) return -1;
+    return (int32_t)v;
+}
+
+static int32_t tok_flag(const aotx_gguf *g, const char *key, int32_t dflt) {
+    int64_t v, i = aotx_gguf_find_key(g, key);
+    if (i < 0 || aotx_gguf_get_int(g, i, &v)) return dflt;
+    return v != 0;
+}
+
+static int32_t find_piece(const aotx_gguf *g, int64_t ti, uint64_t n, const char *piece) {
+    size_t pl = strlen(piece);
+    for (uint64_t j = 0; j < n; j++) {
+        const char *s;
+        uint64_t len;
+        if (!aotx_gguf_arr_str(g, ti, j, &s, &len) && len == pl && !memcmp(s, piece, pl))
+            return (int32_t)j;
+    }
+    return -1;
+}
+
+int model_load_tokenizer(aotx_model *m, char *err, int64_t cap) {
+    const aotx_gguf *g = m->g;
+    int32_t et;
+    uint64_t n;
+    int64_t ti = aotx_gguf_find_key(g, "tokenizer.ggml.tokens");
+    m->info.bos_id = tok_id(g, "tokenizer.ggml.bos_token_id");
+    m->info.eos_id = tok_id(g, "tokenizer.ggml.eos_token_id");
+    m->info.eot_id = -1;
+    if (ti < 0) return 0;   /* no vocabulary: the model runs on token ids only */
+    if (aotx_gguf_arr_info(g, ti, &et, &n) || et != AOTX_GGUF_STRING || n == 0 || n > INT32_MAX)
+        return model_set_err(err, cap, AOTX_E_MODEL_VOCAB, "tokenizer.ggml.tokens is not a string array");
+    int64_t si = aotx_gguf_find_key(g, "tokenizer.ggml.scores");
+    int64_t yi = aotx_gguf_find_key(g, "tokenizer.ggml.token_type");
+    const char **ptrs = malloc(sizeof(char *) * n);
+    int32_t *lens = malloc(sizeof(int32_t) * n);
+    float *scores = si >= 0 ? malloc(sizeof(float) * n) : NULL;
+    int32_t *types = yi >= 0 ? malloc(sizeof(int32_t) * n) : NULL;
+    int rc = 0;
+    if (!ptrs || !lens || (si >= 0 && !scores) || (yi >= 0 && !types)) { rc = AOTX_E_NOMEM; goto out; }
+    for (uint64_t j = 0; j < n; j++) {
+        uint64_t len;
+        aotx_gguf_arr_str(g, ti, j, &ptrs[j], &len);
+        if (len > INT32_MAX) { rc = AOTX_E_MODEL_VOCAB; goto out; }
+        lens[j] = (int32_t)len;
+        double f = 0;
+        int64_t t = 1;
+        if (scores && aotx_gguf_arr_float(g, si, j, &f)) {
+            rc = model_set_err(err, cap, AOTX_E_MODEL_VOCAB, "tokenizer.ggml.scores[%llu] unreadable",
+                               (unsigned long long)j);
+            goto out;
+        }
+        if (types && aotx_gguf_arr_int(g, yi, j, &t)) {
+            rc = model_set_err(err, cap, AOTX_E_MODEL_VOCAB,
+                               "tokenizer.ggml.token_type[%llu] unreadable", (unsigned long long)j);
+            goto out;
+        }
+        if (scores) scores[j] = (float)f;
+        if (types) types[j] = (int32_t)t;
+    }
+    const char *model_name = NULL;
+    uint64_t mn = 0;
+    int64_t mi = aotx_gguf_find_key(g, "tokenizer.ggml.model");
+    if (mi >= 0) aotx_gguf_get_str(g, mi, &model_name, &mn);
+    int spm = !model_name || (mn == 5 && !memcmp(model_name, "llama", 5));
+    aotx_tokenizer_params tp = {
+        .bos_id = m->info.bos_id, .eos_id = m->info.eos_id,
+        .unk_id = tok_id(g, "tokenizer.ggml.unknown_token_id"),
+        .pad_id = tok_id(g, "tokenizer.ggml.padding_token_id"),
+        .add_bos = tok_flag(g, "tokenizer.ggml.add_bos_token", 1),
+        .add_space_prefix = tok_flag(g, "tokenizer.ggml.add_space_prefix", spm),
+    };
+    rc = aotx_tokenizer_new(&tp, (int32_t)n, ptrs, lens, scores, types, &m->tok);
+    if (rc) {
+        rc = model_set_err(err, cap, AOTX_E_MODEL_VOCAB,
+                           "the GGUF vocabulary does not build a tokenizer (%s)",
+                           aotx_code_name(rc));
+        goto out;
+    }
+    m->info.has_tokenizer = 1;
+    m->info.eot_id = find_piece(g, ti, n, "<end_of_turn>");
+out:
+    free(ptrs); free(lens); free(scores); free(types);
+    return rc;
+}
+
+static void *alloc_f(int64_t n) {
+    return aligned_alloc(64, (size_t)((n * 4 + 63) / 64 * 64));
+}
+
+int model_alloc_scratch(aotx_model *m) {
+    const aotx_model_info *in = &m->info;
+    int64_t T = in->max_batch_tokens, d = in->d_model;
+    int64_t maxs = in->max_seqs > T ? in->max_seqs : T;
+    m->x = alloc_f(T * d);
+    m->xn = alloc_f(maxs * d);
+    m->q = alloc_f(T * in->n_heads * in->head_dim);
+    m->k = alloc_f(T * in->n_kv_heads * in->head_dim);
+    m->v = alloc_f(T * in->n_kv_heads * in->v_dim);
+    m->att = alloc_f(T * in->n_heads * in->v_dim);
+    m->o = alloc_f(T * d);
+    m->gate = alloc_f(T * in->d_ff);
+    m->up = alloc_f(T * in->d_ff);
+    m->rope_cs = alloc_f(T * 2 * m->n_rot);
+    m->scores = alloc_f((int64_t)in->n_threads * 4 * (in->max_tokens + 4));
+    m->blk_start = malloc(sizeof(int32_t) * (size_t)(T + 1));
+    m->vrows = malloc(sizeof(float *) * (size_t)in->n_threads * (size_t)(in->max_tokens + 4));
+    m->tok_pos = malloc(sizeof(int32_t) * (size_t)T);
+    m->tok_seq = malloc(sizeof(uint32_t) * (size_t)T);
+    m->logit_tok = malloc(sizeof(int32_t) * (size_t)in->max_seqs);
+    m->old_len = malloc(sizeof(int32_t) * (size_t)in->max_seqs);
+    m->seen = calloc((size_t)in->max_seqs, 1);
+    if (!m->x || !m->xn || !m->q || !m->k || !m->v || !m->att || !m->o || !m->gate || !m->up ||
+        !m->rope_cs || !m->scores || !m->tok_pos || !m->tok_seq || !m->logit_tok || !m->old_len ||
+        !m->seen || !m->blk_start || !m->vrows)
+        return AOTX_E_NOMEM;
+    /* activation buffers: the largest input any matmul of each class sees */
+    int64_t need[MODEL_ACT_CLASSES] = {0};
+    const mtensor *all[8];
+    for (int32_t l = -1; l < in->n_layers; l++) {
+        int na = 0;
+        if (l < 0) { all[na++] = &m->output; }
+        else {
+            const mlayer *ly = &m->layers[l];
+            all[na++] = &ly->q; all[na++] = &ly->k; all[na++] = &ly->v; all[na++] = &ly->o;
+            all[na++] = &ly->gate; all[na++] = &ly->up; all[na++] = &ly->down;
+        }
+        for (int a = 0; a < na; a++) {
+            int64_t b = aotx_act_bytes(all[a]->type, all[a]->cols, maxs);
+            int c = model_act_class(all[a]->type);
+            if (b > need[c]) need[c] = b;
+        }
+    }
+    for (int c = 0; c < MODEL_ACT_CLASSES; c++) {
+        if (!need[c]) continue;
+        m->act[c] = aligned_alloc(64, (size_t)((need[c] + 63) / 64 * 64));
+        if (!m->act[c]) return AOTX_E_NOMEM;
+    }
+    return 0;
+}

@@ -1,0 +1,155 @@
+"""An independent numpy forward pass of the decoder (the tests' oracle).
+
+Reads a GGUF file with gguf-py, dequantizes every tensor with
+``gguf.quants.dequantize`` and runs gemma3 or llama-family attention in
+float64 over a whole token sequence, returning logits at every position.
+Written from the public architecture descriptions, not from csrc/.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import gguf
+import numpy as np
+from gguf import quants
+
+F = np.float64
+
+
+K_QUANTS = {"Q4_K", "Q5_K", "Q6_K"}
+LEGACY_QUANTS = {"Q4_0", "Q5_0", "Q8_0"}
+
+
+def quantize_act(x: np.ndarray, block: int) -> np.ndarray:
+    """Activations as the kernels see them: per block of `block` values,
+    d = max|x| / 127, q = round-half-even(x / d) in [-127, 127], x' = d * q
+    (float32 arithmetic as in the C code)."""
+    x32 = np.asarray(x, dtype=np.float32)
+    shp = x32.shape
+    b = x32.reshape(-1, block)
+    d = (np.abs(b).max(axis=1, keepdims=True) / np.float32(127.0)).astype(np.float32)
+    with np.errstate(divide="ignore"):
+        inv = np.where(d > 0, np.float32(1.0) / d, np.float32(0.0)).astype(np.float32)
+    q = np.clip(np.rint(b * inv), -127, 127)
+    return np.asarray((q.astype(F) * d.astype(F)).reshape(shp))
+
+
+class Reference:
+    """act_quant=True reproduces the kernels' Q8 activations (Q8_K blocks of 256
+    before k-quant weights, blocks of 32 before Q4_0/Q5_0/Q8_0 weights), so
+    quantized models can be compared tightly too."""
+
+    def __init__(self, path: Path | str, act_quant: bool = False) -> None:
+        self.act_quant = act_quant
+        self.types: dict[str, str] = {}
+        r = gguf.GGUFReader(str(path))
+        self.meta: dict[str, Any] = {}
+        for k, f in r.fields.items():
+            if k.startswith("tokenizer.ggml.") and k.endswith(("tokens", "scores", "token_type")):
+                continue
+            self.meta[k] = f.contents()
+        self.w: dict[str, np.ndarray] = {}
+        for t in r.tensors:
+            deq = quants.dequantize(t.data, t.tensor_type)
+            self.w[t.name] = np.asarray(deq, dtype=F).reshape([int(x) for x in t.shape[::-1]])
+            self.types[t.name] = t.tensor_type.name
+        self.arch = str(self.meta["general.architecture"])
+        a = self.arch
+
+        def hp(name: str, default: Any = None) -> Any:
+            return self.meta.get(f"{a}.{name}", default)
+
+        self.d = int(hp("embedding_length"))
+        self.n_layers = int(hp("block_count"))
+        self.n_heads = int(hp("attention.head_count"))
+        self.n_kv = int(hp("attention.head_count_kv", self.n_heads))
+        self.hd = int(hp("attention.key_length", self.d // self.n_heads))
+        self.vd = int(hp("attention.value_length", self.hd))
+        self.eps = float(hp("attention.layer_norm_rms_epsilon", 1e-6))
+        self.base = float(hp("rope.freq_base", 1e6 if a == "gemma3" else 1e4))
+        self.window = int(hp("attention.sliding_window", 0)) if a == "gemma3" else 0
+        self.scale = float(hp("attention.scale", 1.0 / np.sqrt(self.hd)))
+
+    def mm(self, x: np.ndarray, name: str) -> np.ndarray:
+        """x @ W.T for the matrix `name`, activations quantized like the kernels."""
+        if self.act_quant:
+            t = self.types[name]
+            if t in K_QUANTS:
+                x = quantize_act(x, 256)
+            elif t in LEGACY_QUANTS:
+                x = quantize_act(x, 32)
+        return np.asarray(x @ self.w[name].T)
+
+    def rms(self, x: np.ndarray, w: np.ndarray) -> np.ndarray:
+        return np.asarray(x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.eps) * w)
+
+    def rope(self, x: np.ndarray, pos: np.ndarray, base: float) -> np.ndarray:
+        """x: [T, heads, hd]; NeoX halves for gemma3/qwen2, adjacent pairs for llama."""
+        half = self.hd // 2
+        inv = base ** (-np.arange(half, dtype=F) * 2.0 / self.hd)
+        ang = pos[:, None].astype(F) * inv[None, :]
+        c, s = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+        if self.arch == "llama":
+            a, b = x[..., 0::2], x[..., 1::2]
+            out = np.empty_like(x)
+            out[..., 0::2] = a * c - b * s
+            out[..., 1::2] = a * s + b * c
+            return out
+        a, b = x[..., :half], x[..., half:]
+        return np.concatenate([a * c - b * s, a * s + b * c], axis=-1)
+
+    def forward(self, tokens: list[int]) -> np.ndarray:
+        """Logits [T, n_vocab] for the sequence starting at position 0."""
+        w, T = self.w, len(tokens)
+        gem = self.arch == "gemma3"
+        x = w["token_embd.weight"][tokens].copy()
+        if gem:
+            x *= np.sqrt(self.d)
+        pos = np.arange(T)
+        for li in range(self.n_layers):
+            p = f"blk.{li}."
+            h = self.rms(x, w[p + "attn_norm.weight"])
+            q = self.mm(h, p + "attn_q.weight") + w.get(p + "attn_q.bias", 0.0)
+            k = self.mm(h, p + "attn_k.weight") + w.get(p + "attn_k.bias", 0.0)
+            v = self.mm(h, p + "attn_v.weight") + w.get(p + "attn_v.bias", 0.0)
+            q = q.reshape(T, self.n_heads, self.hd)
+            k = k.reshape(T, self.n_kv, self.hd)
+            v = v.reshape(T, self.n_kv, self.vd)
+            is_global = (li + 1) % 6 == 0
+            base = self.base
+            if gem:
+                q = self.rms(q, w[p + "attn_q_norm.weight"])
+                k = self.rms(k, w[p + "attn_k_norm.weight"])
+                base = self.base if is_global else 10000.0
+            q, k = self.rope(q, pos, base), self.rope(k, pos, base)
+            mask = pos[None, :] <= pos[:, None]
+            if gem and not is_global and self.window > 0:
+                mask &= pos[:, None] - pos[None, :] < self.window
+            group = self.n_heads // self.n_kv
+            out = np.zeros((T, self.n_heads, self.vd))
+            for hh in range(self.n_heads):
+                kh = k[:, hh // group, :]
+                sc = (q[:, hh, :] @ kh.T) * self.scale
+                sc = np.where(mask, sc, -np.inf)
+                sc = np.exp(sc - sc.max(axis=1, keepdims=True))
+                sc /= sc.sum(axis=1, keepdims=True)
+                out[:, hh, :] = sc @ v[:, hh // group, :]
+            o = self.mm(out.reshape(T, -1), p + "attn_output.weight")
+            if gem:
+                o = self.rms(o, w[p + "post_attention_norm.weight"])
+            x = x + o
+            h = self.rms(x, w[p + "ffn_norm.weight"])
+            g = self.mm(h, p + "ffn_gate.weight")
+            u = self.mm(h, p + "ffn_up.weight")
+            if gem:
+                act = 0.5 * g * (1 + np.tanh(np.sqrt(2 / np.pi) * (g + 0.044715 * g**3)))
+            else:
+                act = g / (1 + np.exp(-g))
+            f = self.mm(act * u, p + "ffn_down.weight")
+            if gem:
+                f = self.rms(f, w[p + "post_ffw_norm.weight"])
+            x = x + f
+        x = self.rms(x, w["output_norm.weight"])
+        return self.mm(x, "output.weight" if "output.weight" in w else "token_embd.weight")

@@ -1,0 +1,168 @@
+"""Small synthetic GGUF models for the decoder tests (random weights).
+
+``write_model(path, arch=..., types=...)`` writes a gemma3 or llama model
+with gguf-py's GGUFWriter: every matrix in one of the tensor types the
+kernels support (Q4_K, Q5_K, Q6_K, Q4_0, Q5_0, Q8_0, F16, BF16, F32).  gguf-py
+cannot quantize k-quants, so their blocks are random bytes with bounded
+scales, which is a valid (if unusual) tensor.  The vocabulary is
+SentencePiece-style: 4 specials, 256 byte tokens, then word pieces.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import gguf
+import numpy as np
+from gguf import GGMLQuantizationType as Q
+from gguf import quants
+
+__all__ = ["ALL_TYPES", "FLOAT_TYPES", "Q", "Spec", "encode", "vocab", "write_model"]
+
+ALL_TYPES: tuple[Q, ...] = (Q.Q4_K, Q.Q5_0, Q.Q6_K, Q.Q8_0, Q.F16, Q.BF16, Q.F32, Q.Q5_K, Q.Q4_0)
+FLOAT_TYPES: tuple[Q, ...] = (Q.F32,)
+
+WORDS = ("the", "capital", "of", "France", "is", "Paris", "a", "city", "and", "in", "to",
+         "it", "was", "on", "for", "with", "as", "by", "at", "from", "Hello", "world")
+
+
+@dataclass
+class Spec:
+    arch: str = "gemma3"
+    d_model: int = 256
+    n_layers: int = 6
+    d_ff: int = 512
+    n_heads: int = 4
+    n_kv_heads: int = 1
+    head_dim: int = 64
+    window: int = 8
+    n_vocab: int = 512
+    types: Sequence[Q] = field(default_factory=lambda: ALL_TYPES)
+    embd_type: Q = Q.Q8_0
+    tied: bool = True
+    qkv_bias: bool = False
+    seed: int = 0
+    eos_id: int = 1
+    zero_output_norm: bool = False   # every logit 0: greedy picks token 0
+
+
+def vocab(n: int) -> tuple[list[str], list[float], list[int]]:
+    toks = ["<pad>", "<eos>", "<bos>", "<unk>"]
+    types = [3, 3, 3, 2]
+    toks += [f"<0x{b:02X}>" for b in range(256)]
+    types += [6] * 256
+    pieces = ["\u2581" + w for w in WORDS] + list(WORDS)
+    pieces += ["\u2581", "<end_of_turn>"] + [chr(c) for c in range(ord("a"), ord("z") + 1)]
+    k = 0
+    while len(toks) < n:
+        p = pieces[k] if k < len(pieces) else f"\u2581w{k}"
+        toks.append(p)
+        types.append(3 if p == "<end_of_turn>" else 1)
+        k += 1
+    scores = [0.0] * 4 + [-1000.0] * 256 + [-float(len(t)) * 0.0 - i * 0.01 for i, t in
+                                            enumerate(toks[260:])]
+    return toks[:n], scores[:n], types[:n]
+
+
+def _kquant_blocks(rng: np.random.Generator, rows: int, cols: int, qt: Q) -> np.ndarray:
+    nb = rows * cols // 256
+    if qt == Q.Q6_K:
+        b = rng.integers(0, 256, size=(nb, 210), dtype=np.uint8)
+        b[:, 192:208] = rng.integers(-24, 25, size=(nb, 16)).astype(np.int8).view(np.uint8)
+        b[:, 208:210] = np.full(nb, 0.0004, np.float16).view(np.uint8).reshape(nb, 2)
+    else:
+        size = 144 if qt == Q.Q4_K else 176
+        b = rng.integers(0, 256, size=(nb, size), dtype=np.uint8)
+        d = 0.0012 if qt == Q.Q4_K else 0.0006
+        b[:, 0:2] = np.full(nb, d, np.float16).view(np.uint8).reshape(nb, 2)
+        b[:, 2:4] = np.full(nb, d * 8, np.float16).view(np.uint8).reshape(nb, 2)
+    return b.reshape(rows, -1)
+
+
+def encode(rng: np.random.Generator, w: np.ndarray, qt: Q) -> np.ndarray:
+    """Tensor data for GGUFWriter.add_tensor(raw_dtype=qt)."""
+    rows, cols = w.shape
+    if qt in (Q.Q4_K, Q.Q5_K, Q.Q6_K):
+        return _kquant_blocks(rng, rows, cols, qt)
+    if qt == Q.F32:
+        return w.astype(np.float32)
+    if qt == Q.F16:
+        return w.astype(np.float16)
+    return np.asarray(quants.quantize(w.astype(np.float32), qt))
+
+
+def write_model(path: Path, spec: Spec) -> Path:
+    rng = np.random.default_rng(spec.seed)
+    a = spec.arch
+    wr = gguf.GGUFWriter(str(path), a)
+    wr.add_uint32(f"{a}.context_length", 1024)
+    wr.add_uint32(f"{a}.embedding_length", spec.d_model)
+    wr.add_uint32(f"{a}.block_count", spec.n_layers)
+    wr.add_uint32(f"{a}.feed_forward_length", spec.d_ff)
+    wr.add_uint32(f"{a}.attention.head_count", spec.n_heads)
+    wr.add_uint32(f"{a}.attention.head_count_kv", spec.n_kv_heads)
+    wr.add_uint32(f"{a}.attention.key_length", spec.head_dim)
+    wr.add_uint32(f"{a}.attention.value_length", spec.head_dim)
+    wr.add_float32(f"{a}.attention.layer_norm_rms_epsilon", 1e-6)
+    wr.add_float32(f"{a}.rope.freq_base", 1e6 if a == "gemma3" else 1e4)
+    if a == "gemma3":
+        wr.add_uint32(f"{a}.attention.sliding_window", spec.window)
+    toks, scores, ttypes = vocab(spec.n_vocab)
+    wr.add_tokenizer_model("llama")
+    wr.add_token_list(toks)
+    wr.add_token_scores(scores)
+    wr.add_token_types(ttypes)
+    wr.add_bos_token_id(2)
+    wr.add_eos_token_id(spec.eos_id)
+    wr.add_unk_token_id(3)
+    wr.add_pad_token_id(0)
+    wr.add_add_bos_token(True)
+    wr.add_add_space_prefix(False)
+    d, hd = spec.d_model, spec.head_dim
+    k = 0
+
+    def mat(name: str, rows: int, cols: int, qt: Q | None = None, scale: float = 0.06) -> None:
+        nonlocal k
+        if qt is None:
+            qt = spec.types[k % len(spec.types)]
+            k += 1
+        w = (rng.standard_normal((rows, cols)) * scale).astype(np.float32)
+        wr.add_tensor(name, encode(rng, w, qt), raw_dtype=qt)
+
+    def vec(name: str, n: int, base: float = 1.0) -> None:
+        wr.add_tensor(name, (base + 0.1 * rng.standard_normal(n)).astype(np.float32))
+
+    mat("token_embd.weight", spec.n_vocab, d, spec.embd_type, scale=0.05 if a == "gemma3" else 1.0)
+    if not spec.tied:
+        mat("output.weight", spec.n_vocab, d)
+    if spec.zero_output_norm:
+        wr.add_tensor("output_norm.weight", np.zeros(d, dtype=np.float32))
+    else:
+        vec("output_norm.weight", d)
+    for layer in range(spec.n_layers):
+        p = f"blk.{layer}."
+        mat(p + "attn_q.weight", spec.n_heads * hd, d)
+        mat(p + "attn_k.weight", spec.n_kv_heads * hd, d)
+        mat(p + "attn_v.weight", spec.n_kv_heads * hd, d)
+        mat(p + "attn_output.weight", d, spec.n_heads * hd)
+        mat(p + "ffn_gate.weight", spec.d_ff, d)
+        mat(p + "ffn_up.weight", spec.d_ff, d)
+        mat(p + "ffn_down.weight", d, spec.d_ff)
+        vec(p + "attn_norm.weight", d)
+        vec(p + "ffn_norm.weight", d)
+        if a == "gemma3":
+            vec(p + "post_attention_norm.weight", d)
+            vec(p + "post_ffw_norm.weight", d)
+            vec(p + "attn_q_norm.weight", hd)
+            vec(p + "attn_k_norm.weight", hd)
+        if spec.qkv_bias:
+            vec(p + "attn_q.bias", spec.n_heads * hd, 0.0)
+            vec(p + "attn_k.bias", spec.n_kv_heads * hd, 0.0)
+            vec(p + "attn_v.bias", spec.n_kv_heads * hd, 0.0)
+    wr.write_header_to_file()
+    wr.write_kv_data_to_file()
+    wr.write_tensors_to_file()
+    wr.close()
+    return path
