@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import tokenizers
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from reference_bert import (
@@ -26,8 +27,6 @@ from reference_bert import (
 from aotx_trio import errors
 from aotx_trio.embed import Embedder, WordPiece
 from aotx_trio.native import ffi, lib
-
-tokenizers = pytest.importorskip("tokenizers")
 
 
 @pytest.fixture(scope="session")

@@ -11,24 +11,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
+from _real import real_gguf
 
 from aotx_trio.engine import Engine
 
-
-def _model_path() -> Path:
-    try:
-        from aotx_trio.models import default_text_model
-
-        return default_text_model()
-    except Exception:   # package not installed here: the developer cache
-        return Path.home() / ".cache" / "aotx-trio" / "gemma-3-270m-q4_k_m.gguf"
-
-
-MODEL = _model_path()
-pytestmark = pytest.mark.skipif(not MODEL.exists(), reason=f"{MODEL} not assembled")
+MODEL = real_gguf()
 
 
 @pytest.fixture(scope="module")

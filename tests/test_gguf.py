@@ -8,13 +8,14 @@ from typing import Any
 import gguf
 import numpy as np
 import pytest
+from _real import real_gguf
 from gguf import GGMLQuantizationType as Q
 from gguf import GGUFValueType as VT
 
 from aotx_trio import errors
 from aotx_trio.native import check, ffi, lib
 
-REAL = Path("/root/.cache/aotx-trio/gemma-3-270m-q4_k_m.gguf")
+REAL = real_gguf()
 
 
 class Reader:
@@ -223,7 +224,6 @@ def test_tensor_past_end_is_refused(tmp_path: Path) -> None:
     assert rc == lib.AOTX_E_GGUF_TENSOR and "past the end" in msg and "'" in msg
 
 
-@pytest.mark.skipif(not REAL.exists(), reason="real model not assembled")
 def test_real_model_table() -> None:
     r = Reader(REAL)
     try:

@@ -8,9 +8,8 @@ model proto built from the same GGUF arrays; neither is a test dependency.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from _real import real_gguf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -18,7 +17,7 @@ from aotx_trio import errors
 from aotx_trio.native import ffi, lib
 from aotx_trio.tokenizer import BYTE, CONTROL, NORMAL, USER_DEFINED, Detokenizer, Tokenizer
 
-MODEL = Path("/root/.cache/aotx-trio/gemma-3-270m-q4_k_m.gguf")
+MODEL = real_gguf()
 MARK = "\u2581"  # the SentencePiece space marker
 
 
