@@ -101,8 +101,17 @@ async def serve_embedded(data: Path, bind: str, *,
     print("aotx serve: stopped", flush=True)
 
 
+# The journal's write + fsync runs in a worker thread; when the fsync returns, that
+# thread needs the GIL to hand its result back to trio.  CPython makes a thread that
+# waits for the GIL wait for the switch interval (5 ms by default) while the trio
+# thread runs Python code, which under load stretched every journal tick (a ~4 ms
+# fsync) by up to 5 ms and capped the saves per second (docs/benchmarks.md).
+SWITCH_INTERVAL_S = 0.0005
+
+
 def main(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     run_trio(serve_embedded, Path(args.data), args.bind)
     return 0

@@ -105,7 +105,9 @@ def cached_runtime(cache: Path) -> Path:
     return target
 
 
-def prepare(data: Path, clients: int, runtime: Path) -> list[str]:
+def prepare(data: Path, clients: int, runtime: Path, bind: str, split: bool) -> list[str]:
+    """The data folder: runtime file, gateway.json (one principal per client) and, for
+    the split deployment, the grant file and the service socket path."""
     data.mkdir(parents=True, exist_ok=True)
     try:
         os.link(runtime, data / "runtime.aotxccir")
@@ -113,9 +115,15 @@ def prepare(data: Path, clients: int, runtime: Path) -> list[str]:
         shutil.copy(runtime, data / "runtime.aotxccir")
     tokens = [f"bench-token-{i}-{os.urandom(8).hex()}" for i in range(clients)]
     cfg = GatewayConfig.model_validate({
+        "bind": bind,
+        "service_socket": str(data / "journal" / "service.sock") if split else None,
         "principals": [{"name": f"bench-{i}", "token_sha256": hash_token(t), "actions": ALL}
                        for i, t in enumerate(tokens)]})
     write_gateway_config(data / "gateway.json", cfg)
+    if split:
+        from aotx_trio.gateway.grants import write_grants
+
+        write_grants(cfg, data / "grants")
     return tokens
 
 
@@ -123,16 +131,22 @@ def prepare(data: Path, clients: int, runtime: Path) -> list[str]:
 
 
 class Conn:
-    """One keep-alive HTTP/1.1 connection (requests one at a time)."""
+    """One keep-alive HTTP/1.1 connection (requests one at a time); reopened when the
+    server answers ``Connection: close`` (hypercorn does after keep_alive_max_requests)."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                 token: str) -> None:
-        self.reader = reader
-        self.writer = writer
+    def __init__(self, host: str, port: int, token: str) -> None:
+        self.host, self.port = host, port
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
         self.auth = f"Authorization: Bearer {token}\r\n".encode()
+        self.opened = 0
 
     async def request(self, method: str, path: str,
                       body: dict[str, Any] | None = None) -> tuple[int, Any]:
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+            self.opened += 1
+        assert self.reader is not None
         payload = b"" if body is None else json.dumps(body, separators=(",", ":")).encode()
         head = (f"{method} {path} HTTP/1.1\r\nHost: bench\r\n").encode() + self.auth
         if body is not None:
@@ -143,12 +157,23 @@ class Conn:
         lines = raw.split(b"\r\n")
         status = int(lines[0].split(b" ", 2)[1])
         length = 0
+        close = False
         for line in lines[1:]:
             name, _, value = line.partition(b":")
-            if name.strip().lower() == b"content-length":
+            name = name.strip().lower()
+            if name == b"content-length":
                 length = int(value)
+            elif name == b"connection" and value.strip().lower() == b"close":
+                close = True
         data = await self.reader.readexactly(length) if length else b""
+        if close:
+            self.close()
         return status, json.loads(data) if data else None
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+        self.reader = self.writer = None
 
 
 class Client:
@@ -182,10 +207,7 @@ class Client:
 
 async def load(host: str, port: int, tokens: list[str], first: int, retire_every: int,
                max_requests: int) -> dict[str, Any]:
-    conns = []
-    for t in tokens:
-        r, w = await asyncio.open_connection(host, port)
-        conns.append(Conn(r, w, t))
+    conns = [Conn(host, port, t) for t in tokens]
     status, caps = await conns[0].request("GET", BASE + "/capabilities")
     assert status == 200, caps
     lineage = caps["lineage"]
@@ -220,8 +242,9 @@ async def load(host: str, port: int, tokens: list[str], first: int, retire_every
 
     await asyncio.gather(*(loop(c) for c in clients))
     for conn in conns:
-        conn.writer.close()
-    return {"samples": [s for c in clients for s in c.samples]}
+        conn.close()
+    return {"samples": [s for c in clients for s in c.samples],
+            "connections": sum(conn.opened for conn in conns)}
 
 
 def worker(args: argparse.Namespace) -> int:
@@ -241,7 +264,8 @@ def pct(lat: list[float], q: float) -> float:
 
 
 def report(samples: list[tuple[float, float, str]], t_from: float, t_to: float,
-           cpu: dict[str, float], args: argparse.Namespace) -> dict[str, Any]:
+           cpu: dict[str, float], connections: int, args: argparse.Namespace,
+           ) -> dict[str, Any]:
     window = [s for s in samples if t_from <= s[0] <= t_to]
     ok = sorted(s[1] for s in window if s[2] == "202")
     errs: dict[str, int] = {}
@@ -249,26 +273,32 @@ def report(samples: list[tuple[float, float, str]], t_from: float, t_to: float,
         if s[2] != "202":
             errs[s[2]] = errs.get(s[2], 0) + 1
     span = t_to - t_from
-    out = {"clients": args.clients, "procs": args.procs, "window_s": round(span, 2),
+    out = {"deployment": "split" if args.split else "embedded", "clients": args.clients,
+           "procs": args.procs, "window_s": round(span, 2),
            "durable_mutations": len(ok), "per_second": round(len(ok) / span, 1),
            "p50_ms": round(pct(ok, 0.50), 2), "p90_ms": round(pct(ok, 0.90), 2),
            "p99_ms": round(pct(ok, 0.99), 2), "max_ms": round(ok[-1] * 1000, 2) if ok else None,
-           "errors": errs, "cpu_s": {k: round(v, 2) for k, v in cpu.items()}}
+           "errors": errs, "connections": connections,
+           "cpu_s": {k: round(v, 2) for k, v in cpu.items()}}
     rows = [
         ("durable mutations (202)", f"{len(ok)}"),
         ("window", f"{span:.2f} s (after {args.warmup:g} s warm-up)"),
         ("mutations/s", f"{len(ok) / span:.0f}   (target >= 1000)"),
         ("p50 / p90 / p99 latency", f"{pct(ok, .5):.1f} / {pct(ok, .9):.1f} / "
                                     f"{pct(ok, .99):.1f} ms   (p99 target < 50)"),
-        ("errors", ", ".join(f"{k}: {v}" for k, v in errs.items()) or "0"),
+        ("errors (in the window)", ", ".join(f"{k}: {v}" for k, v in errs.items()) or "0"),
+        ("connections opened", f"{connections} (whole run)"),
         ("server CPU", f"{cpu['server']:.2f} s = {cpu['server'] / span:.2f} cores, "
                        f"{1e3 * cpu['server'] / max(1, len(ok)):.2f} ms/mutation"),
+        *([("  of which gateway", f"{cpu['gateway']:.2f} s"),
+           ("  of which runtime", f"{cpu['runtime']:.2f} s")] if "gateway" in cpu else []),
         ("load generator CPU", f"{cpu['load']:.2f} s = {cpu['load'] / span:.2f} cores"),
         ("other processes CPU", f"{cpu['other']:.2f} s = {cpu['other'] / span:.2f} cores"),
         ("machine idle", f"{cpu['idle']:.2f} s = {cpu['idle'] / span:.2f} cores"),
     ]
     width = max(len(r[0]) for r in rows)
-    print(f"aotx serve, {args.clients} clients in {args.procs} load processes")
+    what = "aotx boot + aotx gateway serve" if args.split else "aotx serve"
+    print(f"{what}, {args.clients} clients in {args.procs} load processes")
     for name, value in rows:
         print(f"  {name:<{width}}  {value}")
     return out
@@ -277,17 +307,31 @@ def report(samples: list[tuple[float, float, str]], t_from: float, t_to: float,
 # --------------------------------------------------------------------------- main
 
 
-def wait_listening(proc: subprocess.Popen[bytes], port: int, log: Path) -> bool:
-    deadline = time.monotonic() + 600   # the first run may pack the default models
+def launch(cmd: list[str], log: Path, ready: str) -> subprocess.Popen[bytes] | None:
+    """Start ``python cmd...`` with output to ``log``; the process once ``ready`` appears
+    in its log, None (log printed) if it exits or takes over a minute."""
+    with log.open("ab") as out:
+        proc = subprocess.Popen([sys.executable, *cmd], stdout=out, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            print(log.read_text(), file=sys.stderr)
-            return False
-        if "listening on" in log.read_text():
-            return True
+            break
+        if ready in log.read_text():
+            return proc
         time.sleep(0.1)
-    print("server did not start", file=sys.stderr)
-    return False
+    print(log.read_text(), "server did not start", file=sys.stderr)
+    stop(proc)
+    return None
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def main() -> int:
@@ -310,6 +354,8 @@ def main() -> int:
     ap.add_argument("--keep", action="store_true", help="keep the data folder")
     ap.add_argument("--server-script", help="run this script (same --data/--bind arguments) "
                     "instead of 'aotx serve' (an instrumented server)")
+    ap.add_argument("--split", action="store_true", help="the split deployment: 'aotx boot' "
+                    "+ 'aotx gateway serve' over the service socket, instead of 'aotx serve'")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--base", help=argparse.SUPPRESS)
     ap.add_argument("--tokens-file", help=argparse.SUPPRESS)
@@ -320,17 +366,28 @@ def main() -> int:
         return worker(args)
     runtime = args.runtime or cached_runtime(args.cache)
     data = Path(tempfile.mkdtemp(prefix="aotx-bench-"))
-    tokens = prepare(data, args.clients, runtime)
     port = free_port()
-    log = data / "serve.log"
-    with log.open("ab") as out:
-        cmd = [args.server_script] if args.server_script else ["-m", "aotx_trio", "serve"]
-        proc = subprocess.Popen([sys.executable, *cmd, "--data", str(data), "--bind",
-                                 f"127.0.0.1:{port}"], stdout=out, stderr=subprocess.STDOUT)
+    bind = f"127.0.0.1:{port}"
+    tokens = prepare(data, args.clients, runtime, bind, args.split)
+    servers: list[subprocess.Popen[bytes]] = []
     workers: list[subprocess.Popen[str]] = []
     try:
-        if not wait_listening(proc, port, log):
+        if args.split:
+            boot = launch(["-m", "aotx_trio", "boot", "--ccir", str(data / "runtime.aotxccir"),
+                          "--journal", str(data / "journal"), "--service-grants",
+                          str(data / "grants")], data / "boot.log", "serving")
+            if boot is None:
+                return 1
+            servers.append(boot)
+            cmd = ["-m", "aotx_trio", "gateway", "serve", "--config", str(data / "gateway.json")]
+        elif args.server_script:
+            cmd = [args.server_script, "--data", str(data), "--bind", bind]
+        else:
+            cmd = ["-m", "aotx_trio", "serve", "--data", str(data), "--bind", bind]
+        gateway = launch(cmd, data / "serve.log", "listening on")
+        if gateway is None:
             return 1
+        servers.insert(0, gateway)
         tokens_file = data / "tokens"
         tokens_file.write_text("\n".join(tokens))
         procs = max(1, min(args.procs, args.clients))
@@ -364,34 +421,39 @@ def main() -> int:
         if args.py_spy:
             raw = ["--format", "raw"] if args.py_spy.endswith(".txt") else []  # folded stacks
             spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record",
-                                    "-o", args.py_spy, "--pid", str(proc.pid), "-d",
+                                    "-o", args.py_spy, "--pid", str(gateway.pid), "-d",
                                     str(int(args.seconds)), "--nonblocking", *raw])
-        c0 = (proc_cpu(proc.pid), sum(proc_cpu(w.pid) for w in workers), *machine_cpu())
+        c0 = ([proc_cpu(p.pid) for p in servers], sum(proc_cpu(w.pid) for w in workers),
+              *machine_cpu())
         time.sleep(max(0.0, t_to - time.monotonic()))
-        c1 = (proc_cpu(proc.pid), sum(proc_cpu(w.pid) for w in workers), *machine_cpu())
-        server, load_cpu = c1[0] - c0[0], c1[1] - c0[1]
+        c1 = ([proc_cpu(p.pid) for p in servers], sum(proc_cpu(w.pid) for w in workers),
+              *machine_cpu())
+        each = [b - a for a, b in zip(c0[0], c1[0], strict=True)]
+        server, load_cpu = sum(each), c1[1] - c0[1]
         busy, total = c1[2] - c0[2], c1[3] - c0[3]
         cpu = {"server": server, "load": load_cpu, "other": max(0.0, busy - server - load_cpu),
                "idle": total - busy}
+        if args.split:
+            cpu["gateway"], cpu["runtime"] = each
         samples: list[tuple[float, float, str]] = []
+        connections = 0
         for w in workers:
             text, _ = w.communicate(timeout=300)
             if w.returncode != 0:
                 print(f"a load process failed ({w.returncode})", file=sys.stderr)
                 return 1
-            samples += [tuple(s) for s in json.loads(text.strip().splitlines()[-1])["samples"]]
+            result = json.loads(text.strip().splitlines()[-1])
+            samples += [tuple(s) for s in result["samples"]]
+            connections += int(result["connections"])
         if spy is not None:
             spy.wait(timeout=120)
-        print(json.dumps(report(samples, t_from, t_to, cpu, args)))
+        print(json.dumps(report(samples, t_from, t_to, cpu, connections, args)))
     finally:
         for w in workers:
             if w.poll() is None:
                 w.kill()
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        for proc in servers:   # the gateway first, then the runtime
+            stop(proc)
         if not args.keep:
             shutil.rmtree(data, ignore_errors=True)
     return 0
