@@ -35,18 +35,7 @@ struct aotx_gguf {
     aotx_gguf_tensor_info *tensors;   /* [n_tensors] */
 };
 
-const aotx_code_entry aotx_model_codes[] __attribute__((weak)) = {
-    {AOTX_E_GGUF_OPEN, "gguf_open_error", "the GGUF file cannot be opened or mapped"},
-    {AOTX_E_GGUF_MAGIC, "gguf_header_corrupt", "the file is not GGUF (bad magic)"},
-    {AOTX_E_GGUF_VERSION, "gguf_version_unsupported", "the GGUF version is not 2 or 3"},
-    {AOTX_E_GGUF_TRUNCATED, "gguf_data_corrupt", "a GGUF field runs past the end of the file"},
-    {AOTX_E_GGUF_VALUE_TYPE, "gguf_value_type_corrupt", "unknown GGUF metadata value type"},
-    {AOTX_E_GGUF_TENSOR, "gguf_tensor_corrupt", "a GGUF tensor entry is malformed"},
-    {AOTX_E_GGUF_ALIGNMENT, "gguf_alignment_corrupt", "general.alignment is not a power of two"},
-    {AOTX_E_GGUF_KEY, "gguf_key_invalid", "a GGUF metadata key is missing or of the wrong type"},
-    {AOTX_E_GGUF_LIMIT, "gguf_limit_corrupt", "a GGUF count exceeds the reader's limits"},
-    {0, NULL, NULL},
-};
+/* The 4xx code table (gguf_* and model_* names) lives in model.c. */
 
 /* Block geometry of ggml types (public GGUF facts): elements and bytes per block. */
 static int type_geom(int32_t t, int64_t *be, int64_t *bb) {
