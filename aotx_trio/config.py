@@ -11,7 +11,6 @@ file when it is loaded with :func:`load_gateway_config`.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import hmac
 import json
@@ -31,6 +30,7 @@ from pydantic import (
     model_validator,
 )
 
+from aotx_trio._fs import atomic_write_text
 from aotx_trio.errors import ConfigError
 
 ACTIONS: tuple[str, ...] = ("shared_read", "shared_write", "shared_manage", "models_read",
@@ -222,19 +222,4 @@ def write_gateway_config(path: str | os.PathLike[str], config: GatewayConfig) ->
     """Write ``gateway.json`` atomically with mode 0600 (temp + fsync + rename)."""
     p = Path(path)
     body = json.dumps(config.model_dump(mode="json"), indent=2, sort_keys=False) + "\n"
-    tmp = p.with_name(f".{p.name}.tmp-{os.getpid()}")
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(body)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, p)
-        dfd = os.open(p.parent, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
+    atomic_write_text(p, body, mode=0o600)

