@@ -17,11 +17,16 @@
  *   Q6_K: maddubs(q, x_q) * sc, minus 32 * sum sc * (Q8_K block sums).
  *
  * Loop structure: n_tok == 1 streams each weight row once (software prefetch
- * QX86_PF bytes ahead: it doubles the DRAM rate on this machine); n_tok > 1
- * walks chunks of QX86_ROWS rows x groups of QX86_NT tokens (8 with AVX-512, 4
- * with AVX2) so that each unpacked weight block serves QX86_NT tokens and the
- * chunk stays in L1.  Activation quantization (Q8_0 pairs, Q8_K) also has an
- * AVX-512 version here producing the same bytes as quant.c's.
+ * QX86_PF bytes ahead: it doubles the DRAM rate on this machine).  n_tok > 1
+ * with AVX-512 VNNI for Q4_0/Q5_0/Q8_0/Q4_K/Q6_K: register tiles of 16 rows (the
+ * int32 lanes) x up to 8 tokens: a 16-row chunk is transposed once per step into
+ * unsigned quant dwords per row lane, the activation quants are broadcast 4 at a
+ * time, so each block costs 8 vpdpbusd (512 multiply-adds) plus 3 float ops per
+ * token (see mm_q8fam_tiles / mm_k_tiles).  Otherwise (AVX2, Q5_K, F16/BF16)
+ * n_tok > 1 walks chunks of QX86_ROWS rows x groups of QX86_NT tokens (8 with
+ * AVX-512, 4 with AVX2) so that each unpacked weight block serves QX86_NT tokens.
+ * Activation quantization (Q8_0 pairs, Q8_K) also has an AVX-512 version here
+ * producing the same bytes as quant.c's.
  */
 #ifndef QX86_BODY
 
@@ -239,83 +244,217 @@ AI void SFX(row_q8fam)(int kind, size_t bbytes, const uint8_t *w, int64_t nb, co
     for (int t = 0; t < nt; t++)
         out[t] = _mm512_reduce_add_ps(facc[t]) + SFX(hsum)(tail[t]);
 }
-/* n_tok > 1: a weight row unpacked once into L1 (signed quants, seed, scales per
- * block pair), then streamed against QX86_NT tokens at a time: the per-token
- * work is one vpdpbusd, one scale multiply, one conversion and one FMA. */
+/* ---- n_tok > 1: register tiles of 16 rows x up to 8 tokens (lanes = rows) ----
+ * A chunk of 16 weight rows is transposed once per K slab (QX86_KB blocks) into
+ * wt[b].q[g] = quants 4g..4g+3 of block b of rows 0..15 (one dword per lane), as
+ * unsigned bytes u = w + c: c = 128 for Q8_0 (w xor 0x80), c = 8 / 16 for Q4_0 / Q5_0
+ * (the raw q).  The activations of the K slab are copied once per call as signed
+ * x_q with a seed -c * sum(x_q) per token and block, so that
+ *   vpdpbusd(seed, u, broadcast 4 x_q) over the 8 dwords of a block = sum w * x_q,
+ * the reference's block sum exactly.  Per block and token the float work is one
+ * conversion, one scale product (d_w lanes * d_x) and one FMA for 16 rows, against
+ * 8 vpdpbusd (512 multiply-adds).  Slabs past the first add into y. */
+#define QX86_TR 16                 /* rows per tile: the 16 int32 lanes */
+#define QX86_TT 8                  /* tokens per tile */
+#define QX86_KB 32                 /* blocks per K slab (1024 columns) */
+#define QX86_ACTB (20 * 1024)      /* bytes of signed activation quants per slab */
+#ifndef QX86_PFC
+#define QX86_PFC 2                 /* weight prefetch distance in 16-row chunks */
+#endif
+
 typedef struct {
-    __m512i ws;   /* [block 2p | block 2p+1] signed quants */
-    __m512i neg;  /* -128 * sum w_s per int32 lane */
-    __m512 dw;    /* per-lane weight scales */
-} qx_pair;
-#define QX86_MAXP 64  /* pairs a row may have for the buffered path (cols <= 4096) */
+    __m512i q[8];  /* [dword g][row lane]: 4 unsigned quants of each of 16 rows */
+} qx_wt;
 
-AI void SFX(rowbuf_q8fam)(int kind, size_t bbytes, const uint8_t *w, int64_t nb, qx_pair *buf) {
-    const __m512i c80 = _mm512_set1_epi8((char)0x80);
-    for (int64_t p = 0; p < (nb + 1) / 2; p++) {
-        const uint8_t *b0 = w + (size_t)(2 * p) * bbytes;
-        __m512i ws;
-        __m512 dw;
-        if (2 * p + 1 < nb) {
-            uint16_t d0, d1;
-            ws = SFX(unpack2_q8fam)(kind, b0, b0 + bbytes, &d0, &d1);
-            dw = _mm512_cvtph_ps(_mm256_set_m128i(_mm_set1_epi16((short)d1),
-                                                  _mm_set1_epi16((short)d0)));
-        } else {  /* odd last block: the act pads its pair with x_q = 0, dx = 0 */
-            uint16_t d0;
-            ws = _mm512_zextsi256_si512(SFX(unpack_q8fam)(kind, b0, &d0));
-            dw = _mm512_zextps256_ps512(_mm256_set1_ps(SFX(h16)(d0)));
+typedef struct {
+    qx_wt wt[QX86_KB];                      /* [block][8 dwords][16 rows] */
+    __m512 dw[QX86_KB];                     /* [block][16 rows] weight scales */
+    uint16_t d16[QX86_KB][QX86_TR];         /* [block][row] fp16 scales (staging) */
+    uint32_t qh[QX86_KB][QX86_TR];          /* [block][row] Q5_0 high bits (staging) */
+    int8_t xq[QX86_ACTB];                   /* [token][block][32] signed x_q */
+    int32_t sd[QX86_ACTB / 32];             /* [token][block] seed -c * sum x_q */
+    float dx[QX86_ACTB / 32];               /* [token][block] activation scale */
+} qx_tiles;                                 /* ~47 KiB, on the caller's stack */
+
+/* The slab's activations: tokens [0, ts) x blocks [k0, k0 + kn). */
+AI void SFX(tile_act)(const uint8_t *act, size_t as, int64_t ts, int64_t k0, int64_t kn,
+                      int32_t c, qx_tiles *tb) {
+    const __m256i c80 = _mm256_set1_epi8((char)0x80);
+    for (int64_t t = 0; t < ts; t++) {
+        const uint8_t *row = act + (size_t)t * as;
+        for (int64_t b = 0; b < kn; b++) {
+            __m256i xu = _mm256_loadu_si256((const __m256i *)aotx_act8_xu(row, k0 + b));
+            __m256i s4 = _mm256_sad_epu8(xu, _mm256_setzero_si256());  /* sum (x_q + 128) */
+            __m128i s2 = _mm_add_epi64(_mm256_castsi256_si128(s4), _mm256_extracti128_si256(s4, 1));
+            int32_t sum = (int32_t)(_mm_cvtsi128_si32(s2) + _mm_extract_epi32(s2, 2)) - 32 * 128;
+            _mm256_storeu_si256((__m256i *)(tb->xq + (t * kn + b) * 32), _mm256_xor_si256(xu, c80));
+            tb->sd[t * kn + b] = -c * sum;
+            tb->dx[t * kn + b] = *aotx_act8_dx(row, k0 + b);
         }
-        buf[p].ws = ws;
-        buf[p].neg = _mm512_sub_epi32(_mm512_setzero_si512(),
-                                      _mm512_dpbusd_epi32(_mm512_setzero_si512(), c80, ws));
-        buf[p].dw = dw;
     }
 }
 
-AI void SFX(rowdot_q8fam)(const qx_pair *buf, int64_t np, const uint8_t *act, size_t astride,
-                          int nt, float *out) {
-    __m512 facc[QX86_NT];
-    for (int t = 0; t < nt; t++) facc[t] = _mm512_setzero_ps();
-    for (int64_t p = 0; p < np; p++) {
-        const uint8_t *xp = act + (size_t)p * AOTX_ACT8_PAIR_BYTES;
-        for (int t = 0; t < nt; t++, xp += astride) {
-            __m512i acc = _mm512_dpbusd_epi32(buf[p].neg, _mm512_loadu_si512((const void *)xp),
-                                              buf[p].ws);
-            __m512 sc = _mm512_mul_ps(buf[p].dw, _mm512_loadu_ps((const float *)(xp + 64)));
-            facc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), sc, facc[t]);
-        }
+/* out[g] lane r = dword g of the 32 bytes at rows[r] + off (r < 16, g < 8). */
+AI void SFX(tr16x8)(const uint8_t *const *rows, size_t off, __m512i *out) {
+    const __m512i lo_idx = _mm512_set_epi64(13, 12, 5, 4, 9, 8, 1, 0);
+    const __m512i hi_idx = _mm512_set_epi64(15, 14, 7, 6, 11, 10, 3, 2);
+    /* z_i = [row i | row i+8]: an 8x8 dword transpose in each 256-bit half */
+    __m512i z[8], t[8], u[8];
+    for (int i = 0; i < 8; i++)
+        z[i] = _mm512_inserti64x4(
+            _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(rows[i] + off))),
+            _mm256_loadu_si256((const __m256i *)(rows[i + 8] + off)), 1);
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm512_unpacklo_epi32(z[i], z[i + 1]);
+        t[i + 1] = _mm512_unpackhi_epi32(z[i], z[i + 1]);
     }
-    for (int t = 0; t < nt; t++) out[t] = _mm512_reduce_add_ps(facc[t]);
+    for (int h = 0; h < 8; h += 4) {  /* rows h..h+3 (and h+8..h+11) */
+        u[h + 0] = _mm512_unpacklo_epi64(t[h], t[h + 2]);      /* dwords 0, 4 */
+        u[h + 1] = _mm512_unpackhi_epi64(t[h], t[h + 2]);      /* dwords 1, 5 */
+        u[h + 2] = _mm512_unpacklo_epi64(t[h + 1], t[h + 3]);  /* dwords 2, 6 */
+        u[h + 3] = _mm512_unpackhi_epi64(t[h + 1], t[h + 3]);  /* dwords 3, 7 */
+    }
+    for (int g = 0; g < 4; g++) {
+        out[g] = _mm512_permutex2var_epi64(u[g], lo_idx, u[g + 4]);
+        out[g + 4] = _mm512_permutex2var_epi64(u[g], hi_idx, u[g + 4]);
+    }
 }
 
-#define ROWDOT_Q8FAM(buf, np, a, as, nt, o) SFX(rowdot_q8fam)(buf, np, a, as, nt, o)
-
-AI void SFX(mm_q8fam_multi)(int kind, const uint8_t *w, size_t rb, int64_t nb, const uint8_t *act,
-                            size_t as, int64_t n_tok, float *y, int64_t ldy, int64_t r0,
-                            int64_t r1) {
-    /* chunks of up to 16 rows (<= QX86_MAXP pairs buffered: 48 KiB) x groups of
-     * QX86_NT tokens, so the group's activations stay in L1 across the chunk */
-    qx_pair buf[QX86_MAXP * 4];
-    const int64_t np = (nb + 1) / 2;
-    const size_t bbytes = rb / (size_t)nb;
-    int64_t chunk = QX86_MAXP * 4 / np;
-    if (chunk > 16) chunk = 16;
-    float o[QX86_NT];
-    for (int64_t rc = r0; rc < r1; rc += chunk) {
-        int64_t re = rc + chunk < r1 ? rc + chunk : r1;
-        for (int64_t r = rc; r < re; r++)
-            SFX(rowbuf_q8fam)(kind, bbytes, w + (size_t)r * rb, nb, buf + (r - rc) * np);
-        for (int64_t t0 = 0; t0 < n_tok; t0 += QX86_NT) {
-            int64_t nt = n_tok - t0 < QX86_NT ? n_tok - t0 : QX86_NT;
-            const uint8_t *a = act + (size_t)t0 * as;
-            for (int64_t r = rc; r < re; r++) {
-                const qx_pair *rowbuf = buf + (r - rc) * np;
-                QX86_SWITCH_NT(nt, ROWDOT_Q8FAM, rowbuf, np, a, as)
-                for (int64_t t = 0; t < nt; t++) y[(t0 + t) * ldy + r] = o[t];
+/* Rows rows[0..15] (pointers to each row's block k0), kn blocks: transpose into tb->wt. */
+AI void SFX(tile_weights)(int kind, size_t bbytes, const uint8_t *const *rows, int64_t kn,
+                          const uint8_t *next, size_t next_bytes, qx_tiles *tb) {
+    /* staging pass: scales (and Q5_0 high bits) row by row */
+    for (int r = 0; r < QX86_TR; r++) {
+        const uint8_t *p = rows[r];
+        for (int64_t b = 0; b < kn; b++, p += bbytes) {
+            memcpy(&tb->d16[b][r], p, 2);
+            if (kind == K_Q5_0) memcpy(&tb->qh[b][r], p + 2, 4);
+        }
+    }
+    const __m512i m4 = _mm512_set1_epi8(0x0f), c80 = _mm512_set1_epi8((char)0x80);
+    /* prefetch a later chunk, spread over the blocks */
+    const size_t pf_step = (next_bytes / (size_t)kn + 63) / 64 * 64;
+    for (int64_t b = 0; b < kn; b++) {
+        const size_t off = (size_t)b * bbytes;
+        __m512i *out = tb->wt[b].q;
+        for (size_t o = 0, pf = (size_t)b * pf_step; o < pf_step && pf + o < next_bytes; o += 64)
+            _mm_prefetch((const char *)next + pf + o, _MM_HINT_T0);
+        tb->dw[b] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)tb->d16[b]));
+        if (kind == K_Q8_0) {
+            SFX(tr16x8)(rows, off + 2, out);
+            for (int g = 0; g < 8; g++) out[g] = _mm512_xor_si512(out[g], c80);
+            continue;
+        }
+        /* Q4_0 / Q5_0: transpose the 16 packed bytes (4 dwords) of each row, then split
+         * nibbles: dword g < 4 holds elements 4g.. (low nibbles), g + 4 the high ones */
+        const size_t qo = off + (kind == K_Q5_0 ? 6 : 2);
+        __m512i z[4], t[4], p[4];
+        for (int i = 0; i < 4; i++) {
+            __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(rows[i] + qo)));
+            v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(rows[i + 4] + qo)), 1);
+            v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(rows[i + 8] + qo)), 2);
+            z[i] = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(rows[i + 12] + qo)), 3);
+        }
+        t[0] = _mm512_unpacklo_epi32(z[0], z[1]);
+        t[1] = _mm512_unpackhi_epi32(z[0], z[1]);
+        t[2] = _mm512_unpacklo_epi32(z[2], z[3]);
+        t[3] = _mm512_unpackhi_epi32(z[2], z[3]);
+        p[0] = _mm512_unpacklo_epi64(t[0], t[2]);
+        p[1] = _mm512_unpackhi_epi64(t[0], t[2]);
+        p[2] = _mm512_unpacklo_epi64(t[1], t[3]);
+        p[3] = _mm512_unpackhi_epi64(t[1], t[3]);
+        /* lanes of p[h]: lane 4L + e = row (z index e) + 4L = row 4L + e: rows in order,
+         * but z[i] holds rows i, i+4, i+8, i+12 in its 128-bit lanes L: row i + 4L */
+        for (int g = 0; g < 4; g++) {
+            out[g] = _mm512_and_si512(p[g], m4);
+            out[g + 4] = _mm512_and_si512(_mm512_srli_epi16(p[g], 4), m4);
+        }
+        if (kind == K_Q5_0) {
+            /* byte i of dword g gets bit 4g + i of the row's qh: byte g/2, bit 4(g&1) + i */
+            __m512i h = _mm512_loadu_si512((const void *)tb->qh[b]);
+            const __m512i b0 = _mm512_set1_epi32(0x08040201), b1 = _mm512_set1_epi32((int)0x80402010u);
+            const __m512i c10 = _mm512_set1_epi8(0x10);
+            const __m512i rep0 = _mm512_set4_epi32(12 * 0x01010101, 8 * 0x01010101,
+                                                   4 * 0x01010101, 0);
+            for (int k = 0; k < 4; k++) {  /* dwords 2k, 2k+1 take byte k of qh */
+                __m512i rep = _mm512_shuffle_epi8(
+                    h, _mm512_add_epi8(rep0, _mm512_set1_epi32(0x01010101 * k)));
+                __mmask64 m0 = _mm512_test_epi8_mask(rep, b0), m1 = _mm512_test_epi8_mask(rep, b1);
+                out[2 * k] = _mm512_mask_add_epi8(out[2 * k], m0, out[2 * k], c10);
+                out[2 * k + 1] = _mm512_mask_add_epi8(out[2 * k + 1], m1, out[2 * k + 1], c10);
             }
         }
     }
 }
+
+/* One tile: 16 rows (lanes) x NT tokens over the slab's kn blocks; y rows masked by m. */
+AI void SFX(tile_dot)(const qx_tiles *tb, int64_t kn, int64_t t0, int nt, float *y, int64_t ldy,
+                      __mmask16 m, int accum) {
+    __m512 f[QX86_TT];
+    for (int t = 0; t < nt; t++) f[t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < kn; b++) {
+        __m512i a[QX86_TT];
+        const int8_t *xq = tb->xq + (t0 * kn + b) * 32;
+        for (int t = 0; t < nt; t++) a[t] = _mm512_set1_epi32(tb->sd[(t0 + t) * kn + b]);
+        for (int g = 0; g < 8; g++) {
+            const __m512i wv = _mm512_load_si512((const void *)&tb->wt[b].q[g]);
+            for (int t = 0; t < nt; t++) {
+                int32_t x4;
+                memcpy(&x4, xq + (size_t)t * (size_t)kn * 32 + 4 * g, 4);
+                a[t] = _mm512_dpbusd_epi32(a[t], wv, _mm512_set1_epi32(x4));
+            }
+        }
+        const __m512 dw = tb->dw[b];
+        for (int t = 0; t < nt; t++)
+            f[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a[t]),
+                                   _mm512_mul_ps(dw, _mm512_set1_ps(tb->dx[(t0 + t) * kn + b])), f[t]);
+    }
+    for (int t = 0; t < nt; t++) {
+        float *yt = y + (t0 + t) * ldy;
+        if (accum) f[t] = _mm512_add_ps(f[t], _mm512_maskz_loadu_ps(m, yt));
+        _mm512_mask_storeu_ps(yt, m, f[t]);
+    }
+}
+
+#define QX86_TCASE(n) case n: SFX(tile_dot)(tb, kn, tg, n, yc, ldy, m, accum); break;
+
+static void SFX(mm_q8fam_tiles)(int kind, const uint8_t *w, size_t rb, int64_t nb,
+                                const uint8_t *act, size_t as, int64_t n_tok, float *y,
+                                int64_t ldy, int64_t r0, int64_t r1) {
+    qx_tiles tiles, *tb = &tiles;
+    const size_t bbytes = rb / (size_t)nb;
+    const int32_t c = kind == K_Q8_0 ? 128 : kind == K_Q5_0 ? 16 : 8;
+    for (int64_t k0 = 0; k0 < nb; k0 += QX86_KB) {
+        const int64_t kn = nb - k0 < QX86_KB ? nb - k0 : QX86_KB;
+        int64_t ts_max = QX86_ACTB / (kn * 32);
+        for (int64_t s0 = 0; s0 < n_tok; s0 += ts_max) {
+            const int64_t ts = n_tok - s0 < ts_max ? n_tok - s0 : ts_max;
+            SFX(tile_act)(act + (size_t)s0 * as, as, ts, k0, kn, c, tb);
+            for (int64_t rc = r0; rc < r1; rc += QX86_TR) {
+                const int64_t nr = r1 - rc < QX86_TR ? r1 - rc : QX86_TR;
+                const uint8_t *rows[QX86_TR];
+                for (int r = 0; r < QX86_TR; r++)  /* missing rows repeat the first */
+                    rows[r] = w + (size_t)(rc + (r < nr ? r : 0)) * rb + (size_t)k0 * bbytes;
+                /* the chunk QX86_PFC chunks ahead: prefetched while this one is unpacked */
+                const int64_t pa = rc + QX86_PFC * QX86_TR;
+                const int64_t nn = r1 - pa < QX86_TR ? r1 - pa : QX86_TR;
+                SFX(tile_weights)(kind, bbytes, rows, kn, w + (size_t)pa * rb + (size_t)k0 * bbytes,
+                                  nn > 0 ? (size_t)nn * rb : 0, tb);
+                const __mmask16 m = (__mmask16)((1u << nr) - 1u);
+                const int accum = k0 > 0;
+                float *yc = y + s0 * ldy + rc;
+                for (int64_t tg = 0; tg < ts; tg += QX86_TT) {
+                    switch (ts - tg < QX86_TT ? ts - tg : QX86_TT) {
+                    QX86_TCASE(8) QX86_TCASE(7) QX86_TCASE(6) QX86_TCASE(5)
+                    QX86_TCASE(4) QX86_TCASE(3) QX86_TCASE(2)
+                    default: SFX(tile_dot)(tb, kn, tg, 1, yc, ldy, m, accum); break;
+                    }
+                }
+            }
+        }
+    }
+}
+#undef QX86_TCASE
 #else
 /* AVX2: maddubs(x_q + 128, w_s) - maddubs(128, w_s) per int16 pair (no saturation for
  * |w_s| <= 16); Q8_0 uses the sign trick maddubs(|w|, sign(x_q, w)) instead. */
@@ -887,10 +1026,10 @@ QX86_DEFINE_MM(mm_q8_0, ROW_Q8_0)
     static void SFX(NAME)(const uint8_t *w, size_t rb, int64_t nb, const uint8_t *act,          \
                           size_t as, int64_t n_tok, float *y, int64_t ldy, int64_t r0,           \
                           int64_t r1) {                                                          \
-        if (n_tok == 1 || (nb + 1) / 2 > QX86_MAXP)                                              \
+        if (n_tok == 1)                                                                          \
             SFX(BASE)(w, rb, nb, act, as, n_tok, y, ldy, r0, r1);                                \
         else                                                                                     \
-            SFX(mm_q8fam_multi)(KIND, w, rb, nb, act, as, n_tok, y, ldy, r0, r1);                \
+            SFX(mm_q8fam_tiles)(KIND, w, rb, nb, act, as, n_tok, y, ldy, r0, r1);                \
     }
 QX86_DEFINE_MM_BUF(mmb_q4_0, K_Q4_0, mm_q4_0)
 QX86_DEFINE_MM_BUF(mmb_q5_0, K_Q5_0, mm_q5_0)
@@ -903,9 +1042,208 @@ QX86_DEFINE_MM_BUF(mmb_q8_0, K_Q8_0, mm_q8_0)
 QX86_DEFINE_MM(mm_q4_k, ROW_Q4_K)
 QX86_DEFINE_MM(mm_q5_k, ROW_Q5_K)
 QX86_DEFINE_MM(mm_q6_k, ROW_Q6_K)
-QX86_DEFINE_KMULTI(mmb_q4_k, KQ_Q4_K, KDOT_Q4_K, mm_q4_k)
 QX86_DEFINE_KMULTI(mmb_q5_k, KQ_Q5_K, KDOT_Q5_K, mm_q5_k)
+#if !QX86_VNNI  /* AVX-512 runs Q4_K / Q6_K with n_tok > 1 as register tiles (below) */
+QX86_DEFINE_KMULTI(mmb_q4_k, KQ_Q4_K, KDOT_Q4_K, mm_q4_k)
 QX86_DEFINE_KMULTI(mmb_q6_k, KQ_Q6_K, KDOT_Q6_K, mm_q6_k)
+#endif
+#if QX86_VNNI
+/* ---- n_tok > 1 for Q4_K / Q6_K: register tiles of 16 rows x up to 8 tokens ----
+ * As for the Q8_0 family, lanes = rows: each super-block of 16 rows is transposed
+ * into q[e/4] = quants 4(e/4).. of each row (unsigned: Q4_K's 0..15, Q6_K's 0..63), and
+ * the Q8_K activations' signed quants are broadcast 4 at a time straight from act:
+ * vpdpbusd gives each sub-block's (Q4_K: 32, Q6_K: 16 elements) exact sum q * x_q.
+ * Float per sub-block: one conversion and one FMA with d * sc (exact: an fp16 times a
+ * 6-bit / 8-bit integer).  The second term is exact in int32 with vpdpwssd on the
+ * Q8_K block sums: Q4_K m_j * bsum_j (scaled by dmin), Q6_K sc_g * bsum_g (the
+ * -32 offset, scaled by 32 d).  Super-blocks after the first add into y. */
+#define QX86_KSL 8   /* super-blocks per scale staging slab */
+
+typedef struct {
+    __m512i q[64];                       /* [element dword][row lane] unsigned quants */
+    __m512 dsc[QX86_KSL][16];            /* [sb][sub-block] d * sc per row */
+    __m512i mm[QX86_KSL][8];             /* [sb][bsum pair] int16 pairs per row */
+    __m512 dmin[QX86_KSL];               /* [sb] Q4_K dmin, Q6_K 32 * d per row */
+    float s_dsc[QX86_KSL][16][16];       /* staging: [sb][sub-block][row] */
+    int32_t s_mm[QX86_KSL][8][16];
+    float s_dmin[QX86_KSL][16];
+} qx_ktiles;                             /* ~33 KiB */
+
+/* Scales of rows[0..15], super-blocks [0, kn) (scalar, row by row). */
+AI void SFX(ktile_scales)(int kind, const uint8_t *const *rows, int64_t kn, qx_ktiles *kb) {
+    for (int r = 0; r < 16; r++) {
+        for (int64_t i = 0; i < kn; i++) {
+            if (kind == KQ_Q6_K) {
+                const aotx_block_q6_k *b = (const aotx_block_q6_k *)rows[r] + i;
+                float d = SFX(h16)(b->d);
+                for (int g = 0; g < 16; g++) kb->s_dsc[i][g][r] = d * (float)b->scales[g];
+                for (int k = 0; k < 8; k++)
+                    kb->s_mm[i][k][r] = (int32_t)(((uint32_t)(uint16_t)b->scales[2 * k]) |
+                                                  ((uint32_t)(uint16_t)b->scales[2 * k + 1] << 16));
+                kb->s_dmin[i][r] = 32.0f * d;
+            } else {
+                const uint8_t *wb = rows[r] + (size_t)i * sizeof(aotx_block_q4_k);
+                uint16_t d16, dm16;
+                memcpy(&d16, wb, 2);
+                memcpy(&dm16, wb + 2, 2);
+                uint8_t sc[8], m[8];
+                SFX(k4_scales)(wb + 4, sc, m);
+                float d = SFX(h16)(d16);
+                for (int j = 0; j < 8; j++) {
+                    kb->s_dsc[i][j][r] = d * (float)sc[j];
+                    kb->s_mm[i][j][r] = (int32_t)m[j] * 0x10001;
+                }
+                kb->s_dmin[i][r] = SFX(h16)(dm16);
+            }
+        }
+    }
+    const int nsub = kind == KQ_Q6_K ? 16 : 8;
+    for (int64_t i = 0; i < kn; i++) {
+        for (int j = 0; j < nsub; j++) kb->dsc[i][j] = _mm512_loadu_ps(kb->s_dsc[i][j]);
+        for (int k = 0; k < 8; k++) kb->mm[i][k] = _mm512_loadu_si512((const void *)kb->s_mm[i][k]);
+        kb->dmin[i] = _mm512_loadu_ps(kb->s_dmin[i]);
+    }
+}
+
+/* Quants of super-block i of rows[0..15] into kb->q. */
+AI void SFX(ktile_quants)(int kind, const uint8_t *const *rows, int64_t i, qx_ktiles *kb) {
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
+    __m512i *q = kb->q;
+    if (kind == KQ_Q6_K) {
+        const size_t base = (size_t)i * sizeof(aotx_block_q6_k);
+        for (int h = 0; h < 2; h++) {  /* element e = 128h + 32k + 4g + byte */
+            __m512i A[8], B[8], H[8];
+            SFX(tr16x8)(rows, base + 64 * h, A);
+            SFX(tr16x8)(rows, base + 64 * h + 32, B);
+            SFX(tr16x8)(rows, base + 128 + 32 * h, H);
+            for (int g = 0; g < 8; g++) {
+                __m512i *o = q + 32 * h + g;
+                o[0] = _mm512_or_si512(_mm512_and_si512(A[g], m4),
+                                       _mm512_and_si512(_mm512_slli_epi16(H[g], 4), m30));
+                o[8] = _mm512_or_si512(_mm512_and_si512(B[g], m4),
+                                       _mm512_and_si512(_mm512_slli_epi16(H[g], 2), m30));
+                o[16] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(A[g], 4), m4),
+                                        _mm512_and_si512(H[g], m30));
+                o[24] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(B[g], 4), m4),
+                                        _mm512_and_si512(_mm512_srli_epi16(H[g], 2), m30));
+            }
+        }
+        return;
+    }
+    const size_t base = (size_t)i * sizeof(aotx_block_q4_k) + 16;
+    for (int p = 0; p < 4; p++) {  /* bytes 32p..: low nibbles sub-block 2p, high 2p+1 */
+        __m512i T[8];
+        SFX(tr16x8)(rows, base + 32 * p, T);
+        for (int g = 0; g < 8; g++) {
+            q[16 * p + g] = _mm512_and_si512(T[g], m4);
+            q[16 * p + 8 + g] = _mm512_and_si512(_mm512_srli_epi16(T[g], 4), m4);
+        }
+    }
+}
+
+/* Super-block i (slab entry si) x tokens [t0, t0 + nt): y rows masked by m. */
+AI void SFX(ktile_dot)(int kind, const qx_ktiles *kb, int64_t si, int64_t i, const uint8_t *act,
+                       size_t as, int64_t t0, int nt, float *y, int64_t ldy, __mmask16 m,
+                       int accum) {
+    const aotx_block_q8_k *xb[QX86_TT];
+    __m512 F[QX86_TT];
+    for (int t = 0; t < nt; t++) {
+        xb[t] = (const aotx_block_q8_k *)(act + (size_t)(t0 + t) * as) + i;
+        F[t] = _mm512_setzero_ps();
+    }
+    const int nsub = kind == KQ_Q6_K ? 16 : 8, ndw = 64 / nsub;
+    for (int j = 0; j < nsub; j++) {
+        __m512i a[QX86_TT];
+        for (int t = 0; t < nt; t++) a[t] = _mm512_setzero_si512();
+        for (int g = 0; g < ndw; g++) {
+            const __m512i wv = _mm512_load_si512((const void *)&kb->q[ndw * j + g]);
+            for (int t = 0; t < nt; t++) {
+                int32_t x4;
+                memcpy(&x4, xb[t]->qs + 4 * (ndw * j + g), 4);
+                a[t] = _mm512_dpbusd_epi32(a[t], wv, _mm512_set1_epi32(x4));
+            }
+        }
+        for (int t = 0; t < nt; t++)
+            F[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a[t]), kb->dsc[si][j], F[t]);
+    }
+    for (int t = 0; t < nt; t++) {
+        __m512i mn = _mm512_setzero_si512();
+        for (int k = 0; k < 8; k++) {
+            int32_t b2;
+            memcpy(&b2, xb[t]->bsums + 2 * k, 4);
+            mn = _mm512_dpwssd_epi32(mn, kb->mm[si][k], _mm512_set1_epi32(b2));
+        }
+        __m512 r = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mn), kb->dmin[si], F[t]);
+        float *yt = y + (t0 + t) * ldy;
+        __m512 dx = _mm512_set1_ps(xb[t]->d);
+        r = accum ? _mm512_fmadd_ps(r, dx, _mm512_maskz_loadu_ps(m, yt)) : _mm512_mul_ps(r, dx);
+        _mm512_mask_storeu_ps(yt, m, r);
+    }
+}
+
+#define QX86_KCASE(n) \
+    case n: SFX(ktile_dot)(kind, kb, i - k0, i, act, as, tg, n, yc, ldy, m, accum); break;
+
+static void SFX(mm_k_tiles)(int kind, const uint8_t *w, size_t rb, int64_t nb, const uint8_t *act,
+                            size_t as, int64_t n_tok, float *y, int64_t ldy, int64_t r0,
+                            int64_t r1) {
+    qx_ktiles ktiles, *kb = &ktiles;
+    for (int64_t rc = r0; rc < r1; rc += 16) {
+        const int64_t nr = r1 - rc < 16 ? r1 - rc : 16;
+        const uint8_t *rows[16];
+        for (int r = 0; r < 16; r++)  /* missing rows repeat the first */
+            rows[r] = w + (size_t)(rc + (r < nr ? r : 0)) * rb;
+        const __mmask16 m = (__mmask16)((1u << nr) - 1u);
+        float *yc = y + rc;
+        /* the next chunk's bytes, prefetched over this chunk's super-blocks */
+        const uint8_t *next = w + (size_t)(rc + 16) * rb;
+        const int64_t nn = r1 - rc - 16 < 16 ? r1 - rc - 16 : 16;
+        const size_t next_bytes = nn > 0 ? (size_t)nn * rb : 0;
+        const size_t pf_step = (next_bytes / (size_t)nb + 63) / 64 * 64;
+        for (int64_t k0 = 0; k0 < nb; k0 += QX86_KSL) {
+            const int64_t kn = nb - k0 < QX86_KSL ? nb - k0 : QX86_KSL;
+            const uint8_t *srows[16];
+            for (int r = 0; r < 16; r++)
+                srows[r] = rows[r] + (size_t)k0 * (rb / (size_t)nb);
+            SFX(ktile_scales)(kind, srows, kn, kb);
+            for (int64_t i = k0; i < k0 + kn; i++) {
+                for (size_t o = 0, pf = (size_t)i * pf_step; o < pf_step && pf + o < next_bytes;
+                     o += 64)
+                    _mm_prefetch((const char *)next + pf + o, _MM_HINT_T0);
+                SFX(ktile_quants)(kind, rows, i, kb);
+                const int accum = i > 0;
+                for (int64_t tg = 0; tg < n_tok; tg += QX86_TT) {
+                    switch (n_tok - tg < QX86_TT ? n_tok - tg : QX86_TT) {
+                    QX86_KCASE(8) QX86_KCASE(7) QX86_KCASE(6) QX86_KCASE(5)
+                    QX86_KCASE(4) QX86_KCASE(3) QX86_KCASE(2)
+                    default: SFX(ktile_dot)(kind, kb, i - k0, i, act, as, tg, 1, yc, ldy, m, accum);
+                        break;
+                    }
+                }
+            }
+        }
+    }
+}
+#undef QX86_KCASE
+#undef QX86_KSL
+
+static void SFX(mmt_q4_k)(const uint8_t *w, size_t rb, int64_t nb, const uint8_t *act, size_t as,
+                          int64_t n_tok, float *y, int64_t ldy, int64_t r0, int64_t r1) {
+    if (n_tok == 1) SFX(mm_q4_k)(w, rb, nb, act, as, n_tok, y, ldy, r0, r1);
+    else SFX(mm_k_tiles)(KQ_Q4_K, w, rb, nb, act, as, n_tok, y, ldy, r0, r1);
+}
+
+static void SFX(mmt_q6_k)(const uint8_t *w, size_t rb, int64_t nb, const uint8_t *act, size_t as,
+                          int64_t n_tok, float *y, int64_t ldy, int64_t r0, int64_t r1) {
+    if (n_tok == 1) SFX(mm_q6_k)(w, rb, nb, act, as, n_tok, y, ldy, r0, r1);
+    else SFX(mm_k_tiles)(KQ_Q6_K, w, rb, nb, act, as, n_tok, y, ldy, r0, r1);
+}
+#define QX86_MM_Q4_K SFX(mmt_q4_k)
+#define QX86_MM_Q6_K SFX(mmt_q6_k)
+#else
+#define QX86_MM_Q4_K SFX(mmb_q4_k)
+#define QX86_MM_Q6_K SFX(mmb_q6_k)
+#endif
 QX86_DEFINE_MM(mm_f16, ROW_F16)
 QX86_DEFINE_MM(mm_bf16, ROW_BF16)
 
@@ -914,9 +1252,9 @@ static aotx_mm_fn SFX(qx86_pick)(int type) {
     case AOTX_T_Q4_0: return QX86_MM_Q8FAM(q4_0);
     case AOTX_T_Q5_0: return QX86_MM_Q8FAM(q5_0);
     case AOTX_T_Q8_0: return QX86_MM_Q8FAM(q8_0);
-    case AOTX_T_Q4_K: return SFX(mmb_q4_k);
+    case AOTX_T_Q4_K: return QX86_MM_Q4_K;
     case AOTX_T_Q5_K: return SFX(mmb_q5_k);
-    case AOTX_T_Q6_K: return SFX(mmb_q6_k);
+    case AOTX_T_Q6_K: return QX86_MM_Q6_K;
     case AOTX_T_F16: return SFX(mm_f16);
     case AOTX_T_BF16: return SFX(mm_bf16);
     default: return NULL;
@@ -935,8 +1273,13 @@ static aotx_mm_fn SFX(qx86_pick)(int type) {
 #undef KDOT_Q6_K
 #undef QX86_KSB
 #undef QX86_MM_Q8FAM
-#undef ROWDOT_Q8FAM
-#undef QX86_MAXP
+#undef QX86_MM_Q4_K
+#undef QX86_MM_Q6_K
+#undef QX86_TR
+#undef QX86_TT
+#undef QX86_KB
+#undef QX86_ACTB
+#undef QX86_PFC
 #undef QX86_SWITCH_NT
 #undef QX86_NT
 #undef ROW_Q4_0

@@ -2,9 +2,11 @@
 
     AOTX_NATIVE_DIR=build/dev-kernels .venv/bin/python scripts/bench_kernels.py [--quick]
 
-Per type and shape: n_tok = 1 (decode: GB/s of weights streamed) and n_tok = 64
-(prefill: GFLOP/s), for the implementation aotx_matmul_rows picks (and the
-reference at n_tok = 1 on the small shapes).  Then a whole decode step (every
+Per type and shape: n_tok = 1 (decode: GB/s of weights streamed), the time of
+n_tok = 2, 4, 8, 16 (batched decode) and 64 (prefill) as a multiple of the
+n_tok = 1 time on the same rows, and GFLOP/s at n_tok = 8 and 64, for the
+implementation aotx_matmul_rows picks (and the reference at n_tok = 1 on the
+small shapes).  Then a whole decode step (every
 layer's matrices + the tied Q8_0 output head, 1 and 2 threads) in ms/token.
 Weights are random blocks with valid scales (same bytes per row as the model).
 """
@@ -96,11 +98,19 @@ def best_time(fn: Callable[[], None], min_time: float, clock: Callable[[], float
     return best
 
 
-def bench_shapes(min_time: float) -> None:
+NS = (2, 4, 8, 16, 64)  # batched decode (2..16) and prefill (64)
+
+
+def bench_shapes(min_time: float, only: str | None) -> None:
     rng = np.random.default_rng(0)
+    ratios = " ".join(f"{'x' + str(n):>5}" for n in NS)
+    print("x<n> = time at n_tok = <n> / time at n_tok = 1 on the same rows (n = 64: at most "
+          "8192 rows)")
     print(f"{'type':5} {'rows x cols':>13} {'impl':>10} {'MB':>7} {'n=1 GB/s':>9} "
-          f"{'ref GB/s':>9} {'n=64 GFLOP/s':>13}  shape")
+          f"{'ref GB/s':>9} {ratios} {'n=8 GF/s':>9} {'n=64 GF/s':>9}  shape")
     for tname, rows, cols, what in SHAPES:
+        if only and tname not in only.split(","):
+            continue
         m = Mat(tname, rows, cols, rng)
         impl = ffi.string(lib.aotx_kernel_impl(m.t)).decode()
         act1, y1, _a1 = m.prepare(1, rng)
@@ -110,13 +120,18 @@ def bench_shapes(min_time: float) -> None:
         if m.nbytes < 4e6:
             tr = best_time(partial(m.run, act1, y1, 1, 0, rows, ref=True), min_time / 4)
             ref = f"{m.nbytes / tr / 1e9:.2f}"
-        # prefill: at most 8192 rows (the output head only ever sees the last token)
-        pr = min(rows, 8192)
-        act64, y64, _a64 = m.prepare(64, rng)
-        t64 = best_time(partial(m.run, act64, y64, 64, 0, pr), min_time)
-        gflops = 2.0 * pr * cols * 64 / t64 / 1e9
+        cols_out, gf8, gf64 = [], 0.0, 0.0
+        for n in NS:
+            # prefill: at most 8192 rows (the output head only ever sees the last token)
+            pr = rows if n <= 16 else min(rows, 8192)
+            actn, yn, _an = m.prepare(n, rng)
+            tn = best_time(partial(m.run, actn, yn, n, 0, pr), min_time)
+            cols_out.append(f"{tn / (t1 * pr / rows):5.2f}")
+            gf = 2.0 * pr * cols * n / tn / 1e9
+            gf8 = gf if n == 8 else gf8
+            gf64 = gf if n == 64 else gf64
         print(f"{tname:5} {rows:>6} x {cols:<5} {impl:>10} {m.nbytes / 1e6:7.1f} {gbs:9.2f} "
-              f"{ref:>9} {gflops:13.1f}  {what}")
+              f"{ref:>9} {' '.join(cols_out)} {gf8:9.1f} {gf64:9.1f}  {what}", flush=True)
 
 
 def bench_decode(min_time: float) -> None:
@@ -151,10 +166,13 @@ def bench_decode(min_time: float) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--quick", action="store_true", help="shorter timing loops")
+    ap.add_argument("--types", help="only these types (comma-separated, e.g. Q8_0,Q5_0); "
+                    "skips the decode step")
     args = ap.parse_args()
     min_time = 0.2 if args.quick else 0.6
-    bench_shapes(min_time)
-    bench_decode(min_time)
+    bench_shapes(min_time, args.types)
+    if not args.types:
+        bench_decode(min_time)
     return 0
 
 

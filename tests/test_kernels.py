@@ -158,6 +158,13 @@ def impl(request: pytest.FixtureRequest) -> Iterator[str]:
     assert lib.aotx_kernel_force(b"auto") == 0
 
 
+def impl_name(t: GT, level: str) -> str:
+    """The kernel aotx_matmul_rows runs for type t with the kernels capped at `level`."""
+    if t == GT.F32:
+        return "avx2" if level == "avx2" else "avx512"
+    return level
+
+
 def check_untouched(y: np.ndarray, n_tok: int, r0: int, r1: int) -> None:
     mask = np.ones(y.shape, bool)
     mask[:n_tok, r0:r1] = False
@@ -218,7 +225,7 @@ def test_impl_names() -> None:
 @pytest.mark.parametrize("mode", ["quantize", "random"])
 def test_dequant_equals_gguf_py(t: GT, mode: str, impl: str) -> None:
     name = ffi.string(lib.aotx_dequant_impl(int(t))).decode()
-    assert name == (impl if impl == "avx512vnni" and t != GT.F32 else "ref")
+    assert name == ("avx512vnni" if impl != "avx2" and t != GT.F32 else "ref")
     rng = np.random.default_rng([int(t), len(mode)])
     be = block_elems(t)
     for n_blocks in (1, 2, 3, 7, 16):
@@ -284,8 +291,7 @@ def magnitude(wd: np.ndarray, xd: np.ndarray) -> np.ndarray:
 
 def run_case(t: GT, rows: int, n_blocks: int, n_tok: int, r0: int, r1: int, seed: int,
              impl: str, mode: str = "random") -> None:
-    want_impl = {"avx512vnni": "avx512"}.get(impl, impl) if t == GT.F32 else impl
-    assert ffi.string(lib.aotx_kernel_impl(int(t))).decode() == want_impl
+    assert ffi.string(lib.aotx_kernel_impl(int(t))).decode() == impl_name(t, impl)
     rng = np.random.default_rng(seed)
     be = block_elems(t)
     cols = be * n_blocks if be > 1 else n_blocks
@@ -335,6 +341,90 @@ def test_matmul_fast_ref_numpy(t: GT, shape: tuple[int, int, int, int, int], imp
     if block_elems(t) == 1:
         nb = nb * 32 + 5  # float types: odd column counts
     run_case(t, rows, nb, n_tok, r0, r1, seed=rows * 131 + nb, impl=impl)
+
+
+@pytest.mark.parametrize("t", QUANT_TYPES, ids=lambda t: t.name)
+def test_matmul_every_n_tok(t: GT, impl: str) -> None:
+    """Batched decode sizes 1..17 (the Q8_0 family's n_tok > 1 path: register tiles of 16
+    rows x 8 tokens) on row ranges that start and end inside a 16-row tile."""
+    nb = 5 if block_elems(t) == 32 else 2
+    for n_tok in range(1, 18):
+        rows, r0, r1 = (37, 3, 35) if n_tok % 2 else (21, 0, 21)
+        run_case(t, rows, nb, n_tok, r0, r1, seed=1000 + n_tok, impl=impl)
+
+
+@pytest.mark.parametrize("t", [GT.Q4_0, GT.Q5_0, GT.Q8_0], ids=lambda t: t.name)
+@pytest.mark.parametrize("shape", [
+    (16, 20, 8, 0, 16),    # one full tile, the model's 640 columns
+    (50, 20, 16, 17, 18),  # one row in the middle
+    (40, 20, 2, 33, 40),   # the last rows of the matrix only (a partial tile)
+    (41, 70, 9, 5, 38),    # 3 K slabs of <= 32 blocks: later slabs add into y
+    (23, 33, 45, 0, 23),   # 2 K slabs x 3 token slabs (the activation copy's capacity)
+    (18, 1, 64, 1, 17),    # a single block per row, prefill-sized n_tok
+], ids=lambda s: "x".join(map(str, s)))
+def test_matmul_q8fam_tiles(t: GT, shape: tuple[int, int, int, int, int], impl: str) -> None:
+    rows, nb, n_tok, r0, r1 = shape
+    run_case(t, rows, nb, n_tok, r0, r1, seed=rows * 7 + nb, impl=impl)
+
+
+@pytest.mark.parametrize("t", [GT.Q4_K, GT.Q6_K, GT.Q5_K], ids=lambda t: t.name)
+@pytest.mark.parametrize("shape", [
+    (16, 4, 8, 0, 16),     # one full tile, the model's 1024 columns
+    (50, 1, 16, 17, 18),   # one row in the middle
+    (40, 3, 2, 33, 40),    # the last rows of the matrix only (a partial tile)
+    (21, 9, 10, 2, 19),    # 2 scale slabs of <= 8 super-blocks; y accumulates per block
+    (18, 2, 64, 1, 17),    # prefill-sized n_tok
+], ids=lambda s: "x".join(map(str, s)))
+def test_matmul_kquant_tiles(t: GT, shape: tuple[int, int, int, int, int], impl: str) -> None:
+    rows, nb, n_tok, r0, r1 = shape
+    run_case(t, rows, nb, n_tok, r0, r1, seed=rows * 5 + nb, impl=impl)
+
+
+def test_matmul_kquant_tiles_extreme_quants(impl: str) -> None:
+    """Quants, scales and mins at their extremes against activations at +-127."""
+    rng = np.random.default_rng(22)
+    rows, cols, n_tok = 17, 512, 9
+    x = np.where(rng.random((n_tok, cols)) < 0.5, -1.0, 1.0).astype(np.float32)
+    for t in (GT.Q4_K, GT.Q6_K):
+        act = prepare(t, x)
+        _, bb, offs = LAYOUT[t]
+        raw = rng.choice(np.array((0x00, 0xFF), np.uint8), (rows * cols // 256, bb))
+        if t == GT.Q6_K:
+            raw[:, 192:208] = rng.choice(np.array((0x80, 0x7F), np.uint8), (raw.shape[0], 16))
+        for off in offs:
+            raw[:, off:off + 2] = np.array([0.5], np.float16).view(np.uint8)
+        w = raw.reshape(rows, -1)
+        y_ref = matmul(t, w, cols, act, n_tok, rows, 0, rows, rows, ref=True)
+        y_fast = matmul(t, w, cols, act, n_tok, rows, 0, rows, rows, ref=False)
+        wd = gguf_dequant(t, w).reshape(rows, cols)
+        xd, _ = act_dequant(t, act, n_tok, cols)
+        exact = (wd.astype(np.float64) @ xd.astype(np.float64).T).T
+        mag = magnitude(wd, xd).T
+        assert np.all(np.abs(y_fast - exact) <= 2e-5 * mag + 1e-30), t.name
+        assert np.all(np.abs(y_fast - y_ref) <= 1e-5 * mag + 1e-30), t.name
+
+
+def test_matmul_q8fam_tiles_extreme_quants(impl: str) -> None:
+    """Weights at the int8 / nibble extremes (-128 for Q8_0: w xor 0x80 = 0) and
+    activations at +-127: the integer sums must stay exact."""
+    rng = np.random.default_rng(21)
+    rows, cols, n_tok = 19, 96, 11
+    x = np.where(rng.random((n_tok, cols)) < 0.5, -1.0, 1.0).astype(np.float32)
+    act = prepare(GT.Q8_0, x)
+    for t, fill in ((GT.Q8_0, (0x80, 0x7F)), (GT.Q4_0, (0x00, 0xFF)), (GT.Q5_0, (0x00, 0xFF))):
+        _, bb, offs = LAYOUT[t]
+        raw = rng.choice(np.array(fill, np.uint8), (rows * cols // 32, bb))
+        for off in offs:
+            raw[:, off:off + 2] = np.array([0.5], np.float16).view(np.uint8)
+        w = raw.reshape(rows, -1)
+        y_ref = matmul(t, w, cols, act, n_tok, rows, 0, rows, rows, ref=True)
+        y_fast = matmul(t, w, cols, act, n_tok, rows, 0, rows, rows, ref=False)
+        wd = gguf_dequant(t, w).reshape(rows, cols)
+        xd, _ = act_dequant(t, act, n_tok, cols)
+        exact = (wd.astype(np.float64) @ xd.astype(np.float64).T).T
+        mag = magnitude(wd, xd).T
+        assert np.all(np.abs(y_fast - exact) <= 1e-5 * mag + 1e-30), t.name
+        assert np.all(np.abs(y_fast - y_ref) <= 1e-5 * mag + 1e-30), t.name
 
 
 @pytest.mark.parametrize("t", [GT.Q4_0, GT.Q5_0, GT.Q8_0, GT.BF16], ids=lambda t: t.name)
