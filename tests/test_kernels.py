@@ -15,12 +15,13 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _real import real_gguf
 from gguf import GGML_QUANT_SIZES, quants
 from gguf import GGMLQuantizationType as GT
 
 from aotx_trio.native import ffi, lib
 
-MODEL = Path("/root/.cache/aotx-trio/gemma-3-270m-q4_k_m.gguf")
+MODEL = real_gguf()
 
 # type -> (block elements, block bytes, byte offsets of fp16 scale fields)
 LAYOUT: dict[GT, tuple[int, int, tuple[int, ...]]] = {
@@ -489,7 +490,6 @@ def test_forced_reference_is_named() -> None:
 
 # ------------------------------------------------------------------ the real model
 
-needs_model = pytest.mark.skipif(not MODEL.exists(), reason="real model not assembled")
 
 
 _SCALAR = {0: "<u1", 1: "<i1", 2: "<u2", 3: "<i2", 4: "<u4", 5: "<i4", 6: "<f4", 7: "<u1",
@@ -558,7 +558,6 @@ def model_tensors() -> dict[str, tuple[GT, list[int], np.ndarray]]:
     return read_gguf_tensors(MODEL)
 
 
-@needs_model
 def test_mini_reader_tiles_the_file(model_tensors: dict[str, tuple[GT, list[int], np.ndarray]]
                                     ) -> None:
     """Our test-side reader's tensors lie back to back (32-byte aligned) up to the file's end."""
@@ -573,7 +572,6 @@ def test_mini_reader_tiles_the_file(model_tensors: dict[str, tuple[GT, list[int]
     assert (t, dims) == (GT.Q8_0, [640, 262144])
 
 
-@needs_model
 @pytest.mark.parametrize("name", ["token_embd.weight", "blk.0.attn_q.weight",
                                   "blk.0.attn_v.weight", "blk.0.attn_output.weight",
                                   "blk.0.ffn_down.weight", "blk.2.ffn_down.weight",
