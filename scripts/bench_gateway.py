@@ -229,9 +229,15 @@ async def load(host: str, port: int, tokens: list[str], first: int, retire_every
     await asyncio.sleep(max(0.0, go["start"] - time.monotonic()))
     end = go["end"]
 
+    capped = 0
+
     async def loop(c: Client) -> None:
+        nonlocal capped
         k = 0
-        while time.monotonic() < end and k < max_requests:
+        while time.monotonic() < end:
+            if k >= max_requests:
+                capped += 1
+                return
             k += 1
             if k % retire_every == 0:
                 await c.mutate("/participant/retirements", retry_floor=str(c.seq))
@@ -244,7 +250,7 @@ async def load(host: str, port: int, tokens: list[str], first: int, retire_every
     for conn in conns:
         conn.close()
     return {"samples": [s for c in clients for s in c.samples],
-            "connections": sum(conn.opened for conn in conns)}
+            "connections": sum(conn.opened for conn in conns), "capped": capped}
 
 
 def worker(args: argparse.Namespace) -> int:
@@ -263,8 +269,12 @@ def pct(lat: list[float], q: float) -> float:
     return lat[min(len(lat) - 1, int(len(lat) * q))] * 1000 if lat else float("nan")
 
 
+def ms(lat: list[float], q: float) -> float | None:
+    return round(pct(lat, q), 2) if lat else None
+
+
 def report(samples: list[tuple[float, float, str]], t_from: float, t_to: float,
-           cpu: dict[str, float], connections: int, args: argparse.Namespace,
+           cpu: dict[str, float], connections: int, capped: int, args: argparse.Namespace,
            ) -> dict[str, Any]:
     window = [s for s in samples if t_from <= s[0] <= t_to]
     ok = sorted(s[1] for s in window if s[2] == "202")
@@ -276,9 +286,9 @@ def report(samples: list[tuple[float, float, str]], t_from: float, t_to: float,
     out = {"deployment": "split" if args.split else "embedded", "clients": args.clients,
            "procs": args.procs, "window_s": round(span, 2),
            "durable_mutations": len(ok), "per_second": round(len(ok) / span, 1),
-           "p50_ms": round(pct(ok, 0.50), 2), "p90_ms": round(pct(ok, 0.90), 2),
-           "p99_ms": round(pct(ok, 0.99), 2), "max_ms": round(ok[-1] * 1000, 2) if ok else None,
-           "errors": errs, "connections": connections,
+           "p50_ms": ms(ok, 0.50), "p90_ms": ms(ok, 0.90), "p99_ms": ms(ok, 0.99),
+           "max_ms": round(ok[-1] * 1000, 2) if ok else None,
+           "errors": errs, "connections": connections, "capped_clients": capped,
            "cpu_s": {k: round(v, 2) for k, v in cpu.items()}}
     rows = [
         ("durable mutations (202)", f"{len(ok)}"),
@@ -288,6 +298,7 @@ def report(samples: list[tuple[float, float, str]], t_from: float, t_to: float,
                                     f"{pct(ok, .99):.1f} ms   (p99 target < 50)"),
         ("errors (in the window)", ", ".join(f"{k}: {v}" for k, v in errs.items()) or "0"),
         ("connections opened", f"{connections} (whole run)"),
+        ("clients stopped by --max-requests", f"{capped} (before the window's end)"),
         ("server CPU", f"{cpu['server']:.2f} s = {cpu['server'] / span:.2f} cores, "
                        f"{1e3 * cpu['server'] / max(1, len(ok)):.2f} ms/mutation"),
         *([("  of which gateway", f"{cpu['gateway']:.2f} s"),
@@ -436,7 +447,7 @@ def main() -> int:
         if args.split:
             cpu["gateway"], cpu["runtime"] = each
         samples: list[tuple[float, float, str]] = []
-        connections = 0
+        connections = capped = 0
         for w in workers:
             text, _ = w.communicate(timeout=300)
             if w.returncode != 0:
@@ -445,9 +456,10 @@ def main() -> int:
             result = json.loads(text.strip().splitlines()[-1])
             samples += [tuple(s) for s in result["samples"]]
             connections += int(result["connections"])
+            capped += int(result["capped"])
         if spy is not None:
             spy.wait(timeout=120)
-        print(json.dumps(report(samples, t_from, t_to, cpu, connections, args)))
+        print(json.dumps(report(samples, t_from, t_to, cpu, connections, capped, args)))
     finally:
         for w in workers:
             if w.poll() is None:

@@ -97,7 +97,11 @@ def render(exc: errors.AotxError) -> Response:
     return json_response(body, status, headers)
 
 
-def render_http(exc: HTTPException) -> Response:
+def http_error_parts(exc: HTTPException, limit: tuple[Any] | None = None,
+                     ) -> tuple[int, dict[str, Any], dict[str, str]]:
+    """(status, envelope, extra headers) of a werkzeug HTTP exception; ``limit``, when
+    given, is the 1-tuple of the body limit a 413 names.  Shared by :func:`render_http`
+    and the fast path."""
     status = exc.code or 500
     code = _HTTP_CODES.get(status, f"http_{status}")
     message = {
@@ -106,14 +110,20 @@ def render_http(exc: HTTPException) -> Response:
         413: "request body is over the configured limit",
     }.get(status, exc.description or exc.name)
     body: dict[str, Any] = {"code": code, "message": message}
-    if status == 413 and has_app_context():
-        body["limit"] = current_app.config.get("MAX_CONTENT_LENGTH")
-    resp = json_response({"error": body}, status)
+    if status == 413 and limit is not None:
+        body["limit"] = limit[0]
+    headers: dict[str, str] = {}
     if status == 405:
         allow = getattr(exc, "valid_methods", None)
         if allow:
-            resp.headers["Allow"] = ", ".join(sorted(allow))
-    return resp
+            headers["Allow"] = ", ".join(sorted(allow))
+    return status, {"error": body}, headers
+
+
+def render_http(exc: HTTPException) -> Response:
+    limit = (current_app.config.get("MAX_CONTENT_LENGTH"),) if has_app_context() else None
+    status, body, headers = http_error_parts(exc, limit)
+    return json_response(body, status, headers)
 
 
 INTERNAL_ERROR: dict[str, Any] = {"error": {"code": "internal_error",
