@@ -188,6 +188,7 @@ _BY_SUFFIX: list[tuple[str, type[AotxError]]] = [
     ("_forbidden", Forbidden),
     ("_damage", JournalDamage),
     ("_corrupt", FormatError),
+    ("_unsupported", FormatError),
     ("_invalid", InvalidInput),
 ]
 

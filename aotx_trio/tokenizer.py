@@ -1,4 +1,5 @@
-"""The text tokenizer of a GGUF "llama"-model vocabulary (SentencePiece-style BPE).
+"""The text tokenizer of a GGUF vocabulary: "llama" (SentencePiece-style BPE) or
+"gpt2" (byte-level BPE by merge rank, :meth:`Tokenizer.from_bpe`).
 
 A typed wrapper over the native tokenizer (csrc/tokenizer*.c, docs/tokenizer.md)::
 
@@ -35,6 +36,9 @@ BYTE = 6
 
 _E_BUFFER_TOO_SMALL = int(lib.AOTX_E_BUFFER_TOO_SMALL)
 _BYTE_PIECE = re.compile(rb"<0x[0-9A-Fa-f]{2}>")
+# tokenizer.ggml.pre names of the byte-level pre-tokenizers
+PRE_NAMES: dict[str, int] = {"default": 0, "gpt2": 0, "llama-bpe": 1, "llama3": 1, "qwen2": 2}
+_PRE_CANON = ("gpt2", "llama3", "qwen2")
 
 
 def _invalid(field: str, message: str) -> errors.InvalidInput:
@@ -58,6 +62,11 @@ class Tokenizer:
         self.add_bos: bool = bool(params.add_bos)
         self.add_space_prefix: bool = bool(params.add_space_prefix)
         self.max_token_bytes: int = int(lib.aotx_tokenizer_max_token_bytes(handle))
+        bpe = int(lib.aotx_tokenizer_model(handle)) == int(lib.AOTX_TOK_MODEL_BPE)
+        #: tokenizer.ggml.model: "llama" (SentencePiece-style) or "gpt2" (byte-level)
+        self.model: str = "gpt2" if bpe else "llama"
+        #: the byte-level pre-tokenizer ("gpt2", "llama3", "qwen2"); None in llama mode
+        self.pre: str | None = _PRE_CANON[int(lib.aotx_tokenizer_pre(handle))] if bpe else None
 
     # -- construction ---------------------------------------------------------------
 
@@ -99,6 +108,60 @@ class Tokenizer:
             check(rc, cls._vocab_detail(rc, pieces, types))
         return cls(ffi.gc(out[0], lib.aotx_tokenizer_free), None)
 
+    @classmethod
+    def from_bpe(cls, tokens: Sequence[bytes | str], merges: Sequence[bytes | str],
+                 types: Sequence[int] | None = None, *, pre: str = "default", bos_id: int = -1,
+                 eos_id: int = -1, unk_id: int = -1, pad_id: int = -1, add_bos: bool = False,
+                 add_space_prefix: bool = False) -> Tokenizer:
+        """A byte-level BPE tokenizer (GGUF ``tokenizer.ggml.model = "gpt2"``): ``tokens``
+        are byte-level strings, ``merges`` "left right" strings (rank = position),
+        ``pre`` the ``tokenizer.ggml.pre`` name."""
+        n = len(tokens)
+        if n == 0:
+            raise _invalid("tokens", "the vocabulary is empty")
+        if pre not in PRE_NAMES:
+            raise errors.UnsupportedProfile(
+                f"tokenizer.ggml.pre = {pre!r} is not supported ({', '.join(PRE_NAMES)})",
+                code="tokenizer_pre_unsupported", field="tokenizer.ggml.pre")
+        if types is not None and len(types) != n:
+            raise _invalid("types", f"{len(types)} token types for {n} tokens")
+        for name, value in (("bos_id", bos_id), ("eos_id", eos_id), ("unk_id", unk_id),
+                            ("pad_id", pad_id)):
+            if not -1 <= value < n:
+                raise _invalid(name, f"{value} is outside the vocabulary of {n} tokens")
+        if types is not None:
+            for i, ty in enumerate(types):
+                if not 0 <= ty <= BYTE:
+                    raise _invalid("types", f"token {i} has token_type {ty} (0..6 allowed)")
+        pieces = [t.encode() if isinstance(t, str) else bytes(t) for t in tokens]
+        mpieces = [m.encode() if isinstance(m, str) else bytes(m) for m in merges]
+        known = set(pieces)
+        for j, m in enumerate(mpieces):
+            left, sep, right = m.partition(b" ")
+            if not sep or not left or not right or left + right not in known or \
+                    left not in known or right not in known:
+                raise _invalid("merges", f"merges[{j}] = {m!r} is not 'left right' over "
+                               "vocabulary pieces whose join is a piece")
+        blob = b"".join(pieces)
+        offsets = array("q", [0])
+        offsets.extend(accumulate(len(p) for p in pieces))
+        mblob = b"".join(mpieces)
+        moffsets = array("q", [0])
+        moffsets.extend(accumulate(len(m) for m in mpieces))
+        params = ffi.new("aotx_tokenizer_params *", {
+            "bos_id": bos_id, "eos_id": eos_id, "unk_id": unk_id, "pad_id": pad_id,
+            "add_bos": int(add_bos), "add_space_prefix": int(add_space_prefix)})
+        c_types = ffi.NULL if types is None else ffi.from_buffer("int32_t[]", array("i", types))
+        out = ffi.new("aotx_tokenizer **")
+        rc = lib.aotx_tokenizer_new_bpe_packed(
+            params, PRE_NAMES[pre], n, ffi.from_buffer("uint8_t[]", blob or b"\0"),
+            ffi.from_buffer("int64_t[]", offsets), c_types, len(mpieces),
+            ffi.from_buffer("uint8_t[]", mblob or b"\0"), ffi.from_buffer("int64_t[]", moffsets),
+            out)
+        if rc != 0:
+            check(rc, cls._vocab_detail(rc, pieces, types))
+        return cls(ffi.gc(out[0], lib.aotx_tokenizer_free), None)
+
     @staticmethod
     def _vocab_detail(rc: int, pieces: list[bytes], types: Sequence[int] | None) -> str:
         if rc == int(lib.AOTX_E_TOKENIZER_VOCAB) and types is not None:
@@ -129,18 +192,32 @@ class Tokenizer:
             f = fields.get(name)
             return default if f is None else int(f.parts[f.data[0]][0])
 
-        model = fields.get("tokenizer.ggml.model")
-        if model is not None:
-            kind = bytes(model.parts[model.data[0]]).decode()
-            if kind != "llama":
-                raise errors.UnsupportedProfile(
-                    f"tokenizer.ggml.model = {kind!r}: only 'llama' vocabularies are supported",
-                    code="unsupported_profile", field="tokenizer.ggml.model")
+        def string(name: str) -> str | None:
+            f = fields.get(name)
+            return None if f is None else bytes(f.parts[f.data[0]]).decode()
+
+        kind = string("tokenizer.ggml.model") or "llama"
+        if kind not in ("llama", "gpt2"):
+            raise errors.UnsupportedProfile(
+                f"tokenizer.ggml.model = {kind!r}: only 'llama' and 'gpt2' vocabularies are "
+                "supported", code="unsupported_profile", field="tokenizer.ggml.model")
         raw_tokens = array_field("tokenizer.ggml.tokens")
         if raw_tokens is None:
             raise _invalid("tokenizer.ggml.tokens", "missing")
         raw_scores = array_field("tokenizer.ggml.scores")
         raw_types = array_field("tokenizer.ggml.token_type")
+        if kind == "gpt2":
+            raw_merges = array_field("tokenizer.ggml.merges") or []
+            return cls.from_bpe(
+                [bytes(p) for p in raw_tokens], [bytes(m) for m in raw_merges],
+                None if raw_types is None else [int(p[0]) for p in raw_types],
+                pre=string("tokenizer.ggml.pre") or "default",
+                bos_id=scalar("tokenizer.ggml.bos_token_id", -1),
+                eos_id=scalar("tokenizer.ggml.eos_token_id", -1),
+                unk_id=scalar("tokenizer.ggml.unknown_token_id", -1),
+                pad_id=scalar("tokenizer.ggml.padding_token_id", -1),
+                add_bos=bool(scalar("tokenizer.ggml.add_bos_token", 0)),
+                add_space_prefix=bool(scalar("tokenizer.ggml.add_space_prefix", 0)))
         return cls.from_vocab(
             [bytes(p) for p in raw_tokens],
             None if raw_scores is None else [float(p[0]) for p in raw_scores],

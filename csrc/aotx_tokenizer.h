@@ -1,6 +1,9 @@
-/* aotx_tokenizer.h -- SentencePiece-style tokenizer built from a GGUF vocabulary
- * (tokenizer.ggml.tokens / scores / token_type, byte fallback <0xNN>, the
- * U+2581 space marker), and an incremental detokenizer that emits exact bytes.
+/* aotx_tokenizer.h -- the tokenizer built from a GGUF vocabulary, in one of two
+ * modes chosen by tokenizer.ggml.model: "llama" (SentencePiece-style BPE by
+ * score: tokenizer.ggml.tokens / scores / token_type, byte fallback <0xNN>,
+ * the U+2581 space marker) or "gpt2" (byte-level BPE by merge rank:
+ * tokenizer.ggml.merges, pre-tokenization by tokenizer.ggml.pre), and an
+ * incremental detokenizer that emits exact bytes.
  * The model loader hands it the arrays; it owns copies.  docs/tokenizer.md
  * describes the algorithm and every decision (control tokens decode to
  * nothing, which pieces BPE may produce, add_space_prefix).
@@ -34,7 +37,18 @@ enum {
     AOTX_E_TOKENIZER_TYPE = -603,    /* a token_type value outside 0..6 */
     AOTX_E_TOKENIZER_SPECIAL = -604, /* bos/eos/unk/pad id outside the vocabulary */
     AOTX_E_TOKENIZER_NO_BOS = -605,  /* add_bos asked for but the vocabulary has no bos id */
-    AOTX_E_TOKENIZER_NO_FALLBACK = -606 /* a byte has no <0xNN> token and there is no unk id */
+    AOTX_E_TOKENIZER_NO_FALLBACK = -606, /* a byte has no <0xNN> token and there is no unk id */
+    AOTX_E_TOKENIZER_MODEL = -607,   /* tokenizer.ggml.model is neither "llama" nor "gpt2" */
+    AOTX_E_TOKENIZER_PRE = -608,     /* tokenizer.ggml.pre names no pre-tokenizer we have */
+    AOTX_E_TOKENIZER_MERGES = -609,  /* a merge is not "left right" over vocabulary pieces */
+
+    /* tokenizer modes (tokenizer.ggml.model) */
+    AOTX_TOK_MODEL_SPM = 0,          /* "llama": SentencePiece-style, scores */
+    AOTX_TOK_MODEL_BPE = 1,          /* "gpt2": byte-level BPE, merge ranks */
+    /* byte-level pre-tokenizers (tokenizer.ggml.pre) */
+    AOTX_TOK_PRE_GPT2 = 0,           /* "gpt2", "default": GPT-2's split pattern */
+    AOTX_TOK_PRE_LLAMA3 = 1,         /* "llama-bpe", "llama3": Llama-3's, \p{N}{1,3}, ignore_merges */
+    AOTX_TOK_PRE_QWEN2 = 2           /* "qwen2": Llama-3's with single digits */
 };
 
 typedef struct aotx_tokenizer aotx_tokenizer;
@@ -55,6 +69,32 @@ int aotx_tokenizer_new(const aotx_tokenizer_params *p, int32_t n_vocab, const ch
 int aotx_tokenizer_new_packed(const aotx_tokenizer_params *p, int32_t n_vocab,
                               const uint8_t *blob, const int64_t *offsets, const float *scores,
                               const int32_t *types, aotx_tokenizer **out);
+/* Byte-level BPE ("gpt2" vocabularies).  pre: an AOTX_TOK_PRE_* value (see
+ * aotx_tokenizer_pre_parse); tokens as for aotx_tokenizer_new (byte-level
+ * strings; types NULL: all normal); merges: n_merges strings "left right"
+ * (merge_lens NULL: NUL-terminated), rank = position, each half and their
+ * join a vocabulary piece (else AOTX_E_TOKENIZER_MERGES).  add_space_prefix
+ * puts a space before the text that starts the input, as in SPM mode. */
+int aotx_tokenizer_new_bpe(const aotx_tokenizer_params *p, int32_t pre, int32_t n_vocab,
+                           const char *const *tokens, const int32_t *token_lens,
+                           const int32_t *types, int32_t n_merges, const char *const *merges,
+                           const int32_t *merge_lens, aotx_tokenizer **out);
+/* The same from blobs: piece i is blob[offsets[i] .. offsets[i+1]), merge j is
+ * merge_blob[merge_offsets[j] .. merge_offsets[j+1]). */
+int aotx_tokenizer_new_bpe_packed(const aotx_tokenizer_params *p, int32_t pre, int32_t n_vocab,
+                                  const uint8_t *blob, const int64_t *offsets,
+                                  const int32_t *types, int32_t n_merges,
+                                  const uint8_t *merge_blob, const int64_t *merge_offsets,
+                                  aotx_tokenizer **out);
+/* tokenizer.ggml.model name -> AOTX_TOK_MODEL_* ("llama", "gpt2"; name NULL
+ * means "llama"), else AOTX_E_TOKENIZER_MODEL. */
+int aotx_tokenizer_model_parse(const char *name, int64_t len, int32_t *model);
+/* tokenizer.ggml.pre name -> AOTX_TOK_PRE_* ("default", "gpt2", "llama-bpe",
+ * "llama3", "qwen2"; name NULL means "default"), else AOTX_E_TOKENIZER_PRE. */
+int aotx_tokenizer_pre_parse(const char *name, int64_t len, int32_t *pre);
+/* The mode (AOTX_TOK_MODEL_*) and pre-tokenizer (AOTX_TOK_PRE_*, BPE only) of t. */
+int32_t aotx_tokenizer_model(const aotx_tokenizer *t);
+int32_t aotx_tokenizer_pre(const aotx_tokenizer *t);
 void aotx_tokenizer_free(aotx_tokenizer *t);
 int32_t aotx_tokenizer_n_vocab(const aotx_tokenizer *t);
 /* The parameters the tokenizer was built with. */

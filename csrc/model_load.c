@@ -277,6 +277,48 @@ static int32_t find_piece(const aotx_gguf *g, int64_t ti, uint64_t n, const char
     return -1;
 }
 
+/* A byte-level BPE ("gpt2") tokenizer: tokenizer.ggml.pre and .merges passed through. */
+static int model_load_bpe(aotx_model *m, const aotx_tokenizer_params *tp, int32_t n,
+                          const char **ptrs, const int32_t *lens, const int32_t *types, char *err,
+                          int64_t cap) {
+    const aotx_gguf *g = m->g;
+    const char *pre_name = NULL;
+    uint64_t pn = 0;
+    int64_t pi = aotx_gguf_find_key(g, "tokenizer.ggml.pre");
+    if (pi >= 0 && aotx_gguf_get_str(g, pi, &pre_name, &pn))
+        return model_set_err(err, cap, AOTX_E_MODEL_VOCAB, "tokenizer.ggml.pre is not a string");
+    int32_t pre;
+    if (aotx_tokenizer_pre_parse(pre_name, (int64_t)pn, &pre))
+        return model_set_err(err, cap, AOTX_E_TOKENIZER_PRE,
+                             "tokenizer.ggml.pre = \"%.*s\" is not supported "
+                             "(default, gpt2, llama-bpe, llama3, qwen2)",
+                             (int)(pn > 64 ? 64 : pn), pre_name);
+    int32_t et;
+    uint64_t nm = 0;
+    int64_t mi = aotx_gguf_find_key(g, "tokenizer.ggml.merges");
+    if (mi >= 0 && (aotx_gguf_arr_info(g, mi, &et, &nm) || et != AOTX_GGUF_STRING || nm > INT32_MAX))
+        return model_set_err(err, cap, AOTX_E_MODEL_VOCAB, "tokenizer.ggml.merges is not a string array");
+    const char **mp = malloc(sizeof(char *) * (nm ? nm : 1));
+    int32_t *ml = malloc(sizeof(int32_t) * (nm ? nm : 1));
+    int rc = (!mp || !ml) ? AOTX_E_NOMEM : 0;
+    for (uint64_t j = 0; !rc && j < nm; j++) {
+        uint64_t len;
+        if (aotx_gguf_arr_str(g, mi, j, &mp[j], &len) || len > INT32_MAX / 2)
+            rc = model_set_err(err, cap, AOTX_E_MODEL_VOCAB, "tokenizer.ggml.merges[%llu] unreadable",
+                               (unsigned long long)j);
+        else ml[j] = (int32_t)len;
+    }
+    if (!rc) {
+        rc = aotx_tokenizer_new_bpe(tp, pre, n, ptrs, lens, types, (int32_t)nm, mp, ml, &m->tok);
+        if (rc && rc != AOTX_E_NOMEM)
+            rc = model_set_err(err, cap, AOTX_E_MODEL_VOCAB,
+                               "the GGUF byte-level vocabulary does not build a tokenizer (%s)",
+                               aotx_code_name(rc));
+    }
+    free(mp); free(ml);
+    return rc;
+}
+
 int model_load_tokenizer(aotx_model *m, char *err, int64_t cap) {
     const aotx_gguf *g = m->g;
     int32_t et;
@@ -320,7 +362,14 @@ int model_load_tokenizer(aotx_model *m, char *err, int64_t cap) {
     uint64_t mn = 0;
     int64_t mi = aotx_gguf_find_key(g, "tokenizer.ggml.model");
     if (mi >= 0) aotx_gguf_get_str(g, mi, &model_name, &mn);
-    int spm = !model_name || (mn == 5 && !memcmp(model_name, "llama", 5));
+    int32_t kind;
+    if (aotx_tokenizer_model_parse(model_name, (int64_t)mn, &kind)) {
+        rc = model_set_err(err, cap, AOTX_E_TOKENIZER_MODEL,
+                           "tokenizer.ggml.model = \"%.*s\" is not supported (llama, gpt2)",
+                           (int)(mn > 64 ? 64 : mn), model_name);
+        goto out;
+    }
+    int spm = kind == AOTX_TOK_MODEL_SPM;
     aotx_tokenizer_params tp = {
         .bos_id = m->info.bos_id, .eos_id = m->info.eos_id,
         .unk_id = tok_id(g, "tokenizer.ggml.unknown_token_id"),
@@ -328,7 +377,11 @@ int model_load_tokenizer(aotx_model *m, char *err, int64_t cap) {
         .add_bos = tok_flag(g, "tokenizer.ggml.add_bos_token", 1),
         .add_space_prefix = tok_flag(g, "tokenizer.ggml.add_space_prefix", spm),
     };
-    rc = aotx_tokenizer_new(&tp, (int32_t)n, ptrs, lens, scores, types, &m->tok);
+    if (!spm) {
+        rc = model_load_bpe(m, &tp, (int32_t)n, ptrs, lens, types, err, cap);
+        if (rc) goto out;
+    }
+    if (spm) rc = aotx_tokenizer_new(&tp, (int32_t)n, ptrs, lens, scores, types, &m->tok);
     if (rc) {
         rc = model_set_err(err, cap, AOTX_E_MODEL_VOCAB,
                            "the GGUF vocabulary does not build a tokenizer (%s)",
@@ -336,7 +389,10 @@ int model_load_tokenizer(aotx_model *m, char *err, int64_t cap) {
         goto out;
     }
     m->info.has_tokenizer = 1;
-    m->info.eot_id = find_piece(g, ti, n, "<end_of_turn>");
+    static const char *eot_names[] = {"<end_of_turn>", "<|eot_id|>", "<|im_end|>"};
+    m->info.eot_id = -1;
+    for (int k = 0; k < 3 && m->info.eot_id < 0; k++)
+        m->info.eot_id = find_piece(g, ti, n, eot_names[k]);
 out:
     free(ptrs); free(lens); free(scores); free(types);
     return rc;

@@ -1,6 +1,7 @@
 /* tokenizer.c -- the vocabulary: building a tokenizer from GGUF arrays, the
  * piece hash table, the special-piece index, and per-token bytes.
- * Encoding is in tokenizer_encode.c, the detokenizer in tokenizer_detok.c. */
+ * Encoding is in tokenizer_encode.c, the detokenizer in tokenizer_detok.c,
+ * the byte-level BPE's merge table in tokenizer_bpe.c. */
 #include "tokenizer_internal.h"
 
 #include <stdlib.h>
@@ -17,6 +18,12 @@ const aotx_code_entry aotx_tokenizer_codes[] = {
      "a beginning-of-sequence token was asked for but the vocabulary has none"},
     {AOTX_E_TOKENIZER_NO_FALLBACK, "byte_fallback_invalid",
      "a byte has no <0xNN> token and the vocabulary has no unknown token"},
+    {AOTX_E_TOKENIZER_MODEL, "tokenizer_model_unsupported",
+     "tokenizer.ggml.model is neither \"llama\" nor \"gpt2\""},
+    {AOTX_E_TOKENIZER_PRE, "tokenizer_pre_unsupported",
+     "tokenizer.ggml.pre names a pre-tokenizer that is not supported"},
+    {AOTX_E_TOKENIZER_MERGES, "tokenizer_merges_invalid",
+     "a merge is not \"left right\" with both halves and their join in the vocabulary"},
     {0, NULL, NULL},
 };
 
@@ -81,6 +88,7 @@ void aotx_tokenizer_free(aotx_tokenizer *t) {
     free(t->bytes);
     free(t->table);
     free(t->special);
+    free(t->merges);
     free(t);
 }
 
@@ -89,6 +97,26 @@ static int check_params(const aotx_tokenizer_params *p, int32_t n_vocab) {
     for (int i = 0; i < 4; i++)
         if (ids[i] < -1 || ids[i] >= n_vocab) return AOTX_E_TOKENIZER_SPECIAL;
     return AOTX_OK;
+}
+
+/* Bytes of a byte-level piece: each character on GPT-2's map becomes its byte,
+ * any other character stays as its UTF-8 bytes (never longer than the piece). */
+static int32_t unmap_piece(const int16_t *cp_byte, const uint8_t *s, int32_t n, uint8_t *out) {
+    int32_t k = 0;
+    for (int32_t i = 0; i < n;) {
+        int len = aotx_tok_utf8_len(s + i, n - i);
+        uint32_t cp = UINT32_MAX;
+        if (len == 1 && s[i] < 0x80) cp = s[i];
+        if (len == 2) cp = ((uint32_t)(s[i] & 0x1F) << 6) | (s[i + 1] & 0x3Fu);
+        if (cp < AOTX_BYTE_CP_END && cp_byte[cp] >= 0) {
+            out[k++] = (uint8_t)cp_byte[cp];
+        } else {
+            memcpy(out + k, s + i, (size_t)len);
+            k += len;
+        }
+        i += len;
+    }
+    return k;
 }
 
 /* Copy the pieces and derive types and decoded bytes. */
@@ -106,6 +134,10 @@ static int load_pieces(aotx_tokenizer *t, const char *const *tokens, const int32
     t->pieces = malloc((size_t)total + 1);
     t->bytes = malloc((size_t)total + 1);
     if (!t->tok || !t->pieces || !t->bytes) return AOTX_E_NOMEM;
+    uint16_t byte_cp[256];
+    int16_t cp_byte[AOTX_BYTE_CP_END];
+    aotx_tok_byte_map(byte_cp, cp_byte);
+    int bpe = t->model == AOTX_TOK_MODEL_BPE;
     int64_t po = 0, bo = 0;
     for (int32_t i = 0; i < t->n_vocab; i++) {
         tok_entry *e = &t->tok[i];
@@ -116,7 +148,7 @@ static int load_pieces(aotx_tokenizer *t, const char *const *tokens, const int32
         e->piece_len = n;
         e->score = scores ? scores[i] : 0.0f;
         int bv = byte_piece_value(s, n);
-        e->type = types ? types[i] : (bv >= 0 ? AOTX_TOK_BYTE : AOTX_TOK_NORMAL);
+        e->type = types ? types[i] : (bv >= 0 && !bpe ? AOTX_TOK_BYTE : AOTX_TOK_NORMAL);
         if (e->type == 0) e->type = AOTX_TOK_NORMAL;
         e->bytes_off = bo;
         if (e->type == AOTX_TOK_BYTE) {
@@ -126,9 +158,11 @@ static int load_pieces(aotx_tokenizer *t, const char *const *tokens, const int32
             if (t->byte_id[bv] < 0) t->byte_id[bv] = i;
         } else if (e->type == AOTX_TOK_CONTROL) {
             e->bytes_len = 0;
-        } else if (e->type == AOTX_TOK_UNKNOWN) {
+        } else if (e->type == AOTX_TOK_UNKNOWN || (bpe && e->type == AOTX_TOK_USER_DEFINED)) {
             memcpy(t->bytes + bo, s, (size_t)n);
             e->bytes_len = n;
+        } else if (bpe) {
+            e->bytes_len = unmap_piece(cp_byte, s, n, t->bytes + bo);
         } else {
             e->bytes_len = unescape_piece(s, n, t->bytes + bo);
         }
@@ -200,21 +234,30 @@ static int build_special(aotx_tokenizer *t) {
     return AOTX_OK;
 }
 
-int aotx_tokenizer_new(const aotx_tokenizer_params *p, int32_t n_vocab, const char *const *tokens,
-                       const int32_t *token_lens, const float *scores, const int32_t *types,
-                       aotx_tokenizer **out) {
+/* Both modes: the vocabulary, its tables, and (BPE) the merges. */
+static int tokenizer_build(const aotx_tokenizer_params *p, int32_t model, int32_t pre,
+                           int32_t n_vocab, const char *const *tokens, const int32_t *token_lens,
+                           const float *scores, const int32_t *types, int32_t n_merges,
+                           const char *const *merges, const int32_t *merge_lens,
+                           aotx_tokenizer **out) {
     if (!p || !tokens || !out || n_vocab <= 0 || n_vocab > (INT32_MAX / 4))
         return AOTX_E_INVALID_ARGUMENT;
+    if (model == AOTX_TOK_MODEL_BPE && (pre < AOTX_TOK_PRE_GPT2 || pre > AOTX_TOK_PRE_QWEN2))
+        return AOTX_E_TOKENIZER_PRE;
     int rc = check_params(p, n_vocab);
     if (rc) return rc;
     aotx_tokenizer *t = calloc(1, sizeof *t);
     if (!t) return AOTX_E_NOMEM;
     t->p = *p;
+    t->model = model;
+    t->pre = model == AOTX_TOK_MODEL_BPE ? pre : 0;
+    t->ignore_merges = model == AOTX_TOK_MODEL_BPE && pre == AOTX_TOK_PRE_LLAMA3;
     t->n_vocab = n_vocab;
     memset(t->byte_id, 0xff, sizeof t->byte_id);
     rc = load_pieces(t, tokens, token_lens, scores, types);
     if (!rc) rc = build_table(t);
     if (!rc) rc = build_special(t);
+    if (!rc && model == AOTX_TOK_MODEL_BPE) rc = aotx_tok_bpe_init(t, n_merges, merges, merge_lens);
     if (rc) {
         aotx_tokenizer_free(t);
         return rc;
@@ -222,6 +265,26 @@ int aotx_tokenizer_new(const aotx_tokenizer_params *p, int32_t n_vocab, const ch
     *out = t;
     return AOTX_OK;
 }
+
+int aotx_tokenizer_new(const aotx_tokenizer_params *p, int32_t n_vocab, const char *const *tokens,
+                       const int32_t *token_lens, const float *scores, const int32_t *types,
+                       aotx_tokenizer **out) {
+    return tokenizer_build(p, AOTX_TOK_MODEL_SPM, 0, n_vocab, tokens, token_lens, scores, types,
+                           0, NULL, NULL, out);
+}
+
+int aotx_tokenizer_new_bpe(const aotx_tokenizer_params *p, int32_t pre, int32_t n_vocab,
+                           const char *const *tokens, const int32_t *token_lens,
+                           const int32_t *types, int32_t n_merges, const char *const *merges,
+                           const int32_t *merge_lens, aotx_tokenizer **out) {
+    if (n_merges < 0 || (n_merges > 0 && !merges)) return AOTX_E_INVALID_ARGUMENT;
+    return tokenizer_build(p, AOTX_TOK_MODEL_BPE, pre, n_vocab, tokens, token_lens, NULL, types,
+                           n_merges, merges, merge_lens, out);
+}
+
+int32_t aotx_tokenizer_model(const aotx_tokenizer *t) { return t ? t->model : 0; }
+
+int32_t aotx_tokenizer_pre(const aotx_tokenizer *t) { return t ? t->pre : 0; }
 
 int aotx_tokenizer_new_packed(const aotx_tokenizer_params *p, int32_t n_vocab,
                               const uint8_t *blob, const int64_t *offsets, const float *scores,

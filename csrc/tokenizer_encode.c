@@ -1,6 +1,7 @@
 /* tokenizer_encode.c -- text to token ids: whole-piece matches of special
- * pieces, then SentencePiece-style BPE by piece score over each fragment, with
- * byte fallback.  docs/tokenizer.md describes the algorithm. */
+ * pieces, then per fragment either SentencePiece-style BPE by piece score with
+ * byte fallback, or (byte-level mode) pre-tokenization and BPE by merge rank
+ * over the bytes of each pre-token.  docs/tokenizer.md describes both. */
 #include "tokenizer_internal.h"
 
 #include <stdlib.h>
@@ -10,6 +11,7 @@
 typedef struct bpe_sym {
     int32_t start, len;
     int32_t prev, next;   /* neighbours in the fragment, -1 at the ends */
+    int32_t id;           /* byte-level mode: the symbol's token */
 } bpe_sym;
 
 /* A possible merge of symbols left and right (adjacent when pushed). */
@@ -17,21 +19,24 @@ typedef struct bpe_cand {
     float score;
     int32_t left, right;
     int32_t len;          /* len(left) + len(right) when pushed; stale if it differs */
+    int32_t id;           /* the joined piece */
 } bpe_cand;
 
 /* Working memory of one aotx_tokenize call, sized from the text length. */
 typedef struct bpe_work {
-    uint8_t *esc;         /* [3 * len + 3] the fragment with spaces as U+2581 */
+    uint8_t *esc;         /* [3 * len + 3] the fragment with spaces as U+2581 (byte-level:
+                           * the fragment, then room for one pre-token's mapped text) */
     bpe_sym *sym;         /* [len + 1] */
     bpe_cand *heap;       /* [3 * (len + 1)] max-heap */
     int32_t *ids;         /* [3 * len + 4] the output being built */
+    tok_cp *cps;          /* [len + 2] byte-level mode: the fragment's code points */
     int64_t n_ids;
     int32_t n_heap;
 } bpe_work;
 
 /* Length of the valid UTF-8 character at s (RFC 3629), or 1 for a byte that
  * does not start one (it becomes a symbol of its own and falls back to a byte). */
-static int utf8_char_len(const uint8_t *s, int64_t n) {
+int aotx_tok_utf8_len(const uint8_t *s, int64_t n) {
     uint8_t c = s[0], lo = 0x80, hi = 0xBF;
     int need;
     if (c < 0x80) return 1;
@@ -86,7 +91,7 @@ static void try_pair(const aotx_tokenizer *t, bpe_work *w, int32_t left, int32_t
     int32_t n = w->sym[left].len + w->sym[right].len;
     int32_t id = aotx_tok_lookup(t, s, n, aotx_tok_hash(s, n));
     if (id < 0) return;
-    heap_push(w, (bpe_cand){t->tok[id].score, left, right, n});
+    heap_push(w, (bpe_cand){t->tok[id].score, left, right, n, id});
 }
 
 /* Escape spaces and split into characters; returns the symbol count. */
@@ -99,8 +104,8 @@ static int32_t split_fragment(bpe_work *w, const uint8_t *s, int64_t n, int pref
     }
     int32_t k = 0;
     for (int64_t i = 0; i < m;) {
-        int len = utf8_char_len(w->esc + i, m - i);
-        w->sym[k] = (bpe_sym){(int32_t)i, len, k - 1, -1};
+        int len = aotx_tok_utf8_len(w->esc + i, m - i);
+        w->sym[k] = (bpe_sym){(int32_t)i, len, k - 1, -1, -1};
         if (k > 0) w->sym[k - 1].next = k;
         k++;
         i += len;
@@ -168,6 +173,81 @@ static int encode_fragment(const aotx_tokenizer *t, bpe_work *w, const uint8_t *
     return AOTX_OK;
 }
 
+/* Byte-level mode: a possible merge of symbols left and right, by rank
+ * (score -rank: exact below 2^24 merges, so the lowest rank pops first). */
+static void try_merge(const aotx_tokenizer *t, bpe_work *w, int32_t left, int32_t right) {
+    if (left < 0 || right < 0) return;
+    int32_t rank;
+    int32_t id = aotx_tok_merge_find(t, w->sym[left].id, w->sym[right].id, &rank);
+    if (id < 0) return;
+    heap_push(w, (bpe_cand){-(float)rank, left, right, w->sym[left].len + w->sym[right].len, id});
+}
+
+/* The piece a pre-token's bytes spell on GPT-2's map, or -1 (ignore_merges). */
+static int32_t whole_piece(const aotx_tokenizer *t, bpe_work *w, int64_t a, int64_t b,
+                           uint8_t *scratch) {
+    int64_t m = 0;
+    for (int64_t i = a; i < b; i++) {
+        uint16_t c = t->byte_cp[w->esc[i]];
+        if (c < 0x80) scratch[m++] = (uint8_t)c;
+        else scratch[m++] = (uint8_t)(0xC0 | c >> 6), scratch[m++] = (uint8_t)(0x80 | (c & 0x3F));
+    }
+    int32_t id = aotx_tok_lookup(t, scratch, m, aotx_tok_hash(scratch, m));
+    return (id >= 0 && t->tok[id].type == AOTX_TOK_NORMAL) ? id : -1;
+}
+
+/* BPE by merge rank over the bytes esc[a, b) of one pre-token. */
+static int bpe_word(const aotx_tokenizer *t, bpe_work *w, int32_t a, int32_t b, uint8_t *scratch) {
+    if (t->ignore_merges) {
+        int32_t id = whole_piece(t, w, a, b, scratch);
+        if (id >= 0) {
+            w->ids[w->n_ids++] = id;
+            return AOTX_OK;
+        }
+    }
+    for (int32_t i = a; i < b; i++) {
+        int32_t id = t->byte_id[w->esc[i]] >= 0 ? t->byte_id[w->esc[i]] : t->p.unk_id;
+        if (id < 0) return AOTX_E_TOKENIZER_NO_FALLBACK;
+        w->sym[i] = (bpe_sym){i, 1, i - 1, i + 1, id};
+    }
+    w->sym[a].prev = -1;
+    w->sym[b - 1].next = -1;
+    w->n_heap = 0;
+    for (int32_t i = a; i + 1 < b; i++) try_merge(t, w, i, i + 1);
+    while (w->n_heap > 0) {
+        bpe_cand c = heap_pop(w);
+        bpe_sym *l = &w->sym[c.left], *r = &w->sym[c.right];
+        if (l->len == 0 || r->len == 0 || l->len + r->len != c.len) continue;
+        l->len += r->len;
+        l->id = c.id;
+        r->len = 0;
+        l->next = r->next;
+        if (l->next >= 0) w->sym[l->next].prev = c.left;
+        try_merge(t, w, l->prev, c.left);
+        try_merge(t, w, c.left, l->next);
+    }
+    for (int32_t i = a; i >= 0; i = w->sym[i].next) w->ids[w->n_ids++] = w->sym[i].id;
+    return AOTX_OK;
+}
+
+/* Byte-level mode: one fragment, pre-token by pre-token. */
+static int encode_fragment_bpe(const aotx_tokenizer *t, bpe_work *w, const uint8_t *s, int64_t n,
+                               int prefix) {
+    int64_t m = 0;
+    if (prefix) w->esc[m++] = ' ';
+    memcpy(w->esc + m, s, (size_t)n);
+    m += n;
+    uint8_t *scratch = w->esc + m;   /* 2 bytes per byte of a pre-token */
+    int32_t n_cp = aotx_pretok_decode(w->esc, m, w->cps);
+    for (int32_t k = 0; k < n_cp;) {
+        int32_t e = aotx_pretok_next(t->pre, w->cps, k, n_cp);
+        int rc = bpe_word(t, w, w->cps[k].off, w->cps[e].off, scratch);
+        if (rc) return rc;
+        k = e;
+    }
+    return AOTX_OK;
+}
+
 /* The longest special piece (allowed by parse_special) that starts at s, or -1. */
 static int32_t match_special(const aotx_tokenizer *t, const uint8_t *s, int64_t n,
                              int parse_special) {
@@ -191,7 +271,10 @@ static int encode_all(const aotx_tokenizer *t, bpe_work *w, const uint8_t *s, in
             continue;
         }
         if (i > frag) {
-            int rc = encode_fragment(t, w, s + frag, i - frag, t->p.add_space_prefix && frag == 0);
+            int prefix = t->p.add_space_prefix && frag == 0;
+            int rc = t->model == AOTX_TOK_MODEL_BPE
+                         ? encode_fragment_bpe(t, w, s + frag, i - frag, prefix)
+                         : encode_fragment(t, w, s + frag, i - frag, prefix);
             if (rc) return rc;
         }
         if (id < 0) break;
@@ -212,11 +295,12 @@ int aotx_tokenize_ex(const aotx_tokenizer *t, const char *text, int64_t len, int
     size_t esc_sz = 3 * n + 3, sym_sz = (n + 1) * sizeof(bpe_sym);
     size_t heap_sz = 3 * (n + 1) * sizeof(bpe_cand), ids_sz = (3 * n + 4) * sizeof(int32_t);
     size_t a1 = (esc_sz + 15) & ~(size_t)15, a2 = (sym_sz + 15) & ~(size_t)15;
-    size_t a3 = (heap_sz + 15) & ~(size_t)15;
-    uint8_t *mem = malloc(a1 + a2 + a3 + ids_sz);
+    size_t a3 = (heap_sz + 15) & ~(size_t)15, a4 = (ids_sz + 15) & ~(size_t)15;
+    size_t cps_sz = t->model == AOTX_TOK_MODEL_BPE ? (n + 2) * sizeof(tok_cp) : 0;
+    uint8_t *mem = malloc(a1 + a2 + a3 + a4 + cps_sz);
     if (!mem) return AOTX_E_NOMEM;
     bpe_work w = {mem, (bpe_sym *)(mem + a1), (bpe_cand *)(mem + a1 + a2),
-                  (int32_t *)(mem + a1 + a2 + a3), 0, 0};
+                  (int32_t *)(mem + a1 + a2 + a3), (tok_cp *)(mem + a1 + a2 + a3 + a4), 0, 0};
     if (add_bos) w.ids[w.n_ids++] = t->p.bos_id;
     int rc = encode_all(t, &w, (const uint8_t *)text, len, parse_special);
     if (!rc) {

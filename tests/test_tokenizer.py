@@ -82,6 +82,7 @@ def test_gemma_vocabulary_facts(gemma: Tokenizer) -> None:
     assert gemma.n_vocab == 262144
     assert (gemma.bos_id, gemma.eos_id, gemma.unk_id, gemma.pad_id) == (2, 1, 3, 0)
     assert gemma.add_bos and not gemma.add_space_prefix
+    assert gemma.model == "llama" and gemma.pre is None   # SentencePiece mode, no pre-tokenizer
     assert gemma.piece(1902) == MARK.encode() + b"world"
     assert gemma.token_bytes(1902) == b" world"
     assert gemma.token_bytes(236743) == b" "
