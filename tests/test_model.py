@@ -79,8 +79,14 @@ def test_window_is_applied(models: dict[str, Path]) -> None:
         assert rel(run_chunks(eng, TOKENS, [20])[0], want) < 1e-3
 
 
-def test_batched_step_equals_sequences_alone(models: dict[str, Path]) -> None:
-    path = models["gemma3_all"]
+# Float weights: batched and alone agree to float rounding. Quantized weights: the
+# multi-token kernels sum in another float order than the one-token ones, and a
+# last-bit difference can flip the Q8 rounding of an activation downstream, so the
+# bound is the quantization tolerance of test_logits_match_reference.
+@pytest.mark.parametrize("name,tol", [("gemma3_f32", 1e-5), ("gemma3_all", 5e-2)])
+def test_batched_step_equals_sequences_alone(models: dict[str, Path], name: str,
+                                             tol: float) -> None:
+    path = models[name]
     a = TOKENS[:14]
     b = TOKENS[3:10]
     c = TOKENS[5:14]
@@ -97,7 +103,8 @@ def test_batched_step_equals_sequences_alone(models: dict[str, Path]) -> None:
         got_a2 = r.logits(0)
     for g, w in [(got_a0, alone_a[0]), (got_a1, alone_a[1]), (got_a2, alone_a[2]),
                  (got_b0, alone_b[0]), (got_b1, alone_b[1]), (got_c, alone_c[0])]:
-        assert rel(g, w) < 1e-5
+        assert rel(g, w) < tol
+        assert int(np.argmax(g)) == int(np.argmax(w))
 
 
 def test_want_logits_rows_are_compacted(models: dict[str, Path]) -> None:
