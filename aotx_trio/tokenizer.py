@@ -45,6 +45,30 @@ def _invalid(field: str, message: str) -> errors.InvalidInput:
     return errors.InvalidInput(f"{field}: {message}", code="invalid_argument", field=field)
 
 
+def _check_vocab(n: int, types: Sequence[int] | None, ids: dict[str, int]) -> None:
+    """Shared checks of both constructors: a non-empty vocabulary, one type per token,
+    types in range, special ids inside the vocabulary (or -1)."""
+    if n == 0:
+        raise _invalid("tokens", "the vocabulary is empty")
+    if types is not None and len(types) != n:
+        raise _invalid("types", f"{len(types)} token types for {n} tokens")
+    for name, value in ids.items():
+        if not -1 <= value < n:
+            raise _invalid(name, f"{value} is outside the vocabulary of {n} tokens")
+    if types is not None:
+        for i, ty in enumerate(types):
+            if not 0 <= ty <= BYTE:
+                raise _invalid("types", f"token {i} has token_type {ty} (0..6 allowed)")
+
+
+def _packed(items: list[bytes]) -> tuple[Any, Any]:
+    """(blob, offsets) cffi buffers: item i is blob[offsets[i]:offsets[i+1]]."""
+    offsets = array("q", [0])
+    offsets.extend(accumulate(len(p) for p in items))
+    return (ffi.from_buffer("uint8_t[]", b"".join(items) or b"\0"),
+            ffi.from_buffer("int64_t[]", offsets))
+
+
 class Tokenizer:
     """A tokenizer handle: owned (built here, freed with this object) or borrowed."""
 
@@ -77,24 +101,12 @@ class Tokenizer:
                    add_space_prefix: bool = False) -> Tokenizer:
         """Build a tokenizer from vocabulary arrays (the native side keeps copies)."""
         n = len(tokens)
-        if n == 0:
-            raise _invalid("tokens", "the vocabulary is empty")
+        _check_vocab(n, types, {"bos_id": bos_id, "eos_id": eos_id, "unk_id": unk_id,
+                                "pad_id": pad_id})
         if scores is not None and len(scores) != n:
             raise _invalid("scores", f"{len(scores)} scores for {n} tokens")
-        if types is not None and len(types) != n:
-            raise _invalid("types", f"{len(types)} token types for {n} tokens")
-        for name, value in (("bos_id", bos_id), ("eos_id", eos_id), ("unk_id", unk_id),
-                            ("pad_id", pad_id)):
-            if not -1 <= value < n:
-                raise _invalid(name, f"{value} is outside the vocabulary of {n} tokens")
-        if types is not None:
-            for i, ty in enumerate(types):
-                if not 0 <= ty <= BYTE:
-                    raise _invalid("types", f"token {i} has token_type {ty} (0..6 allowed)")
         pieces = [t.encode() if isinstance(t, str) else bytes(t) for t in tokens]
-        blob = b"".join(pieces)
-        offsets = array("q", [0])
-        offsets.extend(accumulate(len(p) for p in pieces))
+        blob, offsets = _packed(pieces)
         params = ffi.new("aotx_tokenizer_params *", {
             "bos_id": bos_id, "eos_id": eos_id, "unk_id": unk_id, "pad_id": pad_id,
             "add_bos": int(add_bos), "add_space_prefix": int(add_space_prefix)})
@@ -102,8 +114,7 @@ class Tokenizer:
         c_types = ffi.NULL if types is None else ffi.from_buffer("int32_t[]", array("i", types))
         out = ffi.new("aotx_tokenizer **")
         rc = lib.aotx_tokenizer_new_packed(
-            params, n, ffi.from_buffer("uint8_t[]", blob or b"\0"),
-            ffi.from_buffer("int64_t[]", offsets), c_scores, c_types, out)
+            params, n, blob, offsets, c_scores, c_types, out)
         if rc != 0:
             check(rc, cls._vocab_detail(rc, pieces, types))
         return cls(ffi.gc(out[0], lib.aotx_tokenizer_free), None)
@@ -117,22 +128,12 @@ class Tokenizer:
         are byte-level strings, ``merges`` "left right" strings (rank = position),
         ``pre`` the ``tokenizer.ggml.pre`` name."""
         n = len(tokens)
-        if n == 0:
-            raise _invalid("tokens", "the vocabulary is empty")
         if pre not in PRE_NAMES:
             raise errors.UnsupportedProfile(
                 f"tokenizer.ggml.pre = {pre!r} is not supported ({', '.join(PRE_NAMES)})",
                 code="tokenizer_pre_unsupported", field="tokenizer.ggml.pre")
-        if types is not None and len(types) != n:
-            raise _invalid("types", f"{len(types)} token types for {n} tokens")
-        for name, value in (("bos_id", bos_id), ("eos_id", eos_id), ("unk_id", unk_id),
-                            ("pad_id", pad_id)):
-            if not -1 <= value < n:
-                raise _invalid(name, f"{value} is outside the vocabulary of {n} tokens")
-        if types is not None:
-            for i, ty in enumerate(types):
-                if not 0 <= ty <= BYTE:
-                    raise _invalid("types", f"token {i} has token_type {ty} (0..6 allowed)")
+        _check_vocab(n, types, {"bos_id": bos_id, "eos_id": eos_id, "unk_id": unk_id,
+                                "pad_id": pad_id})
         pieces = [t.encode() if isinstance(t, str) else bytes(t) for t in tokens]
         mpieces = [m.encode() if isinstance(m, str) else bytes(m) for m in merges]
         known = set(pieces)
@@ -142,21 +143,15 @@ class Tokenizer:
                     left not in known or right not in known:
                 raise _invalid("merges", f"merges[{j}] = {m!r} is not 'left right' over "
                                "vocabulary pieces whose join is a piece")
-        blob = b"".join(pieces)
-        offsets = array("q", [0])
-        offsets.extend(accumulate(len(p) for p in pieces))
-        mblob = b"".join(mpieces)
-        moffsets = array("q", [0])
-        moffsets.extend(accumulate(len(m) for m in mpieces))
+        blob, offsets = _packed(pieces)
+        mblob, moffsets = _packed(mpieces)
         params = ffi.new("aotx_tokenizer_params *", {
             "bos_id": bos_id, "eos_id": eos_id, "unk_id": unk_id, "pad_id": pad_id,
             "add_bos": int(add_bos), "add_space_prefix": int(add_space_prefix)})
         c_types = ffi.NULL if types is None else ffi.from_buffer("int32_t[]", array("i", types))
         out = ffi.new("aotx_tokenizer **")
         rc = lib.aotx_tokenizer_new_bpe_packed(
-            params, PRE_NAMES[pre], n, ffi.from_buffer("uint8_t[]", blob or b"\0"),
-            ffi.from_buffer("int64_t[]", offsets), c_types, len(mpieces),
-            ffi.from_buffer("uint8_t[]", mblob or b"\0"), ffi.from_buffer("int64_t[]", moffsets),
+            params, PRE_NAMES[pre], n, blob, offsets, c_types, len(mpieces), mblob, moffsets,
             out)
         if rc != 0:
             check(rc, cls._vocab_detail(rc, pieces, types))
