@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aotx_trio import errors
+from aotx_trio.journal import JournalReader
 from aotx_trio.native import check, error_for, ffi, lib
 
 GRANT_READ = 1
@@ -480,10 +481,15 @@ class Device:
                      admissions=int(u.admissions))
 
     # -- recovery --
-    def recover(self, reader: Any) -> None:
-        """Replay every transfer of an ``aotx_journal_reader *`` (see aotx_device_recover)."""
+    def recover(self, reader: JournalReader) -> None:
+        """Replay every transfer of a journal reader (see aotx_device_recover).
+
+        Takes the :class:`JournalReader` itself, never its bare handle: the reader
+        owns the file image the native reader points into, so holding it here
+        keeps that memory alive for the whole replay."""
+        if not isinstance(reader, JournalReader):
+            raise TypeError("Device.recover takes an aotx_trio.journal.JournalReader")
         bad = ffi.new("uint64_t *")
-        rh = getattr(reader, "handle", reader)
-        rc = lib.aotx_device_recover(self._handle, rh, bad)
+        rc = lib.aotx_device_recover(self._handle, reader.handle, bad)
         if rc != 0:
             raise error_for(int(rc), f"record {int(bad[0])}", record=int(bad[0]))

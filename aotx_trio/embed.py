@@ -41,6 +41,10 @@ _MAX_TOKENS = 2048  # packed tokens per C call (scratch size); a call splits lar
 # --------------------------------------------------------------------------- safetensors
 
 
+def _is_uint(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
 class SafeTensors:
     """A safetensors file mapped read-only: u64 LE header length, JSON header, data."""
 
@@ -82,12 +86,22 @@ class SafeTensors:
             raise errors.FormatError(
                 f"{self.path}: tensor {name!r} has dtype {dtype!r}; only F32 is supported",
                 code="embed_dtype_unsupported", tensor=name)
-        got = tuple(entry.get("shape", ()))
+        raw_shape = entry.get("shape")
+        if not (isinstance(raw_shape, list) and all(_is_uint(d) for d in raw_shape)):
+            raise errors.FormatError(
+                f"{self.path}: tensor {name!r} has shape {raw_shape!r}, not a list of "
+                "non-negative integers", code="safetensors_corrupt", tensor=name)
+        got = tuple(raw_shape)
         if got != shape:
             raise errors.FormatError(
                 f"{self.path}: tensor {name!r} has shape {list(got)}, config needs {list(shape)}",
                 code="embed_shape_invalid", tensor=name)
-        begin, end = entry.get("data_offsets", (0, -1))
+        offsets = entry.get("data_offsets")
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(map(_is_uint, offsets))):
+            raise errors.FormatError(
+                f"{self.path}: tensor {name!r} data_offsets {offsets!r} are not two "
+                "non-negative integers", code="safetensors_corrupt", tensor=name)
+        begin, end = offsets
         count = int(np.prod(shape))
         start = self.data_start + int(begin)
         if int(end) - int(begin) != 4 * count or start + 4 * count > len(self._map):
@@ -193,26 +207,53 @@ class WordPiece:
     def __init__(self, path: Path, max_len: int) -> None:
         raw = _read_json(path)
         model = raw.get("model") or {}
-        if model.get("type") != "WordPiece" or not isinstance(model.get("vocab"), dict):
+        if not isinstance(model, dict) or model.get("type") != "WordPiece" or \
+                not isinstance(model.get("vocab"), dict):
             raise errors.ConfigError(f"{path}: model.type must be WordPiece with a vocab",
                                      code="embed_config_invalid", key="model")
+
+        def bad(key: str, what: str, value: object) -> errors.ConfigError:
+            return errors.ConfigError(f"{path}: {key} = {value!r} is not {what}",
+                                      code="embed_config_invalid", key=key)
+
+        for k, v in model["vocab"].items():
+            if not _is_uint(v):
+                raise bad(f"model.vocab[{k!r}]", "a non-negative integer id", v)
         self.vocab: dict[str, int] = {str(k): int(v) for k, v in model["vocab"].items()}
-        self.prefix = str(model.get("continuing_subword_prefix", "##"))
-        self.max_chars = int(model.get("max_input_chars_per_word", 100))
+        prefix = model.get("continuing_subword_prefix", "##")
+        if not isinstance(prefix, str):
+            raise bad("model.continuing_subword_prefix", "a string", prefix)
+        self.prefix = prefix
+        max_chars = model.get("max_input_chars_per_word", 100)
+        if not _is_uint(max_chars):
+            raise bad("model.max_input_chars_per_word", "a non-negative integer", max_chars)
+        self.max_chars = int(max_chars)
         norm = raw.get("normalizer") or {}
+        if not isinstance(norm, dict):
+            raise bad("normalizer", "an object", norm)
         self.clean_text = bool(norm.get("clean_text", True))
         self.chinese = bool(norm.get("handle_chinese_chars", True))
         self.lowercase = bool(norm.get("lowercase", True))
         strip = norm.get("strip_accents")
         self.strip_accents = self.lowercase if strip is None else bool(strip)
-        self.unk = self._special(path, str(model.get("unk_token", "[UNK]")))
+        unk = model.get("unk_token", "[UNK]")
+        if not isinstance(unk, str):
+            raise bad("model.unk_token", "a string", unk)
+        self.unk = self._special(path, unk)
         self.cls = self._special(path, "[CLS]")
         self.sep = self._special(path, "[SEP]")
         self.pad = self._special(path, "[PAD]")
         self.max_len = max_len  # word pieces including [CLS] and [SEP]
         # Added tokens with normalized=false match the raw text before anything else.
-        added = [(str(t["content"]), int(t["id"])) for t in raw.get("added_tokens") or []
-                 if not t.get("normalized", False) and t.get("content")]
+        tokens = raw.get("added_tokens") or []
+        if not isinstance(tokens, list):
+            raise bad("added_tokens", "a list", tokens)
+        for i, t in enumerate(tokens):
+            if not (isinstance(t, dict) and isinstance(t.get("content"), str)
+                    and _is_uint(t.get("id"))):
+                raise bad(f"added_tokens[{i}]", "an object with a string content and an id", t)
+        added = [(t["content"], int(t["id"])) for t in tokens
+                 if not t.get("normalized", False) and t["content"]]
         self.added = dict(added)
         words = sorted(self.added, key=len, reverse=True)
         self._added_re = re.compile("|".join(map(re.escape, words))) if words else None

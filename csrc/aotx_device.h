@@ -286,7 +286,8 @@ void aotx_device_usage_get(aotx_device *d, aotx_device_usage *out);
  * aotx_journal_resume(), then enqueue an `interrupted` completion for each
  * restored INPUT without a terminal result.  On failure *out_bad_record is
  * the first record index of the offending transfer (or the reader's error
- * offset for journal damage) and the device must be discarded. */
+ * offset for journal damage) and the device must be discarded
+ * (its tables read empty and every mutation is refused with device_out_of_order). */
 int aotx_device_recover(aotx_device *d, struct aotx_journal_reader *r, uint64_t *out_bad_record);
 /* CDEF-END */
 

@@ -20,19 +20,21 @@ void aotx_device_usage_get(aotx_device *d, aotx_device_usage *out) {
 int aotx_device_submit(aotx_device *d, uint32_t grants, const uint8_t actor[16],
                        const aotx_request *req, aotx_receipt_view *out) {
     if (!d) return AOTX_E_INVALID_ARGUMENT;
-    LOCKED(dev_submit_locked(d, grants, actor, req, out));
+    LOCKED(d->failed ? AOTX_E_DEVICE_STATE : dev_submit_locked(d, grants, actor, req, out));
 }
 
 int aotx_device_start(aotx_device *d, const uint8_t op_id[16]) {
     if (!d) return AOTX_E_INVALID_ARGUMENT;
-    LOCKED(dev_start_locked(d, op_id));
+    LOCKED(d->failed ? AOTX_E_DEVICE_STATE : dev_start_locked(d, op_id));
 }
 
 int aotx_device_complete(aotx_device *d, const uint8_t op_id[16], uint8_t status,
                          const uint8_t *result, uint32_t len, uint32_t input_tokens,
                          uint32_t output_tokens) {
     if (!d) return AOTX_E_INVALID_ARGUMENT;
-    LOCKED(dev_complete_locked(d, op_id, status, result, len, input_tokens, output_tokens));
+    LOCKED(d->failed ? AOTX_E_DEVICE_STATE
+                     : dev_complete_locked(d, op_id, status, result, len, input_tokens,
+                                           output_tokens));
 }
 
 int aotx_device_receipt(aotx_device *d, uint32_t grants, const uint8_t actor[16],

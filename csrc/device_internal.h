@@ -83,6 +83,7 @@ struct aotx_device {
     uint64_t admissions;        /* admission counter (last assigned number) */
     bool replaying;             /* recovery: every record counts as saved */
     bool used;                  /* anything admitted or recovered */
+    bool failed;                /* recovery refused: tables wiped, mutations refused */
     uint32_t n_participants, n_spaces, n_conversations, n_members;
     uint32_t n_receipts;        /* occupied slots */
     dev_participant *participants;     /* [AOTX_MAX_PARTICIPANTS] */

@@ -42,6 +42,26 @@ static int replay_completion(aotx_device *d, const uint8_t *data, uint32_t len, 
     return AOTX_OK;
 }
 
+/* A refused recovery must not expose what it applied before the bad transfer:
+ * wipe every table back to the fresh state and refuse further mutations. */
+static int recover_failed(aotx_device *d, int rc) {
+    memset(d->participants, 0, AOTX_MAX_PARTICIPANTS * sizeof *d->participants);
+    memset(d->spaces, 0, AOTX_MAX_SPACES * sizeof *d->spaces);
+    memset(d->members, 0, AOTX_MAX_MEMBERS * sizeof *d->members);
+    memset(d->conversations, 0, AOTX_MAX_CONVERSATIONS * sizeof *d->conversations);
+    for (uint32_t i = 0; i < DEV_RECEIPT_SLOTS; i++) {
+        dev_receipt *r = &d->receipts[i];
+        uint8_t *canon = r->canon, *result = r->result;
+        memset(r, 0, sizeof *r);
+        r->canon = canon;
+        r->result = result;
+    }
+    d->n_participants = d->n_spaces = d->n_conversations = d->n_members = d->n_receipts = 0;
+    d->admissions = 0;
+    d->failed = true;
+    return rc;
+}
+
 int dev_recover_locked(aotx_device *d, aotx_journal_reader *r, uint64_t *out_bad_record) {
     if (!d || !r) return AOTX_E_INVALID_ARGUMENT;
     if (d->used || d->replaying) return AOTX_E_DEVICE_STATE;
@@ -90,7 +110,7 @@ int dev_recover_locked(aotx_device *d, aotx_journal_reader *r, uint64_t *out_bad
     if (rc == AOTX_OK) rc = aotx_journal_resume(d->journal, r);
     if (rc) {
         if (out_bad_record) *out_bad_record = bad;
-        return rc;
+        return recover_failed(d, rc);
     }
     dev_reclaim(d);
     /* Restored INPUTs without a terminal result become interrupted (never re-run). */
@@ -100,7 +120,7 @@ int dev_recover_locked(aotx_device *d, aotx_journal_reader *r, uint64_t *out_bad
         rc = dev_complete_locked(d, rc_->op_id, AOTX_STATUS_INTERRUPTED, NULL, 0, 0, 0);
         if (rc) {
             if (out_bad_record) *out_bad_record = rc_->admission_record;
-            return rc;
+            return recover_failed(d, rc);
         }
     }
     return AOTX_OK;

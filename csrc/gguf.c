@@ -73,6 +73,9 @@ static int fail(cursor *c, int code, const char *fmt, ...) {
         va_start(ap, fmt);
         vsnprintf(c->err, (size_t)c->cap, fmt, ap);
         va_end(ap);
+        /* names come from the file: keep the message printable ASCII (and valid UTF-8) */
+        for (char *q = c->err; *q; q++)
+            if ((unsigned char)*q < 0x20 || (unsigned char)*q > 0x7e) *q = '?';
     }
     return code;
 }
@@ -227,8 +230,9 @@ static int parse_tensors(cursor *c, aotx_gguf *g, uint64_t n_t) {
                         t->name, ty, (unsigned long long)(c->off - 4));
         if (t->dims[0] % be)
             return fail(c, AOTX_E_GGUF_TENSOR,
-                        "tensor '%s' row of %lld elements is not a multiple of block %lld",
-                        t->name, (long long)t->dims[0], (long long)be);
+                        "tensor '%s' row of %lld elements is not a multiple of block %lld "
+                        "(type at byte %llu)", t->name, (long long)t->dims[0], (long long)be,
+                        (unsigned long long)(c->off - 4));
         t->type = (int32_t)ty;
         t->nbytes = nel / (uint64_t)be * (uint64_t)bb;
         if ((rc = rd(c, &t->offset, 8, "tensor offset"))) return rc;

@@ -16,6 +16,7 @@ import pytest
 
 from aotx_trio import device as D
 from aotx_trio import errors, native
+from aotx_trio.journal import JournalReader
 from aotx_trio.native import ffi, lib
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -462,12 +463,9 @@ def test_retirement_floor_key_reuse_and_slots(rig: Rig) -> None:
 def recover_from(file: bytes) -> tuple[Journal, D.Device, Any]:
     j = Journal()
     dev = D.Device(j, L)
-    rp = ffi.new("aotx_journal_reader **")
-    keep = ffi.from_buffer(file)
-    native.check(lib.aotx_journal_reader_new(keep, len(file), rp))
-    reader = ffi.gc(rp[0], lib.aotx_journal_reader_free)
+    reader = JournalReader(file)
     dev.recover(reader)
-    return j, dev, (keep, reader)
+    return j, dev, reader
 
 
 def test_recovery_restores_state_and_interrupts_inputs(rig: Rig) -> None:
@@ -497,7 +495,7 @@ def test_recovery_restores_state_and_interrupts_inputs(rig: Rig) -> None:
         nxt = dev2.submit(ALL, A, D.Request(D.Kind.SPACE_CREATE, L, "99" * 16, 4))
         assert nxt.admission_number == rig.dev.usage().admissions + 1
         assert nxt.admission_record > r.admission_record
-        refused("device_out_of_order", dev2.recover, keep[1])
+        refused("device_out_of_order", dev2.recover, keep)
     finally:
         dev2.close()
 
@@ -527,11 +525,7 @@ def test_recovery_fails_closed_on_inconsistent_transfer() -> None:
     assert refused("recovery_damage", recover_from, bytes(j.file)).fields["record"] == 1
     # a journal of another lineage is foreign
     other = D.Device(Journal(), "f" * 32)
-    rp = ffi.new("aotx_journal_reader **")
-    keep = ffi.from_buffer(bytes(good.journal.file))
-    native.check(lib.aotx_journal_reader_new(keep, len(keep), rp))
-    reader = ffi.gc(rp[0], lib.aotx_journal_reader_free)
-    refused("journal_foreign", other.recover, reader)
+    refused("journal_foreign", other.recover, JournalReader(bytes(good.journal.file)))
     other.close()
     good.dev.close()
 

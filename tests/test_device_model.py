@@ -30,6 +30,7 @@ from hypothesis.stateful import (
 
 from aotx_trio import device as D
 from aotx_trio import errors, native
+from aotx_trio.journal import JournalReader
 from aotx_trio.native import ffi, lib
 
 LINEAGE = "0123456789abcdef0123456789abcdef"
@@ -82,13 +83,10 @@ class Journal:
 def recover(file: bytes) -> tuple[Journal, D.Device, Any]:
     j = Journal()
     dev = D.Device(j, LINEAGE)
-    rp = ffi.new("aotx_journal_reader **")
-    keep = ffi.from_buffer(file)
-    native.check(lib.aotx_journal_reader_new(keep, len(file), rp))
-    reader = ffi.gc(rp[0], lib.aotx_journal_reader_free)
+    reader = JournalReader(file)
     dev.recover(reader)
     native.check(lib.aotx_journal_begin_boot(j.handle, ffi.NULL))
-    return j, dev, (keep, reader)
+    return j, dev, reader
 
 
 # ---- the model -----------------------------------------------------------
