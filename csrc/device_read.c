@@ -146,15 +146,24 @@ static void space_view(const aotx_device *d, uint32_t s, uint8_t eff, aotx_space
     out->conversations = sp->conversations;
 }
 
+/* The space a reader names, after the grant and read-right checks every space
+ * read makes (hidden spaces are space_not_found). */
+static int space_for_read(const aotx_device *d, uint32_t grants, const uint8_t actor[16],
+                          const uint8_t space[16], uint32_t *out) {
+    if (!(grants & AOTX_GRANT_READ)) return AOTX_R_GRANT_FORBIDDEN;
+    uint32_t me = dev_find_participant(d, actor);
+    *out = dev_find_space(d, space);
+    return read_access(d, grants, me, *out, AOTX_R_SPACE_NOT_FOUND);
+}
+
 int dev_space_locked(aotx_device *d, uint32_t grants, const uint8_t actor[16],
                       const uint8_t space[16], aotx_space_view *out) {
     if (!d || !actor || !space || !out) return AOTX_E_INVALID_ARGUMENT;
-    if (!(grants & AOTX_GRANT_READ)) return AOTX_R_GRANT_FORBIDDEN;
-    uint32_t me = dev_find_participant(d, actor);
-    uint32_t s = dev_find_space(d, space);
-    int rc = read_access(d, grants, me, s, AOTX_R_SPACE_NOT_FOUND);
+    uint32_t s;
+    int rc = space_for_read(d, grants, actor, space, &s);
     if (rc) return rc;
-    space_view(d, s, dev_resolved_rights(d, s, me) & (uint8_t)grants, out);
+    uint8_t rights = dev_resolved_rights(d, s, dev_find_participant(d, actor));
+    space_view(d, s, rights & (uint8_t)grants, out);
     return AOTX_OK;
 }
 
@@ -182,10 +191,8 @@ int dev_members_locked(aotx_device *d, uint32_t grants, const uint8_t actor[16],
                         aotx_member_view *out, uint32_t *out_n, uint64_t *out_next) {
     if (!d || !actor || !space || !out_n || !out_next || (limit && !out))
         return AOTX_E_INVALID_ARGUMENT;
-    if (!(grants & AOTX_GRANT_READ)) return AOTX_R_GRANT_FORBIDDEN;
-    uint32_t me = dev_find_participant(d, actor);
-    uint32_t s = dev_find_space(d, space);
-    int rc = read_access(d, grants, me, s, AOTX_R_SPACE_NOT_FOUND);
+    uint32_t s;
+    int rc = space_for_read(d, grants, actor, space, &s);
     if (rc) return rc;
     if (cursor > d->n_members) return AOTX_R_CURSOR_INVALID;
     uint32_t n = 0;
@@ -219,10 +226,8 @@ int dev_conversations_locked(aotx_device *d, uint32_t grants, const uint8_t acto
                               uint64_t *out_next) {
     if (!d || !actor || !space || !out_n || !out_next || (limit && !out))
         return AOTX_E_INVALID_ARGUMENT;
-    if (!(grants & AOTX_GRANT_READ)) return AOTX_R_GRANT_FORBIDDEN;
-    uint32_t me = dev_find_participant(d, actor);
-    uint32_t s = dev_find_space(d, space);
-    int rc = read_access(d, grants, me, s, AOTX_R_SPACE_NOT_FOUND);
+    uint32_t s;
+    int rc = space_for_read(d, grants, actor, space, &s);
     if (rc) return rc;
     if (cursor > d->n_conversations) return AOTX_R_CURSOR_INVALID;
     uint32_t n = 0;
