@@ -10,7 +10,9 @@ import pytest
 import trio
 from _gateway_env import ALL, Env, embedded
 
+from aotx_trio.gateway import routes_table
 from aotx_trio.gateway.fast import FastMutations, match
+from aotx_trio.gateway.routes_table import MUTATION_ROUTES
 
 BASE = "/aotx/v1/shared"
 
@@ -23,16 +25,23 @@ async def env(tmp_path: Path) -> Any:
 
 
 def test_match_takes_exactly_the_mutation_routes() -> None:
-    assert match(BASE + "/participant") is not None
-    assert match(BASE + "/spaces") is not None
-    assert match(BASE + "/participant/retirements") is not None
-    (kind, _, action), path = match(BASE + "/spaces/spc-x/members") or ((None, None, None), {})
-    assert (kind, action, path) == ("member.set", "shared_manage", {"space": "spc-x"})
-    (kind, _, action), path = match(BASE + "/spaces/s/conversations") or ((None, None, None), {})
-    assert (kind, action, path) == ("conversation.create", "shared_write", {"space": "s"})
+    assert match is routes_table.match      # one matcher, built from the one table
+    for route in MUTATION_ROUTES:
+        path = BASE + route.rule.replace("<space>", "spc-x")
+        found = match(path)
+        assert found is not None and found[0] is route, path
+    found = match(BASE + "/spaces/spc-x/members")
+    assert found is not None
+    assert (found[0].kind, found[0].action, found[1]) == ("member.set", "shared_manage",
+                                                          {"space": "spc-x"})
+    found = match(BASE + "/spaces/s/conversations")
+    assert found is not None
+    assert (found[0].kind, found[0].action, found[1]) == ("conversation.create",
+                                                          "shared_write", {"space": "s"})
     for other in (BASE + "/participant/", BASE + "/spaces/", BASE + "/spaces//members",
                   BASE + "/spaces/a/b/members", BASE + "/spaces/a/members/", BASE + "/nowhere",
-                  "/aotx/v1/sharedx/spaces", BASE + "/capabilities"):
+                  "/aotx/v1/sharedx/spaces", BASE + "/capabilities", BASE + "/spaces/members",
+                  BASE + "/spaces/a/conversations/x"):
         assert match(other) is None, other
 
 
@@ -46,6 +55,7 @@ async def _cases(env: Env, key: int, space: str) -> list[tuple[int, dict[str, st
     c = env.client
     me = env.par("alice")
     perms = {"participant": me, "permissions": ["read"]}
+    no_schema = {k: v for k, v in env.body(key, 9).items() if k != "schema"}
     out = []
     calls: list[tuple[str | None, str, Any, None]] = [
         ("alice", "/participant", env.body(1, 1), None),                   # exact retry: 200
@@ -57,6 +67,7 @@ async def _cases(env: Env, key: int, space: str) -> list[tuple[int, dict[str, st
         ("alice", "/spaces", env.body(key, 9, extra=1), None),              # 422 unknown
         ("alice", "/spaces", env.body(key, 9, scope="bad"), None),          # 422 field
         ("alice", "/spaces", {"schema": "aotx.shared.mutation.v1"}, None),  # 422 missing
+        ("alice", "/spaces", no_schema, None),                              # 400 no schema
         ("alice", "/spaces", env.body(key, 99), None),                      # 409 future
         ("alice", "/spaces", env.body(key, 3, pad="x" * 4000), None),       # 413
         ("alice", "/spaces/spc-nope/conversations", env.body(key, 3), None),  # 404 space
@@ -88,8 +99,8 @@ async def test_fast_path_answers_byte_for_byte_like_the_quart_routes(env: Env) -
         assert fast.answered == before
     finally:
         env.app.asgi_app = fast  # type: ignore[method-assign]
-    assert [s for s, _, _ in with_fast] == [200, 401, 403, 403, 400, 400, 422, 422, 422, 409,
-                                             413, 404, 400, 400, 400]
+    assert [s for s, _, _ in with_fast] == [200, 401, 403, 403, 400, 400, 422, 422, 422, 400,
+                                             409, 413, 404, 400, 400, 400]
     assert with_fast == with_quart
     for _status, headers, _ in with_fast:
         assert headers["cache-control"] == "no-store"

@@ -226,6 +226,15 @@ async def test_validation_400_and_422(env: Env) -> None:
     bad_schema["schema"] = "aotx.shared.mutation.v2"
     err = await _error(await _post(env, "alice", "/spaces", bad_schema), 400, "schema_invalid")
     assert err["field"] == "schema"
+    # a body without schema is the same 400 (shared-api.md), not 422 missing_field
+    for path in ("/participant", "/spaces", "/participant/retirements"):
+        no_schema = env.body(1, 1, colour="red")
+        del no_schema["schema"]
+        err = await _error(await _post(env, "alice", path, no_schema), 400, "schema_invalid")
+        assert err["field"] == "schema" and "schema" in err["message"]
+        assert err["expected"] == "aotx.shared.mutation.v1"
+    err = await _error(await _post(env, "alice", "/spaces", {}), 400, "schema_invalid")
+    assert err["field"] == "schema"
     err = await _error(await _post(env, "alice", "/spaces", env.body(1, 1, colour="red")), 422,
                        "unknown_field")
     assert err["field"] == "colour" and "colour" in err["message"]

@@ -7,9 +7,11 @@ the app starts it in ``app.nursery`` before serving and only then accepts
 requests; quart-trio cancels that nursery at shutdown, so nothing is left
 running.
 
-The five mutation routes are answered in front of Quart by
-:class:`aotx_trio.gateway.fast.FastMutations` (same checks, same bytes, far
-less CPU); ``fast_mutations=False`` leaves them to the Quart routes.
+The mutation routes (one table, :mod:`aotx_trio.gateway.routes_table`) are
+answered in front of Quart by :class:`aotx_trio.gateway.fast.FastMutations`
+(the same functions, so the same checks and the same bytes, far less CPU);
+``fast_mutations=False`` leaves them to the Quart views generated from the
+same table.
 """
 
 from __future__ import annotations
@@ -24,8 +26,9 @@ from aotx_trio.client import DeviceClient
 from aotx_trio.config import GatewayConfig
 from aotx_trio.gateway import shared_routes
 from aotx_trio.gateway.auth import Authenticator, PrincipalEntry
-from aotx_trio.gateway.errors import BodyTooLarge, handle_any
+from aotx_trio.gateway.errors import handle_any
 from aotx_trio.gateway.fast import FastMutations
+from aotx_trio.gateway.routes_table import BASE, admit
 
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 
@@ -52,14 +55,10 @@ def create_app(client: DeviceClient, principals: Iterable[PrincipalEntry], *,
 
     @app.before_request
     async def _authenticate() -> None:
-        if not request.path.startswith(shared_routes.BASE + "/") \
-                and request.path != shared_routes.BASE:
+        if not request.path.startswith(BASE + "/") and request.path != BASE:
             return
-        g.principal = auth.authenticate(request.headers.get("Authorization"))
-        length = request.content_length
-        if length is not None and length > max_body_bytes:
-            raise BodyTooLarge(f"request body of {length} bytes is over the limit of "
-                               f"{max_body_bytes}", limit=max_body_bytes)
+        g.principal = admit(auth, request.headers.get("Authorization"),
+                            request.content_length, max_body_bytes)
 
     @app.after_request
     async def _no_store(resp: Response) -> Response:

@@ -1,32 +1,32 @@
-"""The ASGI fast path for the five mutation routes (the hot routes of the benchmark).
+"""The ASGI fast path for the mutation routes (the hot routes of the benchmark).
 
 A mutation through Quart costs a request context, the before/after-request
 hooks, URL routing, a ``Request`` and a ``Response`` object; together more CPU
 than the device and the journal spend on it.  :class:`FastMutations` wraps
-the app's ``asgi_app`` and answers ``POST`` on exactly these routes itself::
+the app's ``asgi_app`` and answers ``POST`` on exactly the rows of
+:data:`aotx_trio.gateway.routes_table.MUTATION_ROUTES` itself, running the
+same functions as the Quart views generated from that table
+(:func:`~aotx_trio.gateway.routes_table.admit`,
+:func:`~aotx_trio.gateway.routes_table.submit`,
+:func:`~aotx_trio.gateway.routes_table.encode`), so the checks, their order
+and the bytes out are the same: 401, 413, 403, 400, 422, then submit and wait
+for the save (202 or 200), errors in the envelope of
+:mod:`aotx_trio.gateway.errors`.
 
-    POST /aotx/v1/shared/participant                      participant.register
-    POST /aotx/v1/shared/spaces                           space.create
-    POST /aotx/v1/shared/spaces/<space>/members           member.set
-    POST /aotx/v1/shared/spaces/<space>/conversations     conversation.create
-    POST /aotx/v1/shared/participant/retirements          participant.retire
-
-with the same steps in the same order as the Quart route (authenticate: 401;
-body length over the limit: 413; the route's action: 403; strict UTF-8 and
-JSON: 400; the model: 400/422; submit and wait for the save: 202 or 200) and
-the same bytes out: ``application/json``, ``Cache-Control: no-store``,
-``Location`` of the operation, the error envelope of
-:mod:`aotx_trio.gateway.errors`.  A body without ``Content-Length`` (chunked)
-is limited while it is read, as Quart does (413 ``body_too_large``); a body
-that does not arrive within the body timeout is 408, as in Quart.  Everything
-else (other methods and routes, a malformed or repeated ``Content-Length``, a
-non-empty root path) goes to Quart unchanged.
+What is the fast path's own is the ASGI transport: the headers read from the
+scope, the body read from ``receive``.  A body without ``Content-Length``
+(chunked) is limited while it is read, as Quart does (413 ``body_too_large``);
+a body that does not arrive within the body timeout is 408, as in Quart.
+Everything else (other methods and routes, a malformed or repeated
+``Content-Length``, both framings at once, a non-empty root path) goes to
+Quart unchanged.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 
 import trio
@@ -35,22 +35,8 @@ from werkzeug.exceptions import HTTPException, RequestEntityTooLarge, RequestTim
 from aotx_trio import errors
 from aotx_trio.client import DeviceClient
 from aotx_trio.gateway.auth import Authenticator
-from aotx_trio.gateway.errors import (
-    INTERNAL_ERROR,
-    BodyTooLarge,
-    dumps,
-    error_parts,
-    http_error_parts,
-)
-from aotx_trio.gateway.models import (
-    CreateConversation,
-    CreateSpace,
-    Mutation,
-    RegisterParticipant,
-    Retirement,
-    SetMember,
-)
-from aotx_trio.gateway.shared_routes import BASE, submit_mutation
+from aotx_trio.gateway.errors import INTERNAL_ERROR, error_parts, http_error_parts
+from aotx_trio.gateway.routes_table import MutationRoute, admit, encode, match, submit
 
 log = logging.getLogger("aotx.gateway")
 
@@ -59,32 +45,6 @@ Scope = Any
 Receive = Callable[[], Awaitable[Any]]
 Send = Callable[[Any], Awaitable[None]]
 ASGIApp = Callable[[Any, Any, Any], Awaitable[None]]
-
-Route = tuple[str, type[Mutation], str]   # (kind, body model, gateway action)
-
-_FIXED: dict[str, Route] = {
-    BASE + "/participant": ("participant.register", RegisterParticipant, "shared_write"),
-    BASE + "/spaces": ("space.create", CreateSpace, "shared_write"),
-    BASE + "/participant/retirements": ("participant.retire", Retirement, "shared_write"),
-}
-_IN_SPACE: dict[str, Route] = {
-    "members": ("member.set", SetMember, "shared_manage"),
-    "conversations": ("conversation.create", CreateConversation, "shared_write"),
-}
-_SPACES = BASE + "/spaces/"
-_JSON = b"application/json"
-
-
-def match(path: str) -> tuple[Route, dict[str, str]] | None:
-    """The mutation route of ``path`` and its path parameters, or None."""
-    route = _FIXED.get(path)
-    if route is not None:
-        return route, {}
-    if path.startswith(_SPACES):
-        space, slash, tail = path[len(_SPACES):].partition("/")
-        if space and slash and tail in _IN_SPACE:
-            return _IN_SPACE[tail], {"space": space}
-    return None
 
 
 class FastMutations:
@@ -138,17 +98,13 @@ class FastMutations:
         self.answered += 1
         await respond(send, status, body, headers)
 
-    async def _mutate(self, found: tuple[Route, dict[str, str]], authorization: str | None,
-                      length: int | None, receive: Receive,
+    async def _mutate(self, found: tuple[MutationRoute, dict[str, str]],
+                      authorization: str | None, length: int | None, receive: Receive,
                       ) -> tuple[int, dict[str, Any], dict[str, str]]:
-        (kind, model, action), path = found
-        principal = self.auth.authenticate(authorization)
-        if length is not None and length > self.max_body_bytes:
-            raise BodyTooLarge(f"request body of {length} bytes is over the limit of "
-                               f"{self.max_body_bytes}", limit=self.max_body_bytes)
-        principal.require(action)
-        raw = await self._read_body(receive)
-        return await submit_mutation(self.client, principal, kind, model, raw, path)
+        route, params = found
+        principal = admit(self.auth, authorization, length, self.max_body_bytes)
+        return await submit(self.client, principal, route, params,
+                            partial(self._read_body, receive))
 
     async def _read_body(self, receive: Receive) -> bytes:
         chunks: list[bytes] = []
@@ -175,11 +131,9 @@ class _Disconnected(Exception):
 
 
 async def respond(send: Send, status: int, body: Any, headers: dict[str, str]) -> None:
-    """One JSON response with the gateway's headers (as ``json_response`` makes them)."""
-    data = dumps(body).encode("utf-8")
-    raw = [(b"content-type", _JSON), (b"content-length", str(len(data)).encode()),
-           (b"cache-control", b"no-store")]
-    for k, v in headers.items():
-        raw.append((k.lower().encode("latin-1"), v.encode("latin-1")))
+    """One JSON response: :func:`aotx_trio.gateway.routes_table.encode` as ASGI messages."""
+    data, pairs = encode(body, headers)
+    raw = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in pairs.items()]
+    raw.append((b"content-length", str(len(data)).encode("ascii")))
     await send({"type": "http.response.start", "status": status, "headers": raw})
     await send({"type": "http.response.body", "body": data, "more_body": False})

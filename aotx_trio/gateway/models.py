@@ -3,8 +3,9 @@
 Every mutation body has the four common fields of the spec; each route adds
 its own.  Models only check shape (types, patterns, ranges); whether the
 lineage matches, a sequence is known or a space visible is the runtime's
-business.  ``schema`` is checked before the model (a wrong value is 400, not
-422), see :func:`aotx_trio.gateway.shared_routes.parse_body`.
+business.  ``schema`` is checked before the model (a missing or wrong value is
+400, not 422), see :func:`aotx_trio.gateway.routes_table.validate`; which
+route takes which model is :data:`aotx_trio.gateway.routes_table.MUTATION_ROUTES`.
 """
 
 from __future__ import annotations
@@ -86,12 +87,3 @@ class SetMember(Mutation):
 
 class Retirement(Mutation):
     retry_floor: Counter
-
-
-MUTATION_KINDS: dict[str, type[Mutation]] = {
-    "participant.register": RegisterParticipant,
-    "space.create": CreateSpace,
-    "conversation.create": CreateConversation,
-    "member.set": SetMember,
-    "participant.retire": Retirement,
-}

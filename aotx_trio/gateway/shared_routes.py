@@ -8,33 +8,28 @@ registering, creating spaces and conversations and retiring need
 also checks the caller's manage right in that space).  ``capabilities`` needs
 only a valid token.
 
+The mutation views are generated from
+:data:`aotx_trio.gateway.routes_table.MUTATION_ROUTES` (the table the ASGI
+fast path answers from too); the plain reads from :data:`READ_ROUTES`.
+
 Inputs, cancellations, events/SSE, publications, media and memory belong to a
 later issue and are not routed (404).
 """
 
 from __future__ import annotations
 
-import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
-from pydantic import ValidationError
 from quart import Blueprint, Response, current_app, g, request
 
 from aotx_trio import errors
 from aotx_trio.client import DeviceClient
 from aotx_trio.gateway.auth import Principal
-from aotx_trio.gateway.errors import BadRequest, json_response
-from aotx_trio.gateway.models import (
-    SCHEMA,
-    CreateConversation,
-    CreateSpace,
-    Mutation,
-    RegisterParticipant,
-    Retirement,
-    SetMember,
-)
+from aotx_trio.gateway.errors import json_response
+from aotx_trio.gateway.routes_table import BASE, MUTATION_ROUTES, MutationRoute, encode, submit
 
-BASE = "/aotx/v1/shared"
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 500
 
@@ -51,50 +46,6 @@ def _principal(action: str | None) -> Principal:
     if action is not None:
         principal.require(action)
     return principal
-
-
-# --------------------------------------------------------------------------- body parsing
-
-
-def decode_json(raw: bytes) -> Any:
-    """Strict UTF-8 then JSON; 400 ``invalid_utf8`` / ``malformed_json`` with the offset."""
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise BadRequest(f"request body is not valid UTF-8 at byte offset {exc.start}",
-                         code="invalid_utf8", offset=exc.start) from exc
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise BadRequest(f"request body is not JSON: {exc.msg} at character {exc.pos}",
-                         code="malformed_json", offset=exc.pos) from exc
-
-
-def validate(model: type[Mutation], data: Any) -> Mutation:
-    """The body as ``model``: 400 for a non-object or a wrong ``schema``, 422 (naming
-    the field) for anything else."""
-    if not isinstance(data, dict):
-        raise BadRequest("request body must be a JSON object", code="malformed_json")
-    if "schema" in data and data["schema"] != SCHEMA:
-        raise BadRequest(f"schema must be {SCHEMA!r}", code="schema_invalid", field="schema",
-                         expected=SCHEMA)
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        field = ".".join(str(p) for p in first["loc"]) or None
-        if first["type"] == "extra_forbidden":
-            raise errors.InvalidInput(f"unknown field {field!r}", code="unknown_field",
-                                      field=field) from exc
-        if first["type"] == "missing":
-            raise errors.InvalidInput(f"missing field {field!r}", code="missing_field",
-                                      field=field) from exc
-        raise errors.InvalidInput(f"field {field!r}: {first['msg']}", field=field) from exc
-
-
-async def parse_body(model: type[Mutation]) -> Mutation:
-    raw = await request.get_data(cache=False, as_text=False, parse_form_data=False)
-    return validate(model, decode_json(raw))
 
 
 def _list_args() -> tuple[str | None, int]:
@@ -114,30 +65,6 @@ def _ok(body: Any) -> Response:
     return json_response(body, 200)
 
 
-async def submit_mutation(client: DeviceClient, principal: Principal, kind: str,
-                          model: type[Mutation], raw: bytes, path: dict[str, str],
-                          ) -> tuple[int, dict[str, Any], dict[str, str]]:
-    """Validate ``raw`` as ``model``, submit it and wait for its save: (status, receipt,
-    headers).  202 for a new (saved) admission, 200 for an exact retry.  Shared by the
-    Quart route and the ASGI fast path (aotx_trio.gateway.fast)."""
-    parsed = validate(model, decode_json(raw))
-    body = parsed.model_dump(by_alias=True)
-    body.update(path)
-    out = await client.submit(principal.name, principal.actions, kind, body)
-    receipt: dict[str, Any] = out["receipt"]
-    status = 202 if out["created"] else 200
-    return status, receipt, {"Location": f"{BASE}/operations/{receipt['operation']}"}
-
-
-async def _mutate(kind: str, model: type[Mutation], action: str,
-                  **path: str) -> Response:
-    principal = _principal(action)
-    raw = await request.get_data(cache=False, as_text=False, parse_form_data=False)
-    status, receipt, headers = await submit_mutation(_client(), principal, kind, model, raw,
-                                                     path)
-    return json_response(receipt, status, headers)
-
-
 # --------------------------------------------------------------------------- reads
 
 
@@ -152,49 +79,43 @@ async def capabilities() -> Response:
     return _ok(caps)
 
 
-@bp.get("/participant")
-async def participant_get() -> Response:
-    p = _principal("shared_read")
-    return _ok(await _client().participant(p.name, p.actions))
+@dataclass(frozen=True, slots=True)
+class ReadRoute:
+    """``GET BASE + rule`` -> ``DeviceClient.<method>(principal, actions, *path
+    parameters[, cursor, limit])``, with ``shared_read``."""
+
+    endpoint: str
+    rule: str
+    method: str
+    paged: bool = False
 
 
-@bp.get("/spaces")
-async def spaces_list() -> Response:
-    p = _principal("shared_read")
-    cursor, limit = _list_args()
-    return _ok(await _client().spaces(p.name, p.actions, cursor, limit))
+READ_ROUTES: tuple[ReadRoute, ...] = (
+    ReadRoute("participant_get", "/participant", "participant"),
+    ReadRoute("spaces_list", "/spaces", "spaces", paged=True),
+    ReadRoute("space_get", "/spaces/<space>", "space"),
+    ReadRoute("members_list", "/spaces/<space>/members", "members", paged=True),
+    ReadRoute("conversations_list", "/spaces/<space>/conversations", "conversations",
+              paged=True),
+    ReadRoute("conversation_get", "/conversations/<conversation>", "conversation"),
+    ReadRoute("operation_get", "/operations/<operation>", "operation"),
+)
 
 
-@bp.get("/spaces/<space>")
-async def space_get(space: str) -> Response:
-    p = _principal("shared_read")
-    return _ok(await _client().space(p.name, p.actions, space))
+def _read_view(route: ReadRoute) -> Callable[..., Awaitable[Response]]:
+    async def view(**params: str) -> Response:
+        p = _principal("shared_read")
+        args: list[Any] = list(params.values())
+        if route.paged:
+            args.extend(_list_args())
+        call = getattr(_client(), route.method)
+        return _ok(await call(p.name, p.actions, *args))
+
+    return view
 
 
-@bp.get("/spaces/<space>/members")
-async def members_list(space: str) -> Response:
-    p = _principal("shared_read")
-    cursor, limit = _list_args()
-    return _ok(await _client().members(p.name, p.actions, space, cursor, limit))
-
-
-@bp.get("/spaces/<space>/conversations")
-async def conversations_list(space: str) -> Response:
-    p = _principal("shared_read")
-    cursor, limit = _list_args()
-    return _ok(await _client().conversations(p.name, p.actions, space, cursor, limit))
-
-
-@bp.get("/conversations/<conversation>")
-async def conversation_get(conversation: str) -> Response:
-    p = _principal("shared_read")
-    return _ok(await _client().conversation(p.name, p.actions, conversation))
-
-
-@bp.get("/operations/<operation>")
-async def operation_get(operation: str) -> Response:
-    p = _principal("shared_read")
-    return _ok(await _client().operation(p.name, p.actions, operation))
+for _read in READ_ROUTES:
+    bp.add_url_rule(_read.rule, _read.endpoint, _read_view(_read), methods=["GET"])
 
 
 @bp.get("/operations/<operation>/result")
@@ -209,27 +130,20 @@ async def operation_result(operation: str) -> Response:
 # --------------------------------------------------------------------------- mutations
 
 
-@bp.post("/participant")
-async def participant_register() -> Response:
-    return await _mutate("participant.register", RegisterParticipant, "shared_write")
+async def _body() -> bytes:
+    raw: bytes = await request.get_data(cache=False, as_text=False, parse_form_data=False)
+    return raw
 
 
-@bp.post("/spaces")
-async def space_create() -> Response:
-    return await _mutate("space.create", CreateSpace, "shared_write")
+def _mutation_view(route: MutationRoute) -> Callable[..., Awaitable[Response]]:
+    async def view(**params: str) -> Response:
+        status, receipt, headers = await submit(_client(), g.principal, route, params, _body)
+        data, pairs = encode(receipt, headers)
+        return Response(data, status=status, headers=pairs)
+
+    return view
 
 
-@bp.post("/spaces/<space>/members")
-async def member_set(space: str) -> Response:
-    return await _mutate("member.set", SetMember, "shared_manage", space=space)
-
-
-@bp.post("/spaces/<space>/conversations")
-async def conversation_create(space: str) -> Response:
-    return await _mutate("conversation.create", CreateConversation, "shared_write",
-                         space=space)
-
-
-@bp.post("/participant/retirements")
-async def participant_retire() -> Response:
-    return await _mutate("participant.retire", Retirement, "shared_write")
+for _mutation in MUTATION_ROUTES:
+    bp.add_url_rule(_mutation.rule, _mutation.endpoint, _mutation_view(_mutation),
+                    methods=["POST"])
