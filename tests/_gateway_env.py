@@ -1,6 +1,8 @@
 """Test helpers for the runtime and gateway tests: a tiny shared runtime file, a
 gateway configuration with fresh tokens, its grant file, and an embedded
-runtime + app in one trio nursery (the same wiring as ``aotx serve``)."""
+runtime + app in one trio nursery (the same wiring as ``aotx serve``), either
+behind Quart's test client (:func:`embedded`) or served by a real hypercorn on
+a loopback port (:func:`served`)."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from quart_trio import QuartTrio
 
 from aotx_trio.client import InProcessClient
 from aotx_trio.config import GatewayConfig, write_gateway_config
-from aotx_trio.gateway.app import make_app_from_config
+from aotx_trio.gateway.app import create_app, make_app_from_config
 from aotx_trio.gateway.auth import hash_token
 from aotx_trio.gateway.grants import write_grants
 from aotx_trio.runtime import boot, pack
@@ -124,3 +126,55 @@ async def embedded(tmp_path: Path, principals: Mapping[str, Sequence[str]], *,
 
 def json_of(text: str) -> Any:
     return json.loads(text)
+
+
+@dataclass
+class Served:
+    url: str                  # "http://127.0.0.1:<port>"
+    app: QuartTrio
+    handler: ServiceHandler
+    lineage: str
+
+
+@contextlib.asynccontextmanager
+async def served(tmp_path: Path, principals: Mapping[str, Sequence[str]], *,
+                 fast_mutations: bool = True, max_body_bytes: int | None = None,
+                 ccir: Path | None = None) -> AsyncIterator[Served]:
+    """Runtime + app over a fresh journal, served by hypercorn (trio worker, the
+    gateway's own hypercorn settings) on a free loopback port; ``fast_mutations`` as
+    in :func:`aotx_trio.gateway.app.create_app`.  Shut down gracefully on exit."""
+    from hypercorn.trio import serve as hypercorn_serve
+
+    from aotx_trio.gateway.serve import hypercorn_config
+
+    folder = short_dir()
+    try:
+        if ccir is None:
+            ccir = make_runtime_file(tmp_path / "rt")
+        _, cfg = make_config(folder, principals, max_body_bytes=max_body_bytes)
+        lim = cfg.limits
+        async with trio.open_nursery() as nursery:
+            handler = await nursery.start(boot.run_runtime, ccir, folder / "journal",
+                                          folder / "grants")
+            app = create_app(InProcessClient(handler), cfg.principals,
+                             max_body_bytes=lim.max_body_bytes,
+                             list_limit_default=lim.list_limit_default,
+                             list_limit_max=lim.list_limit_max, fast_mutations=fast_mutations)
+            shutdown, stopped = trio.Event(), trio.Event()
+
+            async def http(task_status: trio.TaskStatus[list[str]]) -> None:
+                try:
+                    await hypercorn_serve(app, hypercorn_config(cfg),
+                                          shutdown_trigger=shutdown.wait,
+                                          task_status=task_status)
+                finally:
+                    stopped.set()
+
+            binds: list[str] = await nursery.start(http)
+            yield Served(binds[0], app, handler, handler.lineage)
+            shutdown.set()
+            await stopped.wait()
+            nursery.cancel_scope.cancel()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
