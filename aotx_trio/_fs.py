@@ -1,10 +1,17 @@
-"""Durable small-file writes: fsync a folder, write a file atomically (temp + fsync + rename)."""
+"""Durable file writes: fsync a folder; write a file atomically (temp + fsync + rename).
+
+:func:`atomic_file` is the one way this package replaces a file: readers see
+the old file or the whole new one, and a crash leaves at most a stray temp
+file (``.NAME.tmp-PID``), never a torn target.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 
 def fsync_dir(path: str | os.PathLike[str]) -> None:
@@ -16,19 +23,35 @@ def fsync_dir(path: str | os.PathLike[str]) -> None:
         os.close(fd)
 
 
-def atomic_write_text(path: str | os.PathLike[str], body: str, *, mode: int = 0o644) -> Path:
-    """Write ``body`` to ``path`` so that readers see the old file or the whole new one."""
+@contextlib.contextmanager
+def atomic_file(path: str | os.PathLike[str], *, mode: int = 0o644) -> Iterator[BinaryIO]:
+    """A binary file to write ``path``'s new contents into.
+
+    On a clean exit of the block the file is flushed and fsynced, renamed over
+    ``path`` and the folder fsynced; if the block raises, the temp file is
+    removed and ``path`` is untouched.  The temp file is created with
+    ``O_EXCL | O_NOFOLLOW`` (never through a planted link)."""
     p = Path(path)
     tmp = p.with_name(f".{p.name}.tmp-{os.getpid()}")
+    with contextlib.suppress(FileNotFoundError):
+        tmp.unlink()   # our own leftover from a crash of this very pid
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 mode)
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(body)
-            f.flush()
-            os.fsync(f.fileno())
+        with os.fdopen(fd, "w+b") as out:
+            yield out
+            out.flush()
+            os.fsync(out.fileno())
         os.replace(tmp, p)
         fsync_dir(p.parent)
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
+
+
+def atomic_write_text(path: str | os.PathLike[str], body: str, *, mode: int = 0o644) -> Path:
+    """Write ``body`` (UTF-8) to ``path`` atomically (:func:`atomic_file`)."""
+    p = Path(path)
+    with atomic_file(p, mode=mode) as out:
+        out.write(body.encode("utf-8"))
     return p

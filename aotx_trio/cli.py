@@ -19,7 +19,7 @@ _ENTRY: dict[str, str] = {
     "pack": "aotx_trio.runtime.pack:main",
     "boot": "aotx_trio.runtime.boot:main",
     "gateway serve": "aotx_trio.gateway.serve:main",
-    "gateway write-grants": "aotx_trio.gateway.grants:write_grants_main",
+    "gateway write-grants": "aotx_trio.grants:write_grants_main",
     "generate": "aotx_trio.engine_cli:generate_main",
     "embed": "aotx_trio.embed_cli:embed_main",
     "models": "aotx_trio.models:main",

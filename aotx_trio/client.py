@@ -5,11 +5,17 @@ Every method is one service call ``call(method, params)`` whose params and
 result are plain JSON values (docs/formats/socket.md lists the methods):
 
 * :class:`InProcessClient` calls a :class:`Handler` (the runtime's
-  :class:`aotx_trio.runtime.service.ServiceHandler`) in the same trio run
+  :class:`aotx_trio.runtime.handler.ServiceHandler`) in the same trio run
   (the embedded ``aotx serve``);
 * :class:`SocketClient` sends the same calls as frames over the runtime's
   Unix service socket (split deployment); its :meth:`SocketClient.run` is a
   long-lived task that the gateway app's nursery supervises.
+
+Streams (:meth:`DeviceClient.subscribe`) push items from the runtime until
+it ends them or the subscriber leaves: in-process a pump task feeds a
+bounded channel, over the socket the push frames of docs/formats/socket.md
+do.  Either way a subscriber that falls more than ``buffer`` items behind is
+dropped: its iteration ends with ``end_reason == "slow_consumer"``.
 
 Errors come back as the same :class:`aotx_trio.errors.AotxError` classes on
 both transports.  This module imports nothing from ``runtime`` or ``gateway``.
@@ -17,45 +23,90 @@ both transports.  This module imports nothing from ``runtime`` or ``gateway``.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, Protocol
 
 import trio
 
 from aotx_trio import errors, wire
+from aotx_trio.errors import RuntimeUnavailable
 
 log = logging.getLogger("aotx.client")
 
 
-class RuntimeUnavailable(errors.Refusal):
-    """The runtime's service socket is not connected (the gateway answers 503)."""
-
-    default_code = "runtime_unavailable"
-
-
-class SavePending(errors.Refusal):
-    """The device admitted the operation but the journal did not save it in time
-    (disk trouble); an exact retry answers once it is saved (the gateway answers 503)."""
-
-    default_code = "save_pending"
-
-
-wire.register_error_kind(RuntimeUnavailable)
-wire.register_error_kind(SavePending)
+SLOW_CONSUMER = "slow_consumer"
+DEFAULT_BUFFER = 64
 
 
 class Handler(Protocol):
+    """What the runtime's service handler offers a client (both transports)."""
+
     async def call(self, method: str, params: dict[str, Any]) -> Any: ...
+
+    async def open_stream(self, method: str, params: dict[str, Any],
+                          ) -> tuple[Any, AsyncIterator[Any]]:
+        """Check and open a stream: (its open result, an async iterator of its items)."""
+        ...
+
+
+class Subscription:
+    """One open stream: ``opened`` is the open result; iterate for the items.
+
+    Iteration ends when the stream ends; ``end_reason`` then says why
+    (``complete``, ``cancelled``, ``shutdown``, ``slow_consumer``).  A stream that
+    ends in an error raises it from the iteration (``RuntimeUnavailable`` when the
+    transport is lost)."""
+
+    def __init__(self, opened: Any, items: trio.MemoryReceiveChannel[Any]) -> None:
+        self.opened = opened
+        self._items = items
+        self.end_reason: str | None = None
+        self.error: errors.AotxError | None = None
+        self.delivered = 0
+
+    def _finish(self, reason: str, error: errors.AotxError | None = None) -> None:
+        if self.end_reason is None:
+            self.end_reason = reason
+            self.error = error
+
+    def __aiter__(self) -> Subscription:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            value = await self._items.receive()
+        except (trio.EndOfChannel, trio.ClosedResourceError):
+            if self.error is not None:
+                raise self.error from None
+            raise StopAsyncIteration from None
+        self.delivered += 1
+        return value
 
 
 class DeviceClient:
-    """Typed calls over :meth:`call`; subclasses supply the transport."""
+    """Typed calls over :meth:`call` and :meth:`subscribe`; subclasses supply the
+    transport."""
 
     async def call(self, method: str, params: dict[str, Any]) -> Any:
         raise NotImplementedError
+
+    def subscribe(self, method: str, params: dict[str, Any], *,
+                  buffer: int = DEFAULT_BUFFER) -> contextlib.AbstractAsyncContextManager[
+                      Subscription]:
+        """``async with client.subscribe(m, p) as sub: async for item in sub: ...``;
+        leaving the block cancels the stream."""
+        raise NotImplementedError
+
+    def watch_saves(self, *, limit: int | None = None,
+                    buffer: int = DEFAULT_BUFFER,
+                    ) -> contextlib.AbstractAsyncContextManager[Subscription]:
+        """The journal's save state, pushed each time more records are saved."""
+        params: dict[str, Any] = {} if limit is None else {"limit": limit}
+        return self.subscribe("save.watch", params, buffer=buffer)
 
     # -- reads that need no principal -------------------------------------------------
     async def capabilities(self) -> dict[str, Any]:
@@ -123,15 +174,66 @@ class InProcessClient(DeviceClient):
     async def call(self, method: str, params: dict[str, Any]) -> Any:
         return await self._handler.call(method, params)
 
+    @contextlib.asynccontextmanager
+    async def subscribe(self, method: str, params: dict[str, Any], *,
+                        buffer: int = DEFAULT_BUFFER) -> AsyncIterator[Subscription]:
+        opened, items = await self._handler.open_stream(method, params)
+        send, receive = trio.open_memory_channel[Any](buffer)
+        sub = Subscription(opened, receive)
+
+        async def pump() -> None:
+            async with send:
+                try:
+                    async for value in items:
+                        try:
+                            send.send_nowait(value)
+                        except trio.WouldBlock:
+                            sub._finish(SLOW_CONSUMER)
+                            return
+                    sub._finish(wire.END_COMPLETE)
+                except errors.AotxError as exc:
+                    sub._finish(wire.END_ERROR, exc)
+                finally:
+                    aclose = getattr(items, "aclose", None)
+                    if aclose is not None:
+                        with trio.CancelScope(shield=True):
+                            await aclose()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(pump)
+            try:
+                yield sub
+            finally:
+                sub._finish(wire.END_CANCELLED)
+                nursery.cancel_scope.cancel()
+
+
+class _Stream:
+    """The client's side of one socket stream (see :meth:`SocketClient.subscribe`)."""
+
+    def __init__(self, buffer: int) -> None:
+        self.opened = trio.Event()
+        self.open_frame: dict[str, Any] | errors.AotxError | None = None
+        self.send, receive = trio.open_memory_channel[Any](buffer)
+        self.sub = Subscription(None, receive)
+        self.live = True    # the runtime has not ended it yet
+
+    def finish(self, reason: str, error: errors.AotxError | None = None) -> None:
+        self.live = False
+        self.sub._finish(reason, error)
+        self.send.close()
+
 
 class SocketClient(DeviceClient):
-    """Multiplexes concurrent calls over one Unix-socket connection.
+    """Multiplexes concurrent calls and streams over one Unix-socket connection.
 
     :meth:`run` connects (retrying until ``connect_timeout``), calls
-    ``task_status.started()``, then reads responses and routes them to the
-    waiting callers by request id.  When the connection drops, every waiting
-    call fails with :class:`RuntimeUnavailable` and ``run`` reconnects with
-    backoff; calls made while disconnected fail at once.
+    ``task_status.started()``, then reads frames and routes them by id: answers
+    to the waiting callers, pushed items to their stream's bounded channel (a
+    stream whose channel is full is dropped as a slow consumer and cancelled).
+    When the connection drops, every waiting call and open stream fails with
+    :class:`RuntimeUnavailable` and ``run`` reconnects with backoff; calls made
+    while disconnected fail at once.
     """
 
     def __init__(self, path: str, *, connect_timeout: float = 30.0) -> None:
@@ -141,6 +243,7 @@ class SocketClient(DeviceClient):
         self._send_lock = trio.Lock()
         self._ids = itertools.count(1)
         self._waiting: dict[int, tuple[trio.Event, list[Any]]] = {}
+        self._streams: dict[int, _Stream] = {}
 
     async def _connect(self, deadline: float) -> trio.SocketStream:
         delay = 0.05
@@ -160,6 +263,13 @@ class SocketClient(DeviceClient):
         for event, box in waiting.values():
             box.append(RuntimeUnavailable(reason, path=self.path))
             event.set()
+        streams, self._streams = self._streams, {}
+        for st in streams.values():
+            exc = RuntimeUnavailable(reason, path=self.path)
+            if st.open_frame is None:
+                st.open_frame = exc
+                st.opened.set()
+            st.finish(wire.END_ERROR, exc)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         self._stream = await self._connect(trio.current_time() + self.connect_timeout)
@@ -170,7 +280,7 @@ class SocketClient(DeviceClient):
                 try:
                     await self._read_loop(stream)
                     reason = "the runtime closed the service socket"
-                except (OSError, trio.BrokenResourceError, wire.FrameError) as exc:
+                except (OSError, trio.BrokenResourceError, errors.FrameError) as exc:
                     reason = f"service socket failed: {exc}"
                 log.warning("%s; reconnecting", reason)
                 self._stream = None
@@ -191,28 +301,61 @@ class SocketClient(DeviceClient):
             frame = await reader.read()
             if frame is None:
                 return
-            entry = self._waiting.pop(frame.get("id", -1), None)
+            fid = frame.get("id", -1)
+            st = self._streams.get(fid) if isinstance(fid, int) else None
+            if st is not None:
+                self._stream_frame(fid, st, frame)
+                continue
+            entry = self._waiting.pop(fid, None) if isinstance(fid, int) else None
             if entry is None:
-                log.warning("response for unknown request id %r", frame.get("id"))
+                log.warning("frame for unknown request id %r", fid)
                 continue
             entry[1].append(frame)
             entry[0].set()
 
-    async def call(self, method: str, params: dict[str, Any]) -> Any:
+    def _stream_frame(self, sid: int, st: _Stream, frame: dict[str, Any]) -> None:
+        """Route one frame of stream ``sid``: open answer, item, or end."""
+        if st.open_frame is None:
+            st.open_frame = frame if frame.get("ok") else wire.error_from_frame(frame)
+            st.opened.set()
+            if not frame.get("ok"):
+                self._streams.pop(sid, None)
+                st.finish(wire.END_ERROR)
+            return
+        if "item" in frame:
+            if st.sub.end_reason is None:
+                try:
+                    st.send.send_nowait(frame["item"])
+                except trio.WouldBlock:
+                    st.sub._finish(SLOW_CONSUMER)  # cancelled when the subscriber leaves
+                    st.send.close()
+            return
+        reason = str(frame.get("end", wire.END_ERROR))
+        self._streams.pop(sid, None)
+        st.finish(reason, wire.error_from_frame(frame) if reason == wire.END_ERROR else None)
+
+    async def _send(self, stream: trio.SocketStream, frame: dict[str, Any]) -> None:
+        data = wire.encode_frame(frame)
+        async with self._send_lock:
+            # A frame is never left half-written: cancellation waits for the send.
+            with trio.CancelScope(shield=True):
+                await stream.send_all(data)
+
+    def _connected(self) -> trio.SocketStream:
         stream = self._stream
         if stream is None:
             raise RuntimeUnavailable(f"the service socket {self.path} is not connected",
                                      path=self.path)
+        return stream
+
+    async def call(self, method: str, params: dict[str, Any]) -> Any:
+        stream = self._connected()
         req_id = next(self._ids)
         event = trio.Event()
         box: list[Any] = []
         self._waiting[req_id] = (event, box)
         try:
-            frame = wire.encode_frame(wire.request(req_id, method, params))
-            async with self._send_lock:
-                # A frame is never left half-written: cancellation waits for the send.
-                with trio.CancelScope(shield=True):
-                    await stream.send_all(frame)
+            await self._send(stream, wire.request(req_id, method, params))
             await event.wait()
         except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             raise RuntimeUnavailable(f"service socket send failed: {exc}",
@@ -225,3 +368,33 @@ class SocketClient(DeviceClient):
         if reply.get("ok"):
             return reply.get("result")
         raise wire.error_from_frame(reply)
+
+    @contextlib.asynccontextmanager
+    async def subscribe(self, method: str, params: dict[str, Any], *,
+                        buffer: int = DEFAULT_BUFFER) -> AsyncIterator[Subscription]:
+        stream = self._connected()
+        sid = next(self._ids)
+        st = _Stream(buffer)
+        self._streams[sid] = st
+        try:
+            try:
+                await self._send(stream, wire.request(sid, method, params, stream=True))
+                await st.opened.wait()
+            except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                raise RuntimeUnavailable(f"service socket send failed: {exc}",
+                                         path=self.path) from exc
+            opened = st.open_frame
+            if isinstance(opened, errors.AotxError):
+                raise opened
+            assert opened is not None
+            st.sub.opened = opened.get("result")
+            yield st.sub
+        finally:
+            st.sub._finish(wire.END_CANCELLED)
+            if st.live and self._streams.get(sid) is st and self._stream is stream:
+                # Tell the runtime; its end frame then removes the stream.
+                with trio.move_on_after(1, shield=True):
+                    try:
+                        await self._send(stream, wire.cancel(sid))
+                    except (OSError, trio.BrokenResourceError, trio.ClosedResourceError):
+                        self._streams.pop(sid, None)

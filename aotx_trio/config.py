@@ -4,27 +4,24 @@ See docs/configuration.md for every key and its default.  Unknown keys are an
 error everywhere (``extra="forbid"``); every error is a :class:`ConfigError`
 whose message and ``key`` field name the dotted key path (``principals.0.tokn``).
 
-Relative paths in the file (``service_socket``, ``store.path``,
-``webhooks.signing_key_file``) are resolved against the folder that holds the
-file when it is loaded with :func:`load_gateway_config`.
+Keys of the contract that nothing implements yet (:data:`UNIMPLEMENTED`) are
+refused naming the key.  A relative ``service_socket`` is resolved against the
+folder that holds the file when it is loaded with :func:`load_gateway_config`.
 """
 
 from __future__ import annotations
 
 import hashlib
-import hmac
 import json
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import (
     BaseModel,
     ConfigDict,
-    Discriminator,
     Field,
-    Tag,
     ValidationError,
     field_validator,
     model_validator,
@@ -32,11 +29,7 @@ from pydantic import (
 
 from aotx_trio._fs import atomic_write_text
 from aotx_trio.errors import ConfigError
-
-ACTIONS: tuple[str, ...] = ("shared_read", "shared_write", "shared_manage", "models_read",
-                            "models_invoke", "webhooks_manage")
-Action = Literal["shared_read", "shared_write", "shared_manage", "models_read",
-                 "models_invoke", "webhooks_manage"]
+from aotx_trio.vocab import ACTIONS, Action  # noqa: F401  (re-exported)
 
 MIB = 1024 * 1024
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$"
@@ -66,63 +59,16 @@ class Limits(_Strict):
     """Resource limits the gateway enforces itself (hypercorn does not)."""
 
     max_body_bytes: Annotated[int, Field(ge=1024, le=1024 * MIB)] = MIB
-    max_media_bytes: Annotated[int, Field(ge=1024, le=1024 * MIB)] = 16 * MIB
-    max_connections: Annotated[int, Field(ge=1, le=65536)] = 1024
-    sse_queue_depth: Annotated[int, Field(ge=1, le=65536)] = 256
-    sse_keepalive_s: Annotated[float, Field(gt=0, le=3600)] = 15.0
     list_limit_default: Annotated[int, Field(ge=1, le=10000)] = 50
     list_limit_max: Annotated[int, Field(ge=1, le=10000)] = 500
-    execution_deadline_s: Annotated[float, Field(gt=0, le=86400)] = 300.0
     retry_after_s: Annotated[int, Field(ge=1, le=3600)] = 1
     keep_alive_timeout_s: Annotated[float, Field(gt=0, le=3600)] = 5.0
-    scratch_lease_s: Annotated[float, Field(gt=0, le=86400 * 7)] = 900.0
 
     @model_validator(mode="after")
     def _list_limits(self) -> Limits:
         if self.list_limit_default > self.list_limit_max:
             raise ValueError("list_limit_default is over list_limit_max")
         return self
-
-
-class FolderStore(_Strict):
-    """The model registry in a folder (the default)."""
-
-    kind: Literal["folder"] = "folder"
-    path: Path = Path("registry")
-    index_refresh_s: Annotated[float, Field(gt=0, le=3600)] = 30.0
-    event_retention_days: Annotated[int, Field(ge=1, le=3650)] = 90
-    rescan_interval_s: Annotated[float, Field(gt=0, le=86400)] = 3600.0
-
-
-class PostgresStore(_Strict):
-    """The model registry in PostgreSQL (``dsn`` may hold a password: keep the file 0600)."""
-
-    kind: Literal["postgres"]
-    dsn: Annotated[str, Field(min_length=1)]
-    index_refresh_s: Annotated[float, Field(gt=0, le=3600)] = 30.0
-    event_retention_days: Annotated[int, Field(ge=1, le=3650)] = 90
-    rescan_interval_s: Annotated[float, Field(gt=0, le=86400)] = 3600.0
-
-
-def _store_kind(v: Any) -> str | None:
-    if isinstance(v, dict):
-        kind = v.get("kind", "folder")
-        return kind if isinstance(kind, str) else None
-    return getattr(v, "kind", None)
-
-
-Store = Annotated[Annotated[FolderStore, Tag("folder")] | Annotated[PostgresStore, Tag("postgres")],
-                  Discriminator(_store_kind, custom_error_type="store_kind",
-                                custom_error_message="kind must be 'folder' or 'postgres'")]
-
-
-class Webhooks(_Strict):
-    """Webhook delivery; without a signing key, registration answers 503 webhooks_unconfigured."""
-
-    signing_key_file: Path | None = None
-    retry_interval_s: Annotated[float, Field(gt=0, le=3600)] = 30.0
-    delivery_timeout_s: Annotated[float, Field(gt=0, le=600)] = 10.0
-    timestamp_tolerance_s: Annotated[int, Field(ge=1, le=3600)] = 300
 
 
 class GatewayConfig(_Strict):
@@ -133,8 +79,6 @@ class GatewayConfig(_Strict):
     service_socket: Path | None = None
     principals: list[Principal] = Field(default_factory=list)
     limits: Limits = Field(default_factory=Limits)
-    store: Store = Field(default_factory=FolderStore)
-    webhooks: Webhooks = Field(default_factory=Webhooks)
 
     @field_validator("bind")
     @classmethod
@@ -155,15 +99,6 @@ class GatewayConfig(_Strict):
             raise ValueError("two principals share one token_sha256")
         return self
 
-    def principal_for_token(self, token: str) -> Principal | None:
-        """The principal whose token hash matches ``token`` (constant-time compare)."""
-        digest = token_sha256(token)
-        found: Principal | None = None
-        for p in self.principals:
-            if hmac.compare_digest(p.token_sha256, digest):
-                found = p
-        return found
-
     def resolved(self, base: Path) -> GatewayConfig:
         """A copy whose relative paths are resolved against ``base``."""
         def fix(p: Path | None) -> Path | None:
@@ -171,10 +106,6 @@ class GatewayConfig(_Strict):
         update: dict[str, Any] = {}
         if (s := fix(self.service_socket)) is not None:
             update["service_socket"] = s
-        if isinstance(self.store, FolderStore) and (s := fix(self.store.path)) is not None:
-            update["store"] = self.store.model_copy(update={"path": s})
-        if (s := fix(self.webhooks.signing_key_file)) is not None:
-            update["webhooks"] = self.webhooks.model_copy(update={"signing_key_file": s})
         return self.model_copy(update=update)
 
 
@@ -184,12 +115,37 @@ def token_sha256(token: str) -> str:
 
 
 def _key_path(loc: tuple[int | str, ...]) -> str:
-    parts = [str(x) for x in loc if x not in ("folder", "postgres") or x == loc[0]]
-    return ".".join(parts) or "(top level)"
+    return ".".join(str(x) for x in loc) or "(top level)"
+
+
+#: Keys of the contract that nothing implements yet, and what will: a file that sets
+#: one is refused naming it, so no setting is ever silently ignored.
+UNIMPLEMENTED: dict[str, str] = {
+    "limits.max_media_bytes": "media uploads",
+    "limits.max_connections": "connection limits",
+    "limits.sse_queue_depth": "event streams",
+    "limits.sse_keepalive_s": "event streams",
+    "limits.execution_deadline_s": "execution",
+    "limits.scratch_lease_s": "the serving router",
+    "store": "the serving router's model registry",
+    "webhooks": "webhooks",
+}
+
+
+def _refuse_unimplemented(data: Any, source: str) -> None:
+    if not isinstance(data, dict):
+        return
+    for key, owner in UNIMPLEMENTED.items():
+        head, _, tail = key.partition(".")
+        section = data.get(head) if tail else data
+        if isinstance(section, dict) and (tail or head) in section:
+            raise ConfigError(f"{source}: {key}: not implemented yet (comes with {owner}); "
+                              "remove the key", code="config_unsupported", key=key)
 
 
 def parse_gateway_config(data: Any, source: str = "gateway.json") -> GatewayConfig:
     """Validate already-parsed JSON; errors name the key path."""
+    _refuse_unimplemented(data, source)
     try:
         return GatewayConfig.model_validate(data)
     except ValidationError as exc:

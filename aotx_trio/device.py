@@ -13,7 +13,6 @@ a ``handle`` attribute holding it); it must outlive the device.
 
 from __future__ import annotations
 
-import enum
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,31 +20,22 @@ from typing import Any
 from aotx_trio import errors
 from aotx_trio.journal import JournalReader
 from aotx_trio.native import check, error_for, ffi, lib
-
-GRANT_READ = 1
-GRANT_WRITE = 2
-GRANT_MANAGE = 4
-ALL_GRANTS = GRANT_READ | GRANT_WRITE | GRANT_MANAGE
-
-RIGHT_NAMES: tuple[str, ...] = ("read", "write", "manage")
-SCOPES: tuple[str, ...] = ("private", "room", "instance")
-STATUSES: tuple[str, ...] = ("admitted", "running", "succeeded", "failed", "cancelled",
-                             "interrupted", "deadline_exceeded")
-MEDIA_TYPES: dict[str, int] = {"image": 1, "audio": 2}
-MAX_TEXT_BYTES = 2048
-MAX_MODEL_NAME = 128
-MAX_MEDIA = 8
-
-
-class Kind(enum.IntEnum):
-    REGISTER = 1
-    SPACE_CREATE = 2
-    MEMBER_SET = 3
-    CONVERSATION_CREATE = 4
-    INPUT = 5
-    CANCEL = 6
-    RETIRE = 7
-
+from aotx_trio.vocab import (  # noqa: F401  (re-exported: the device's vocabulary)
+    ALL_GRANTS,
+    GRANT_MANAGE,
+    GRANT_READ,
+    GRANT_WRITE,
+    MAX_MEDIA,
+    MAX_MODEL_NAME,
+    MAX_TEXT_BYTES,
+    MEDIA_TYPES,
+    SCOPES,
+    STATUSES,
+    Kind,
+    format_id,
+    parse_id,
+)
+from aotx_trio.vocab import PERMISSIONS as RIGHT_NAMES
 
 # ---- ids ----------------------------------------------------------------
 
@@ -65,21 +55,14 @@ def _hex(buf: Any, n: int = 16) -> str:
     return bytes(ffi.buffer(buf, n)).hex()
 
 
-def resource_id(prefix: str, lineage: str, ident: str) -> str:
-    """``{prefix}-{lineage}-{id}`` (par, spc, con, op)."""
-    return f"{prefix}-{lineage}-{ident}"
+resource_id = format_id
+"""``{prefix}-{lineage}-{id}`` (par, spc, con, op): :func:`aotx_trio.vocab.format_id`."""
 
 
 def parse_resource_id(prefix: str, lineage: str, text: str) -> str | None:
     """The 32-hex id inside ``{prefix}-{lineage}-{id}``, or None when it is not one of
     this lineage (callers answer not_found)."""
-    head = f"{prefix}-{lineage}-"
-    if not text.startswith(head):
-        return None
-    ident = text[len(head):]
-    if len(ident) != 32 or any(c not in "0123456789abcdef" for c in ident):
-        return None
-    return ident
+    return parse_id(prefix, lineage, text)
 
 
 def rights_mask(permissions: tuple[str, ...] | list[str]) -> int:

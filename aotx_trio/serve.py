@@ -23,20 +23,21 @@ from pathlib import Path
 
 import trio
 
+from aotx_trio._process import on_signal, run_trio, setup_logging
 from aotx_trio.client import InProcessClient
 from aotx_trio.config import GatewayConfig, load_gateway_config, write_gateway_config
 from aotx_trio.gateway.auth import hash_token, new_token
-from aotx_trio.gateway.grants import write_grants
-from aotx_trio.gateway.serve import on_signal, serve_gateway
-from aotx_trio.runtime.boot import run_runtime, run_trio
+from aotx_trio.gateway.serve import serve_gateway
+from aotx_trio.grants import write_grants
+from aotx_trio.runtime.boot import run_runtime
+from aotx_trio.vocab import ACTIONS
 
 log = logging.getLogger("aotx.serve")
 
 RUNTIME_NAME = "runtime.aotxccir"
 CONFIG_NAME = "gateway.json"
 ADMIN = "admin"
-ADMIN_ACTIONS = ["shared_read", "shared_write", "shared_manage", "models_read",
-                 "models_invoke", "webhooks_manage"]
+ADMIN_ACTIONS = list(ACTIONS)
 
 
 def ensure_runtime(data: Path) -> Path:
@@ -89,7 +90,7 @@ async def serve_embedded(data: Path, bind: str, *,
         print(f"  {token}", flush=True)
     shutdown = shutdown or trio.Event()
     async with trio.open_nursery() as outer:
-        outer.start_soon(on_signal, shutdown)
+        outer.start_soon(on_signal, shutdown.set)
         handler = await outer.start(run_runtime, runtime, data / "journal", data / "grants")
         async with trio.open_nursery() as gateway:
             binds = await gateway.start(serve_gateway, config, InProcessClient(handler),
@@ -110,8 +111,7 @@ SWITCH_INTERVAL_S = 0.0005
 
 
 def main(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    setup_logging()
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     run_trio(serve_embedded, Path(args.data), args.bind)
     return 0

@@ -3,14 +3,24 @@
 A frame is a 4-byte little-endian unsigned length ``N`` (1 <= N <= MAX_FRAME)
 followed by ``N`` bytes of UTF-8 JSON holding one object.
 
+Calls (one request, one answer):
+
 * request  ``{"id": <int>, "method": "<name>", "params": {...}}``
 * success  ``{"id": <int>, "ok": true, "result": <json>}``
 * failure  ``{"id": <int>, "ok": false, "error": {"code", "message", ...},
   "kind": "<AotxError subclass name>"}``
 
-Binary values travel as base64 strings inside ``params``/``result``.  This
-module is a leaf: it knows frames and the error round trip, nothing of the
-methods themselves.
+Streams (one request, an open answer, pushed items, one end):
+
+* open     ``{"id": <int>, "method": "<name>", "params": {...}, "stream": true}``
+* opened   ``{"id": <int>, "ok": true, "result": <json>, "stream": true}`` (or a failure)
+* item     ``{"id": <int>, "item": <json>}``
+* end      ``{"id": <int>, "end": "<reason>"}``, with ``error`` and ``kind`` when the
+  reason is ``error``
+* cancel   ``{"id": <int>, "cancel": true}`` (client to runtime; answered by an end)
+
+Binary values travel as base64 strings.  This module is a leaf: it knows
+frames and the error round trip, nothing of the methods themselves.
 """
 
 from __future__ import annotations
@@ -22,15 +32,17 @@ from typing import Any
 import trio
 
 from aotx_trio import errors
+from aotx_trio.errors import FrameError
 
 MAX_FRAME = 4 * 1024 * 1024
 _LEN = struct.Struct("<I")
 
-
-class FrameError(errors.AotxError):
-    """A frame that breaks the framing rules; the connection is closed after it."""
-
-    default_code = "frame_invalid"
+#: End reasons of a stream.
+END_COMPLETE = "complete"        # the method has nothing more to push
+END_CANCELLED = "cancelled"      # the client sent a cancel frame
+END_ERROR = "error"              # the method failed; error + kind say how
+END_SHUTDOWN = "shutdown"        # the runtime is stopping
+END_REASONS = (END_COMPLETE, END_CANCELLED, END_ERROR, END_SHUTDOWN)
 
 
 def encode_frame(obj: dict[str, Any]) -> bytes:
@@ -52,6 +64,8 @@ def decode_body(body: bytes) -> dict[str, Any]:
     except json.JSONDecodeError as exc:
         raise FrameError(f"frame body is not JSON at byte offset {exc.pos}: {exc.msg}",
                          offset=exc.pos) from exc
+    except RecursionError as exc:
+        raise FrameError("frame body is nested too deeply", offset=0) from exc
     if not isinstance(obj, dict):
         raise FrameError("frame body is not a JSON object", offset=0)
     return obj
@@ -91,37 +105,53 @@ class FrameReader:
         return decode_body(body)
 
 
-def request(req_id: int, method: str, params: dict[str, Any]) -> dict[str, Any]:
-    return {"id": req_id, "method": method, "params": params}
+# --------------------------------------------------------------------------- frame shapes
 
 
-def success(req_id: int, result: Any) -> dict[str, Any]:
-    return {"id": req_id, "ok": True, "result": result}
+def request(req_id: int, method: str, params: dict[str, Any], *,
+            stream: bool = False) -> dict[str, Any]:
+    frame: dict[str, Any] = {"id": req_id, "method": method, "params": params}
+    if stream:
+        frame["stream"] = True
+    return frame
+
+
+def success(req_id: int, result: Any, *, stream: bool = False) -> dict[str, Any]:
+    frame: dict[str, Any] = {"id": req_id, "ok": True, "result": result}
+    if stream:
+        frame["stream"] = True
+    return frame
+
+
+def _error_fields(exc: errors.AotxError) -> dict[str, Any]:
+    return {"error": exc.envelope()["error"], "kind": type(exc).__name__}
 
 
 def failure(req_id: int, exc: errors.AotxError) -> dict[str, Any]:
-    return {"id": req_id, "ok": False, "error": exc.envelope()["error"],
-            "kind": type(exc).__name__}
+    return {"id": req_id, "ok": False, **_error_fields(exc)}
 
 
-# Error classes defined outside aotx_trio.errors that may cross the socket.
-_EXTRA_KINDS: dict[str, type[errors.AotxError]] = {}
+def item(stream_id: int, value: Any) -> dict[str, Any]:
+    return {"id": stream_id, "item": value}
 
 
-def register_error_kind(cls: type[errors.AotxError]) -> type[errors.AotxError]:
-    """Let :func:`error_from_frame` rebuild ``cls`` (a class outside aotx_trio.errors)."""
-    _EXTRA_KINDS[cls.__name__] = cls
-    return cls
+def end(stream_id: int, reason: str, exc: errors.AotxError | None = None) -> dict[str, Any]:
+    frame: dict[str, Any] = {"id": stream_id, "end": reason}
+    if exc is not None:
+        frame.update(_error_fields(exc))
+    return frame
+
+
+def cancel(stream_id: int) -> dict[str, Any]:
+    return {"id": stream_id, "cancel": True}
 
 
 def error_from_frame(frame: dict[str, Any]) -> errors.AotxError:
-    """Rebuild the exception a failure frame carries (same class, code and fields)."""
+    """Rebuild the exception a failure or error-end frame carries (same class, code and
+    fields)."""
     body = frame.get("error")
     if not isinstance(body, dict):
         return FrameError("failure frame without an error object")
     fields = {k: v for k, v in body.items() if k not in ("code", "message")}
-    kind = str(frame.get("kind", ""))
-    cls = _EXTRA_KINDS.get(kind) or getattr(errors, kind, None)
-    if not (isinstance(cls, type) and issubclass(cls, errors.AotxError)):
-        cls = errors.AotxError
+    cls = errors.by_name(str(frame.get("kind", ""))) or errors.AotxError
     return cls(str(body.get("message", "")), code=str(body.get("code", "error")), **fields)

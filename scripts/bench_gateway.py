@@ -56,7 +56,7 @@ sys.path.insert(0, str(ROOT))
 
 from aotx_trio.config import GatewayConfig, write_gateway_config  # noqa: E402
 from aotx_trio.gateway.auth import hash_token  # noqa: E402
-from aotx_trio.runtime.service import principal_key  # noqa: E402
+from aotx_trio.vocab import principal_key  # noqa: E402
 
 BASE = "/aotx/v1/shared"
 SCHEMA = "aotx.shared.mutation.v1"
@@ -121,7 +121,7 @@ def prepare(data: Path, clients: int, runtime: Path, bind: str, split: bool) -> 
                        for i, t in enumerate(tokens)]})
     write_gateway_config(data / "gateway.json", cfg)
     if split:
-        from aotx_trio.gateway.grants import write_grants
+        from aotx_trio.grants import write_grants
 
         write_grants(cfg, data / "grants")
     return tokens

@@ -22,9 +22,9 @@ from aotx_trio.client import InProcessClient
 from aotx_trio.config import GatewayConfig, write_gateway_config
 from aotx_trio.gateway.app import create_app, make_app_from_config
 from aotx_trio.gateway.auth import hash_token
-from aotx_trio.gateway.grants import write_grants
+from aotx_trio.grants import write_grants
 from aotx_trio.runtime import boot, pack
-from aotx_trio.runtime.service import ServiceHandler
+from aotx_trio.runtime.handler import ServiceHandler
 
 ALL = ("shared_read", "shared_write", "shared_manage")
 SCHEMA = "aotx.shared.mutation.v1"
@@ -94,7 +94,7 @@ class Env:
                 "operation_key": f"{key:032x}", "sequence": str(sequence), **fields}
 
     def par(self, name: str) -> str:
-        from aotx_trio.runtime.service import principal_key
+        from aotx_trio.vocab import principal_key
         return f"par-{self.lineage}-{principal_key(name)}"
 
 

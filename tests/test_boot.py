@@ -18,7 +18,7 @@ from _gateway_env import ALL, LINEAGE, make_config, make_runtime_file, short_dir
 
 from aotx_trio import errors
 from aotx_trio.runtime import boot, pack
-from aotx_trio.runtime.service import SOCKET_NAME
+from aotx_trio.runtime.socket_server import SOCKET_NAME
 
 
 @pytest.fixture

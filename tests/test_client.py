@@ -1,12 +1,14 @@
-"""The device client: both transports give the same results and the same errors;
-the socket client multiplexes concurrent calls, fails waiting calls when the
-runtime goes away, and reconnects."""
+"""The device client: both transports give the same results and the same errors,
+for calls and for streams (items, end reasons, cancel, slow consumers); the socket
+client multiplexes concurrent calls and streams, fails waiting calls and open
+streams when the runtime goes away, and reconnects."""
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +16,7 @@ import pytest
 import trio
 
 from aotx_trio import client, errors
-from aotx_trio.runtime import service
+from aotx_trio.runtime import socket_server as service
 
 
 class Recorder:
@@ -22,6 +24,8 @@ class Recorder:
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, dict[str, Any]]] = []
+        self.open_streams = 0
+        self.closed = trio.Event()
 
     async def call(self, method: str, params: dict[str, Any]) -> Any:
         self.calls.append((method, params))
@@ -29,6 +33,32 @@ class Recorder:
             raise errors.JournalHold("journal on hold", code="journal_hold", hold=["disk"])
         await trio.sleep(params.get("delay", 0))
         return {"method": method, "params": params}
+
+    # streams: count (n items, then complete), burst (n items without a pause),
+    # forever (one item per ``delay``), boom (one item, then an error)
+    async def open_stream(self, method: str, params: dict[str, Any],
+                          ) -> tuple[Any, AsyncIterator[Any]]:
+        if method not in ("count", "burst", "forever", "boom"):
+            raise errors.NotFound(f"no stream {method}", code="method_not_found")
+        self.calls.append((method, params))
+        return {"stream": method}, self._items(method, params)
+
+    async def _items(self, method: str, params: dict[str, Any]) -> AsyncIterator[Any]:
+        self.open_streams += 1
+        try:
+            i = 0
+            while method == "forever" or i < params.get("n", 1):
+                if method == "forever":
+                    await trio.sleep(params.get("delay", 0.001))
+                elif method != "burst":
+                    await trio.lowlevel.checkpoint()
+                yield {"i": i}
+                i += 1
+            if method == "boom":
+                raise errors.JournalHold("hold", code="journal_hold", hold=["disk"])
+        finally:
+            self.open_streams -= 1
+            self.closed.set()
 
 
 @pytest.fixture
@@ -125,3 +155,168 @@ async def test_socket_client_gives_up_when_no_runtime(sock_path: Path) -> None:
     sc = client.SocketClient(str(sock_path), connect_timeout=0.2)
     with pytest.raises(client.RuntimeUnavailable, match="cannot connect"):
         await sc.run()
+
+
+# --------------------------------------------------------------------------- streams
+
+
+@contextlib.asynccontextmanager
+async def _transport(kind: str, sock_path: Path, handler: Recorder,
+                     ) -> AsyncIterator[client.DeviceClient]:
+    if kind == "inprocess":
+        yield client.InProcessClient(handler)
+        return
+    async with trio.open_nursery() as n:
+        await n.start(service.serve_socket, sock_path, handler)
+        sc = client.SocketClient(str(sock_path), connect_timeout=5)
+        await n.start(sc.run)
+        yield sc
+        n.cancel_scope.cancel()
+
+
+TRANSPORTS = ["inprocess", "socket"]
+
+
+@pytest.mark.parametrize("kind", TRANSPORTS)
+async def test_stream_items_then_complete(kind: str, sock_path: Path) -> None:
+    h = Recorder()
+    async with _transport(kind, sock_path, h) as c:
+        with trio.fail_after(10):
+            async with c.subscribe("count", {"n": 3}) as sub:
+                assert sub.opened == {"stream": "count"}
+                got = [item async for item in sub]
+            assert got == [{"i": 0}, {"i": 1}, {"i": 2}]
+            assert sub.end_reason == "complete" and sub.error is None
+            assert sub.delivered == 3
+            await h.closed.wait()
+    assert h.open_streams == 0
+
+
+@pytest.mark.parametrize("kind", TRANSPORTS)
+async def test_stream_refused_at_open(kind: str, sock_path: Path) -> None:
+    async with _transport(kind, sock_path, Recorder()) as c:
+        with pytest.raises(errors.NotFound) as info:
+            async with c.subscribe("nope", {}):
+                raise AssertionError("opened")
+        assert info.value.code == "method_not_found"
+        # the connection is still good for calls after a refused open
+        assert (await c.call("ping", {}))["method"] == "ping"
+
+
+@pytest.mark.parametrize("kind", TRANSPORTS)
+async def test_stream_error_is_raised_with_its_class(kind: str, sock_path: Path) -> None:
+    async with _transport(kind, sock_path, Recorder()) as c:
+        got: list[Any] = []
+        with trio.fail_after(10):
+            async with c.subscribe("boom", {"n": 1}) as sub:
+                with pytest.raises(errors.JournalHold) as info:
+                    async for item in sub:
+                        got.append(item)
+        assert got == [{"i": 0}]
+        assert sub.end_reason == "error"
+        assert info.value.fields == {"hold": ["disk"]}
+
+
+@pytest.mark.parametrize("kind", TRANSPORTS)
+async def test_leaving_the_block_cancels_the_stream_at_the_runtime(kind: str,
+                                                                   sock_path: Path) -> None:
+    h = Recorder()
+    async with _transport(kind, sock_path, h) as c:
+        with trio.fail_after(10):
+            async with c.subscribe("forever", {"delay": 0.001}) as sub:
+                seen = 0
+                async for _ in sub:
+                    seen += 1
+                    if seen == 3:
+                        break
+            assert sub.end_reason == "cancelled"
+            await h.closed.wait()      # the runtime side ended its generator
+            assert h.open_streams == 0
+            assert (await c.call("after", {}))["method"] == "after"
+
+
+@pytest.mark.parametrize("kind", TRANSPORTS)
+async def test_a_slow_consumer_is_dropped(kind: str, sock_path: Path) -> None:
+    h = Recorder()
+    async with _transport(kind, sock_path, h) as c:
+        with trio.fail_after(10):
+            async with c.subscribe("burst", {"n": 50}, buffer=2) as sub:
+                while sub.end_reason is None:       # let the items pile up unread
+                    await trio.sleep(0.01)
+                got = [item async for item in sub]
+            assert sub.end_reason == "slow_consumer"
+            assert got == [{"i": 0}, {"i": 1}]    # what fitted the buffer, in order
+            await h.closed.wait()
+            assert h.open_streams == 0
+
+
+async def test_many_streams_and_calls_share_one_connection(sock_path: Path) -> None:
+    h = Recorder()
+    results: dict[int, list[Any]] = {}
+    async with _transport("socket", sock_path, h) as c:
+        async def one(i: int) -> None:
+            async with c.subscribe("count", {"n": i % 5 + 1}) as sub:
+                results[i] = [x["i"] async for x in sub]
+            results[-i - 1] = [(await c.call("echo", {"i": i}))["params"]["i"]]
+
+        with trio.fail_after(20):
+            async with trio.open_nursery() as n:
+                for i in range(20):
+                    n.start_soon(one, i)
+    for i in range(20):
+        assert results[i] == list(range(i % 5 + 1))
+        assert results[-i - 1] == [i]
+
+
+async def test_runtime_shutdown_ends_open_streams(sock_path: Path) -> None:
+    h = Recorder()
+    runtime = trio.CancelScope()
+
+    async def run_runtime(task_status: trio.TaskStatus[Path]) -> None:
+        with runtime:
+            await service.serve_socket(sock_path, h, task_status=task_status)
+
+    async with trio.open_nursery() as n:
+        sc = client.SocketClient(str(sock_path), connect_timeout=5)
+        await n.start(run_runtime)
+        await n.start(sc.run)
+        with trio.fail_after(10):
+            async with sc.subscribe("forever", {"delay": 0.005}) as sub:
+                first = await sub.__anext__()
+                runtime.cancel()                         # the runtime stops
+                rest = [item async for item in sub]
+        assert first == {"i": 0}
+        assert sub.end_reason == "shutdown" and sub.error is None
+        assert all("i" in item for item in rest)
+        n.cancel_scope.cancel()
+
+
+async def test_connection_loss_fails_an_open_stream(sock_path: Path) -> None:
+    """A runtime that vanishes mid-stream (no end frame): the iteration raises
+    RuntimeUnavailable instead of hanging."""
+    from aotx_trio import wire
+
+    async def abrupt(stream: trio.SocketStream) -> None:
+        reader = wire.FrameReader(stream)
+        req = await reader.read()
+        assert req is not None and req["stream"] is True
+        await stream.send_all(wire.encode_frame(wire.success(req["id"], {}, stream=True)))
+        await stream.send_all(wire.encode_frame(wire.item(req["id"], 1)))
+        await stream.aclose()                       # gone, without an end frame
+
+    sock_path.parent.mkdir(parents=True, exist_ok=True)
+    sock = trio.socket.socket(trio.socket.AF_UNIX)
+    await sock.bind(str(sock_path))
+    sock.listen(1)
+    listener = trio.SocketListener(sock)
+    async with trio.open_nursery() as n:
+        n.start_soon(trio.serve_listeners, abrupt, [listener])
+        sc = client.SocketClient(str(sock_path), connect_timeout=5)
+        await n.start(sc.run)
+        with trio.fail_after(10):
+            async with sc.subscribe("x", {}) as sub:
+                assert await sub.__anext__() == 1
+                with pytest.raises(errors.RuntimeUnavailable):
+                    await sub.__anext__()
+        assert sub.end_reason == "error"
+        n.cancel_scope.cancel()

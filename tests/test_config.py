@@ -10,9 +10,8 @@ from typing import Any
 import pytest
 
 from aotx_trio.config import (
-    FolderStore,
+    UNIMPLEMENTED,
     GatewayConfig,
-    PostgresStore,
     load_gateway_config,
     parse_gateway_config,
     token_sha256,
@@ -32,8 +31,6 @@ def _doc(**over: Any) -> dict[str, Any]:
             "shared_read", "shared_write", "shared_manage", "models_read", "models_invoke",
             "webhooks_manage"]}],
         "limits": {"max_body_bytes": 2 * 1024 * 1024},
-        "store": {"kind": "folder", "path": "/srv/aotx/registry"},
-        "webhooks": {"signing_key_file": "/srv/aotx/webhook.key"},
     }
     doc.update(over)
     return doc
@@ -47,14 +44,12 @@ def _key(data: Any) -> str:
     return key
 
 
-def test_the_shared_api_example_loads() -> None:
+def test_the_shared_api_example_without_unimplemented_keys_loads() -> None:
     cfg = parse_gateway_config(_doc())
     assert cfg.bind == "127.0.0.1:8080"
     assert cfg.service_socket == Path("/srv/aotx/journal/service.sock")
     assert cfg.principals[0].name == "alice" and len(cfg.principals[0].actions) == 6
     assert cfg.limits.max_body_bytes == 2 * 1024 * 1024
-    assert isinstance(cfg.store, FolderStore)
-    assert cfg.webhooks.signing_key_file == Path("/srv/aotx/webhook.key")
 
 
 def test_defaults() -> None:
@@ -63,9 +58,7 @@ def test_defaults() -> None:
     assert cfg.principals == []
     assert cfg.limits.max_body_bytes == 1024 * 1024
     assert cfg.limits.list_limit_default <= cfg.limits.list_limit_max
-    assert isinstance(cfg.store, FolderStore) and cfg.store.path == Path("registry")
-    assert cfg.webhooks.signing_key_file is None
-    assert parse_gateway_config({"store": {"path": "reg"}}).store == FolderStore(path=Path("reg"))
+    assert cfg.limits.retry_after_s == 1
 
 
 @pytest.mark.parametrize(("data", "key"), [
@@ -73,9 +66,6 @@ def test_defaults() -> None:
     ({"principals": [{"name": "a", "token_sha256": ALICE, "tokn": "x"}]}, "principals.0.tokn"),
     ({"principals": [{"name": "a", "token_sha256": ALICE, "token": "x"}]}, "principals.0.token"),
     ({"limits": {"max_body": 1}}, "limits.max_body"),
-    ({"store": {"kind": "folder", "dsn": "x"}}, "store.dsn"),
-    ({"store": {"kind": "postgres", "dsn": "x", "path": "y"}}, "store.path"),
-    ({"webhooks": {"signing_key": "x"}}, "webhooks.signing_key"),
 ])
 def test_unknown_keys_are_named(data: dict[str, Any], key: str) -> None:
     with pytest.raises(ConfigError) as info:
@@ -97,8 +87,6 @@ def test_unknown_keys_are_named(data: dict[str, Any], key: str) -> None:
     ({"limits": {"max_body_bytes": "big"}}, "limits.max_body_bytes"),
     ({"bind": "localhost"}, "bind"),
     ({"bind": "localhost:70000"}, "bind"),
-    ({"store": {"kind": "s3"}}, "store"),
-    ({"store": {"kind": "postgres"}}, "store.dsn"),
 ])
 def test_bad_values_are_named(data: dict[str, Any], key: str) -> None:
     assert _key(data) == key
@@ -119,28 +107,35 @@ def test_binds() -> None:
         assert parse_gateway_config({"bind": bind}).bind == bind
 
 
-def test_postgres_store() -> None:
-    cfg = parse_gateway_config({"store": {"kind": "postgres", "dsn": "postgresql://x/y"}})
-    assert isinstance(cfg.store, PostgresStore) and cfg.store.dsn == "postgresql://x/y"
+@pytest.mark.parametrize("key", sorted(UNIMPLEMENTED))
+def test_unimplemented_keys_are_refused_by_name(key: str) -> None:
+    """A key of the contract that nothing implements yet is never silently accepted:
+    even its documented default value is refused, naming the key."""
+    value: dict[str, Any] = {"limits.max_media_bytes": 16 << 20,
+                             "limits.max_connections": 1024,
+                             "limits.sse_queue_depth": 256, "limits.sse_keepalive_s": 15.0,
+                             "limits.execution_deadline_s": 300.0,
+                             "limits.scratch_lease_s": 900.0}.get(key, {})
+    head, _, tail = key.partition(".")
+    doc: dict[str, Any] = {head: {tail: value}} if tail else {head: value}
+    with pytest.raises(ConfigError) as info:
+        parse_gateway_config(doc)
+    assert info.value.code == "config_unsupported"
+    assert info.value.fields["key"] == key
+    assert f"{key}: not implemented yet" in info.value.message
 
 
-def test_principal_for_token() -> None:
-    cfg = parse_gateway_config({"principals": [
-        {"name": "alice", "token_sha256": ALICE}, {"name": "bob", "token_sha256": BOB}]})
-    found = cfg.principal_for_token("bob-token")
-    assert found is not None and found.name == "bob"
-    assert cfg.principal_for_token("nobody") is None
+def test_unimplemented_keys_are_refused_from_a_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_gateway_config(_write(tmp_path, _doc(webhooks={"signing_key_file": "k"})))
+    assert info.value.fields["key"] == "webhooks" and "g.json" in info.value.message
 
 
 def test_load_resolves_relative_paths(tmp_path: Path) -> None:
     p = tmp_path / "gateway.json"
-    p.write_text(json.dumps(_doc(service_socket="journal/service.sock",
-                                 store={"path": "registry"},
-                                 webhooks={"signing_key_file": "keys/webhook.key"})))
+    p.write_text(json.dumps(_doc(service_socket="journal/service.sock")))
     cfg = load_gateway_config(p)
     assert cfg.service_socket == tmp_path / "journal" / "service.sock"
-    assert isinstance(cfg.store, FolderStore) and cfg.store.path == tmp_path / "registry"
-    assert cfg.webhooks.signing_key_file == tmp_path / "keys" / "webhook.key"
     absolute = load_gateway_config(_write(tmp_path, _doc()))
     assert absolute.service_socket == Path("/srv/aotx/journal/service.sock")
 

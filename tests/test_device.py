@@ -108,7 +108,7 @@ def rig() -> Iterator[Rig]:
 def refused(code: str, fn: Any, *args: Any, **kw: Any) -> errors.AotxError:
     with pytest.raises(errors.AotxError) as info:
         fn(*args, **kw)
-    assert info.value.code == code, info.value
+    assert (info.value.native or info.value.code) == code, info.value
     return info.value
 
 

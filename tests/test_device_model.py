@@ -441,7 +441,7 @@ class DeviceMachine(RuleBasedStateMachine):
         except Refused as exc:
             with pytest.raises(errors.AotxError) as info:
                 self.dev.submit(grants, actor, req)
-            assert info.value.code == exc.code, (req, info.value.code, exc.code)
+            assert info.value.native == exc.code, (req, info.value.native, exc.code)
             return
         got = self.dev.submit(grants, actor, req)
         assert got.retry == retry
@@ -537,7 +537,7 @@ class DeviceMachine(RuleBasedStateMachine):
         except Refused as exc:
             with pytest.raises(errors.AotxError) as info:
                 self.dev.complete(op, status, result, 3, 4)
-            assert info.value.code == exc.code
+            assert info.value.native == exc.code
             return
         self.dev.complete(op, status, result, 3, 4)
 

@@ -12,9 +12,9 @@ from _gateway_env import ALL, embedded
 
 from aotx_trio import errors
 from aotx_trio.client import DeviceClient
+from aotx_trio.errors import Unauthorized
 from aotx_trio.gateway.app import create_app
 from aotx_trio.gateway.auth import Authenticator, hash_token, new_token
-from aotx_trio.gateway.errors import Unauthorized
 
 BASE = "/aotx/v1/shared"
 
@@ -108,7 +108,8 @@ async def test_deployment_grants_intersect_the_gateway_actions(tmp_path: Path) -
     async with embedded(tmp_path, {"alice": ALL}, deployed={"alice": ("shared_read",)}) as env:
         resp = await env.client.post(BASE + "/participant", headers=env.auth("alice"),
                                      json=env.body(1, 1))
-        await _error(resp, 403, "grant_forbidden")
+        err = await _error(resp, 403, "forbidden")
+        assert err["reason"] == "deployment_grant"
         resp = await env.client.get(BASE + "/participant", headers=env.auth("alice"))
         assert resp.status_code == 200
 

@@ -25,7 +25,7 @@ from _gateway_env import ALL, LINEAGE, SCHEMA, make_runtime_file, served, token_
 
 from aotx_trio.gateway.fast import FastMutations
 from aotx_trio.runtime import emitter
-from aotx_trio.runtime.service import principal_key
+from aotx_trio.vocab import principal_key
 
 BASE = "/aotx/v1/shared"
 LIMIT = 2048

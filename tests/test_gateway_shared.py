@@ -70,7 +70,7 @@ async def test_capabilities_and_participant_before_registration(env: Env) -> Non
     resp = await _get(env, "alice", "/participant")
     assert resp.status_code == 200
     assert await _json(resp) == {"lineage": env.lineage, "participant": None,
-                                 "next_sequence": "1", "retry_floor": "0"}
+                                 "next_sequence": "1", "retry_floor": "1"}
 
 
 async def test_register_then_exact_retry_returns_the_same_receipt(env: Env) -> None:
@@ -93,6 +93,7 @@ async def test_register_then_exact_retry_returns_the_same_receipt(env: Env) -> N
     me = await _json(resp)
     assert me["participant"]["id"] == env.par("alice")
     assert me["next_sequence"] == "2"
+    assert me["retry_floor"] == me["participant"]["retry_floor"] == "1"   # as before
     resp = await _get(env, "alice", f"/operations/{first['operation']}")
     assert resp.status_code == 200
     assert (await _json(resp))["operation"] == first["operation"]
@@ -376,7 +377,13 @@ async def main():
         async def post(who, path, body):
             r = await env.client.post("/aotx/v1/shared" + path, headers=env.auth(who), json=body)
             j = await r.get_json()
-            return [r.status_code, j.get("error", {}).get("code") if r.status_code >= 400 else j]
+            if r.status_code < 400:
+                return [r.status_code, j]
+            err = j["error"]
+            extra = [err["table"]] if "table" in err else []
+            if r.status_code == 429:
+                extra = [r.headers.get("Retry-After"), err.get("retry_after")]
+            return [r.status_code, err["code"], *extra]
         out["register"] = [(await post(n, "/participant", env.body(1, 1)))[0] for n in names]
         out["register_d"] = await post("d", "/participant", env.body(1, 1))
         s1 = (await post("a", "/spaces", env.body(2, 2)))[1]["resource"]
@@ -421,12 +428,12 @@ def test_small_capacity_build_507_and_receipt_table_full(tmp_path: Path) -> None
     assert proc.returncode == 0, proc.stderr
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     assert got["register"][:3] == [202, 202, 202]
-    assert got["register_d"] == [507, "participants_full"]
+    assert got["register_d"] == [507, "capacity_exhausted", "participants"]
     assert got["space2"] == 202
-    assert got["space3"] == [507, "spaces_full"]
+    assert got["space3"] == [507, "capacity_exhausted", "spaces"]
     *ok, last = got["conversations"]
     assert ok and all(s == 202 for s in ok)
-    assert last == [429, "receipt_table_full"]
+    assert last == [429, "receipt_table_full", "1", 1]   # Retry-After, also in the body
     assert got["retire"] == 202
     assert got["after_retire"] == 202
 

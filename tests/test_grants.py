@@ -12,7 +12,7 @@ import pytest
 from aotx_trio import cli
 from aotx_trio.config import parse_gateway_config, token_sha256
 from aotx_trio.errors import ConfigError
-from aotx_trio.gateway.grants import load_grants, principal_key, write_grants
+from aotx_trio.grants import load_grants, principal_key, write_grants
 
 TOKENS = {"alice": "tok-alice-3f9a7c", "bob": "tok-bob-81d2e0", "carol": "tok-carol-55aa01"}
 

@@ -35,7 +35,8 @@ DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 
 def create_app(client: DeviceClient, principals: Iterable[PrincipalEntry], *,
                max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, list_limit_default: int = 50,
-               list_limit_max: int = 500, fast_mutations: bool = True) -> QuartTrio:
+               list_limit_max: int = 500, retry_after_s: int = 1,
+               fast_mutations: bool = True) -> QuartTrio:
     app = QuartTrio("aotx_trio.gateway", static_folder=None)
     app.config.update(
         AOTX_CLIENT=client,
@@ -43,6 +44,7 @@ def create_app(client: DeviceClient, principals: Iterable[PrincipalEntry], *,
         PROVIDE_AUTOMATIC_OPTIONS=False,
         AOTX_LIST_LIMIT_DEFAULT=list_limit_default,
         AOTX_LIST_LIMIT_MAX=list_limit_max,
+        AOTX_RETRY_AFTER_S=retry_after_s,
     )
     app.config["BODY_TIMEOUT"] = 30
     auth = Authenticator(principals)
@@ -70,7 +72,7 @@ def create_app(client: DeviceClient, principals: Iterable[PrincipalEntry], *,
     if fast_mutations:
         app.asgi_app = FastMutations(  # type: ignore[method-assign]
             app.asgi_app, client, auth, max_body_bytes=max_body_bytes,
-            body_timeout=float(app.config["BODY_TIMEOUT"]))
+            body_timeout=float(app.config["BODY_TIMEOUT"]), retry_after_s=retry_after_s)
     return app
 
 
@@ -82,4 +84,4 @@ def make_app_from_config(config: GatewayConfig, client: DeviceClient) -> QuartTr
     lim = config.limits
     return create_app(client, principals, max_body_bytes=lim.max_body_bytes,
                       list_limit_default=lim.list_limit_default,
-                      list_limit_max=lim.list_limit_max)
+                      list_limit_max=lim.list_limit_max, retry_after_s=lim.retry_after_s)

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from aotx_trio import errors
-from aotx_trio.gateway.errors import Unauthorized
-
-SHARED_ACTIONS = ("shared_read", "shared_write", "shared_manage")
+from aotx_trio.config import token_sha256
+from aotx_trio.errors import Unauthorized
+from aotx_trio.vocab import SHARED_ACTIONS  # noqa: F401  (re-exported)
 
 
 class PrincipalEntry(Protocol):
@@ -47,8 +47,8 @@ class Principal:
                                    action=action)
 
 
-def hash_token(token: str) -> str:
-    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+hash_token = token_sha256
+"""The hex SHA-256 of a bearer token (:func:`aotx_trio.config.token_sha256`)."""
 
 
 def new_token() -> str:

@@ -2,10 +2,10 @@
 
 Every error on every route, including Quart's own 404/405/413/500, leaves as
 ``{"error": {"code": "<snake_case>", "message": "...", ...fields}}`` with
-``Cache-Control: no-store``.  Status codes come from
-:func:`aotx_trio.errors.http_status`, plus the few classes only HTTP knows
-(401 unauthorized, 413 body_too_large, 400 invalid_utf8 / malformed_json /
-schema_invalid, 503 runtime_unavailable / save_pending).
+``Cache-Control: no-store``.  Status, code and headers of our own errors come
+from the one map :func:`aotx_trio.errors.http_parts` (every 429 and 503 with
+``Retry-After`` from ``limits.retry_after_s``); werkzeug's own HTTP
+exceptions are translated by :func:`http_error_parts`.
 """
 
 from __future__ import annotations
@@ -18,38 +18,11 @@ from quart import Response, current_app, has_app_context
 from werkzeug.exceptions import HTTPException
 
 from aotx_trio import errors
-from aotx_trio.client import RuntimeUnavailable, SavePending
 
 log = logging.getLogger("aotx.gateway")
 
+DEFAULT_RETRY_AFTER_S = 1
 
-class Unauthorized(errors.RequestError):
-    default_code = "unauthorized"
-
-
-class BadRequest(errors.RequestError):
-    """400: the body cannot be read as a request at all (codes invalid_utf8,
-    malformed_json, schema_invalid, ...)."""
-
-    default_code = "bad_request"
-
-
-class BodyTooLarge(errors.RequestError):
-    default_code = "body_too_large"
-
-
-class MethodNotAllowed(errors.RequestError):
-    default_code = "method_not_allowed"
-
-
-_GATEWAY_STATUS: dict[type[errors.AotxError], int] = {
-    Unauthorized: 401,
-    BadRequest: 400,
-    BodyTooLarge: 413,
-    MethodNotAllowed: 405,
-    RuntimeUnavailable: 503,
-    SavePending: 503,
-}
 
 # Werkzeug HTTP exceptions Quart raises itself -> our codes.
 _HTTP_CODES: dict[int, str] = {
@@ -57,13 +30,6 @@ _HTTP_CODES: dict[int, str] = {
     405: "method_not_allowed", 413: "body_too_large", 415: "unsupported_media_type",
     500: "internal_error",
 }
-
-
-def status_for(exc: errors.AotxError) -> int:
-    for cls in type(exc).__mro__:
-        if cls in _GATEWAY_STATUS:
-            return _GATEWAY_STATUS[cls]
-    return errors.http_status(exc)
 
 
 def dumps(body: Any) -> str:
@@ -79,21 +45,18 @@ def json_response(body: Any, status: int, headers: dict[str, str] | None = None)
     return resp
 
 
-def error_parts(exc: errors.AotxError) -> tuple[int, dict[str, Any], dict[str, str]]:
-    """(status, envelope, extra headers) of an error: shared by :func:`render` and the
-    ASGI fast path (aotx_trio.gateway.fast)."""
-    status = status_for(exc)
-    headers: dict[str, str] = {}
-    if status == 401:
-        headers["WWW-Authenticate"] = 'Bearer realm="aotx"'
-    retry_after = exc.fields.get("retry_after")
-    if status in (429, 503) and isinstance(retry_after, int | float):
-        headers["Retry-After"] = str(max(1, int(retry_after)))
-    return status, exc.envelope(), headers
+def error_parts(exc: errors.AotxError, retry_after_s: int = DEFAULT_RETRY_AFTER_S,
+                ) -> tuple[int, dict[str, Any], dict[str, str]]:
+    """(status, envelope, extra headers) of an error: :func:`aotx_trio.errors.http_parts`
+    with the configured ``limits.retry_after_s``; shared by :func:`render` and the ASGI
+    fast path (aotx_trio.gateway.fast)."""
+    return errors.http_parts(exc, retry_after_s)
 
 
 def render(exc: errors.AotxError) -> Response:
-    status, body, headers = error_parts(exc)
+    retry = current_app.config.get("AOTX_RETRY_AFTER_S", DEFAULT_RETRY_AFTER_S) \
+        if has_app_context() else DEFAULT_RETRY_AFTER_S
+    status, body, headers = error_parts(exc, retry)
     return json_response(body, status, headers)
 
 

@@ -51,11 +51,13 @@ class FastMutations:
     """ASGI middleware: the mutation routes without Quart (see the module doc)."""
 
     def __init__(self, app: ASGIApp, client: DeviceClient, auth: Authenticator, *,
-                 max_body_bytes: int, body_timeout: float = 30.0) -> None:
+                 max_body_bytes: int, body_timeout: float = 30.0,
+                 retry_after_s: int = 1) -> None:
         self.app = app
         self.client = client
         self.auth = auth
         self.max_body_bytes = max_body_bytes
+        self.retry_after_s = retry_after_s
         self.body_timeout = body_timeout
         self.answered = 0   # requests this path answered itself (tests, diagnostics)
 
@@ -89,7 +91,7 @@ class FastMutations:
         except _Disconnected:
             return
         except errors.AotxError as exc:
-            status, body, headers = error_parts(exc)
+            status, body, headers = error_parts(exc, self.retry_after_s)
         except HTTPException as exc:   # what Quart raises while reading a body
             status, body, headers = http_error_parts(exc, (self.max_body_bytes,))
         except Exception as exc:

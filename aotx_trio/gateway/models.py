@@ -14,10 +14,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-SCHEMA = "aotx.shared.mutation.v1"
-U64_MAX = (1 << 64) - 1
+from aotx_trio.vocab import HEX32
 
-HEX32 = r"^[0-9a-f]{32}$"
+U64_MAX = (1 << 64) - 1
 
 
 def _nonzero_key(v: str) -> str:

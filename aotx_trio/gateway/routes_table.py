@@ -30,11 +30,13 @@ from pydantic import ValidationError
 
 from aotx_trio import errors
 from aotx_trio.client import DeviceClient
+from aotx_trio.errors import BadRequest, BodyTooLarge
 from aotx_trio.gateway import models
 from aotx_trio.gateway.auth import Authenticator, Principal
-from aotx_trio.gateway.errors import BadRequest, BodyTooLarge, dumps
+from aotx_trio.gateway.errors import dumps
+from aotx_trio.vocab import BASE_PATH, SCHEMA
 
-BASE = "/aotx/v1/shared"
+BASE = BASE_PATH
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,11 +136,11 @@ def validate(model: type[models.Mutation], data: Any) -> models.Mutation:
     if not isinstance(data, dict):
         raise BadRequest("request body must be a JSON object", code="malformed_json")
     if "schema" not in data:
-        raise BadRequest(f"missing field 'schema' (must be {models.SCHEMA!r})",
-                         code="schema_invalid", field="schema", expected=models.SCHEMA)
-    if data["schema"] != models.SCHEMA:
-        raise BadRequest(f"schema must be {models.SCHEMA!r}", code="schema_invalid",
-                         field="schema", expected=models.SCHEMA)
+        raise BadRequest(f"missing field 'schema' (must be {SCHEMA!r})",
+                         code="schema_invalid", field="schema", expected=SCHEMA)
+    if data["schema"] != SCHEMA:
+        raise BadRequest(f"schema must be {SCHEMA!r}", code="schema_invalid",
+                         field="schema", expected=SCHEMA)
     try:
         return model.model_validate(data)
     except ValidationError as exc:

@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
-import sys
 
 import trio
 from hypercorn.config import Config as HyperConfig
 from hypercorn.trio import serve as hypercorn_serve
 
 from aotx_trio import errors
+from aotx_trio._process import on_signal, run_trio, setup_logging
 from aotx_trio.client import DeviceClient, SocketClient
 from aotx_trio.config import GatewayConfig, load_gateway_config
 from aotx_trio.gateway.app import make_app_from_config
@@ -52,15 +51,6 @@ async def serve_gateway(config: GatewayConfig, client: DeviceClient,
                           shutdown_trigger=shutdown.wait, task_status=task_status)
 
 
-async def on_signal(shutdown: trio.Event) -> None:
-    """Set ``shutdown`` on the first SIGINT or SIGTERM."""
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async for signum in signals:
-            log.info("signal %s: shutting down", signal.Signals(signum).name)
-            shutdown.set()
-            return
-
-
 async def _run(config: GatewayConfig) -> None:
     if config.service_socket is None:
         raise errors.ConfigError("gateway.json: service_socket is required for "
@@ -69,7 +59,7 @@ async def _run(config: GatewayConfig) -> None:
     shutdown = trio.Event()
     client = SocketClient(str(config.service_socket))
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(on_signal, shutdown)
+        nursery.start_soon(on_signal, shutdown.set)
         binds = await nursery.start(serve_gateway, config, client, shutdown)
         print(f"aotx gateway: listening on {' '.join(binds)}", flush=True)
         await shutdown.wait()
@@ -78,10 +68,7 @@ async def _run(config: GatewayConfig) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    setup_logging()
     config = load_gateway_config(args.config)
-    from aotx_trio.runtime.boot import run_trio
-
     run_trio(_run, config)
     return 0

@@ -7,7 +7,7 @@
     ├─ tick emitter        writes + fsyncs journal records, acknowledges saves
     └─ service socket      <journal>/service.sock (docs/formats/socket.md)
 
-:func:`run_runtime` reports its :class:`~aotx_trio.runtime.service.ServiceHandler`
+:func:`run_runtime` reports its :class:`~aotx_trio.runtime.handler.ServiceHandler`
 through ``task_status.started()`` once both children are ready, so ``aotx
 serve`` can put the gateway (with an in-process client) in the same
 ``trio.run``.  SIGINT/SIGTERM cancel the tree; the service socket file is
@@ -20,17 +20,21 @@ import argparse
 import contextlib
 import functools
 import logging
-import signal
-import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import trio
 
 from aotx_trio import errors
-from aotx_trio.runtime.service import SOCKET_NAME, ServiceHandler, serve_socket
+from aotx_trio._process import on_signal, run_trio, setup_logging
+from aotx_trio.device import Device
+from aotx_trio.grants import load_grants
+from aotx_trio.runtime.ccir import RuntimeFile
+from aotx_trio.runtime.emitter import Emitter, open_journal_file
+from aotx_trio.runtime.handler import ServiceHandler
+from aotx_trio.runtime.socket_server import SOCKET_NAME, serve_socket
+from aotx_trio.runtime.state import RuntimeState
 
 log = logging.getLogger("aotx.boot")
 
@@ -38,24 +42,11 @@ log = logging.getLogger("aotx.boot")
 # --------------------------------------------------------------------------- runtime state
 
 
-@dataclass
-class RuntimeState:
-    """What a booted runtime holds: the device, the journal file, the emitter."""
-
-    device: Any           # aotx_trio.device.Device
-    journal_file: Any     # aotx_trio.runtime.emitter.JournalFile
-    emitter: Any          # aotx_trio.runtime.emitter.Emitter
-    lineage: str
-
-
 @contextlib.asynccontextmanager
 async def open_runtime_state(lineage: bytes, journal_dir: Path) -> AsyncIterator[RuntimeState]:
     """Open (or create) the journal in ``journal_dir``, replay it into a fresh device
     (fail closed on damage), queue this boot's transfer, and yield the state; closes
     the device and the file on exit."""
-    from aotx_trio.device import Device
-    from aotx_trio.runtime.emitter import Emitter, open_journal_file
-
     journal_dir.mkdir(parents=True, exist_ok=True)
     jf = await trio.to_thread.run_sync(
         functools.partial(open_journal_file, journal_dir, lineage, resume=False))
@@ -78,8 +69,6 @@ async def open_runtime_state(lineage: bytes, journal_dir: Path) -> AsyncIterator
 
 def load_runtime_file(ccir_path: Path) -> tuple[bytes, dict[str, Any]]:
     """The lineage and model names of a complete runtime file with the shared profile."""
-    from aotx_trio.runtime.ccir import RuntimeFile
-
     rf = RuntimeFile.open(ccir_path)
     if not rf.shared:
         raise errors.UnsupportedProfile(
@@ -96,8 +85,6 @@ async def run_runtime(ccir: str | Path, journal: str | Path, grants_dir: str | P
                       task_status: trio.TaskStatus[ServiceHandler] = trio.TASK_STATUS_IGNORED,
                       ) -> None:
     """The runtime nursery: emitter + service socket; started() with the handler."""
-    from aotx_trio.gateway.grants import load_grants
-
     lineage, models = load_runtime_file(Path(ccir))
     grants = load_grants(grants_dir)  # serves nothing without deployment grants
     journal_dir = Path(journal)
@@ -112,48 +99,17 @@ async def run_runtime(ccir: str | Path, journal: str | Path, grants_dir: str | P
             task_status.started(handler)
 
 
-async def until_signal(cancel_scope: trio.CancelScope) -> None:
-    """Cancel ``cancel_scope`` on the first SIGINT or SIGTERM."""
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async for signum in signals:
-            log.info("signal %s: shutting down", signal.Signals(signum).name)
-            cancel_scope.cancel()
-            return
-
-
 async def _boot(args: argparse.Namespace) -> None:
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(until_signal, nursery.cancel_scope)
+        nursery.start_soon(on_signal, nursery.cancel_scope.cancel)
         handler = await nursery.start(run_runtime, args.ccir, args.journal,
                                       args.service_grants)
         sock = Path(args.journal) / SOCKET_NAME
         print(f"aotx boot: lineage {handler.lineage}, serving {sock}", flush=True)
 
 
-def _leaves(exc: BaseException) -> Iterator[BaseException]:
-    if isinstance(exc, BaseExceptionGroup):
-        for sub in exc.exceptions:
-            yield from _leaves(sub)
-    else:
-        yield exc
-
-
-def run_trio(fn: Callable[..., Awaitable[None]], *args: Any) -> None:
-    """``trio.run`` for an entry point: when the tree died of our own errors only, raise
-    the first one unwrapped so the CLI prints its code and message (exit status 1)."""
-    try:
-        trio.run(fn, *args)
-    except BaseExceptionGroup as group:
-        leaves = list(_leaves(group))
-        ours = [e for e in leaves if isinstance(e, errors.AotxError)]
-        if ours and len(ours) == len(leaves):
-            raise ours[0] from group
-        raise
-
-
 def main(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    setup_logging()
     run_trio(_boot, args)
     print("aotx boot: stopped", flush=True)
     return 0

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from aotx_trio._fs import fsync_dir
+from aotx_trio._fs import atomic_file
 from aotx_trio.errors import FormatError, InvalidInput, NotFound, UnsupportedProfile
 
 MAGIC = b"AOTXCCIR"
@@ -409,19 +409,11 @@ class RuntimeFile:
             for c in files:
                 target = dest.joinpath(*c.name.split("/"))
                 target.parent.mkdir(parents=True, exist_ok=True)
-                tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-                try:
-                    with tmp.open("wb") as out:
-                        digest = hash_range(f, c.offset, c.length, sink=out.write)
-                        out.flush()
-                        os.fsync(out.fileno())
+                with atomic_file(target) as out:
+                    digest = hash_range(f, c.offset, c.length, sink=out.write)
                     if digest != c.sha256:
                         raise _fail(f"component {c.name!r} does not match its SHA-256",
                                     c.offset, "ccir_digest_mismatch", component=c.name)
-                    os.replace(tmp, target)
-                finally:
-                    with contextlib.suppress(FileNotFoundError):
-                        tmp.unlink()
         return dest
 
 
@@ -465,37 +457,28 @@ def write_runtime(path: str | os.PathLike[str], sources: Sequence[Source], *,
         raise ValueError("profile and lineage disagree")
     offsets, file_length = layout([(s.kind, s.name, s.length) for s in srcs])
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
     total = sum(s.length for s in srcs)
-    try:
-        with tmp.open("wb") as out, _progress(total, "pack", progress) as update:
-            components: list[Component] = []
-            for s, off in zip(srcs, offsets, strict=True):
-                out.seek(off)
-                with s.path.open("rb") as f:
-                    digest = hash_range(f, s.offset, s.length, update, sink=out.write)
-                if s.sha256 is not None and digest != s.sha256:
-                    raise _fail(f"component {s.name!r} does not match its SHA-256", s.offset,
-                                "ccir_digest_mismatch", component=s.name)
-                if out.tell() != off + s.length:
-                    raise InvalidInput(f"{s.name!r} changed size while it was packed",
-                                       code="component_changed", field="name", name=s.name)
-                components.append(Component(s.kind, s.name, off, s.length, digest))
-            out.truncate(file_length)
-            table = encode_table(components)
-            out.seek(HEADER_SIZE)
-            out.write(table)
-            out.seek(0)
-            out.write(encode_header(required=required, optional=optional, lineage=lineage,
-                                    count=len(components), file_length=file_length,
-                                    table_crc=crc32c(table)))
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, target)
-        fsync_dir(target.parent)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
+    with atomic_file(target) as out, _progress(total, "pack", progress) as update:
+        components: list[Component] = []
+        for s, off in zip(srcs, offsets, strict=True):
+            out.seek(off)
+            with s.path.open("rb") as f:
+                digest = hash_range(f, s.offset, s.length, update, sink=out.write)
+            if s.sha256 is not None and digest != s.sha256:
+                raise _fail(f"component {s.name!r} does not match its SHA-256", s.offset,
+                            "ccir_digest_mismatch", component=s.name)
+            if out.tell() != off + s.length:
+                raise InvalidInput(f"{s.name!r} changed size while it was packed",
+                                   code="component_changed", field="name", name=s.name)
+            components.append(Component(s.kind, s.name, off, s.length, digest))
+        out.truncate(file_length)
+        table = encode_table(components)
+        out.seek(HEADER_SIZE)
+        out.write(table)
+        out.seek(0)
+        out.write(encode_header(required=required, optional=optional, lineage=lineage,
+                                count=len(components), file_length=file_length,
+                                table_crc=crc32c(table)))
     return RuntimeFile.open(target)
 
 

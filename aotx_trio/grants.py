@@ -4,13 +4,14 @@ The gateway writes it from ``gateway.json`` (``aotx gateway write-grants``); the
 runtime reads it at boot (``aotx boot --service-grants DIR``) to learn which
 principals exist and what each may do. It names principals and actions only:
 never a token, never a token hash.  The device keys participants by the
-*principal key*, the first 16 bytes of SHA-256 of the principal's UTF-8 name.
+*principal key*, the first 16 bytes of SHA-256 of the principal's UTF-8 name
+(:func:`aotx_trio.vocab.principal_key`).  A leaf below both process roles: the
+gateway side writes it, the runtime side reads it.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 from pathlib import Path
@@ -19,23 +20,19 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from aotx_trio._fs import atomic_write_text
-from aotx_trio.config import ACTIONS, Action, GatewayConfig, load_gateway_config
+from aotx_trio.config import GatewayConfig, load_gateway_config
 from aotx_trio.errors import ConfigError
+from aotx_trio.vocab import ACTIONS, HEX32, Action, principal_key
 
 SCHEMA = "aotx.grants.v1"
 FILE_NAME = "grants.json"
-
-
-def principal_key(name: str) -> str:
-    """32 lowercase hex digits: the first 16 bytes of SHA-256 of the UTF-8 name."""
-    return hashlib.sha256(name.encode("utf-8")).digest()[:16].hex()
 
 
 class GrantPrincipal(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: Annotated[str, Field(min_length=1, max_length=64)]
-    principal_key: Annotated[str, Field(pattern=r"^[0-9a-f]{32}$")]
+    principal_key: Annotated[str, Field(pattern=HEX32)]
     actions: tuple[Action, ...]
 
     @field_validator("actions")

@@ -14,7 +14,7 @@ import pytest
 import trio
 
 from aotx_trio import errors, wire
-from aotx_trio.runtime import service
+from aotx_trio.runtime import socket_server as service
 
 
 class SlowEcho:
@@ -126,27 +126,3 @@ async def test_regular_file_at_the_socket_path_is_refused(sock_path: Path) -> No
     with pytest.raises(errors.ConfigError, match="not a socket"):
         await service.serve_socket(sock_path, SlowEcho())
     assert sock_path.read_text() == "not a socket"
-
-
-def test_principal_key_is_sha256_prefix() -> None:
-    import hashlib
-
-    assert service.principal_key("alice") == hashlib.sha256(b"alice").digest()[:16].hex()
-
-
-def test_grant_mask() -> None:
-    assert service.grant_mask(["shared_read"]) == 1
-    assert service.grant_mask(["shared_write", "shared_manage", "models_read"]) == 6
-    assert service.grant_mask([]) == 0
-
-
-def test_ids_parse_only_this_lineage() -> None:
-    lin = bytes(range(16)).hex()
-    raw = bytes(range(16, 32)).hex()
-    text = service.format_id("spc", lin, raw)
-    assert text == f"spc-{lin}-{raw}"
-    assert service.parse_id("spc", text, lin, "space") == raw
-    for bad in [text.replace("spc", "con"), text.upper(), text + "0",
-                f"spc-{bytes(16).hex()}-{raw}", 7, None]:
-        with pytest.raises(errors.NotFound):
-            service.parse_id("spc", bad, lin, "space")

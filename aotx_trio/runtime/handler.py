@@ -1,0 +1,260 @@
+"""The runtime's service handler: the methods of docs/formats/socket.md.
+
+:class:`ServiceHandler` answers calls and opens streams against one device.
+It resolves the caller's principal to its deployment grants (the grant file
+read at boot), intersects them with the actions the gateway vouches for,
+passes that bitmask on every device call, waits for the journal to save an
+admission before answering a new mutation, and renders device records with
+:mod:`aotx_trio.runtime.render`.  Either transport serves it: the in-process
+client calls it directly, :func:`aotx_trio.runtime.socket_server.serve_socket`
+over the Unix socket.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any, Protocol
+
+import trio
+
+from aotx_trio import errors, native, vocab
+from aotx_trio.device import Device
+from aotx_trio.journal import SaveState
+from aotx_trio.runtime import render, validate
+from aotx_trio.runtime.state import RuntimeState
+from aotx_trio.vocab import TERMINAL, format_id, grant_mask, principal_key
+
+READ_CHUNK = 65536
+MAX_CACHED_PRINCIPALS = 4096
+
+
+class Saver(Protocol):
+    """The journal emitter as the handler sees it."""
+
+    saved_records: int
+
+    def wake(self) -> None: ...
+    async def wait_saved(self, record_index: int) -> None: ...
+
+
+class GrantTable(Protocol):
+    def actions_for(self, key: str | bytes) -> frozenset[str]: ...
+
+
+Method = Callable[[Mapping[str, Any]], Awaitable[Any]]
+StreamMethod = Callable[[Mapping[str, Any]], Awaitable[tuple[Any, AsyncIterator[Any]]]]
+
+
+class ServiceHandler:
+    """Answers service calls and streams against one device.
+
+    ``saver`` is the journal emitter; ``save_state`` returns the journal's
+    current save state."""
+
+    def __init__(self, device: Device, saver: Saver, save_state: Callable[[], SaveState],
+                 lineage: str, grants: GrantTable, *, models: Mapping[str, Any] | None = None,
+                 save_timeout: float = 30.0) -> None:
+        self.device = device
+        self.saver = saver
+        self.save_state = save_state
+        self.lineage = lineage
+        self.grants = grants
+        self.models = dict(models or {})
+        self.save_timeout = save_timeout
+        self.state: RuntimeState | None = None   # set by boot (tests, tools)
+        # principal name -> (device key, deployed actions) of the grant table self.grants
+        self._principals: dict[str, tuple[str, frozenset[str]]] = {}
+        self._principals_of: GrantTable = grants
+        self._methods: dict[str, Method] = {
+            "ping": self._ping,
+            "capabilities": self._capabilities,
+            "save_state": self._save_state,
+            "participant.get": self._participant,
+            "mutation.submit": self._submit,
+            "space.get": self._space,
+            "space.list": self._spaces,
+            "member.list": self._members,
+            "conversation.list": self._conversations,
+            "conversation.get": self._conversation,
+            "operation.get": self._operation,
+            "operation.result": self._result,
+        }
+        self._streams: dict[str, StreamMethod] = {"save.watch": self._watch_saves}
+
+    async def call(self, method: str, params: dict[str, Any]) -> Any:
+        fn = self._methods.get(method)
+        if fn is None:
+            raise errors.NotFound(f"no service method {method!r}", code="method_not_found",
+                                  method=method)
+        return await fn(params)
+
+    async def open_stream(self, method: str, params: dict[str, Any],
+                          ) -> tuple[Any, AsyncIterator[Any]]:
+        fn = self._streams.get(method)
+        if fn is None:
+            raise errors.NotFound(f"no service stream {method!r}", code="method_not_found",
+                                  method=method)
+        return await fn(params)
+
+    # -- callers ------------------------------------------------------------------
+    def _caller(self, params: Mapping[str, Any]) -> tuple[int, str]:
+        """(grant bitmask, principal key): the deployment grants of the principal,
+        intersected with the actions the gateway vouches for on this call."""
+        name, actions = validate.caller(params)
+        if self._principals_of is not self.grants:   # a new grant table: forget
+            self._principals, self._principals_of = {}, self.grants
+        known = self._principals.get(name)
+        if known is None:
+            if len(self._principals) >= MAX_CACHED_PRINCIPALS:
+                self._principals.clear()
+            key = principal_key(name)
+            known = self._principals[name] = (key, self.grants.actions_for(key))
+        key, deployed = known
+        return grant_mask([a for a in actions if a in deployed]), key
+
+    # -- reads --------------------------------------------------------------------
+    async def _ping(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        return {"lineage": self.lineage}
+
+    async def _capabilities(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        caps = native.capacities()
+        usage = self.device.usage()
+        tables = ("participants", "spaces", "conversations", "members", "receipts")
+        return {
+            "lineage": self.lineage,
+            "schema": vocab.SCHEMA,
+            "capacities": {k: caps[k] for k in tables},
+            "usage": {k: int(getattr(usage, k)) for k in tables},
+            "limits": {"command_bytes": caps["command_bytes"],
+                       "result_bytes": caps["result_bytes"],
+                       "max_text_bytes": vocab.MAX_TEXT_BYTES, "max_media": vocab.MAX_MEDIA,
+                       "media_link_bytes": vocab.MEDIA_LINK_BYTES},
+            "models": self.models,
+            "features": {"inputs": False, "events": False, "cancellations": False,
+                         "memory": False, "publications": False, "media": False},
+            "save": render.render_save(self.save_state()),
+        }
+
+    async def _save_state(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        return render.render_save(self.save_state())
+
+    async def _participant(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        grants, key = self._caller(params)
+        v = self.device.participant(grants, key, key)
+        nxt, floor = render.counter(v.next_sequence), render.counter(v.retry_floor)
+        participant = None
+        if v.registered:
+            participant = {"id": format_id(vocab.PREFIXES["participant"], self.lineage, key),
+                           "principal": params["principal"],
+                           "next_sequence": nxt, "retry_floor": floor}
+        return {"lineage": self.lineage, "participant": participant,
+                "next_sequence": nxt, "retry_floor": floor}
+
+    async def _space(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        grants, key = self._caller(params)
+        space = validate.parse_id("space", params.get("space"), self.lineage)
+        return render.render_space(self.device.space(grants, key, space), self.lineage)
+
+    async def _spaces(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        grants, key = self._caller(params)
+        cursor, limit = validate.cursor(params)
+        rows, nxt = self.device.spaces(grants, key, cursor, limit)
+        return render.render_page([render.render_space(r, self.lineage) for r in rows], nxt)
+
+    async def _members(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        grants, key = self._caller(params)
+        space = validate.parse_id("space", params.get("space"), self.lineage)
+        cursor, limit = validate.cursor(params)
+        rows, nxt = self.device.members(grants, key, space, cursor, limit)
+        items = [render.render_member(r, self.device.participant(grants, key, r.participant),
+                                      self.lineage) for r in rows]
+        return render.render_page(items, nxt)
+
+    async def _conversations(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        grants, key = self._caller(params)
+        space = validate.parse_id("space", params.get("space"), self.lineage)
+        cursor, limit = validate.cursor(params)
+        rows, nxt = self.device.conversations(grants, key, space, cursor, limit)
+        return render.render_page(
+            [render.render_conversation(r, self.lineage) for r in rows], nxt)
+
+    async def _conversation(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        grants, key = self._caller(params)
+        con = validate.parse_id("conversation", params.get("conversation"), self.lineage)
+        return render.render_conversation(self.device.conversation(grants, key, con),
+                                          self.lineage)
+
+    async def _operation(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        grants, key = self._caller(params)
+        op = validate.parse_id("operation", params.get("operation"), self.lineage)
+        return render.render_receipt(self.device.receipt(grants, key, op), self.lineage)
+
+    async def _result(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        grants, key = self._caller(params)
+        op = validate.parse_id("operation", params.get("operation"), self.lineage)
+        offset = params.get("offset", 0)
+        if not isinstance(offset, int) or isinstance(offset, bool) \
+                or not 0 <= offset < 1 << 64:
+            raise errors.InvalidInput("offset must be a non-negative byte offset",
+                                      field="offset")
+        receipt = self.device.receipt(grants, key, op)
+        data, total = self.device.result(grants, key, op, offset, READ_CHUNK)
+        return {
+            "operation": format_id(vocab.PREFIXES["operation"], self.lineage, op),
+            "status": receipt.status,
+            "offset": offset,
+            "length": len(data),
+            "data": base64.b64encode(data).decode("ascii"),
+            "text": render.text_or_none(data),
+            "next_offset": offset + len(data),
+            "total": total,
+            "finished": receipt.status in TERMINAL,
+            "input_tokens": receipt.input_tokens,
+            "output_tokens": receipt.output_tokens,
+        }
+
+    # -- mutations ----------------------------------------------------------------
+    async def _submit(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        grants, key = self._caller(params)
+        kind = params.get("kind")
+        body = params.get("body")
+        if not isinstance(kind, str) or not isinstance(body, Mapping):
+            raise errors.InvalidInput("mutation.submit needs kind and body", field="kind")
+        req = validate.build_request(kind, body, self.lineage)
+        receipt = self.device.submit(grants, key, req)
+        created = not receipt.retry
+        self.saver.wake()
+        with trio.move_on_after(self.save_timeout) as waited:
+            await self.saver.wait_saved(receipt.admission_record)
+        if waited.cancelled_caught:
+            raise errors.SavePending(
+                f"operation admitted but not saved within {self.save_timeout:g} s; an exact "
+                "retry answers with its receipt once it is saved",
+                operation=format_id(vocab.PREFIXES["operation"], self.lineage, receipt.op_id),
+                retry_after=1)
+        try:  # the receipt again, with the save state after the wait
+            receipt = self.device.receipt(grants, key, receipt.op_id)
+        except errors.AotxError:
+            pass
+        return {"receipt": render.render_receipt(receipt, self.lineage), "created": created}
+
+    # -- streams ------------------------------------------------------------------
+    async def _watch_saves(self, params: Mapping[str, Any],
+                           ) -> tuple[dict[str, Any], AsyncIterator[dict[str, Any]]]:
+        """``save.watch``: opens with the current save state, then pushes it each time
+        the journal saves more records; ends (``complete``) after ``limit`` items when
+        one is given."""
+        limit = params.get("limit")
+        if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool)
+                                  or limit < 1):
+            raise errors.InvalidInput("limit must be a positive integer", field="limit")
+
+        async def items() -> AsyncIterator[dict[str, Any]]:
+            sent = 0
+            while limit is None or sent < limit:
+                await self.saver.wait_saved(self.saver.saved_records)
+                sent += 1
+                yield render.render_save(self.save_state())
+
+        return render.render_save(self.save_state()), items()

@@ -1,0 +1,124 @@
+"""Device records as the JSON resources of ``spec/shared-api.md``.
+
+Every counter that can pass 2**53 is a decimal string; ids are the
+``{prefix}-{lineage}-{32 hex}`` forms of :mod:`aotx_trio.vocab`.  Pure
+functions over :mod:`aotx_trio.device` views; nothing here touches the device.
+"""
+
+from __future__ import annotations
+
+import errno
+from typing import Any
+
+from aotx_trio import device as dev
+from aotx_trio import journal
+from aotx_trio.vocab import KIND_NAMES, PREFIXES, TERMINAL, Kind, format_id
+
+#: The journal's hold bits and their names (csrc/aotx_journal.h, AOTX_HOLD_*).
+HOLD_REASONS = ((1, "file_cap"), (2, "disk"), (4, "pending_cap"))
+#: The resource a receipt's ``resource`` names, by kind.
+RESOURCE_PREFIX: dict[Kind, str] = {
+    Kind.REGISTER: PREFIXES["participant"], Kind.SPACE_CREATE: PREFIXES["space"],
+    Kind.MEMBER_SET: PREFIXES["space"], Kind.CONVERSATION_CREATE: PREFIXES["conversation"],
+    Kind.INPUT: PREFIXES["conversation"],
+}
+ZERO16 = "0" * 32
+
+
+def counter(value: int | None) -> str | None:
+    """A u64 counter as JSON: a decimal string, or null."""
+    return None if value is None else str(value)
+
+
+def _hexstr(value: bytes | str) -> str:
+    return value.hex() if isinstance(value, bytes | bytearray) else str(value)
+
+
+def render_save(save: journal.SaveState | dev.SaveState) -> dict[str, Any]:
+    """The ``save`` object: which journal save this state is, and its trouble."""
+    err = int(save.disk_error)
+    return {
+        "source": "journal",
+        "file_incarnation": f"{int(save.file_incarnation):016x}",
+        "generation": str(int(save.generation)),
+        "boot": str(int(save.boot)),
+        "commit_digest": _hexstr(save.commit_digest),
+        "saved_records": str(int(save.saved_records)),
+        "pending_bytes": int(save.pending_bytes),
+        "disk_error": None if err == 0 else {"errno": err,
+                                             "name": errno.errorcode.get(err, str(err))},
+        "hold": [name for bit, name in HOLD_REASONS if int(save.hold) & bit],
+    }
+
+
+def render_receipt(r: dev.Receipt, lineage: str) -> dict[str, Any]:
+    """A receipt as the operation resource."""
+    prefix = RESOURCE_PREFIX.get(r.kind)
+    saved = int(r.save.saved_records)
+    admission_saved = r.admission_saved or saved > r.admission_record
+    terminal_record = r.terminal_record
+    terminal_saved = r.terminal_saved or (
+        r.status in TERMINAL and terminal_record is not None and saved > terminal_record)
+    return {
+        "operation": format_id(PREFIXES["operation"], lineage, r.op_id),
+        "kind": KIND_NAMES.get(r.kind, str(int(r.kind))),
+        "status": r.status,
+        "participant": format_id(PREFIXES["participant"], lineage, r.participant),
+        "operation_key": r.operation_key,
+        "sequence": counter(r.sequence),
+        "resource": format_id(prefix, lineage, r.resource_id)
+        if prefix and r.resource_id != ZERO16 else None,
+        "transport": {"accepted": True},
+        "device": {"committed": r.device_committed,
+                   "admission_number": str(r.admission_number)},
+        "admission": {"saved": admission_saved, "record": str(r.admission_record)},
+        "terminal": {"saved": terminal_saved, "record": counter(terminal_record)},
+        "cancel_requested": r.cancel_requested,
+        "result": {"bytes": r.result_len, "input_tokens": r.input_tokens,
+                   "output_tokens": r.output_tokens},
+        "save": render_save(r.save),
+    }
+
+
+def render_space(v: dev.Space, lineage: str) -> dict[str, Any]:
+    return {
+        "id": format_id(PREFIXES["space"], lineage, v.id),
+        "scope": v.scope,
+        "owner": format_id(PREFIXES["participant"], lineage, v.owner),
+        "permissions": list(v.rights),
+        "conversations": str(v.conversations),
+        "admission_number": str(v.admission_number),
+    }
+
+
+def render_member(m: dev.Member, p: dev.Participant, lineage: str) -> dict[str, Any]:
+    """A member row with the member's counters as the caller may see them."""
+    return {
+        "participant": format_id(PREFIXES["participant"], lineage, m.participant),
+        "permissions": list(m.rights),
+        "next_sequence": counter(p.next_sequence),
+        "retry_floor": counter(p.retry_floor),
+    }
+
+
+def render_conversation(v: dev.Conversation, lineage: str) -> dict[str, Any]:
+    return {
+        "id": format_id(PREFIXES["conversation"], lineage, v.id),
+        "space": format_id(PREFIXES["space"], lineage, v.space),
+        "creator": format_id(PREFIXES["participant"], lineage, v.creator),
+        "inputs": str(v.inputs),
+        "admission_number": str(v.admission_number),
+    }
+
+
+def render_page(items: list[dict[str, Any]], next_cursor: int) -> dict[str, Any]:
+    """A list page: ``next_cursor`` is null at the end."""
+    return {"items": items, "next_cursor": str(next_cursor) if next_cursor else None}
+
+
+def text_or_none(data: bytes) -> str | None:
+    """The span as text only when it is complete UTF-8 (never replaced)."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None

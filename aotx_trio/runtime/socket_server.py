@@ -1,0 +1,225 @@
+"""The runtime's Unix service socket (<journal>/service.sock; docs/formats/socket.md).
+
+:func:`serve_socket` serves any :class:`Handler` over the socket.  Each
+connection is read frame by frame; each call runs in its own task (at most
+``MAX_IN_FLIGHT`` per connection) and each stream in its own task (at most
+``MAX_STREAMS``); every frame is written whole under a per-connection lock,
+so answers and pushed items of different ids interleave in any order.  A
+cancel frame ends its stream with ``end: "cancelled"``; when the runtime stops,
+open streams end with ``end: "shutdown"``.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import socket as _socket
+import stat
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any, Protocol
+
+import trio
+
+from aotx_trio import errors, wire
+
+log = logging.getLogger("aotx.service")
+
+MAX_IN_FLIGHT = 256
+MAX_STREAMS = 1024
+SOCKET_NAME = "service.sock"
+
+
+class Handler(Protocol):
+    async def call(self, method: str, params: dict[str, Any]) -> Any: ...
+
+    async def open_stream(self, method: str, params: dict[str, Any],
+                          ) -> tuple[Any, AsyncIterator[Any]]: ...
+
+
+async def _listen_unix(path: Path) -> trio.SocketListener:
+    if path.exists() or path.is_symlink():
+        if not stat.S_ISSOCK(path.lstat().st_mode):
+            raise errors.ConfigError(f"{path} exists and is not a socket", path=str(path))
+        try:
+            probe = await trio.open_unix_socket(str(path))
+        except OSError:
+            path.unlink()
+        else:
+            await probe.aclose()
+            raise errors.ConfigError(f"another runtime is listening on {path}", path=str(path))
+    sock = trio.socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    old = os.umask(0o177)  # the socket file is rw for its owner only
+    try:
+        await sock.bind(str(path))
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.ENAMETOOLONG or "too long" in str(exc):
+            raise errors.ConfigError(f"socket path too long ({len(str(path))} bytes): {path}",
+                                     path=str(path)) from exc
+        raise
+    finally:
+        os.umask(old)
+    sock.listen(128)
+    return trio.SocketListener(sock)
+
+
+def _internal(exc: Exception, what: object) -> errors.AotxError:
+    """A bug: logged here, reported to the caller without details."""
+    log.error("service %s failed", what, exc_info=exc)
+    return errors.AotxError(f"internal error: {type(exc).__name__}", code="internal_error")
+
+
+def _request_parts(req: dict[str, Any]) -> tuple[int, str, dict[str, Any]]:
+    req_id, method, params = req.get("id"), req.get("method"), req.get("params", {})
+    if not isinstance(req_id, int) or not isinstance(method, str) \
+            or not isinstance(params, dict):
+        raise errors.FrameError("request needs an integer id, a string method and an "
+                                "object params")
+    return req_id, method, params
+
+
+class _Connection:
+    def __init__(self, stream: trio.abc.Stream, handler: Handler) -> None:
+        self.stream = stream
+        self.handler = handler
+        self.send_lock = trio.Lock()
+        self.slots = trio.Semaphore(MAX_IN_FLIGHT)
+        self.streams: dict[int, trio.CancelScope] = {}
+
+    async def reply(self, frame: dict[str, Any]) -> None:
+        data = wire.encode_frame(frame)
+        async with self.send_lock:
+            with trio.CancelScope(shield=True):
+                await self.stream.send_all(data)
+
+    async def call(self, req: dict[str, Any]) -> None:
+        req_id = req.get("id")
+        rid = req_id if isinstance(req_id, int) else 0
+        try:
+            req_id, method, params = _request_parts(req)
+            frame = wire.success(req_id, await self.handler.call(method, params))
+        except errors.AotxError as exc:
+            frame = wire.failure(rid, exc)
+        except Exception as exc:
+            frame = wire.failure(rid, _internal(exc, req.get("method")))
+        finally:
+            self.slots.release()
+        try:
+            await self.reply(frame)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+
+    async def run_stream(self, req: dict[str, Any]) -> None:
+        rid = req["id"] if isinstance(req.get("id"), int) else 0
+        try:
+            sid, method, params = _request_parts(req)
+            if sid in self.streams:
+                raise errors.FrameError(f"stream id {sid} is already open")
+            opened, items = await self.handler.open_stream(method, params)
+        except errors.AotxError as exc:
+            await self.reply(wire.failure(rid, exc))
+            return
+        except Exception as exc:
+            await self.reply(wire.failure(rid, _internal(exc, req.get("method"))))
+            return
+        scope = self.streams[sid] = trio.CancelScope()
+        end = wire.end(sid, wire.END_COMPLETE)
+        try:
+            await self.reply(wire.success(sid, opened, stream=True))
+            with scope:
+                try:
+                    async for value in items:
+                        await self.reply(wire.item(sid, value))
+                except errors.AotxError as exc:
+                    end = wire.end(sid, wire.END_ERROR, exc)
+                except Exception as exc:
+                    end = wire.end(sid, wire.END_ERROR, _internal(exc, method))
+            if scope.cancelled_caught:
+                end = wire.end(sid, wire.END_CANCELLED)
+        except trio.Cancelled:
+            end = wire.end(sid, wire.END_SHUTDOWN)
+            raise
+        finally:
+            self.streams.pop(sid, None)
+            aclose = getattr(items, "aclose", None)
+            with trio.move_on_after(1) as cleanup:
+                cleanup.shield = True
+                if aclose is not None:
+                    await aclose()
+                try:
+                    await self.reply(end)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    pass
+
+    async def serve(self) -> None:
+        reader = wire.FrameReader(self.stream)
+        async with trio.open_nursery() as nursery:
+            while True:
+                try:
+                    req = await reader.read()
+                except errors.FrameError as exc:
+                    with trio.move_on_after(1):
+                        await self.reply(wire.failure(0, exc))
+                    break
+                if req is None:
+                    break
+                if req.get("cancel") is True:
+                    scope = self.streams.get(req.get("id", -1))
+                    if scope is not None:
+                        scope.cancel()
+                elif req.get("stream") is True:
+                    if len(self.streams) >= MAX_STREAMS:
+                        await self.reply(wire.failure(
+                            req["id"] if isinstance(req.get("id"), int) else 0,
+                            errors.OverCapacity(f"at most {MAX_STREAMS} open streams per "
+                                                "connection", code="too_many_streams")))
+                        continue
+                    nursery.start_soon(self.run_stream, req)
+                else:
+                    await self.slots.acquire()
+                    nursery.start_soon(self.call, req)
+            nursery.cancel_scope.cancel()   # the client left: end its streams
+
+
+async def _serve_connection(stream: trio.abc.Stream, handler: Handler) -> None:
+    try:
+        await _Connection(stream, handler).serve()
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        pass
+    finally:
+        with trio.move_on_after(1) as scope:
+            scope.shield = True
+            await stream.aclose()
+
+
+async def serve_socket(path: str | os.PathLike[str], handler: Handler, *,
+                       task_status: trio.TaskStatus[Path] = trio.TASK_STATUS_IGNORED) -> None:
+    """Listen on ``path`` and answer with ``handler`` until cancelled; calls
+    ``task_status.started(path)`` once the socket accepts connections and removes
+    the socket file on the way out."""
+    p = Path(path)
+    listener = await _listen_unix(p)
+    st = p.lstat()
+    ours = (st.st_dev, st.st_ino, st.st_ctime_ns)
+    try:
+        async with trio.open_nursery() as nursery:
+            async def conn(stream: trio.SocketStream) -> None:
+                try:
+                    await _serve_connection(stream, handler)
+                except Exception:  # one connection's failure never stops the service
+                    log.exception("service connection failed")
+
+            await nursery.start(trio.serve_listeners, conn, [listener])
+            task_status.started(p)
+    finally:
+        with trio.move_on_after(1) as scope:
+            scope.shield = True
+            await listener.aclose()
+        try:  # only our own socket file: a successor may already listen at this path
+            st = p.lstat()
+            if (st.st_dev, st.st_ino, st.st_ctime_ns) == ours:
+                p.unlink()
+        except FileNotFoundError:
+            pass

@@ -1,0 +1,123 @@
+"""Checking service-call parameters before they reach the device.
+
+The gateway has already checked each body's shape (``gateway/models.py``);
+these checks are the runtime's own, because the service socket also takes
+calls from other clients: the caller's principal and actions, ids of this
+lineage, cursors, and a mutation body turned into a
+:class:`aotx_trio.device.Request`.  Every failure is an
+:class:`aotx_trio.errors.AotxError` naming the bad field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from aotx_trio import errors, vocab
+from aotx_trio.device import Request
+from aotx_trio.vocab import PERMISSIONS, PREFIXES, SCOPES, Kind
+
+DEFAULT_LIMIT = 50
+MAX_LIMIT = 10000
+
+
+def caller(params: Mapping[str, Any]) -> tuple[str, list[str]]:
+    """(principal name, actions the gateway vouches for) of a principal call."""
+    name = params.get("principal")
+    actions = params.get("actions", [])
+    if not isinstance(name, str) or not name or not isinstance(actions, list):
+        raise errors.InvalidInput("call needs principal (string) and actions (list)",
+                                  field="principal")
+    return name, actions
+
+
+def parse_id(resource: str, text: Any, lineage: str) -> str:
+    """The 32-hex id of ``{prefix}-{lineage}-{hex}`` naming a ``resource`` (a key of
+    :data:`aotx_trio.vocab.PREFIXES`); a malformed id, or one of another lineage,
+    names nothing here (404 ``{resource}_not_found``)."""
+    ident = vocab.parse_id(PREFIXES[resource], lineage, text)
+    if ident is None:
+        raise errors.NotFound(f"no such {resource}: {text!r}", code=f"{resource}_not_found",
+                              field=resource)
+    return ident
+
+
+def cursor(params: Mapping[str, Any]) -> tuple[int, int]:
+    """(cursor, limit) of a list call: the cursor is one this runtime returned."""
+    raw = params.get("cursor")
+    limit = params.get("limit", DEFAULT_LIMIT)
+    if raw is None:
+        c = 0
+    elif isinstance(raw, str) and raw.isascii() and raw.isdigit() and len(raw) <= 20:
+        c = int(raw)
+    else:
+        c = -1
+    if not 0 <= c < 1 << 64:
+        raise errors.InvalidInput("cursor is not one this runtime returned", field="cursor")
+    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_LIMIT:
+        raise errors.InvalidInput(f"limit must be an integer in 1..{MAX_LIMIT}",
+                                  field="limit")
+    return c, limit
+
+
+def _decimal(value: Any, field: str) -> int:
+    if not isinstance(value, str) or not value.isascii() or not value.isdigit() \
+            or len(value) > 20 or int(value) >= 1 << 64:
+        raise errors.InvalidInput(f"{field} must be a decimal string below 2**64",
+                                  field=field)
+    return int(value)
+
+
+def _new_id(body: Mapping[str, Any], resource: str, lineage: str) -> str | None:
+    """A create's optional ``id``: 32 hex digits, or the full id of this lineage."""
+    raw = body.get("id")
+    if raw is None or vocab.is_hex32(raw):
+        return raw
+    ident = vocab.parse_id(PREFIXES[resource], lineage, raw)
+    if ident is None:
+        raise errors.InvalidInput(
+            f"id must be 32 hex digits or {PREFIXES[resource]}-{lineage}-<hex>", field="id")
+    return ident
+
+
+def build_request(kind: str, body: Mapping[str, Any], lineage: str) -> Request:
+    """The device request of a mutation body of kind ``kind`` (its wire name)."""
+    code = vocab.KINDS_BY_NAME.get(kind)
+    if code is None or code in (Kind.INPUT, Kind.CANCEL):
+        raise errors.InvalidInput(f"unknown mutation kind {kind!r}", field="kind")
+    if body.get("lineage") != lineage:
+        raise errors.Conflict(f"lineage {body.get('lineage')!r} is not this runtime's "
+                              f"lineage {lineage}", code="lineage_mismatch",
+                              field="lineage", expected=lineage)
+    key = body.get("operation_key")
+    if not vocab.is_hex32(key):
+        raise errors.InvalidInput("operation_key must be 32 lowercase hex digits",
+                                  field="operation_key")
+    seq = _decimal(body.get("sequence"), "sequence")
+    fields: dict[str, Any] = {}
+    if code == Kind.SPACE_CREATE:
+        fields["id"] = _new_id(body, "space", lineage)
+        scope = body.get("scope", "private")
+        if scope not in SCOPES:
+            raise errors.InvalidInput(f"unknown scope {scope!r}", field="scope")
+        fields["scope"] = scope
+    elif code == Kind.CONVERSATION_CREATE:
+        fields["id"] = _new_id(body, "conversation", lineage)
+        fields["space"] = parse_id("space", body.get("space"), lineage)
+    elif code == Kind.MEMBER_SET:
+        fields["space"] = parse_id("space", body.get("space"), lineage)
+        participant = vocab.parse_id(PREFIXES["participant"], lineage,
+                                     body.get("participant"))
+        if participant is None:
+            raise errors.InvalidInput("participant must be par-<lineage>-<hex> of this "
+                                      "runtime", field="participant")
+        fields["participant"] = participant
+        perms = body.get("permissions", [])
+        if not isinstance(perms, list) or any(p not in PERMISSIONS for p in perms):
+            raise errors.InvalidInput("permissions must list read, write or manage",
+                                      field="permissions")
+        fields["permissions"] = tuple(p for p in PERMISSIONS if p in perms)
+    elif code == Kind.RETIRE:
+        fields["retry_floor"] = _decimal(body.get("retry_floor", "0"), "retry_floor")
+    return Request(kind=code, lineage=lineage, operation_key=str(key), sequence=seq,
+                   **fields)

@@ -1,0 +1,125 @@
+"""The one vocabulary of the shared-conversations contract (a leaf module).
+
+Kinds, scopes, permissions, statuses, grant bits and actions, id formats, the
+mutation schema and the input limits of ``spec/shared-conversations.txt`` and
+``spec/shared-api.md``.  Numeric values equal the C header's
+(``csrc/aotx_device.h``); ``tests/test_vocab.py`` checks each one against the
+native library, so the two cannot drift apart.  Everything else imports these
+names from here.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import re
+from typing import Literal
+
+SCHEMA = "aotx.shared.mutation.v1"
+BASE_PATH = "/aotx/v1/shared"
+
+
+class Kind(enum.IntEnum):
+    """Mutation kinds (canonical byte 1, AOTX_KIND_*)."""
+
+    REGISTER = 1
+    SPACE_CREATE = 2
+    MEMBER_SET = 3
+    CONVERSATION_CREATE = 4
+    INPUT = 5
+    CANCEL = 6
+    RETIRE = 7
+
+
+#: The wire name of each kind (receipts' ``kind``, the service's ``mutation.submit``).
+KIND_NAMES: dict[Kind, str] = {
+    Kind.REGISTER: "participant.register",
+    Kind.SPACE_CREATE: "space.create",
+    Kind.MEMBER_SET: "member.set",
+    Kind.CONVERSATION_CREATE: "conversation.create",
+    Kind.INPUT: "input",
+    Kind.CANCEL: "cancellation",
+    Kind.RETIRE: "participant.retire",
+}
+KINDS_BY_NAME: dict[str, Kind] = {name: kind for kind, name in KIND_NAMES.items()}
+
+#: Space scopes, indexed by AOTX_SCOPE_* (0, 1, 2).
+SCOPES: tuple[str, ...] = ("private", "room", "instance")
+Scope = Literal["private", "room", "instance"]
+
+#: Space rights; bit i of a rights mask is PERMISSIONS[i] (AOTX_RIGHT_*).
+PERMISSIONS: tuple[str, ...] = ("read", "write", "manage")
+Permission = Literal["read", "write", "manage"]
+
+#: Receipt statuses, indexed by AOTX_STATUS_*.
+STATUSES: tuple[str, ...] = ("admitted", "running", "succeeded", "failed", "cancelled",
+                             "interrupted", "deadline_exceeded")
+TERMINAL: frozenset[str] = frozenset(STATUSES[2:])
+
+#: Media row types (AOTX_MEDIA_*).
+MEDIA_TYPES: dict[str, int] = {"image": 1, "audio": 2}
+
+MAX_TEXT_BYTES = 2048       # text + device-added media links
+MEDIA_LINK_BYTES = 73       # per media row, separator included
+MAX_MEDIA = 8
+MAX_MODEL_NAME = 128
+
+# --------------------------------------------------------------------------- actions
+
+#: Every gateway action of gateway.json, in canonical order.
+ACTIONS: tuple[str, ...] = ("shared_read", "shared_write", "shared_manage", "models_read",
+                            "models_invoke", "webhooks_manage")
+Action = Literal["shared_read", "shared_write", "shared_manage", "models_read",
+                 "models_invoke", "webhooks_manage"]
+SHARED_ACTIONS: tuple[str, ...] = ACTIONS[:3]
+
+#: Device grant bits (AOTX_GRANT_*) selected by the shared actions.
+GRANT_READ = 1
+GRANT_WRITE = 2
+GRANT_MANAGE = 4
+ALL_GRANTS = GRANT_READ | GRANT_WRITE | GRANT_MANAGE
+GRANT_BITS: dict[str, int] = {"shared_read": GRANT_READ, "shared_write": GRANT_WRITE,
+                              "shared_manage": GRANT_MANAGE}
+
+
+def grant_mask(actions: tuple[str, ...] | list[str] | frozenset[str]) -> int:
+    """The device grant bitmask of a set of actions (other actions select nothing)."""
+    mask = 0
+    for a in actions:
+        mask |= GRANT_BITS.get(a, 0)
+    return mask
+
+
+# --------------------------------------------------------------------------- ids
+
+#: Resource id prefixes: ``{prefix}-{lineage}-{32 hex}``.
+PREFIXES: dict[str, str] = {"participant": "par", "space": "spc", "conversation": "con",
+                            "operation": "op"}
+HEX32 = r"^[0-9a-f]{32}$"
+_HEX32 = re.compile(r"[0-9a-f]{32}")
+
+
+def is_hex32(text: object) -> bool:
+    return isinstance(text, str) and _HEX32.fullmatch(text) is not None
+
+
+def format_id(prefix: str, lineage: str, ident: str) -> str:
+    """``{prefix}-{lineage}-{ident}`` (par, spc, con, op)."""
+    return f"{prefix}-{lineage}-{ident}"
+
+
+def parse_id(prefix: str, lineage: str, text: object) -> str | None:
+    """The 32-hex id inside ``{prefix}-{lineage}-{id}``, or None when ``text`` is not
+    one of this lineage (callers answer not_found)."""
+    if not isinstance(text, str):
+        return None
+    parts = text.split("-")
+    if len(parts) == 3 and parts[0] == prefix and parts[1] == lineage \
+            and _HEX32.fullmatch(parts[2]):
+        return parts[2]
+    return None
+
+
+def principal_key(name: str) -> str:
+    """The device's participant key of a principal: sha256(UTF-8 name)[:16], 32 hex."""
+    return hashlib.sha256(name.encode("utf-8")).digest()[:16].hex()
