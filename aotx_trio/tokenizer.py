@@ -201,28 +201,23 @@ class Tokenizer:
             raise _invalid("tokenizer.ggml.tokens", "missing")
         raw_scores = array_field("tokenizer.ggml.scores")
         raw_types = array_field("tokenizer.ggml.token_type")
+        specials: dict[str, Any] = {
+            "bos_id": scalar("tokenizer.ggml.bos_token_id", -1),
+            "eos_id": scalar("tokenizer.ggml.eos_token_id", -1),
+            "unk_id": scalar("tokenizer.ggml.unknown_token_id", -1),
+            "pad_id": scalar("tokenizer.ggml.padding_token_id", -1),
+            "add_bos": bool(scalar("tokenizer.ggml.add_bos_token", 0)),
+            "add_space_prefix": bool(scalar("tokenizer.ggml.add_space_prefix", 0)),
+        }
+        tokens = [bytes(p) for p in raw_tokens]
+        types = None if raw_types is None else [int(p[0]) for p in raw_types]
         if kind == "gpt2":
             raw_merges = array_field("tokenizer.ggml.merges") or []
-            return cls.from_bpe(
-                [bytes(p) for p in raw_tokens], [bytes(m) for m in raw_merges],
-                None if raw_types is None else [int(p[0]) for p in raw_types],
-                pre=string("tokenizer.ggml.pre") or "default",
-                bos_id=scalar("tokenizer.ggml.bos_token_id", -1),
-                eos_id=scalar("tokenizer.ggml.eos_token_id", -1),
-                unk_id=scalar("tokenizer.ggml.unknown_token_id", -1),
-                pad_id=scalar("tokenizer.ggml.padding_token_id", -1),
-                add_bos=bool(scalar("tokenizer.ggml.add_bos_token", 0)),
-                add_space_prefix=bool(scalar("tokenizer.ggml.add_space_prefix", 0)))
+            return cls.from_bpe(tokens, [bytes(m) for m in raw_merges], types,
+                                pre=string("tokenizer.ggml.pre") or "default", **specials)
         return cls.from_vocab(
-            [bytes(p) for p in raw_tokens],
-            None if raw_scores is None else [float(p[0]) for p in raw_scores],
-            None if raw_types is None else [int(p[0]) for p in raw_types],
-            bos_id=scalar("tokenizer.ggml.bos_token_id", -1),
-            eos_id=scalar("tokenizer.ggml.eos_token_id", -1),
-            unk_id=scalar("tokenizer.ggml.unknown_token_id", -1),
-            pad_id=scalar("tokenizer.ggml.padding_token_id", -1),
-            add_bos=bool(scalar("tokenizer.ggml.add_bos_token", 0)),
-            add_space_prefix=bool(scalar("tokenizer.ggml.add_space_prefix", 0)))
+            tokens, None if raw_scores is None else [float(p[0]) for p in raw_scores], types,
+            **specials)
 
     @property
     def handle(self) -> Any:
