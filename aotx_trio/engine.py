@@ -167,11 +167,15 @@ class Engine:
 
     @classmethod
     def load(cls, path: str | Path, threads: int = 0, kv_pages: int = 0, max_seqs: int = 16,
-             max_tokens: int = 0, max_batch_tokens: int = 512, page_tokens: int = 16) -> Engine:
+             max_tokens: int = 0, max_batch_tokens: int = 512, page_tokens: int = 16, *,
+             offset: int = 0, length: int = 0) -> Engine:
+        """Map the GGUF at ``path`` (or the extent [offset, offset + length) of it, as a
+        runtime file holds its models: mapped in place, never copied)."""
         p = ffi.new("aotx_model_params *")
         lib.aotx_model_default_params(p)
         p.n_threads, p.kv_pages, p.max_seqs = threads, kv_pages, max_seqs
         p.max_tokens, p.max_batch_tokens, p.page_tokens = max_tokens, max_batch_tokens, page_tokens
+        p.file_offset, p.file_length = offset, length
         out = ffi.new("aotx_model **")
         err = ffi.new("char[]", _ERR_CAP)
         rc = lib.aotx_model_load(str(path).encode(), p, out, err, _ERR_CAP)
@@ -224,6 +228,15 @@ class Engine:
 
     def detokenize(self, ids: Sequence[int]) -> bytes:
         return b"".join(self.token_bytes(i) for i in ids)
+
+    def detok_push(self, seq: EngineSequence, token: int) -> bytes:
+        """The bytes ``token`` completes in ``seq``'s output (held back while a UTF-8
+        character is incomplete)."""
+        return self._detok_push(seq, token)
+
+    def detok_flush(self, seq: EngineSequence) -> bytes:
+        """Whatever ``seq``'s detokenizer still holds (an incomplete character)."""
+        return self._detok_flush(seq)
 
     def _detok_push(self, seq: EngineSequence, token: int) -> bytes:
         buf = ffi.new("uint8_t[]", 256)

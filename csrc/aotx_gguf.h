@@ -47,6 +47,12 @@ typedef struct aotx_gguf_tensor_info {
 /* Map and validate the file.  On failure *out stays NULL and err (if cap > 0)
  * holds a NUL-terminated message naming the byte offset. */
 int aotx_gguf_open(const char *path, aotx_gguf **out, char *err, int64_t err_cap);
+/* The same for a GGUF held as an extent of a larger file (a runtime file's
+ * component): bytes [offset, offset + length) of path, mapped read-only in
+ * place (no copy); length 0 = to the end of the file.  Offsets in messages
+ * are relative to the extent. */
+int aotx_gguf_open_range(const char *path, uint64_t offset, uint64_t length, aotx_gguf **out,
+                         char *err, int64_t err_cap);
 void aotx_gguf_close(aotx_gguf *g);
 
 uint32_t aotx_gguf_version(const aotx_gguf *g);

@@ -33,6 +33,8 @@ typedef struct aotx_model_params {
     int32_t max_seqs;          /* KV sequence slots, default 16 */
     int32_t max_tokens;        /* positions per sequence, default min(context_length, 4096) */
     int32_t max_batch_tokens;  /* tokens per step, default 512 */
+    uint64_t file_offset;      /* the GGUF's extent in the file: byte offset ... */
+    uint64_t file_length;      /* ... and length (0 = to the end; 0, 0 = the whole file) */
 } aotx_model_params;
 
 typedef struct aotx_model_info {

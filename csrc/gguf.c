@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,8 +25,10 @@ typedef struct gguf_kv {
 } gguf_kv;
 
 struct aotx_gguf {
-    const uint8_t *map;   /* [size] the mapping */
+    const uint8_t *map;   /* [size] the GGUF's bytes, inside the mapping */
     uint64_t size;
+    void *map_base;       /* [map_len] the mapping itself (page-aligned) */
+    size_t map_len;
     uint32_t version;
     uint32_t alignment;
     uint64_t data_off;
@@ -174,7 +177,7 @@ static void free_all(aotx_gguf *g) {
         for (int64_t i = 0; i < g->n_tensors; i++) free((char *)g->tensors[i].name);
         free(g->tensors);
     }
-    if (g->map) munmap((void *)g->map, g->size);
+    if (g->map_base) munmap(g->map_base, g->map_len);
     free(g);
 }
 
@@ -292,7 +295,8 @@ static int parse(cursor *c, aotx_gguf *g) {
     return check_tensor_bounds(c, g);
 }
 
-int aotx_gguf_open(const char *path, aotx_gguf **out, char *err, int64_t err_cap) {
+int aotx_gguf_open_range(const char *path, uint64_t offset, uint64_t length, aotx_gguf **out,
+                         char *err, int64_t err_cap) {
     if (!path || !out) return AOTX_E_INVALID_ARGUMENT;
     *out = NULL;
     if (err && err_cap > 0) err[0] = 0;
@@ -300,24 +304,43 @@ int aotx_gguf_open(const char *path, aotx_gguf **out, char *err, int64_t err_cap
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return fail(&c, AOTX_E_GGUF_OPEN, "cannot open %s", path);
     struct stat st;
-    if (fstat(fd, &st) || st.st_size < 24) {
+    if (fstat(fd, &st) || st.st_size < 0 || offset > (uint64_t)st.st_size) {
         close(fd);
-        return fail(&c, AOTX_E_GGUF_TRUNCATED, "file of %lld bytes is shorter than the 24-byte header",
-                    (long long)st.st_size);
+        return fail(&c, AOTX_E_GGUF_OPEN, "extent at byte %llu is past the end of %s",
+                    (unsigned long long)offset, path);
     }
-    void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+    uint64_t avail = (uint64_t)st.st_size - offset;
+    if (length == 0) length = avail;
+    if (length > avail || length < 24) {
+        close(fd);
+        return fail(&c, AOTX_E_GGUF_TRUNCATED, "extent of %llu bytes (file has %llu after byte "
+                    "%llu) is shorter than the 24-byte header or past the end",
+                    (unsigned long long)length, (unsigned long long)avail,
+                    (unsigned long long)offset);
+    }
+    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+    uint64_t start = offset / page * page, lead = offset - start;
+    if (length > SIZE_MAX - lead) { close(fd); return AOTX_E_NOMEM; }
+    size_t map_len = (size_t)(lead + length);
+    void *m = mmap(NULL, map_len, PROT_READ, MAP_SHARED, fd, (off_t)start);
     close(fd);
     if (m == MAP_FAILED) return fail(&c, AOTX_E_GGUF_OPEN, "cannot map %s", path);
     aotx_gguf *g = calloc(1, sizeof *g);
-    if (!g) { munmap(m, (size_t)st.st_size); return AOTX_E_NOMEM; }
-    g->map = m;
-    g->size = (uint64_t)st.st_size;
+    if (!g) { munmap(m, map_len); return AOTX_E_NOMEM; }
+    g->map_base = m;
+    g->map_len = map_len;
+    g->map = (const uint8_t *)m + lead;
+    g->size = length;
     c.p = g->map;
     c.size = g->size;
     int rc = parse(&c, g);
     if (rc) { free_all(g); return rc; }
     *out = g;
     return 0;
+}
+
+int aotx_gguf_open(const char *path, aotx_gguf **out, char *err, int64_t err_cap) {
+    return aotx_gguf_open_range(path, 0, 0, out, err, err_cap);
 }
 
 void aotx_gguf_close(aotx_gguf *g) { free_all(g); }

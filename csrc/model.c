@@ -25,7 +25,8 @@ const aotx_code_entry aotx_model_codes[] = {
 
 void aotx_model_default_params(aotx_model_params *p) {
     *p = (aotx_model_params){.n_threads = 0, .kv_pages = 0, .page_tokens = 16, .max_seqs = 16,
-                             .max_tokens = 0, .max_batch_tokens = 512};
+                             .max_tokens = 0, .max_batch_tokens = 512,
+                             .file_offset = 0, .file_length = 0};
 }
 
 static int make_kv(aotx_model *m, const aotx_model_params *p) {
@@ -56,7 +57,7 @@ static int make_kv(aotx_model *m, const aotx_model_params *p) {
 
 static int setup(aotx_model *m, const char *path, const aotx_model_params *p, char *err,
                  int64_t cap) {
-    int rc = aotx_gguf_open(path, &m->g, err, cap);
+    int rc = aotx_gguf_open_range(path, p->file_offset, p->file_length, &m->g, err, cap);
     if (rc) return rc;
     if ((rc = model_read_hparams(m, err, cap))) return rc;
     aotx_model_info *in = &m->info;

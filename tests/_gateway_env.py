@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import synth_gguf as sg
 import trio
 from quart_trio import QuartTrio
 
@@ -31,12 +32,17 @@ SCHEMA = "aotx.shared.mutation.v1"
 LINEAGE = "0123456789abcdef0123456789abcdef"
 
 
+TINY_MODEL = "tiny.gguf"
+# A real (random-weight) Gemma 3 GGUF small enough to load in milliseconds.
+TINY = sg.Spec(d_model=64, n_layers=2, d_ff=128, n_heads=2, n_kv_heads=1, head_dim=32,
+               window=8, n_vocab=256, types=(sg.Q.F32,), embd_type=sg.Q.F32)
+
+
 def make_runtime_file(folder: Path, lineage: str = LINEAGE) -> Path:
-    """A shared runtime file from a stub GGUF and a stub embedding folder (the
-    shared-state tests never run the models)."""
+    """A shared runtime file from a tiny synthetic GGUF (the runtime loads and runs it)
+    and a stub embedding folder (not loaded yet)."""
     folder.mkdir(parents=True, exist_ok=True)
-    gguf = folder / "stub.gguf"
-    gguf.write_bytes(b"GGUF" + bytes(60))
+    gguf = sg.write_model(folder / TINY_MODEL, TINY)
     emb = folder / "embedding"
     emb.mkdir(exist_ok=True)
     (emb / "config.json").write_text("{}")

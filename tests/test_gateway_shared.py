@@ -66,7 +66,11 @@ async def test_capabilities_and_participant_before_registration(env: Env) -> Non
     assert caps["schema"] == "aotx.shared.mutation.v1"
     assert caps["capacities"]["spaces"] >= 1 and caps["capacities"]["receipts"] >= 1
     assert caps["limits"]["max_body_bytes"] == 1024 * 1024
-    assert [m["name"] for m in caps["models"]["text"]] == ["stub.gguf"]
+    text = [m for m in caps["models"] if m["kind"] == "text"]
+    assert [m["name"] for m in text] == ["tiny.gguf"] and text[0]["ready"] is True
+    assert len(text[0]["digest"]) == 64 and text[0]["context_length"] > 0
+    assert [m["ready"] for m in caps["models"] if m["kind"] == "embedding"] == [False]
+    assert caps["features"]["inputs"] is True
     resp = await _get(env, "alice", "/participant")
     assert resp.status_code == 200
     assert await _json(resp) == {"lineage": env.lineage, "participant": None,
@@ -289,8 +293,7 @@ async def test_not_found_404(env: Env) -> None:
                  404, "space_not_found")
     # Routes of a later issue are not served (not faked).
     con = f"con-{env.lineage}-{1:032x}"
-    for method, path in [("POST", f"/conversations/{con}/inputs"),
-                         ("GET", f"/conversations/{con}/events"),
+    for method, path in [("GET", f"/conversations/{con}/events"),
                          ("POST", "/participant/cancellations"),
                          ("GET", f"/spaces/{private}/memory"),
                          ("POST", f"/spaces/{private}/publications"), ("POST", "/media"),
@@ -420,7 +423,7 @@ def test_small_capacity_build_507_and_receipt_table_full(tmp_path: Path) -> None
     out = tmp_path / "native"
     env = dict(os.environ, AOTX_MAX_PARTICIPANTS="3", AOTX_MAX_SPACES="2",
                AOTX_MAX_RECEIPTS="8")
-    subprocess.run([sys.executable, "build.py", "--only", "device,journal", "--out", str(out)],
+    subprocess.run([sys.executable, "build.py", "--out", str(out)],   # the runtime runs models
                    cwd=root, env=env, check=True, capture_output=True)
     env["AOTX_NATIVE_DIR"] = str(out)
     proc = subprocess.run([sys.executable, "-c", _SMALL_SCRIPT, str(Path(__file__).parent)],

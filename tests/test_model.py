@@ -189,3 +189,35 @@ def test_load_refusals_name_the_field(tmp_path: Path, models: dict[str, Path]) -
     p.write_bytes(data[: len(data) // 2])
     with pytest.raises(errors.FormatError, match="past the end"):
         Engine.load(p)
+
+
+def test_a_model_inside_a_larger_file_loads_in_place(tmp_path: Path,
+                                                     models: dict[str, Path]) -> None:
+    """A runtime file holds its GGUFs as page-aligned extents; the engine maps the
+    extent where it lies and answers exactly as from the standalone file."""
+    raw = models["gemma3_all"].read_bytes()
+    offset = 3 * 4096
+    host = tmp_path / "host.bin"
+    host.write_bytes(b"\xa5" * offset + raw + b"\x5a" * 777)   # junk around the extent
+    tokens = [1, 5, 9, 2, 7]
+    with Engine.load(models["gemma3_all"]) as alone:
+        want = run_chunks(alone, tokens, [5])[0]
+    with Engine.load(host, offset=offset, length=len(raw)) as inside:
+        got = run_chunks(inside, tokens, [5])[0]
+    np.testing.assert_array_equal(got, want)
+    odd = tmp_path / "odd.bin"           # an extent that does not start on a page
+    odd.write_bytes(b"\x00" * 100 + raw)
+    with Engine.load(odd, offset=100) as shifted:
+        np.testing.assert_array_equal(run_chunks(shifted, tokens, [5])[0], want)
+
+
+def test_a_bad_extent_is_refused_naming_it(tmp_path: Path, models: dict[str, Path]) -> None:
+    raw = models["llama_f32"].read_bytes()
+    host = tmp_path / "host.bin"
+    host.write_bytes(bytes(4096) + raw)
+    with pytest.raises(errors.AotxError, match="past the end"):
+        Engine.load(host, offset=len(raw) + 8192)
+    with pytest.raises(errors.AotxError, match="past the end"):
+        Engine.load(host, offset=4096, length=len(raw) + 1)
+    with pytest.raises(errors.FormatError):        # the junk before the extent is no GGUF
+        Engine.load(host, offset=0, length=len(raw))

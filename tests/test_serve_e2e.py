@@ -263,3 +263,129 @@ def test_gateway_serve_needs_a_service_socket(folder: Path) -> None:
                           env=dict(os.environ))
     assert proc.returncode == 1
     assert "service_socket is required" in proc.stderr
+
+
+def _real_runtime_file(folder: Path) -> Path:
+    """A shared runtime file holding the real default text model (Gemma 3 270M) and a
+    stub embedding folder (embeddings are not loaded yet)."""
+    from _real import real_gguf
+
+    from aotx_trio.runtime import pack
+
+    emb = folder / "embedding"
+    emb.mkdir(parents=True)
+    for name in ("config.json", "tokenizer.json"):
+        (emb / name).write_text("{}")
+    (emb / "model.safetensors").write_bytes(bytes(16))
+    target = folder / "real.aotxccir"
+    pack.pack(target, models=[real_gguf()], embedding=emb, shared=True,
+              lineage="0123456789abcdef0123456789abcdef", progress=False)
+    return target
+
+
+def _wait_terminal(c: Caller, op: str, timeout: float = 240) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        got = c.get(f"/operations/{op}")
+        assert got.status_code == 200, got.text
+        receipt: dict[str, Any] = got.json()
+        if receipt["status"] not in ("admitted", "running"):
+            return receipt
+        assert time.monotonic() < deadline, receipt
+        time.sleep(0.05)
+
+
+@pytest.mark.timeout(600)
+def test_split_deployment_runs_a_room_conversation_on_the_default_model(
+        tmp_path: Path, folder: Path) -> None:
+    """Three participants ask at the same time in one room conversation on the real
+    model; each reads the others' results; a kill -9 during a generation leaves that
+    input interrupted after the restart, and nothing acknowledged is lost."""
+    ccir = _real_runtime_file(tmp_path)
+    names = ["alice", "bob", "carol"]
+    port = free_port()
+    sock = folder / "journal" / "service.sock"
+    config_path, _ = make_config(folder, dict.fromkeys(names, ALL), socket=sock,
+                                 bind=f"127.0.0.1:{port}")
+    boot_argv = ["boot", "--ccir", str(ccir), "--journal", str(folder / "journal"),
+                 "--service-grants", str(folder / "grants")]
+    boot_log, gw_log = folder / "boot.log", folder / "gateway.log"
+    runtime = start(boot_argv, boot_log)
+    gateway = start(["gateway", "serve", "--config", str(config_path)], gw_log)
+    base = f"http://127.0.0.1:{port}"
+    lineage = "0123456789abcdef0123456789abcdef"
+    callers = {n: Caller(base, n, token_for(n), lineage) for n in names}
+    try:
+        wait_http(base, gateway, gw_log)
+        deadline = time.monotonic() + 120     # the runtime answers once its model is loaded
+        while callers["alice"].get("/capabilities").status_code != 200:
+            assert time.monotonic() < deadline, boot_log.read_text()
+            time.sleep(0.1)
+        models = callers["alice"].get("/capabilities").json()["models"]
+        text_model = next(m for m in models if m["kind"] == "text")
+        assert text_model["ready"] is True and len(text_model["digest"]) == 64
+        ids = client_sequence(callers["alice"], callers["bob"])
+        con, space = ids["conversation"], ids["space"]
+        c = callers["carol"]
+        assert c.post("/participant", c.body(1, 1)).status_code == 202
+        carol_id = c.get("/participant").json()["participant"]["id"]
+        a = callers["alice"]
+        r = a.post(f"/spaces/{space}/members",
+                   a.body(5, 5, participant=carol_id, permissions=["read", "write"]))
+        assert r.status_code == 202, r.text
+        seqs = {"alice": 6, "bob": 2, "carol": 2}
+        ops: dict[str, str] = {}
+
+        def ask(name: str) -> None:
+            caller = callers[name]
+            r = caller.post(f"/conversations/{con}/inputs", caller.body(
+                50 + seqs[name], seqs[name], text=f"I am {name}. Say hello to me.",
+                model=text_model["name"], max_output_tokens=16))
+            assert r.status_code == 202, r.text
+            ops[name] = r.json()["operation"]
+
+        threads = [threading.Thread(target=ask, args=(n,)) for n in names]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        assert set(ops) == set(names)
+        texts = {}
+        for name, op in ops.items():
+            receipt = _wait_terminal(callers[name], op)
+            assert receipt["status"] == "succeeded", receipt
+            assert 1 <= receipt["result"]["output_tokens"] <= 16
+            for reader in names:                      # every member reads every result
+                got = callers[reader].get(f"/operations/{op}/result").json()
+                assert got["length"] == receipt["result"]["bytes"] > 0
+                texts[(name, reader)] = got["text"]
+            assert len({texts[(name, r)] for r in names}) == 1
+            assert isinstance(texts[(name, name)], str) and texts[(name, name)].strip()
+
+        # a long generation, killed mid-way
+        r = a.post(f"/conversations/{con}/inputs", a.body(
+            90, 7, text="Count from one to one thousand in words.", model=text_model["name"],
+            max_output_tokens=1000))
+        assert r.status_code == 202, r.text
+        long_op = r.json()["operation"]
+        deadline = time.monotonic() + 120
+        while a.get(f"/operations/{long_op}").json()["status"] != "running":
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        runtime.send_signal(signal.SIGKILL)
+        runtime.wait()
+        runtime = start(boot_argv, boot_log)
+        deadline = time.monotonic() + 120
+        while a.get(f"/operations/{long_op}").status_code != 200:
+            assert time.monotonic() < deadline, boot_log.read_text()
+            time.sleep(0.1)
+        assert a.get(f"/operations/{long_op}").json()["status"] == "interrupted"
+        for name, op in ops.items():                 # the finished ones are still there
+            assert callers[name].get(f"/operations/{op}").json()["status"] == "succeeded"
+            got = callers[name].get(f"/operations/{op}/result").json()
+            assert got["text"] == texts[(name, name)]
+    finally:
+        for caller in callers.values():
+            caller.close()
+        assert stop(gateway) == 0, gw_log.read_text()
+        stop(runtime)

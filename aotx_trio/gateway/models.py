@@ -10,11 +10,12 @@ route takes which model is :data:`aotx_trio.gateway.routes_table.MUTATION_ROUTES
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from aotx_trio.vocab import HEX32
+from aotx_trio.vocab import HEX32, MAX_MEDIA, MAX_MODEL_NAME
 
 U64_MAX = (1 << 64) - 1
 
@@ -86,3 +87,31 @@ class SetMember(Mutation):
 
 class Retirement(Mutation):
     retry_floor: Counter
+
+
+class MediaRef(_Body):
+    type: Literal["image", "audio"]
+    sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+
+
+def _finite(v: float) -> float:
+    if not math.isfinite(v):
+        raise ValueError("must be a finite number")
+    return v
+
+
+Number = Annotated[float, AfterValidator(_finite)]
+
+
+class CreateInput(Mutation):
+    """An input to a conversation: what the model is asked, and how.  Whether the model
+    exists and the output fits its context is the runtime's check (422 ``unknown_model``
+    / naming ``max_output_tokens``); the 2048-byte text + media-link limit the device's."""
+
+    text: str = ""
+    model: Annotated[str, Field(min_length=1, max_length=MAX_MODEL_NAME)]
+    max_output_tokens: Annotated[int, Field(ge=1, le=1 << 20)] | None = None
+    pages: Annotated[int, Field(ge=0, le=1 << 20)] | None = None
+    temperature: Annotated[Number, Field(ge=0)] | None = None
+    top_p: Annotated[Number, Field(gt=0, le=1)] | None = None
+    media: Annotated[list[MediaRef], Field(max_length=MAX_MEDIA)] | None = None

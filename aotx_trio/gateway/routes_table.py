@@ -61,6 +61,8 @@ MUTATION_ROUTES: tuple[MutationRoute, ...] = (
                   "conversation.create", "shared_write", models.CreateConversation),
     MutationRoute("participant_retire", "/participant/retirements", "participant.retire",
                   "shared_write", models.Retirement),
+    MutationRoute("input_create", "/conversations/<conversation>/inputs", "input",
+                  "shared_write", models.CreateInput),
 )
 
 

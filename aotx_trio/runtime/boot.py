@@ -3,12 +3,14 @@
 ::
 
     run_runtime            opens the runtime file and the grant file (fail closed),
-    │                      recovers the device from the journal
+    │                      loads its text models (mapped in place), recovers the
+    │                      device from the journal
     ├─ tick emitter        writes + fsyncs journal records, acknowledges saves
+    ├─ executor            runs saved inputs on the models (runtime/executor.py)
     └─ service socket      <journal>/service.sock (docs/formats/socket.md)
 
 :func:`run_runtime` reports its :class:`~aotx_trio.runtime.handler.ServiceHandler`
-through ``task_status.started()`` once both children are ready, so ``aotx
+through ``task_status.started()`` once every child is ready, so ``aotx
 serve`` can put the gateway (with an in-process client) in the same
 ``trio.run``.  SIGINT/SIGTERM cancel the tree; the service socket file is
 removed and the journal closed on the way out.
@@ -22,17 +24,18 @@ import functools
 import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import trio
 
-from aotx_trio import errors
+from aotx_trio import errors, native
 from aotx_trio._process import on_signal, run_trio, setup_logging
 from aotx_trio.device import Device
 from aotx_trio.grants import load_grants
 from aotx_trio.runtime.ccir import RuntimeFile
 from aotx_trio.runtime.emitter import Emitter, open_journal_file
+from aotx_trio.runtime.executor import Executor
 from aotx_trio.runtime.handler import ServiceHandler
+from aotx_trio.runtime.models import ModelSet
 from aotx_trio.runtime.socket_server import SOCKET_NAME, serve_socket
 from aotx_trio.runtime.state import RuntimeState
 
@@ -67,36 +70,42 @@ async def open_runtime_state(lineage: bytes, journal_dir: Path) -> AsyncIterator
         jf.close()
 
 
-def load_runtime_file(ccir_path: Path) -> tuple[bytes, dict[str, Any]]:
-    """The lineage and model names of a complete runtime file with the shared profile."""
+def load_runtime_file(ccir_path: Path) -> RuntimeFile:
+    """A complete runtime file with the shared profile."""
     rf = RuntimeFile.open(ccir_path)
     if not rf.shared:
         raise errors.UnsupportedProfile(
             f"{ccir_path} lacks the shared profile (run: aotx pack --runtime {ccir_path} "
             "--shared)", code="shared_profile_missing", field="ccir")
-    models = {"text": [{"name": c.name, "sha256": c.sha256_hex} for c in rf.text_models],
-              "embedding": [{"name": c.name, "sha256": c.sha256_hex}
-                            for c in rf.embedding_files if c.name.endswith(".safetensors")]}
-    return rf.header.lineage, models
+    return rf
 
 
 async def run_runtime(ccir: str | Path, journal: str | Path, grants_dir: str | Path, *,
                       socket: bool = True,
                       task_status: trio.TaskStatus[ServiceHandler] = trio.TASK_STATUS_IGNORED,
                       ) -> None:
-    """The runtime nursery: emitter + service socket; started() with the handler."""
-    lineage, models = load_runtime_file(Path(ccir))
+    """The runtime nursery: emitter, executor and service socket; ``started()`` with the
+    handler once the models are loaded and every child is ready."""
+    rf = load_runtime_file(Path(ccir))
     grants = load_grants(grants_dir)  # serves nothing without deployment grants
+    models = await trio.to_thread.run_sync(ModelSet.load, rf)
     journal_dir = Path(journal)
-    async with open_runtime_state(lineage, journal_dir) as state:
-        handler = ServiceHandler(state.device, state.emitter, state.journal_file.journal.save_state,
-                                 state.lineage, grants, models=models)
-        handler.state = state
-        async with trio.open_nursery() as nursery:
-            await nursery.start(state.emitter.run)
-            if socket:
-                await nursery.start(serve_socket, journal_dir / SOCKET_NAME, handler)
-            task_status.started(handler)
+    try:
+        async with open_runtime_state(rf.header.lineage, journal_dir) as state:
+            executor = Executor(state.device, state.emitter,
+                                native.capacities()["result_bytes"])
+            handler = ServiceHandler(state.device, state.emitter,
+                                     state.journal_file.journal.save_state, state.lineage,
+                                     grants, models=models, executor=executor)
+            handler.state = state
+            async with trio.open_nursery() as nursery:
+                await nursery.start(state.emitter.run)
+                await nursery.start(executor.run)
+                if socket:
+                    await nursery.start(serve_socket, journal_dir / SOCKET_NAME, handler)
+                task_status.started(handler)
+    finally:
+        models.close()
 
 
 async def _boot(args: argparse.Namespace) -> None:

@@ -22,6 +22,9 @@ from aotx_trio import errors, native, vocab
 from aotx_trio.device import Device
 from aotx_trio.journal import SaveState
 from aotx_trio.runtime import render, validate
+from aotx_trio.runtime.executor import Executor, Job
+from aotx_trio.runtime.models import ModelSet, TextModel
+from aotx_trio.runtime.prompt import Turn
 from aotx_trio.runtime.state import RuntimeState
 from aotx_trio.vocab import TERMINAL, format_id, grant_mask, principal_key
 
@@ -53,14 +56,15 @@ class ServiceHandler:
     current save state."""
 
     def __init__(self, device: Device, saver: Saver, save_state: Callable[[], SaveState],
-                 lineage: str, grants: GrantTable, *, models: Mapping[str, Any] | None = None,
-                 save_timeout: float = 30.0) -> None:
+                 lineage: str, grants: GrantTable, *, models: ModelSet | None = None,
+                 executor: Executor | None = None, save_timeout: float = 30.0) -> None:
         self.device = device
         self.saver = saver
         self.save_state = save_state
         self.lineage = lineage
         self.grants = grants
-        self.models = dict(models or {})
+        self.models = models or ModelSet({}, [])
+        self.executor = executor
         self.save_timeout = save_timeout
         self.state: RuntimeState | None = None   # set by boot (tests, tools)
         # principal name -> (device key, deployed actions) of the grant table self.grants
@@ -130,8 +134,9 @@ class ServiceHandler:
                        "result_bytes": caps["result_bytes"],
                        "max_text_bytes": vocab.MAX_TEXT_BYTES, "max_media": vocab.MAX_MEDIA,
                        "media_link_bytes": vocab.MEDIA_LINK_BYTES},
-            "models": self.models,
-            "features": {"inputs": False, "events": False, "cancellations": False,
+            "models": self.models.describe(),
+            "features": {"inputs": self.executor is not None and bool(self.models.text),
+                         "events": False, "cancellations": False,
                          "memory": False, "publications": False, "media": False},
             "save": render.render_save(self.save_state()),
         }
@@ -222,6 +227,9 @@ class ServiceHandler:
         if not isinstance(kind, str) or not isinstance(body, Mapping):
             raise errors.InvalidInput("mutation.submit needs kind and body", field="kind")
         req = validate.build_request(kind, body, self.lineage)
+        model = None
+        if req.kind == vocab.Kind.INPUT:
+            model = self._input_model(req.model, req.max_output_tokens)
         receipt = self.device.submit(grants, key, req)
         created = not receipt.retry
         self.saver.wake()
@@ -237,7 +245,30 @@ class ServiceHandler:
             receipt = self.device.receipt(grants, key, receipt.op_id)
         except errors.AotxError:
             pass
+        if model is not None and self.executor is not None and receipt.status == "admitted" \
+                and not self.executor.knows(receipt.op_id):
+            # saved now: hand it to the executor (once; an exact retry after a save
+            # that timed out hands it over here)
+            text = req.text if isinstance(req.text, bytes) else req.text.encode("utf-8")
+            self.executor.submit(Job(
+                receipt.op_id, str(req.conversation), model,
+                Turn(str(params["principal"]), text), req.max_output_tokens,
+                req.temperature, req.top_p))
         return {"receipt": render.render_receipt(receipt, self.lineage), "created": created}
+
+    def _input_model(self, name: str, max_output_tokens: int) -> TextModel:
+        """The loaded text model an input names, and its output limit checked against
+        that model's context (422 naming the field)."""
+        if self.executor is None:
+            raise errors.InvalidInput("this runtime runs no models", code="unknown_model",
+                                      field="model", model=name)
+        model = self.models.get(name)
+        if max_output_tokens > model.context - 1:
+            raise errors.InvalidInput(
+                f"max_output_tokens {max_output_tokens} is over the context of {name!r} "
+                f"({model.context} positions, one at least for the input)",
+                field="max_output_tokens", limit=model.context - 1)
+        return model
 
     # -- streams ------------------------------------------------------------------
     async def _watch_saves(self, params: Mapping[str, Any],

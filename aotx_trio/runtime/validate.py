@@ -10,6 +10,8 @@ lineage, cursors, and a mutation body turned into a
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,6 +21,8 @@ from aotx_trio.vocab import PERMISSIONS, PREFIXES, SCOPES, Kind
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 10000
+DEFAULT_OUTPUT_TOKENS = 256
+_HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
 def caller(params: Mapping[str, Any]) -> tuple[str, list[str]]:
@@ -80,10 +84,57 @@ def _new_id(body: Mapping[str, Any], resource: str, lineage: str) -> str | None:
     return ident
 
 
+def _number(body: Mapping[str, Any], field: str, default: float, ok: Any) -> float:
+    value = body.get(field)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float) \
+            or not math.isfinite(value) or not ok(value):
+        raise errors.InvalidInput(f"{field} {value!r} is out of range", field=field)
+    return float(value)
+
+
+def _count(body: Mapping[str, Any], field: str, default: int, lo: int, hi: int) -> int:
+    value = body.get(field)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise errors.InvalidInput(f"{field} must be an integer in {lo}..{hi}", field=field)
+    return value
+
+
+def _input_fields(body: Mapping[str, Any], lineage: str) -> dict[str, Any]:
+    """An input's fields with the spec's defaults (256 output tokens, the current page
+    grant, temperature 0, top_p 1); the text and media limits are the device's."""
+    text, model = body.get("text", ""), body.get("model")
+    if not isinstance(text, str):
+        raise errors.InvalidInput("text must be a string", field="text")
+    if not isinstance(model, str) or not model:
+        raise errors.InvalidInput("model must name one of the runtime's models",
+                                  field="model")
+    media = body.get("media") or []
+    if not isinstance(media, list) or len(media) > vocab.MAX_MEDIA or any(
+            not isinstance(m, Mapping) or m.get("type") not in vocab.MEDIA_TYPES
+            or not isinstance(m.get("sha256"), str) or not _HEX64.fullmatch(m["sha256"])
+            for m in media):
+        raise errors.InvalidInput(f"media must list at most {vocab.MAX_MEDIA} rows of "
+                                  "{type: image|audio, sha256: 64 hex}", field="media")
+    return {
+        "conversation": parse_id("conversation", body.get("conversation"), lineage),
+        "text": text, "model": model,
+        "max_output_tokens": _count(body, "max_output_tokens", DEFAULT_OUTPUT_TOKENS, 1,
+                                    1 << 20),
+        "pages": _count(body, "pages", 0, 0, 1 << 20),
+        "temperature": _number(body, "temperature", 0.0, lambda v: v >= 0),
+        "top_p": _number(body, "top_p", 1.0, lambda v: 0 < v <= 1),
+        "media": tuple((m["type"], m["sha256"]) for m in media),
+    }
+
+
 def build_request(kind: str, body: Mapping[str, Any], lineage: str) -> Request:
     """The device request of a mutation body of kind ``kind`` (its wire name)."""
     code = vocab.KINDS_BY_NAME.get(kind)
-    if code is None or code in (Kind.INPUT, Kind.CANCEL):
+    if code is None or code == Kind.CANCEL:
         raise errors.InvalidInput(f"unknown mutation kind {kind!r}", field="kind")
     if body.get("lineage") != lineage:
         raise errors.Conflict(f"lineage {body.get('lineage')!r} is not this runtime's "
@@ -119,5 +170,7 @@ def build_request(kind: str, body: Mapping[str, Any], lineage: str) -> Request:
         fields["permissions"] = tuple(p for p in PERMISSIONS if p in perms)
     elif code == Kind.RETIRE:
         fields["retry_floor"] = _decimal(body.get("retry_floor", "0"), "retry_floor")
+    elif code == Kind.INPUT:
+        fields.update(_input_fields(body, lineage))
     return Request(kind=code, lineage=lineage, operation_key=str(key), sequence=seq,
                    **fields)

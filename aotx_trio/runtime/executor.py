@@ -1,0 +1,239 @@
+"""The executor: runs saved input admissions on the engine, batched.
+
+One supervised task per runtime (:meth:`Executor.run`).  The handler hands it
+an input only after its admission record is saved (:meth:`Executor.submit`);
+inputs wait in admission order.  Each text model keeps a group of running
+inputs; an input joins the group when its KV pages can be reserved
+(``prompt + max_output_tokens`` positions, the engine's page accounting), so
+the pool is never over-committed and a queued input is never failed for lack
+of pages: it waits for a running one to finish (continuous batching: inputs
+join and leave between steps).  Every step feeds each running input either
+its next prefill chunk or its one decode token, in one native step per model
+run in a worker thread (the GIL is released for the step).
+
+A finished input is completed on the device (status, result bytes, token
+counts), which journals the completion; the emitter is woken to save it.
+The runtime restarts an input never: one left running when the process
+dies reads ``interrupted`` after recovery (the device marks it).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import trio
+
+from aotx_trio import errors
+from aotx_trio.device import Device
+from aotx_trio.engine import EngineSequence
+from aotx_trio.runtime.models import TextModel
+from aotx_trio.runtime.prompt import Turn, render
+
+log = logging.getLogger("aotx.executor")
+
+
+class Waker(Protocol):
+    def wake(self) -> None: ...
+
+
+@dataclass(eq=False)
+class Job:
+    """One saved input admission to run."""
+
+    op_id: str
+    conversation: str
+    model: TextModel
+    turn: Turn
+    max_output: int
+    temperature: float = 0.0
+    top_p: float = 1.0
+    prompt: list[int] = field(default_factory=list)
+    fed: int = 0                                  # prompt tokens fed so far
+    seq: EngineSequence | None = None
+    next_token: int | None = None                 # sampled, not yet fed
+    out_tokens: list[int] = field(default_factory=list)
+    out: bytearray = field(default_factory=bytearray)
+
+
+class Executor:
+    """See the module doc.  ``result_cap`` is the device's result limit in bytes."""
+
+    def __init__(self, device: Device, saver: Waker, result_cap: int, *,
+                 queue_size: int = 4096) -> None:
+        self.device = device
+        self.saver = saver
+        self.result_cap = result_cap
+        self._send, self._receive = trio.open_memory_channel[Job](queue_size)
+        self._waiting: deque[Job] = deque()
+        self._running: dict[int, list[Job]] = {}   # id(model) -> its group
+        self._known: set[str] = set()                 # op ids handed over, not yet done
+        self.histories: dict[str, list[Turn]] = {}
+        self.completed = 0
+        self.max_group = 0            # the most inputs one step has run together
+        self.page_waits = 0           # times an input waited for KV pages
+        self.on_complete: Callable[[Job, str], None] | None = None  # tests, metrics
+
+    # -- the handler's side ------------------------------------------------------------
+    def knows(self, op_id: str) -> bool:
+        return op_id in self._known
+
+    def submit(self, job: Job) -> None:
+        """Queue a saved admission (its turn joins the conversation's history now, so
+        later inputs see it in input order)."""
+        self._send.send_nowait(job)
+        self._known.add(job.op_id)
+        self.histories.setdefault(job.conversation, []).append(job.turn)
+
+    def queued(self) -> int:
+        return len(self._waiting) + self._receive.statistics().current_buffer_used
+
+    # -- the task ----------------------------------------------------------------------
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+                  ) -> None:
+        task_status.started()
+        while True:
+            if not self._waiting and not any(self._running.values()):
+                self._waiting.append(await self._receive.receive())
+            while True:
+                try:
+                    self._waiting.append(self._receive.receive_nowait())
+                except trio.WouldBlock:
+                    break
+            self._admit()
+            for group in list(self._running.values()):
+                if group:
+                    await self._step(group)
+            await trio.lowlevel.checkpoint()
+
+    def _admit(self) -> None:
+        """Join waiting inputs to their model's group, in admission order; an input
+        whose pages cannot be reserved waits (and so do the ones behind it on the
+        same model)."""
+        blocked: set[int] = set()
+        still: deque[Job] = deque()
+        for job in self._waiting:
+            key = id(job.model)
+            if key not in blocked and self._join(job):
+                if job.seq is not None:
+                    self._running.setdefault(key, []).append(job)
+                continue
+            if key not in blocked and not self._running.get(key):
+                # nothing runs on this model and still no room: it can never fit
+                kv = job.model.engine.kv_stats()
+                self._finish(job, "failed", f"the input needs more KV pages than the "
+                             f"model's pool holds ({kv.n_pages} of {kv.page_tokens} tokens)")
+                continue
+            if key not in blocked:
+                self.page_waits += 1
+            blocked.add(key)
+            still.append(job)
+        self._waiting = still
+
+    def _join(self, job: Job) -> bool:
+        eng = job.model.engine
+        history = self.histories.get(job.conversation, [])
+        before = history[:history.index(job.turn)] if job.turn in history else []
+        context = job.model.context
+        kv = eng.kv_stats()
+        # the history is cut to fit the context and the whole page pool (one page of
+        # slack for rounding), so an input alone never waits for pages that cannot be
+        room = min(context, (kv.n_pages - 1) * kv.page_tokens)
+        job.prompt = render(eng, before, job.turn, max(1, room - job.max_output))
+        job.max_output = min(job.max_output, context - len(job.prompt))
+        if job.max_output < 1:
+            self._finish(job, "failed", "the input alone does not fit the model's context")
+            return True    # done with (failed), not waiting any more
+        try:
+            seq = eng.add_sequence(seed=int(job.op_id[:8], 16))
+        except errors.OverCapacity:
+            return False
+        try:
+            eng.reserve(seq, len(job.prompt) + job.max_output)
+        except errors.OverCapacity:
+            eng.release(seq)
+            return False
+        job.seq = seq
+        self.device.start(job.op_id)
+        self.saver.wake()
+        return True
+
+    async def _step(self, group: list[Job]) -> None:
+        eng = group[0].model.engine
+        budget = eng.info.max_batch_tokens
+        feeds: list[tuple[EngineSequence, list[int]]] = []
+        want: list[bool] = []
+        fed: list[Job] = []
+        for job in group:                                  # decodes first: latency
+            if job.next_token is not None and job.seq is not None and budget > 0:
+                feeds.append((job.seq, [job.next_token]))
+                want.append(True)
+                fed.append(job)
+                budget -= 1
+        for job in group:                                  # then prefill chunks
+            if job.next_token is None and job.seq is not None and budget > 0:
+                take = min(budget, len(job.prompt) - job.fed)
+                feeds.append((job.seq, job.prompt[job.fed:job.fed + take]))
+                want.append(job.fed + take == len(job.prompt))
+                fed.append(job)
+                budget -= take
+        if not feeds:
+            return
+        self.max_group = max(self.max_group, len(feeds))
+        try:
+            res = await trio.to_thread.run_sync(eng.step, feeds, want)
+        except errors.AotxError as exc:
+            log.error("engine step of %d inputs failed: %s", len(fed), exc)
+            for job in fed:
+                self._finish(job, "failed", str(exc))
+            return
+        row = 0
+        for job, (_, tokens), w in zip(fed, feeds, want, strict=True):
+            if job.next_token is None:
+                job.fed += len(tokens)
+            if not w:
+                continue
+            assert job.seq is not None
+            tok = eng.sample(job.seq, res, row, job.temperature, job.top_p)
+            row += 1
+            self._token(job, tok)
+
+    def _token(self, job: Job, tok: int) -> None:
+        eng = job.model.engine
+        assert job.seq is not None
+        if tok in eng.stop_ids:
+            self._finish(job, "succeeded")
+            return
+        job.out_tokens.append(tok)
+        job.out += eng.detok_push(job.seq, tok)
+        if len(job.out_tokens) >= job.max_output or len(job.out) >= self.result_cap \
+                or job.seq.length + 1 >= job.model.context:
+            self._finish(job, "succeeded")
+        else:
+            job.next_token = tok
+
+    def _finish(self, job: Job, status: str, why: str = "") -> None:
+        eng = job.model.engine
+        if job.seq is not None:
+            job.out += eng.detok_flush(job.seq)
+            eng.release(job.seq)
+            job.seq = None
+        result = bytes(job.out[:self.result_cap])
+        if status == "failed" and not result:
+            result = why.encode("utf-8")[:self.result_cap]
+        group = self._running.get(id(job.model))
+        if group is not None and job in group:
+            group.remove(job)
+        self._known.discard(job.op_id)
+        job.turn.output = result if status == "succeeded" else b""
+        try:
+            self.device.complete(job.op_id, status, result, len(job.prompt), len(job.out_tokens))
+        except errors.AotxError as exc:   # e.g. cancelled meanwhile (a later issue)
+            log.warning("completing %s failed: %s", job.op_id, exc)
+        self.saver.wake()
+        self.completed += 1
+        if self.on_complete is not None:
+            self.on_complete(job, status)

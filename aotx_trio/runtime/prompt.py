@@ -1,0 +1,69 @@
+"""A conversation's context as model tokens.
+
+The context of an input is the conversation's history in input order (every
+participant's inputs, labelled with the participant's principal name, and the
+model's outputs) followed by the input itself and the model's turn marker.
+Caller text is tokenized with special tokens OFF, so no participant can
+inject a turn marker or any other control token; only the markers this
+module adds are control tokens.  When the whole history does not fit the
+model's context, the oldest turns are left out first (the current input is
+always kept).
+
+Gemma models get their chat markers (``<start_of_turn>user`` ...); other
+architectures get the same layout as plain text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aotx_trio.engine import Engine
+
+
+@dataclass
+class Turn:
+    """One input of a conversation and, once it ran, the model's output."""
+
+    label: str                  # the participant's principal name
+    text: bytes
+    output: bytes | None = None
+
+
+def _markers(engine: Engine) -> tuple[list[int], list[int], list[int]]:
+    """(user turn start, turn end, model turn start) as tokens."""
+    def special(text: str) -> list[int]:
+        return engine.tokenize(text, add_bos=False, parse_special=True)
+
+    return (special("<start_of_turn>user\n"), special("<end_of_turn>\n"),
+            special("<start_of_turn>model\n"))
+
+
+def _plain(engine: Engine, data: bytes) -> list[int]:
+    return engine.tokenize(data, add_bos=False, parse_special=False) if data else []
+
+
+def render(engine: Engine, history: list[Turn], current: Turn, budget: int) -> list[int]:
+    """The tokens of ``current``'s context within ``budget`` tokens (prompt only: the
+    caller keeps room for the output)."""
+    user, end, model = _markers(engine)
+    bos = [engine.info.bos_id] if engine.info.bos_id >= 0 else []
+
+    def block(turn: Turn) -> list[int]:
+        out = user + _plain(engine, turn.label.encode() + b": " + turn.text) + end
+        if turn.output is not None and turn is not current:
+            out += model + _plain(engine, turn.output) + end
+        return out
+
+    tail = block(current) + model
+    blocks: list[list[int]] = []
+    used = len(bos) + len(tail)
+    for turn in reversed(history):
+        b = block(turn)
+        if used + len(b) > budget:
+            break
+        blocks.append(b)
+        used += len(b)
+    tokens = list(bos)
+    for b in reversed(blocks):
+        tokens += b
+    return tokens + tail

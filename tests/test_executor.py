@@ -1,0 +1,223 @@
+"""Inputs run: admitted -> running -> succeeded on the runtime's own model, with the
+conversation's history as context, batched, within the KV page budget; bad inputs are
+refused by name (real device, journal and a tiny real GGUF, in-process app)."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+from _gateway_env import ALL, TINY_MODEL, Env, embedded
+
+from aotx_trio import native
+from aotx_trio.engine import Engine
+from aotx_trio.runtime.executor import Executor
+from aotx_trio.runtime.models import ModelSet, TextModel
+from aotx_trio.runtime.prompt import Turn, render
+
+pytestmark = pytest.mark.timeout(120)
+BASE = "/aotx/v1/shared"
+
+
+async def _post(env: Env, who: str, path: str, body: Any) -> tuple[int, Any]:
+    resp = await env.client.post(BASE + path, headers=env.auth(who), json=body)
+    return resp.status_code, await resp.get_json(force=True)
+
+
+async def _get(env: Env, who: str, path: str) -> Any:
+    resp = await env.client.get(BASE + path, headers=env.auth(who))
+    assert resp.status_code == 200, await resp.get_data(as_text=True)
+    return await resp.get_json(force=True)
+
+
+async def _room(env: Env, names: tuple[str, ...]) -> str:
+    """Everyone registers; the first creates a room, adds the others, makes a
+    conversation; returns its id."""
+    for i, who in enumerate(names):
+        status, _ = await _post(env, who, "/participant", env.body(100 + i, 1))
+        assert status == 202
+    owner = names[0]
+    status, space = await _post(env, owner, "/spaces", env.body(200, 2, scope="room"))
+    assert status == 202
+    seq = 3
+    for who in names[1:]:
+        status, _ = await _post(env, owner, f"/spaces/{space['resource']}/members",
+                                env.body(300 + seq, seq, participant=env.par(who),
+                                         permissions=["read", "write"]))
+        assert status == 202
+        seq += 1
+    status, con = await _post(env, owner, f"/spaces/{space['resource']}/conversations",
+                              env.body(400, seq))
+    assert status == 202
+    env.next_seq = {owner: seq + 1, **{w: 2 for w in names[1:]}}  # type: ignore[attr-defined]
+    resource: str = con["resource"]
+    return resource
+
+
+async def _input(env: Env, who: str, con: str, text: str, **fields: Any) -> tuple[int, Any]:
+    seq = env.next_seq[who]  # type: ignore[attr-defined]
+    status, body = await _post(env, who, f"/conversations/{con}/inputs",
+                               env.body(1000 + seq * 10 + len(who), seq, text=text,
+                                        model=TINY_MODEL, **fields))
+    if status == 202:
+        env.next_seq[who] = seq + 1  # type: ignore[attr-defined]
+    return status, body
+
+
+async def _finished(env: Env, who: str, op: str) -> dict[str, Any]:
+    with trio.fail_after(60):
+        while True:
+            receipt = await _get(env, who, f"/operations/{op}")
+            if receipt["status"] not in ("admitted", "running"):
+                return receipt
+            await trio.sleep(0.01)
+
+
+async def _result(env: Env, who: str, op: str) -> bytes:
+    got = await _get(env, who, f"/operations/{op}/result")
+    assert got["length"] == len(base64.b64decode(got["data"]))
+    return base64.b64decode(got["data"])
+
+
+def _offline(model: Path, history: list[Turn], turn: Turn, max_output: int) -> bytes:
+    """The same greedy completion with the engine alone."""
+    with Engine.load(model, max_seqs=1) as eng:
+        prompt = render(eng, history, turn, eng.info.max_tokens - max_output)
+        return b"".join(eng.generate(prompt, max_tokens=max_output))
+
+
+async def test_an_input_runs_and_the_next_sees_the_history(tmp_path: Path) -> None:
+    async with embedded(tmp_path, {"alice": ALL, "bob": ALL}) as env:
+        con = await _room(env, ("alice", "bob"))
+        status, receipt = await _input(env, "alice", con, "Hello world", max_output_tokens=6)
+        assert status == 202, receipt
+        assert receipt["kind"] == "input" and receipt["admission"]["saved"] is True
+        done = await _finished(env, "alice", receipt["operation"])
+        assert done["status"] == "succeeded"
+        assert 1 <= done["result"]["output_tokens"] <= 6
+        assert done["result"]["input_tokens"] > 0
+        first = await _result(env, "alice", receipt["operation"])
+        model = tmp_path / "rt" / TINY_MODEL
+        turn1 = Turn("alice", b"Hello world")
+        assert first == _offline(model, [], turn1, 6)
+        # bob reads alice's result (a member with read), then asks in the same conversation
+        assert await _result(env, "bob", receipt["operation"]) == first
+        status, r2 = await _input(env, "bob", con, "the capital of France", max_output_tokens=5)
+        assert status == 202
+        assert (await _finished(env, "bob", r2["operation"]))["status"] == "succeeded"
+        turn1.output = first
+        second = await _result(env, "bob", r2["operation"])
+        assert second == _offline(model, [turn1], Turn("bob", b"the capital of France"), 5)
+
+
+async def test_concurrent_inputs_share_one_batch(tmp_path: Path) -> None:
+    names = ("alice", "bob", "carol")
+    async with embedded(tmp_path, dict.fromkeys(names, ALL)) as env:
+        con = await _room(env, names)
+        groups: list[int] = []
+        executor = env.handler.executor
+        assert executor is not None
+        executor.on_complete = lambda job, status: groups.append(status == "succeeded")
+        ops: dict[str, str] = {}
+
+        async def ask(who: str) -> None:
+            status, body = await _input(env, who, con, f"{who} says hello",
+                                        max_output_tokens=24)
+            assert status == 202, body
+            ops[who] = body["operation"]
+
+        async with trio.open_nursery() as n:
+            for who in names:
+                n.start_soon(ask, who)
+        for who, op in ops.items():
+            assert (await _finished(env, who, op))["status"] == "succeeded"
+        assert groups == [True, True, True]
+        assert executor.max_group >= 2           # they ran side by side
+
+
+async def test_the_page_budget_queues_instead_of_failing(tmp_path: Path) -> None:
+    """A pool too small for all inputs at once: the ones that do not fit wait in order
+    and all succeed (the engine refuses any over-commitment, so a step never fails)."""
+    names = ("alice", "bob", "carol")
+    async with embedded(tmp_path, dict.fromkeys(names, ALL)) as env:
+        con = await _room(env, names)
+        eng = Engine.load(tmp_path / "rt" / TINY_MODEL, kv_pages=12, max_seqs=4)
+        small = TextModel(TINY_MODEL, "0" * 64, eng)
+        state = env.handler.state
+        assert state is not None
+        executor = Executor(state.device, state.emitter, native.capacities()["result_bytes"])
+        env.handler.models = ModelSet({TINY_MODEL: small}, [])
+        env.handler.executor = executor
+        try:
+            async with trio.open_nursery() as n:
+                ops: list[tuple[str, str]] = []
+
+                async def ask(who: str) -> None:
+                    status, body = await _input(env, who, con, f"{who}: a city",
+                                                max_output_tokens=40)
+                    assert status == 202
+                    ops.append((who, body["operation"]))
+
+                for who in names:             # all three saved and queued first ...
+                    await ask(who)
+                await n.start(executor.run)   # ... then the executor starts
+                for who, op in ops:
+                    assert (await _finished(env, who, op))["status"] == "succeeded"
+                assert executor.page_waits > 0          # some waited for pages ...
+                assert executor.completed == 3          # ... and none failed for it
+                assert eng.kv_stats().free_pages == eng.kv_stats().n_pages
+                # an input that needs more pages than the whole pool fails, naming it
+                status, body = await _input(env, "alice", con, "a city " * 40,
+                                            max_output_tokens=200)
+                assert status == 202
+                done = await _finished(env, "alice", body["operation"])
+                assert done["status"] == "failed"
+                assert b"KV pages" in await _result(env, "alice", body["operation"])
+                n.cancel_scope.cancel()
+        finally:
+            eng.close()
+
+
+@pytest.mark.parametrize(("fields", "status", "code", "field"), [
+    ({"model": "nope.gguf"}, 422, "unknown_model", "model"),
+    ({"max_output_tokens": 5000}, 422, "invalid_argument", "max_output_tokens"),
+    ({"max_output_tokens": 0}, 422, "invalid_argument", "max_output_tokens"),
+    ({"temperature": -0.5}, 422, "invalid_argument", "temperature"),
+    ({"top_p": 0}, 422, "invalid_argument", "top_p"),
+    ({"top_p": 1.5}, 422, "invalid_argument", "top_p"),
+    ({"max_output_tokens": "8"}, 422, "invalid_argument", "max_output_tokens"),
+    ({"text": "x" * 2049}, 422, "text_invalid", None),
+    ({"media": [{"type": "video", "sha256": "a" * 64}]}, 422, "invalid_argument", "media.0.type"),
+    ({"media": [{"type": "image", "sha256": "A" * 64}]}, 422, "invalid_argument",
+     "media.0.sha256"),
+])
+async def test_bad_inputs_are_refused_by_name(tmp_path: Path, fields: dict[str, Any],
+                                              status: int, code: str,
+                                              field: str | None) -> None:
+    async with embedded(tmp_path, {"alice": ALL}) as env:
+        con = await _room(env, ("alice",))
+        seq = env.next_seq["alice"]  # type: ignore[attr-defined]
+        body = env.body(9, seq, text="hi", model=TINY_MODEL)
+        body.update(fields)
+        got, err = await _post(env, "alice", f"/conversations/{con}/inputs", body)
+        assert got == status, err
+        assert err["error"]["code"] == code
+        if field is not None:
+            assert err["error"]["field"] == field
+        # nothing was admitted: the same sequence still works for a good input
+        got, ok = await _post(env, "alice", f"/conversations/{con}/inputs",
+                              env.body(10, seq, text="hi", model=TINY_MODEL,
+                                       max_output_tokens=2))
+        assert got == 202, ok
+
+
+async def test_an_unknown_conversation_is_404(tmp_path: Path) -> None:
+    async with embedded(tmp_path, {"alice": ALL}) as env:
+        await _room(env, ("alice",))
+        con = f"con-{env.lineage}-{7:032x}"
+        got, err = await _post(env, "alice", f"/conversations/{con}/inputs",
+                               env.body(9, 4, text="hi", model=TINY_MODEL))
+        assert got == 404 and err["error"]["code"] == "conversation_not_found"
