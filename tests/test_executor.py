@@ -221,3 +221,48 @@ async def test_an_unknown_conversation_is_404(tmp_path: Path) -> None:
         got, err = await _post(env, "alice", f"/conversations/{con}/inputs",
                                env.body(9, 4, text="hi", model=TINY_MODEL))
         assert got == 404 and err["error"]["code"] == "conversation_not_found"
+
+
+async def test_cancellation_of_a_waiting_and_of_a_running_input(tmp_path: Path) -> None:
+    """POST /participant/cancellations names the exact target sequence: a queued input
+    ends cancelled without running; a running one ends cancelled before its next step
+    and keeps the bytes it made.  The executor is driven a round at a time."""
+    async with embedded(tmp_path, {"alice": ALL}) as env:
+        con = await _room(env, ("alice",))
+        state = env.handler.state
+        assert state is not None
+        executor = Executor(state.device, state.emitter, native.capacities()["result_bytes"])
+        env.handler.executor = executor                    # not running: rounds by hand
+        seq = env.next_seq["alice"]  # type: ignore[attr-defined]
+        status, queued = await _input(env, "alice", con, "first", max_output_tokens=50)
+        assert status == 202
+        status, cancel = await _post(env, "alice", "/participant/cancellations",
+                                     env.body(700, seq + 1, target_sequence=str(seq)))
+        assert status == 202, cancel
+        assert cancel["kind"] == "cancellation" and cancel["resource"] == queued["operation"]
+        await executor.cycle()
+        done = await _get(env, "alice", f"/operations/{queued['operation']}")
+        assert done["status"] == "cancelled" and done["result"]["output_tokens"] == 0
+        env.next_seq["alice"] = seq + 2  # type: ignore[attr-defined]
+
+        status, running = await _input(env, "alice", con, "second", max_output_tokens=50)
+        assert status == 202
+        for _ in range(4):                                  # prefill, then some tokens
+            await executor.cycle()
+        got = await _get(env, "alice", f"/operations/{running['operation']}")
+        assert got["status"] == "running"
+        status, _ = await _post(env, "alice", "/participant/cancellations",
+                                env.body(701, seq + 3, target_sequence=str(seq + 2)))
+        assert status == 202
+        await executor.cycle()
+        done = await _get(env, "alice", f"/operations/{running['operation']}")
+        assert done["status"] == "cancelled"
+        assert 1 <= done["result"]["output_tokens"] < 50   # what it made before the cancel
+        # cancelling an operation that already ended changes nothing
+        status, again = await _post(env, "alice", "/participant/cancellations",
+                                    env.body(702, seq + 4, target_sequence=str(seq + 2)))
+        assert status == 202, again
+        after = await _get(env, "alice", f"/operations/{running['operation']}")
+        assert (after["status"], after["result"], after["terminal"]["record"]) == \
+            (done["status"], done["result"], done["terminal"]["record"])
+        assert after["terminal"]["saved"] is True

@@ -294,7 +294,6 @@ async def test_not_found_404(env: Env) -> None:
     # Routes of a later issue are not served (not faked).
     con = f"con-{env.lineage}-{1:032x}"
     for method, path in [("GET", f"/conversations/{con}/events"),
-                         ("POST", "/participant/cancellations"),
                          ("GET", f"/spaces/{private}/memory"),
                          ("POST", f"/spaces/{private}/publications"), ("POST", "/media"),
                          ("GET", f"/operations/op-{env.lineage}-{1:032x}/events")]:

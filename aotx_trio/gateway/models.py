@@ -89,6 +89,12 @@ class Retirement(Mutation):
     retry_floor: Counter
 
 
+class Cancellation(Mutation):
+    """Cancel exactly the caller's operation of sequence ``target_sequence``."""
+
+    target_sequence: Sequence_
+
+
 class MediaRef(_Body):
     type: Literal["image", "audio"]
     sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]

@@ -63,6 +63,8 @@ MUTATION_ROUTES: tuple[MutationRoute, ...] = (
                   "shared_write", models.Retirement),
     MutationRoute("input_create", "/conversations/<conversation>/inputs", "input",
                   "shared_write", models.CreateInput),
+    MutationRoute("cancellation_create", "/participant/cancellations", "cancellation",
+                  "shared_write", models.Cancellation),
 )
 
 

@@ -57,6 +57,7 @@ class Job:
     next_token: int | None = None                 # sampled, not yet fed
     out_tokens: list[int] = field(default_factory=list)
     out: bytearray = field(default_factory=bytearray)
+    cancelled: bool = False                       # asked to stop: ends at the next step
 
 
 class Executor:
@@ -71,6 +72,7 @@ class Executor:
         self._waiting: deque[Job] = deque()
         self._running: dict[int, list[Job]] = {}   # id(model) -> its group
         self._known: set[str] = set()                 # op ids handed over, not yet done
+        self._cancel_early: set[str] = set()          # cancelled before they were taken
         self.histories: dict[str, list[Turn]] = {}
         self.completed = 0
         self.max_group = 0            # the most inputs one step has run together
@@ -88,6 +90,24 @@ class Executor:
         self._known.add(job.op_id)
         self.histories.setdefault(job.conversation, []).append(job.turn)
 
+    def cancel(self, op_id: str) -> None:
+        """A saved cancellation of ``op_id``: a waiting input ends ``cancelled`` at once,
+        a running one before its next step (keeping the bytes it produced); an input
+        that already ended is left as it is."""
+        for job in self._waiting:
+            if job.op_id == op_id:
+                self._waiting.remove(job)
+                self._finish(job, "cancelled")
+                return
+        for group in self._running.values():
+            for job in group:
+                if job.op_id == op_id:
+                    job.cancelled = True
+                    return
+        # not handed over yet (its queue entry is still in the channel)
+        if op_id in self._known:
+            self._cancel_early.add(op_id)
+
     def queued(self) -> int:
         return len(self._waiting) + self._receive.statistics().current_buffer_used
 
@@ -98,16 +118,28 @@ class Executor:
         while True:
             if not self._waiting and not any(self._running.values()):
                 self._waiting.append(await self._receive.receive())
-            while True:
-                try:
-                    self._waiting.append(self._receive.receive_nowait())
-                except trio.WouldBlock:
-                    break
-            self._admit()
-            for group in list(self._running.values()):
-                if group:
-                    await self._step(group)
+            await self.cycle()
             await trio.lowlevel.checkpoint()
+
+    async def cycle(self) -> None:
+        """One round: take what was queued, end what was cancelled, join what fits,
+        and run one step for every model with running inputs."""
+        while True:
+            try:
+                self._waiting.append(self._receive.receive_nowait())
+            except trio.WouldBlock:
+                break
+        for job in [j for j in self._waiting if j.op_id in self._cancel_early]:
+            self._cancel_early.discard(job.op_id)
+            self._waiting.remove(job)
+            self._finish(job, "cancelled")
+        for group in self._running.values():
+            for job in [j for j in group if j.cancelled]:
+                self._finish(job, "cancelled")
+        self._admit()
+        for group in list(self._running.values()):
+            if group:
+                await self._step(group)
 
     def _admit(self) -> None:
         """Join waiting inputs to their model's group, in admission order; an input
@@ -228,7 +260,7 @@ class Executor:
         if group is not None and job in group:
             group.remove(job)
         self._known.discard(job.op_id)
-        job.turn.output = result if status == "succeeded" else b""
+        job.turn.output = result if status in ("succeeded", "cancelled") else b""
         try:
             self.device.complete(job.op_id, status, result, len(job.prompt), len(job.out_tokens))
         except errors.AotxError as exc:   # e.g. cancelled meanwhile (a later issue)

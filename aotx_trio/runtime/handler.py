@@ -245,6 +245,8 @@ class ServiceHandler:
             receipt = self.device.receipt(grants, key, receipt.op_id)
         except errors.AotxError:
             pass
+        if req.kind == vocab.Kind.CANCEL and self.executor is not None:
+            self.executor.cancel(receipt.resource_id)   # the target operation
         if model is not None and self.executor is not None and receipt.status == "admitted" \
                 and not self.executor.knows(receipt.op_id):
             # saved now: hand it to the executor (once; an exact retry after a save

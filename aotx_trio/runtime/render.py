@@ -16,11 +16,11 @@ from aotx_trio.vocab import KIND_NAMES, PREFIXES, TERMINAL, Kind, format_id
 
 #: The journal's hold bits and their names (csrc/aotx_journal.h, AOTX_HOLD_*).
 HOLD_REASONS = ((1, "file_cap"), (2, "disk"), (4, "pending_cap"))
-#: The resource a receipt's ``resource`` names, by kind.
+#: The resource a receipt's ``resource`` names, by kind (a cancellation: its target).
 RESOURCE_PREFIX: dict[Kind, str] = {
     Kind.REGISTER: PREFIXES["participant"], Kind.SPACE_CREATE: PREFIXES["space"],
     Kind.MEMBER_SET: PREFIXES["space"], Kind.CONVERSATION_CREATE: PREFIXES["conversation"],
-    Kind.INPUT: PREFIXES["conversation"],
+    Kind.INPUT: PREFIXES["conversation"], Kind.CANCEL: PREFIXES["operation"],
 }
 ZERO16 = "0" * 32
 

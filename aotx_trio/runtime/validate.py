@@ -134,7 +134,7 @@ def _input_fields(body: Mapping[str, Any], lineage: str) -> dict[str, Any]:
 def build_request(kind: str, body: Mapping[str, Any], lineage: str) -> Request:
     """The device request of a mutation body of kind ``kind`` (its wire name)."""
     code = vocab.KINDS_BY_NAME.get(kind)
-    if code is None or code == Kind.CANCEL:
+    if code is None:
         raise errors.InvalidInput(f"unknown mutation kind {kind!r}", field="kind")
     if body.get("lineage") != lineage:
         raise errors.Conflict(f"lineage {body.get('lineage')!r} is not this runtime's "
@@ -172,5 +172,7 @@ def build_request(kind: str, body: Mapping[str, Any], lineage: str) -> Request:
         fields["retry_floor"] = _decimal(body.get("retry_floor", "0"), "retry_floor")
     elif code == Kind.INPUT:
         fields.update(_input_fields(body, lineage))
+    elif code == Kind.CANCEL:
+        fields["target_sequence"] = _decimal(body.get("target_sequence"), "target_sequence")
     return Request(kind=code, lineage=lineage, operation_key=str(key), sequence=seq,
                    **fields)
