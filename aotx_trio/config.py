@@ -59,6 +59,8 @@ class Limits(_Strict):
     """Resource limits the gateway enforces itself (hypercorn does not)."""
 
     max_body_bytes: Annotated[int, Field(ge=1024, le=1024 * MIB)] = MIB
+    sse_queue_depth: Annotated[int, Field(ge=1, le=65536)] = 256
+    sse_keepalive_s: Annotated[float, Field(gt=0, le=3600)] = 15.0
     list_limit_default: Annotated[int, Field(ge=1, le=10000)] = 50
     list_limit_max: Annotated[int, Field(ge=1, le=10000)] = 500
     retry_after_s: Annotated[int, Field(ge=1, le=3600)] = 1
@@ -123,8 +125,6 @@ def _key_path(loc: tuple[int | str, ...]) -> str:
 UNIMPLEMENTED: dict[str, str] = {
     "limits.max_media_bytes": "media uploads",
     "limits.max_connections": "connection limits",
-    "limits.sse_queue_depth": "event streams",
-    "limits.sse_keepalive_s": "event streams",
     "limits.execution_deadline_s": "execution",
     "limits.scratch_lease_s": "the serving router",
     "store": "the serving router's model registry",

@@ -295,8 +295,7 @@ async def test_not_found_404(env: Env) -> None:
     con = f"con-{env.lineage}-{1:032x}"
     for method, path in [("GET", f"/conversations/{con}/events"),
                          ("GET", f"/spaces/{private}/memory"),
-                         ("POST", f"/spaces/{private}/publications"), ("POST", "/media"),
-                         ("GET", f"/operations/op-{env.lineage}-{1:032x}/events")]:
+                         ("POST", f"/spaces/{private}/publications"), ("POST", "/media")]:
         resp = await env.client.open(BASE + path, method=method, headers=env.auth("alice"))
         await _error(resp, 404, "not_found")
 

@@ -6,6 +6,7 @@ and every retry must return the same receipt."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
@@ -361,6 +362,20 @@ def test_split_deployment_runs_a_room_conversation_on_the_default_model(
                 texts[(name, reader)] = got["text"]
             assert len({texts[(name, r)] for r in names}) == 1
             assert isinstance(texts[(name, name)], str) and texts[(name, name)].strip()
+
+        # the same bytes as server-sent events, over the service socket's push frames
+        op = ops["bob"]
+        streamed = bytearray()
+        with callers["carol"].http.stream("GET", f"{BASE}/operations/{op}/events") as resp:
+            assert resp.status_code == 200
+            for line in resp.iter_lines():
+                if line.startswith("data: "):
+                    data = json.loads(line[6:])
+                    if "status" in data:
+                        assert data["status"] == "succeeded"
+                        break
+                    streamed += base64.b64decode(data["data"])
+        assert streamed.decode() == texts[("bob", "carol")]
 
         # a long generation, killed mid-way
         r = a.post(f"/conversations/{con}/inputs", a.body(

@@ -36,6 +36,7 @@ DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 def create_app(client: DeviceClient, principals: Iterable[PrincipalEntry], *,
                max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, list_limit_default: int = 50,
                list_limit_max: int = 500, retry_after_s: int = 1,
+               sse_queue_depth: int = 256, sse_keepalive_s: float = 15.0,
                fast_mutations: bool = True) -> QuartTrio:
     app = QuartTrio("aotx_trio.gateway", static_folder=None)
     app.config.update(
@@ -45,6 +46,8 @@ def create_app(client: DeviceClient, principals: Iterable[PrincipalEntry], *,
         AOTX_LIST_LIMIT_DEFAULT=list_limit_default,
         AOTX_LIST_LIMIT_MAX=list_limit_max,
         AOTX_RETRY_AFTER_S=retry_after_s,
+        AOTX_SSE_QUEUE_DEPTH=sse_queue_depth,
+        AOTX_SSE_KEEPALIVE_S=sse_keepalive_s,
     )
     app.config["BODY_TIMEOUT"] = 30
     auth = Authenticator(principals)
@@ -84,4 +87,5 @@ def make_app_from_config(config: GatewayConfig, client: DeviceClient) -> QuartTr
     lim = config.limits
     return create_app(client, principals, max_body_bytes=lim.max_body_bytes,
                       list_limit_default=lim.list_limit_default,
-                      list_limit_max=lim.list_limit_max, retry_after_s=lim.retry_after_s)
+                      list_limit_max=lim.list_limit_max, retry_after_s=lim.retry_after_s,
+                      sse_queue_depth=lim.sse_queue_depth, sse_keepalive_s=lim.sse_keepalive_s)

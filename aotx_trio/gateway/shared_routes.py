@@ -12,8 +12,9 @@ The mutation views are generated from
 :data:`aotx_trio.gateway.routes_table.MUTATION_ROUTES` (the table the ASGI
 fast path answers from too); the plain reads from :data:`READ_ROUTES`.
 
-Inputs, cancellations, events/SSE, publications, media and memory belong to a
-later issue and are not routed (404).
+``GET /operations/{op}/events`` streams server-sent events
+(:mod:`aotx_trio.gateway.events`).  Conversation events, publications, media
+and memory belong to later work and are not routed (404).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from quart import Blueprint, Response, current_app, g, request
 
 from aotx_trio import errors
 from aotx_trio.client import DeviceClient
+from aotx_trio.gateway import events
 from aotx_trio.gateway.auth import Principal
 from aotx_trio.gateway.errors import json_response
 from aotx_trio.gateway.routes_table import BASE, MUTATION_ROUTES, MutationRoute, encode, submit
@@ -122,9 +124,14 @@ for _read in READ_ROUTES:
 async def operation_result(operation: str) -> Response:
     p = _principal("shared_read")
     raw = request.args.get("offset", "0")
-    if not raw.isdigit() or len(raw) > 20:
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 20:
         raise errors.InvalidInput("offset must be a non-negative byte offset", field="offset")
     return _ok(await _client().operation_result(p.name, p.actions, operation, int(raw)))
+
+
+@bp.get("/operations/<operation>/events")
+async def operation_events(operation: str) -> Response:
+    return await events.operation_events(_client(), _principal("shared_read"), operation)
 
 
 # --------------------------------------------------------------------------- mutations

@@ -73,6 +73,8 @@ class Executor:
         self._running: dict[int, list[Job]] = {}   # id(model) -> its group
         self._known: set[str] = set()                 # op ids handed over, not yet done
         self._cancel_early: set[str] = set()          # cancelled before they were taken
+        self._jobs: dict[str, Job] = {}               # op id -> job, until it ends
+        self._changed = trio.Event()                  # set (and replaced) on any progress
         self.histories: dict[str, list[Turn]] = {}
         self.completed = 0
         self.max_group = 0            # the most inputs one step has run together
@@ -88,6 +90,7 @@ class Executor:
         later inputs see it in input order)."""
         self._send.send_nowait(job)
         self._known.add(job.op_id)
+        self._jobs[job.op_id] = job
         self.histories.setdefault(job.conversation, []).append(job.turn)
 
     def cancel(self, op_id: str) -> None:
@@ -107,6 +110,20 @@ class Executor:
         # not handed over yet (its queue entry is still in the channel)
         if op_id in self._known:
             self._cancel_early.add(op_id)
+
+    def output(self, op_id: str) -> bytes | None:
+        """The bytes a waiting or running input has produced so far (within the result
+        limit); None once it ended (read the device's result) or when unknown."""
+        job = self._jobs.get(op_id)
+        return None if job is None else bytes(job.out[:self.result_cap])
+
+    async def wait_progress(self) -> None:
+        """Return after the next round that produced bytes or ended an input."""
+        await self._changed.wait()
+
+    def _progressed(self) -> None:
+        event, self._changed = self._changed, trio.Event()
+        event.set()
 
     def queued(self) -> int:
         return len(self._waiting) + self._receive.statistics().current_buffer_used
@@ -140,6 +157,7 @@ class Executor:
         for group in list(self._running.values()):
             if group:
                 await self._step(group)
+        self._progressed()
 
     def _admit(self) -> None:
         """Join waiting inputs to their model's group, in admission order; an input
@@ -260,12 +278,14 @@ class Executor:
         if group is not None and job in group:
             group.remove(job)
         self._known.discard(job.op_id)
+        self._jobs.pop(job.op_id, None)
         job.turn.output = result if status in ("succeeded", "cancelled") else b""
         try:
             self.device.complete(job.op_id, status, result, len(job.prompt), len(job.out_tokens))
         except errors.AotxError as exc:   # e.g. cancelled meanwhile (a later issue)
             log.warning("completing %s failed: %s", job.op_id, exc)
         self.saver.wake()
+        self._progressed()
         self.completed += 1
         if self.on_complete is not None:
             self.on_complete(job, status)

@@ -84,7 +84,8 @@ class ServiceHandler:
             "operation.get": self._operation,
             "operation.result": self._result,
         }
-        self._streams: dict[str, StreamMethod] = {"save.watch": self._watch_saves}
+        self._streams: dict[str, StreamMethod] = {"save.watch": self._watch_saves,
+                                                  "operation.watch": self._watch_operation}
 
     async def call(self, method: str, params: dict[str, Any]) -> Any:
         fn = self._methods.get(method)
@@ -291,3 +292,51 @@ class ServiceHandler:
                 yield render.render_save(self.save_state())
 
         return render.render_save(self.save_state()), items()
+
+    async def _watch_operation(self, params: Mapping[str, Any],
+                               ) -> tuple[dict[str, Any], AsyncIterator[dict[str, Any]]]:
+        """``operation.watch``: opens with the receipt, then pushes the operation's output
+        bytes from ``offset`` as they are produced (``{"offset", "length", "data",
+        "text"}``), then one ``{"end": status, "receipt"}`` once it is terminal and every
+        byte was pushed.  Each push re-checks that the caller may still read it."""
+        grants, key = self._caller(params)
+        op = validate.parse_id("operation", params.get("operation"), self.lineage)
+        offset = params.get("offset", 0)
+        if not isinstance(offset, int) or isinstance(offset, bool) \
+                or not 0 <= offset < 1 << 64:
+            raise errors.InvalidInput("offset must be a non-negative byte offset",
+                                      field="offset")
+        first = self.device.receipt(grants, key, op)
+
+        def chunk(pos: int, data: bytes) -> dict[str, Any]:
+            return {"offset": pos, "length": len(data), "next_offset": pos + len(data),
+                    "data": base64.b64encode(data).decode("ascii"),
+                    "text": render.text_or_none(data)}
+
+        async def items() -> AsyncIterator[dict[str, Any]]:
+            pos = offset
+            while True:
+                grants_now, _ = self._caller(params)
+                receipt = self.device.receipt(grants_now, key, op)
+                if receipt.status in TERMINAL:
+                    while True:
+                        data, total = self.device.result(grants_now, key, op, pos, READ_CHUNK)
+                        if data:
+                            yield chunk(pos, data)
+                            pos += len(data)
+                        if not data or pos >= total:
+                            break
+                    yield {"end": receipt.status,
+                           "receipt": render.render_receipt(receipt, self.lineage)}
+                    return
+                live = self.executor.output(op) if self.executor is not None else None
+                if live is not None and len(live) > pos:
+                    yield chunk(pos, live[pos:])
+                    pos = len(live)
+                    continue
+                if self.executor is None:
+                    await trio.sleep(0.05)      # nothing runs it here: poll the device
+                else:
+                    await self.executor.wait_progress()
+
+        return render.render_receipt(first, self.lineage), items()

@@ -1,0 +1,122 @@
+"""Server-sent events of the shared-conversations API.
+
+``GET /operations/{op}/events`` always streams (``text/event-stream``): the
+operation's output bytes by byte cursor as the runtime produces them, then
+one ``end`` event with the terminal receipt.  Each event's ``id`` is
+``{op}/{next byte offset}``; a reconnect with ``Last-Event-ID`` (and no
+explicit ``?offset=``) resumes exactly after the last byte it got, so every
+byte arrives exactly once across reconnects.  Idle streams get a comment
+line every ``limits.sse_keepalive_s`` seconds (proxies keep them open).
+
+The runtime side is the ``operation.watch`` stream of the device client (in
+process or over the service socket's push frames).  A pump task in the app's
+nursery moves its items into a bounded channel of ``limits.sse_queue_depth``
+events; a subscriber that falls further behind is dropped with a final
+``dropped`` event naming why (``slow_consumer``).  The visibility check runs
+before the response starts (an unknown or invisible operation is the plain
+404 envelope), and again on every push; a failure after the start ends the
+stream with an ``error`` event carrying the error envelope's object.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import trio
+from quart import Response, current_app, request
+
+from aotx_trio import errors
+from aotx_trio.client import SLOW_CONSUMER, DeviceClient
+from aotx_trio.gateway.auth import Principal
+
+log = logging.getLogger("aotx.gateway")
+
+DEFAULT_KEEPALIVE_S = 15.0
+DEFAULT_QUEUE_DEPTH = 256
+
+
+def _offset(operation: str) -> int:
+    """The byte cursor: ``?offset=`` if given, else the one ``Last-Event-ID`` names."""
+    raw = request.args.get("offset")
+    if raw is None:
+        last = request.headers.get("Last-Event-ID", "")
+        head, slash, tail = last.rpartition("/")
+        if slash and head == operation and tail.isascii() and tail.isdigit() \
+                and len(tail) <= 20:
+            return int(tail)
+        return 0
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 20:
+        raise errors.InvalidInput("offset must be a non-negative byte offset", field="offset")
+    return int(raw)
+
+
+def _event(kind: str, data: Any, event_id: str | None = None) -> bytes:
+    lines = [] if event_id is None else [f"id: {event_id}"]
+    lines += [f"event: {kind}", "data: " + json.dumps(data, separators=(",", ":"),
+                                                      ensure_ascii=False)]
+    return ("\n".join(lines) + "\n\n").encode("utf-8")
+
+
+async def operation_events(client: DeviceClient, principal: Principal,
+                           operation: str) -> Response:
+    """The SSE response of ``GET /operations/{op}/events`` (see the module doc)."""
+    principal.require("shared_read")
+    params = {"principal": principal.name, "actions": list(principal.actions),
+              "operation": operation, "offset": _offset(operation)}
+    depth = int(current_app.config.get("AOTX_SSE_QUEUE_DEPTH", DEFAULT_QUEUE_DEPTH))
+    keepalive = float(current_app.config.get("AOTX_SSE_KEEPALIVE_S", DEFAULT_KEEPALIVE_S))
+    send, receive = trio.open_memory_channel[tuple[str, Any]](depth)
+
+    async def pump(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        async with send:
+            try:
+                async with client.subscribe("operation.watch", params, buffer=depth) as sub:
+                    async for item in sub:
+                        await send.send(("item", item))
+                    await send.send(("stop", sub.end_reason))
+            except* (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass        # the HTTP client left: leaving the block cancelled the stream
+            except* errors.AotxError as group:   # lost visibility, runtime gone, ...
+                with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError,
+                                         trio.WouldBlock):
+                    send.send_nowait(("error", group.exceptions[0]))
+
+    # Visibility first, as a plain call: 401/403/404 leave as the error envelope before
+    # any byte of the stream (the stream re-checks on every push).
+    await client.operation(principal.name, list(principal.actions), operation)
+    nursery: trio.Nursery = current_app.nursery   # type: ignore[attr-defined]
+    await nursery.start(pump)
+
+    async def body() -> AsyncIterator[bytes]:
+        async with receive:
+            yield b": aotx operation events\n\n"
+            while True:
+                with trio.move_on_after(keepalive) as idle:
+                    try:
+                        kind, value = await receive.receive()
+                    except trio.EndOfChannel:
+                        return
+                if idle.cancelled_caught:
+                    yield b": keepalive\n\n"
+                    continue
+                if kind == "item" and "end" in value:
+                    total = value["receipt"]["result"]["bytes"]   # a resume gets the end only
+                    yield _event("end", {"status": value["end"], "receipt": value["receipt"]},
+                                 f"{operation}/{total}")
+                elif kind == "item":
+                    yield _event("output", value, f"{operation}/{value['next_offset']}")
+                elif kind == "stop" and value == SLOW_CONSUMER:
+                    yield _event("dropped", {"reason": SLOW_CONSUMER})
+                elif kind == "error":
+                    yield _event("error", value.envelope()["error"])
+
+    response = Response(body(), status=200, content_type="text/event-stream")
+    response.headers["Cache-Control"] = "no-store"
+    response.headers["X-Accel-Buffering"] = "no"
+    response.timeout = None
+    return response
