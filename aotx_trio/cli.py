@@ -47,6 +47,9 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--ccir", required=True, help="the complete runtime file")
     s.add_argument("--journal", required=True, help="journal folder (service.sock lives here)")
     s.add_argument("--service-grants", required=True, help="folder with the deployment grant file")
+    s.add_argument("--execution-deadline-s", type=float, default=300.0,
+                   help="an input still running this long after it started ends "
+                        "deadline_exceeded (default 300)")
 
     g = sub.add_parser("gateway", help="the gateway process")
     gsub = g.add_subparsers(dest="gateway_command", required=True, metavar="SUBCOMMAND")

@@ -32,6 +32,7 @@ from aotx_trio.errors import ConfigError
 from aotx_trio.vocab import ACTIONS, Action  # noqa: F401  (re-exported)
 
 MIB = 1024 * 1024
+DEFAULT_DEADLINE_S = 300.0
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$"
 _BIND = re.compile(r"^(?:unix:.+|(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):(\d{1,5}))$")
 
@@ -63,6 +64,7 @@ class Limits(_Strict):
     sse_keepalive_s: Annotated[float, Field(gt=0, le=3600)] = 15.0
     list_limit_default: Annotated[int, Field(ge=1, le=10000)] = 50
     list_limit_max: Annotated[int, Field(ge=1, le=10000)] = 500
+    execution_deadline_s: Annotated[float, Field(gt=0, le=86400)] = DEFAULT_DEADLINE_S
     retry_after_s: Annotated[int, Field(ge=1, le=3600)] = 1
     keep_alive_timeout_s: Annotated[float, Field(gt=0, le=3600)] = 5.0
 
@@ -125,7 +127,6 @@ def _key_path(loc: tuple[int | str, ...]) -> str:
 UNIMPLEMENTED: dict[str, str] = {
     "limits.max_media_bytes": "media uploads",
     "limits.max_connections": "connection limits",
-    "limits.execution_deadline_s": "execution",
     "limits.scratch_lease_s": "the serving router",
     "store": "the serving router's model registry",
     "webhooks": "webhooks",

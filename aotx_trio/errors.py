@@ -25,6 +25,7 @@
     │   ├── JournalDamage            journal_damage       refuse to start            500
     │   ├── UnsupportedProfile       unsupported_profile                             500
     │   └── FrameError               frame_invalid        service-socket framing     500
+    ├── DeadlineExceeded             deadline_exceeded    execution deadline passed  504
     ├── ConfigError                  config_error         names the key              500
     └── NativeError                  any other native error (<0)                     500
         └── DiskError                disk_error           write / fsync failed       500
@@ -177,6 +178,13 @@ class FrameError(FormatError):
     """A service-socket frame that breaks the framing rules (docs/formats/socket.md)."""
 
     default_code = "frame_invalid"
+
+
+class DeadlineExceeded(AotxError):
+    """The operation ran past its execution deadline (its result read answers this)."""
+
+    default_code = "deadline_exceeded"
+    status = 504
 
 
 class ConfigError(AotxError):

@@ -17,6 +17,7 @@ the runtime tree is cancelled (nothing is left running).
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import sys
 from pathlib import Path
@@ -91,7 +92,9 @@ async def serve_embedded(data: Path, bind: str, *,
     shutdown = shutdown or trio.Event()
     async with trio.open_nursery() as outer:
         outer.start_soon(on_signal, shutdown.set)
-        handler = await outer.start(run_runtime, runtime, data / "journal", data / "grants")
+        handler = await outer.start(functools.partial(
+            run_runtime, runtime, data / "journal", data / "grants",
+            execution_deadline_s=config.limits.execution_deadline_s))
         async with trio.open_nursery() as gateway:
             binds = await gateway.start(serve_gateway, config, InProcessClient(handler),
                                         shutdown)

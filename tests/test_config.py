@@ -113,7 +113,6 @@ def test_unimplemented_keys_are_refused_by_name(key: str) -> None:
     even its documented default value is refused, naming the key."""
     value: dict[str, Any] = {"limits.max_media_bytes": 16 << 20,
                              "limits.max_connections": 1024,
-                             "limits.execution_deadline_s": 300.0,
                              "limits.scratch_lease_s": 900.0}.get(key, {})
     head, _, tail = key.partition(".")
     doc: dict[str, Any] = {head: {tail: value}} if tail else {head: value}

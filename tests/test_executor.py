@@ -266,3 +266,35 @@ async def test_cancellation_of_a_waiting_and_of_a_running_input(tmp_path: Path) 
         assert (after["status"], after["result"], after["terminal"]["record"]) == \
             (done["status"], done["result"], done["terminal"]["record"])
         assert after["terminal"]["saved"] is True
+
+
+async def test_an_input_past_its_deadline_ends_and_its_result_read_is_504(
+        tmp_path: Path) -> None:
+    """The deadline counts from the start of execution (a controlled clock: no sleeps);
+    the input ends deadline_exceeded before its next step, keeping its bytes, and its
+    result read answers 504 deadline_exceeded."""
+    async with embedded(tmp_path, {"alice": ALL}) as env:
+        con = await _room(env, ("alice",))
+        state = env.handler.state
+        assert state is not None
+        now = [1000.0]
+        executor = Executor(state.device, state.emitter, native.capacities()["result_bytes"],
+                            deadline_s=30.0, clock=lambda: now[0])
+        env.handler.executor = executor
+        status, body = await _input(env, "alice", con, "tick tock", max_output_tokens=100)
+        assert status == 202
+        op = body["operation"]
+        for _ in range(3):
+            await executor.cycle()
+        now[0] += 29.9                                  # still inside the deadline
+        await executor.cycle()
+        assert (await _get(env, "alice", f"/operations/{op}"))["status"] == "running"
+        now[0] += 0.2                                   # past it
+        await executor.cycle()
+        done = await _get(env, "alice", f"/operations/{op}")
+        assert done["status"] == "deadline_exceeded"
+        assert 1 <= done["result"]["output_tokens"] < 100
+        resp = await env.client.get(f"{BASE}/operations/{op}/result", headers=env.auth("alice"))
+        assert resp.status_code == 504
+        err = (await resp.get_json())["error"]
+        assert err["code"] == "deadline_exceeded" and err["operation"] == op

@@ -29,6 +29,7 @@ import trio
 
 from aotx_trio import errors, native
 from aotx_trio._process import on_signal, run_trio, setup_logging
+from aotx_trio.config import DEFAULT_DEADLINE_S
 from aotx_trio.device import Device
 from aotx_trio.grants import load_grants
 from aotx_trio.runtime.ccir import RuntimeFile
@@ -81,7 +82,7 @@ def load_runtime_file(ccir_path: Path) -> RuntimeFile:
 
 
 async def run_runtime(ccir: str | Path, journal: str | Path, grants_dir: str | Path, *,
-                      socket: bool = True,
+                      socket: bool = True, execution_deadline_s: float = DEFAULT_DEADLINE_S,
                       task_status: trio.TaskStatus[ServiceHandler] = trio.TASK_STATUS_IGNORED,
                       ) -> None:
     """The runtime nursery: emitter, executor and service socket; ``started()`` with the
@@ -93,7 +94,8 @@ async def run_runtime(ccir: str | Path, journal: str | Path, grants_dir: str | P
     try:
         async with open_runtime_state(rf.header.lineage, journal_dir) as state:
             executor = Executor(state.device, state.emitter,
-                                native.capacities()["result_bytes"])
+                                native.capacities()["result_bytes"],
+                                deadline_s=execution_deadline_s)
             handler = ServiceHandler(state.device, state.emitter,
                                      state.journal_file.journal.save_state, state.lineage,
                                      grants, models=models, executor=executor)
@@ -111,8 +113,9 @@ async def run_runtime(ccir: str | Path, journal: str | Path, grants_dir: str | P
 async def _boot(args: argparse.Namespace) -> None:
     async with trio.open_nursery() as nursery:
         nursery.start_soon(on_signal, nursery.cancel_scope.cancel)
-        handler = await nursery.start(run_runtime, args.ccir, args.journal,
-                                      args.service_grants)
+        handler = await nursery.start(
+            functools.partial(run_runtime, args.ccir, args.journal, args.service_grants,
+                              execution_deadline_s=args.execution_deadline_s))
         sock = Path(args.journal) / SOCKET_NAME
         print(f"aotx boot: lineage {handler.lineage}, serving {sock}", flush=True)
 

@@ -13,13 +13,17 @@ run in a worker thread (the GIL is released for the step).
 
 A finished input is completed on the device (status, result bytes, token
 counts), which journals the completion; the emitter is woken to save it.
-The runtime restarts an input never: one left running when the process
+An input still running ``deadline_s`` after it started (the execution
+deadline, ``limits.execution_deadline_s``) ends ``deadline_exceeded``
+before its next step, keeping the bytes it produced.  The runtime restarts
+an input never: one left running when the process
 dies reads ``interrupted`` after recovery (the device marks it).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,6 +32,7 @@ from typing import Protocol
 import trio
 
 from aotx_trio import errors
+from aotx_trio.config import DEFAULT_DEADLINE_S
 from aotx_trio.device import Device
 from aotx_trio.engine import EngineSequence
 from aotx_trio.runtime.models import TextModel
@@ -58,14 +63,18 @@ class Job:
     out_tokens: list[int] = field(default_factory=list)
     out: bytearray = field(default_factory=bytearray)
     cancelled: bool = False                       # asked to stop: ends at the next step
+    deadline: float = math.inf                    # clock time it must be done by
 
 
 class Executor:
     """See the module doc.  ``result_cap`` is the device's result limit in bytes."""
 
     def __init__(self, device: Device, saver: Waker, result_cap: int, *,
-                 queue_size: int = 4096) -> None:
+                 queue_size: int = 4096, deadline_s: float = DEFAULT_DEADLINE_S,
+                 clock: Callable[[], float] = trio.current_time) -> None:
         self.device = device
+        self.deadline_s = deadline_s
+        self.clock = clock
         self.saver = saver
         self.result_cap = result_cap
         self._send, self._receive = trio.open_memory_channel[Job](queue_size)
@@ -150,9 +159,12 @@ class Executor:
             self._cancel_early.discard(job.op_id)
             self._waiting.remove(job)
             self._finish(job, "cancelled")
+        now = self.clock()
         for group in self._running.values():
             for job in [j for j in group if j.cancelled]:
                 self._finish(job, "cancelled")
+            for job in [j for j in group if j.deadline <= now]:
+                self._finish(job, "deadline_exceeded")
         self._admit()
         for group in list(self._running.values()):
             if group:
@@ -207,6 +219,7 @@ class Executor:
             eng.release(seq)
             return False
         job.seq = seq
+        job.deadline = self.clock() + self.deadline_s   # from the moment it starts
         self.device.start(job.op_id)
         self.saver.wake()
         return True
@@ -279,7 +292,8 @@ class Executor:
             group.remove(job)
         self._known.discard(job.op_id)
         self._jobs.pop(job.op_id, None)
-        job.turn.output = result if status in ("succeeded", "cancelled") else b""
+        job.turn.output = result if status in ("succeeded", "cancelled",
+                                               "deadline_exceeded") else b""
         try:
             self.device.complete(job.op_id, status, result, len(job.prompt), len(job.out_tokens))
         except errors.AotxError as exc:   # e.g. cancelled meanwhile (a later issue)

@@ -205,6 +205,11 @@ class ServiceHandler:
             raise errors.InvalidInput("offset must be a non-negative byte offset",
                                       field="offset")
         receipt = self.device.receipt(grants, key, op)
+        if receipt.status == "deadline_exceeded":
+            raise errors.DeadlineExceeded(
+                "the operation ran past its execution deadline", operation=format_id(
+                    vocab.PREFIXES["operation"], self.lineage, op),
+                output_bytes=receipt.result_len)
         data, total = self.device.result(grants, key, op, offset, READ_CHUNK)
         return {
             "operation": format_id(vocab.PREFIXES["operation"], self.lineage, op),
