@@ -68,9 +68,9 @@ MAX_MODEL_NAME = 128
 
 #: Every gateway action of gateway.json, in canonical order.
 ACTIONS: tuple[str, ...] = ("shared_read", "shared_write", "shared_manage", "models_read",
-                            "models_invoke", "webhooks_manage")
+                            "models_invoke", "webhooks_manage", "metrics_read")
 Action = Literal["shared_read", "shared_write", "shared_manage", "models_read",
-                 "models_invoke", "webhooks_manage"]
+                 "models_invoke", "webhooks_manage", "metrics_read"]
 SHARED_ACTIONS: tuple[str, ...] = ACTIONS[:3]
 
 #: Device grant bits (AOTX_GRANT_*) selected by the shared actions.

@@ -350,7 +350,7 @@ def test_openapi_describes_exactly_the_served_routes() -> None:
     documented: set[tuple[str, str]] = set()
     path = None
     for line in text.splitlines():
-        if m := re.match(r"^  (/aotx/\S+):$", line):
+        if m := re.match(r"^  (/\S+):$", line):
             path = m.group(1)
         elif path and (m := re.match(r"^    (get|post):", line)):
             documented.add((m.group(1).upper(), path))

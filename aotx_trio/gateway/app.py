@@ -28,6 +28,7 @@ from aotx_trio.gateway import shared_routes
 from aotx_trio.gateway.auth import Authenticator, PrincipalEntry
 from aotx_trio.gateway.errors import handle_any
 from aotx_trio.gateway.fast import FastMutations
+from aotx_trio.gateway.metrics import GatewayMetrics, metrics_response
 from aotx_trio.gateway.routes_table import BASE, admit
 
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
@@ -70,12 +71,21 @@ def create_app(client: DeviceClient, principals: Iterable[PrincipalEntry], *,
         resp.headers["Cache-Control"] = "no-store"
         return resp
 
+    own_metrics = GatewayMetrics()
+    app.config["AOTX_METRICS"] = own_metrics
+
+    @app.get("/metrics")
+    async def _metrics() -> Response:
+        return await metrics_response(client, auth, request.headers.get("Authorization"),
+                                      own_metrics)
+
     app.register_error_handler(Exception, handle_any)
     app.register_blueprint(shared_routes.bp)
     if fast_mutations:
         app.asgi_app = FastMutations(  # type: ignore[method-assign]
             app.asgi_app, client, auth, max_body_bytes=max_body_bytes,
             body_timeout=float(app.config["BODY_TIMEOUT"]), retry_after_s=retry_after_s)
+    app.asgi_app = own_metrics.wrap(app.asgi_app)  # type: ignore[method-assign,assignment]
     return app
 
 

@@ -92,7 +92,20 @@ async def operation_events(client: DeviceClient, principal: Principal,
     nursery: trio.Nursery = current_app.nursery   # type: ignore[attr-defined]
     await nursery.start(pump)
 
+    own = current_app.config.get("AOTX_METRICS")
+
     async def body() -> AsyncIterator[bytes]:
+        if own is not None:
+            own.sse_subscribers.inc()
+        try:
+            async with contextlib.aclosing(_frames()) as frames:
+                async for chunk in frames:
+                    yield chunk
+        finally:
+            if own is not None:
+                own.sse_subscribers.dec()
+
+    async def _frames() -> AsyncIterator[bytes]:
         async with receive:
             yield b": aotx operation events\n\n"
             while True:
@@ -111,6 +124,8 @@ async def operation_events(client: DeviceClient, principal: Principal,
                 elif kind == "item":
                     yield _event("output", value, f"{operation}/{value['next_offset']}")
                 elif kind == "stop" and value == SLOW_CONSUMER:
+                    if own is not None:
+                        own.sse_dropped.labels(SLOW_CONSUMER).inc()
                     yield _event("dropped", {"reason": SLOW_CONSUMER})
                 elif kind == "error":
                     yield _event("error", value.envelope()["error"])

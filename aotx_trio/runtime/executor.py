@@ -27,7 +27,7 @@ import math
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import trio
 
@@ -37,6 +37,7 @@ from aotx_trio.device import Device
 from aotx_trio.engine import EngineSequence
 from aotx_trio.runtime.models import TextModel
 from aotx_trio.runtime.prompt import Turn, render
+from aotx_trio.runtime.stats import Histogram
 
 log = logging.getLogger("aotx.executor")
 
@@ -64,6 +65,7 @@ class Job:
     out: bytearray = field(default_factory=bytearray)
     cancelled: bool = False                       # asked to stop: ends at the next step
     deadline: float = math.inf                    # clock time it must be done by
+    started: float = 0.0                          # clock time it joined a group
 
 
 class Executor:
@@ -86,6 +88,11 @@ class Executor:
         self._changed = trio.Event()                  # set (and replaced) on any progress
         self.histories: dict[str, list[Turn]] = {}
         self.completed = 0
+        self.steps = 0
+        self.prefill_tokens = 0
+        self.output_tokens = 0
+        self.finished: dict[str, int] = {}            # status -> inputs ended so
+        self.ttft = Histogram()                       # start of execution -> first token
         self.max_group = 0            # the most inputs one step has run together
         self.page_waits = 0           # times an input waited for KV pages
         self.on_complete: Callable[[Job, str], None] | None = None  # tests, metrics
@@ -136,6 +143,14 @@ class Executor:
 
     def queued(self) -> int:
         return len(self._waiting) + self._receive.statistics().current_buffer_used
+
+    def metrics(self) -> dict[str, Any]:
+        """The executor's numbers for ``/metrics``."""
+        return {"queued": self.queued(),
+                "running": sum(len(g) for g in self._running.values()),
+                "steps": self.steps, "prefill_tokens": self.prefill_tokens,
+                "output_tokens": self.output_tokens, "finished": dict(self.finished),
+                "time_to_first_token_seconds": self.ttft.snapshot()}
 
     # -- the task ----------------------------------------------------------------------
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
@@ -219,7 +234,8 @@ class Executor:
             eng.release(seq)
             return False
         job.seq = seq
-        job.deadline = self.clock() + self.deadline_s   # from the moment it starts
+        job.started = self.clock()
+        job.deadline = job.started + self.deadline_s   # from the moment it starts
         self.device.start(job.op_id)
         self.saver.wake()
         return True
@@ -246,6 +262,7 @@ class Executor:
         if not feeds:
             return
         self.max_group = max(self.max_group, len(feeds))
+        self.steps += 1
         try:
             res = await trio.to_thread.run_sync(eng.step, feeds, want)
         except errors.AotxError as exc:
@@ -257,6 +274,7 @@ class Executor:
         for job, (_, tokens), w in zip(fed, feeds, want, strict=True):
             if job.next_token is None:
                 job.fed += len(tokens)
+                self.prefill_tokens += len(tokens)
             if not w:
                 continue
             assert job.seq is not None
@@ -270,7 +288,10 @@ class Executor:
         if tok in eng.stop_ids:
             self._finish(job, "succeeded")
             return
+        if not job.out_tokens:
+            self.ttft.observe(max(0.0, self.clock() - job.started))
         job.out_tokens.append(tok)
+        self.output_tokens += 1
         job.out += eng.detok_push(job.seq, tok)
         if len(job.out_tokens) >= job.max_output or len(job.out) >= self.result_cap \
                 or job.seq.length + 1 >= job.model.context:
@@ -301,5 +322,6 @@ class Executor:
         self.saver.wake()
         self._progressed()
         self.completed += 1
+        self.finished[status] = self.finished.get(status, 0) + 1
         if self.on_complete is not None:
             self.on_complete(job, status)

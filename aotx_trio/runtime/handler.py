@@ -74,6 +74,7 @@ class ServiceHandler:
             "ping": self._ping,
             "capabilities": self._capabilities,
             "save_state": self._save_state,
+            "metrics": self._metrics,
             "participant.get": self._participant,
             "mutation.submit": self._submit,
             "space.get": self._space,
@@ -141,6 +142,27 @@ class ServiceHandler:
                          "memory": False, "publications": False, "media": False},
             "save": render.render_save(self.save_state()),
         }
+
+    async def _metrics(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """The runtime's numbers for the gateway's ``/metrics`` (no principal: the
+        gateway checks ``metrics_read`` itself; nothing here is per-participant)."""
+        models = {}
+        for m in self.models:
+            kv = m.engine.kv_stats()
+            models[m.name] = {"kv_pages": kv.n_pages, "kv_free_pages": kv.free_pages,
+                              "kv_used_pages": kv.used_pages,
+                              "kv_shared_pages": kv.shared_pages, "sequences": kv.n_seqs}
+        save = self.save_state()
+        out: dict[str, Any] = {"models": models,
+                               "journal": {"saved_records": save.saved_records,
+                                           "pending_bytes": save.pending_bytes,
+                                           "hold": save.hold}}
+        if self.executor is not None:
+            out["executor"] = self.executor.metrics()
+        timing = getattr(self.saver, "metrics", None)
+        if callable(timing):
+            out["journal"].update(timing())
+        return out
 
     async def _save_state(self, params: Mapping[str, Any]) -> dict[str, Any]:
         return render.render_save(self.save_state())

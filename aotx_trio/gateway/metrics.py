@@ -1,0 +1,162 @@
+"""``GET /metrics``: the Prometheus text format, behind the bearer token with the
+``metrics_read`` action.
+
+Two sources, one page:
+
+* the gateway's own numbers, kept by :class:`GatewayMetrics` in a registry of
+  this app (prometheus-client): HTTP requests by method, route template and
+  status and their latency (counted by an ASGI wrapper around everything, the
+  fast path included), SSE subscribers and drops;
+* the runtime's numbers, asked for on each scrape with the ``metrics`` service
+  call (in process or over the socket): KV pages per model (used, free,
+  shared), the admission queue, running inputs, engine steps, prefill and
+  output tokens, inputs ended by status, time to first token, journal state.
+
+Route templates keep the label set small: resource ids become ``{space}``,
+``{conversation}``, ``{operation}``, ``{participant}``; unknown paths are
+``other``.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+from quart import Response
+
+from aotx_trio.client import DeviceClient
+from aotx_trio.gateway.auth import Authenticator
+from aotx_trio.vocab import BASE_PATH
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+_ID = re.compile(r"^(par|spc|con|op)-[0-9a-f]{32}-[0-9a-f]{32}$")
+_NAMES = {"par": "{participant}", "spc": "{space}", "con": "{conversation}",
+          "op": "{operation}"}
+_KNOWN_ROOTS = (BASE_PATH, "/metrics")
+
+Scope = Any   # an ASGI scope (a dict)
+ASGIApp = Callable[[Any, Any, Any], Awaitable[None]]
+
+
+def route_template(path: str) -> str:
+    """``/aotx/v1/shared/spaces/spc-.../members`` -> ``.../spaces/{space}/members``."""
+    if not any(path == r or path.startswith(r + "/") for r in _KNOWN_ROOTS):
+        return "other"
+    parts = [(_NAMES[m.group(1)] if (m := _ID.match(p)) else p) for p in path.split("/")]
+    if any(len(p) > 40 for p in parts):
+        return "other"
+    return "/".join(parts)
+
+
+class GatewayMetrics:
+    """The gateway's own metrics (one registry per app)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter("aotx_http_requests", "HTTP requests answered",
+                                ["method", "route", "status"], registry=self.registry)
+        self.latency = Histogram("aotx_http_request_seconds", "HTTP request latency",
+                                 ["method", "route"], registry=self.registry)
+        self.sse_subscribers = Gauge("aotx_sse_subscribers", "open SSE streams",
+                                     registry=self.registry)
+        self.sse_dropped = Counter("aotx_sse_dropped", "SSE subscribers dropped",
+                                   ["reason"], registry=self.registry)
+
+    def wrap(self, app: ASGIApp) -> Callable[[Any, Any, Any], Coroutine[Any, Any, None]]:
+        """An ASGI wrapper that counts every HTTP request ``app`` answers."""
+        async def counted(scope: Scope, receive: Any, send: Any) -> None:
+            if scope.get("type") != "http":
+                await app(scope, receive, send)
+                return
+            start = time.perf_counter()
+            status = [0]
+
+            async def watch(message: dict[str, Any]) -> None:
+                if message.get("type") == "http.response.start":
+                    status[0] = int(message.get("status", 0))
+                    route = route_template(str(scope.get("path", "")))
+                    method = str(scope.get("method", ""))
+                    self.requests.labels(method, route, str(status[0])).inc()
+                    self.latency.labels(method, route).observe(time.perf_counter() - start)
+                await send(message)
+
+            await app(scope, receive, watch)
+
+        return counted
+
+
+class _Snapshot(Collector):
+    """The runtime's snapshot (the ``metrics`` service call) as metric families."""
+
+    def __init__(self, snap: dict[str, Any]) -> None:
+        self.snap = snap
+
+    def collect(self) -> Iterator[Metric]:
+        pages = GaugeMetricFamily("aotx_kv_pages", "KV cache pages", labels=["model", "state"])
+        seqs = GaugeMetricFamily("aotx_kv_sequences", "live KV sequences", labels=["model"])
+        for name, m in self.snap.get("models", {}).items():
+            pages.add_metric([name, "total"], m["kv_pages"])
+            pages.add_metric([name, "free"], m["kv_free_pages"])
+            pages.add_metric([name, "used"], m["kv_used_pages"])
+            pages.add_metric([name, "shared"], m["kv_shared_pages"])
+            seqs.add_metric([name], m["sequences"])
+        yield pages
+        yield seqs
+        ex = self.snap.get("executor")
+        if ex is not None:
+            yield GaugeMetricFamily("aotx_admission_queue_depth",
+                                    "saved inputs waiting for KV pages", value=ex["queued"])
+            yield GaugeMetricFamily("aotx_running_inputs", "inputs generating",
+                                    value=ex["running"])
+            for key, help_ in (("steps", "engine steps (batched groups)"),
+                               ("prefill_tokens", "prompt tokens fed"),
+                               ("output_tokens", "tokens generated")):
+                yield CounterMetricFamily(f"aotx_engine_{key}", help_, value=ex[key])
+            ended = CounterMetricFamily("aotx_inputs_finished", "inputs ended, by status",
+                                        labels=["status"])
+            for status, n in sorted(ex["finished"].items()):
+                ended.add_metric([status], n)
+            yield ended
+            yield _histogram("aotx_time_to_first_token_seconds",
+                             "start of execution to the first token",
+                             ex["time_to_first_token_seconds"])
+        j = self.snap.get("journal", {})
+        yield GaugeMetricFamily("aotx_journal_saved_records", "journal records saved",
+                                value=int(j.get("saved_records", 0)))
+        yield GaugeMetricFamily("aotx_journal_pending_bytes", "journal bytes not yet saved",
+                                value=int(j.get("pending_bytes", 0)))
+        yield GaugeMetricFamily("aotx_journal_hold", "1 while the journal holds writes",
+                                value=1 if j.get("hold") else 0)
+        for key in ("tick_seconds", "fsync_seconds"):
+            if key in j:
+                yield _histogram(f"aotx_journal_{key}", f"journal {key.split('_')[0]} latency",
+                                 j[key])
+
+
+def _histogram(name: str, help_: str, h: dict[str, Any]) -> HistogramMetricFamily:
+    fam = HistogramMetricFamily(name, help_)
+    fam.add_metric([], [(str(b), float(n)) for b, n in h["buckets"]], sum_value=h["sum"])
+    return fam
+
+
+async def metrics_response(client: DeviceClient, auth: Authenticator,
+                           authorization: str | None, own: GatewayMetrics) -> Response:
+    """The ``/metrics`` page (401 without a token, 403 without ``metrics_read``)."""
+    auth.authenticate(authorization).require("metrics_read")
+    snap: dict[str, Any] = await client.call("metrics", {})
+    runtime = CollectorRegistry()
+    runtime.register(_Snapshot(snap))
+    body = generate_latest(own.registry) + generate_latest(runtime)
+    resp = Response(body, status=200, content_type=CONTENT_TYPE)
+    resp.headers["Cache-Control"] = "no-store"
+    return resp
