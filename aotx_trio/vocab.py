@@ -99,6 +99,13 @@ HEX32 = r"^[0-9a-f]{32}$"
 _HEX32 = re.compile(r"[0-9a-f]{32}")
 
 
+def is_decimal(text: object, max_digits: int = 20) -> bool:
+    """ASCII decimal digits only, 1..``max_digits`` of them (superscript two and the
+    Arabic-Indic digits pass ``str.isdigit``, not this)."""
+    return isinstance(text, str) and 0 < len(text) <= max_digits and text.isascii() \
+        and text.isdigit()
+
+
 def is_hex32(text: object) -> bool:
     return isinstance(text, str) and _HEX32.fullmatch(text) is not None
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 import trio
@@ -32,6 +32,7 @@ from quart import Response, current_app, request
 from aotx_trio import errors
 from aotx_trio.client import SLOW_CONSUMER, DeviceClient
 from aotx_trio.gateway.auth import Principal
+from aotx_trio.vocab import is_decimal
 
 log = logging.getLogger("aotx.gateway")
 
@@ -45,11 +46,10 @@ def _offset(operation: str) -> int:
     if raw is None:
         last = request.headers.get("Last-Event-ID", "")
         head, slash, tail = last.rpartition("/")
-        if slash and head == operation and tail.isascii() and tail.isdigit() \
-                and len(tail) <= 20:
+        if slash and head == operation and is_decimal(tail):
             return int(tail)
         return 0
-    if not (raw.isascii() and raw.isdigit()) or len(raw) > 20:
+    if not is_decimal(raw):
         raise errors.InvalidInput("offset must be a non-negative byte offset", field="offset")
     return int(raw)
 
@@ -105,7 +105,7 @@ async def operation_events(client: DeviceClient, principal: Principal,
             if own is not None:
                 own.sse_subscribers.dec()
 
-    async def _frames() -> AsyncIterator[bytes]:
+    async def _frames() -> AsyncGenerator[bytes, None]:
         async with receive:
             yield b": aotx operation events\n\n"
             while True:

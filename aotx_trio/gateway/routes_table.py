@@ -120,18 +120,61 @@ def admit(auth: Authenticator, authorization: str | None, length: int | None,
     return principal
 
 
+MAX_DEPTH = 16          # nesting of arrays and objects in a body
+MAX_INT_DIGITS = 40     # integers in a body (u64 counters travel as strings)
+
+
+def _nesting(text: str) -> int:
+    """The deepest nesting of ``[``/``{`` outside strings (a cheap pre-check: a body
+    with few brackets is never scanned)."""
+    if text.count("[") + text.count("{") <= MAX_DEPTH:
+        return 0
+    depth = deepest = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth -= 1
+    return deepest
+
+
+def _bounded_int(digits: str) -> int:
+    if len(digits.lstrip("-")) > MAX_INT_DIGITS:
+        raise ValueError(f"an integer of {len(digits)} digits")
+    return int(digits)
+
+
 def decode_json(raw: bytes) -> Any:
-    """Strict UTF-8 then JSON; 400 ``invalid_utf8`` / ``malformed_json`` with the offset."""
+    """Strict UTF-8 then JSON; 400 ``invalid_utf8`` / ``malformed_json`` with the offset.
+    Depth (``MAX_DEPTH``) and integer size (``MAX_INT_DIGITS``) are bounded before
+    anything is built, so no body can cost a deep recursion or a huge conversion."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise BadRequest(f"request body is not valid UTF-8 at byte offset {exc.start}",
                          code="invalid_utf8", offset=exc.start) from exc
+    if _nesting(text) > MAX_DEPTH:
+        raise BadRequest(f"request body nests deeper than {MAX_DEPTH} levels",
+                         code="malformed_json", limit=MAX_DEPTH)
     try:
-        return json.loads(text)
+        return json.loads(text, parse_int=_bounded_int)
     except json.JSONDecodeError as exc:
         raise BadRequest(f"request body is not JSON: {exc.msg} at character {exc.pos}",
                          code="malformed_json", offset=exc.pos) from exc
+    except ValueError as exc:   # _bounded_int
+        raise BadRequest(f"request body holds {exc}: at most {MAX_INT_DIGITS} digits",
+                         code="malformed_json", limit=MAX_INT_DIGITS) from exc
 
 
 def validate(model: type[models.Mutation], data: Any) -> models.Mutation:

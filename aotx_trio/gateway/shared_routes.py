@@ -31,6 +31,7 @@ from aotx_trio.gateway import events
 from aotx_trio.gateway.auth import Principal
 from aotx_trio.gateway.errors import json_response
 from aotx_trio.gateway.routes_table import BASE, MUTATION_ROUTES, MutationRoute, encode, submit
+from aotx_trio.vocab import is_decimal
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 500
@@ -52,13 +53,13 @@ def _principal(action: str | None) -> Principal:
 
 def _list_args() -> tuple[str | None, int]:
     cursor = request.args.get("cursor")
-    if cursor is not None and (not cursor.isdigit() or len(cursor) > 20):
+    if cursor is not None and not is_decimal(cursor):
         raise errors.InvalidInput("cursor must be a cursor returned by an earlier page",
                                   field="cursor")
     top = int(current_app.config.get("AOTX_LIST_LIMIT_MAX", MAX_LIMIT))
     default = int(current_app.config.get("AOTX_LIST_LIMIT_DEFAULT", DEFAULT_LIMIT))
     raw_limit = request.args.get("limit", str(default))
-    if not raw_limit.isdigit() or len(raw_limit) > 9 or not 1 <= int(raw_limit) <= top:
+    if not is_decimal(raw_limit, 9) or not 1 <= int(raw_limit) <= top:
         raise errors.InvalidInput(f"limit must be an integer in 1..{top}", field="limit")
     return cursor, int(raw_limit)
 
@@ -124,7 +125,7 @@ for _read in READ_ROUTES:
 async def operation_result(operation: str) -> Response:
     p = _principal("shared_read")
     raw = request.args.get("offset", "0")
-    if not (raw.isascii() and raw.isdigit()) or len(raw) > 20:
+    if not is_decimal(raw):
         raise errors.InvalidInput("offset must be a non-negative byte offset", field="offset")
     return _ok(await _client().operation_result(p.name, p.actions, operation, int(raw)))
 

@@ -52,7 +52,7 @@ def cursor(params: Mapping[str, Any]) -> tuple[int, int]:
     limit = params.get("limit", DEFAULT_LIMIT)
     if raw is None:
         c = 0
-    elif isinstance(raw, str) and raw.isascii() and raw.isdigit() and len(raw) <= 20:
+    elif vocab.is_decimal(raw):
         c = int(raw)
     else:
         c = -1
@@ -65,8 +65,7 @@ def cursor(params: Mapping[str, Any]) -> tuple[int, int]:
 
 
 def _decimal(value: Any, field: str) -> int:
-    if not isinstance(value, str) or not value.isascii() or not value.isdigit() \
-            or len(value) > 20 or int(value) >= 1 << 64:
+    if not vocab.is_decimal(value) or int(value) >= 1 << 64:
         raise errors.InvalidInput(f"{field} must be a decimal string below 2**64",
                                   field=field)
     return int(value)
