@@ -82,7 +82,7 @@ async def _cases(env: Env, key: int, space: str) -> list[tuple[int, dict[str, st
 
 
 async def test_fast_path_answers_byte_for_byte_like_the_quart_routes(env: Env) -> None:
-    fast = env.app.asgi_app
+    fast = env.app.config["AOTX_FAST"]
     assert isinstance(fast, FastMutations)
     c = env.client
     r = await c.post(BASE + "/participant", headers=env.auth("alice"), json=env.body(1, 1))
@@ -145,7 +145,7 @@ async def _asgi(app: Any, method: str, path: str, headers: list[tuple[bytes, byt
 async def test_chunked_bodies_disconnects_and_odd_framing(env: Env) -> None:
     import json
 
-    fast = env.app.asgi_app
+    fast = env.app.config["AOTX_FAST"]
     assert isinstance(fast, FastMutations)
     auth = [(b"authorization", env.auth("alice")["Authorization"].encode())]
     chunked = [*auth, (b"transfer-encoding", b"chunked")]

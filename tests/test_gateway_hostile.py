@@ -20,7 +20,7 @@ BODIES = [
     ('{"a":' * 50000 + "1" + "}" * 50000, 400, "malformed_json"),
     (HEAD + '"sequence":"1","x":' + "-" + "1" * 4400 + "}", 400, "malformed_json"),
     (HEAD + '"sequence":1e99999}', 422, None),
-    (HEAD + '"sequence":"١"}', 422, None),
+    (HEAD + "\"sequence\":\"\u0661\"}", 422, None),
 ]
 
 

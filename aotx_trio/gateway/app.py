@@ -82,7 +82,7 @@ def create_app(client: DeviceClient, principals: Iterable[PrincipalEntry], *,
     app.register_error_handler(Exception, handle_any)
     app.register_blueprint(shared_routes.bp)
     if fast_mutations:
-        app.asgi_app = FastMutations(  # type: ignore[method-assign]
+        app.asgi_app = app.config["AOTX_FAST"] = FastMutations(  # type: ignore[method-assign]
             app.asgi_app, client, auth, max_body_bytes=max_body_bytes,
             body_timeout=float(app.config["BODY_TIMEOUT"]), retry_after_s=retry_after_s)
     app.asgi_app = own_metrics.wrap(app.asgi_app)  # type: ignore[method-assign,assignment]
