@@ -82,3 +82,49 @@ async def test_retry_floor_reads_the_same_before_and_after_registration(
         assert before["retry_floor"] == after["retry_floor"] == "1"
         assert after["participant"]["retry_floor"] == "1"
         assert (before["next_sequence"], after["next_sequence"]) == ("1", "2")
+
+
+async def test_reads_never_wait_behind_saves(tmp_path: Path) -> None:
+    """Split-deployment shape (the socket client): with every fsync slowed to 2 s and
+    twenty writes waiting for their saves, a read still answers at once."""
+    import time
+
+    writers = [f"w{i}" for i in range(20)]
+    async with embedded(tmp_path, {"alice": ALL, **dict.fromkeys(writers, ALL)}) as env:
+        state = env.handler.state
+        assert state is not None
+        ops = state.emitter.ops
+        real = ops.fsync
+        sc = client.SocketClient(str(env.folder / "journal" / "service.sock"),
+                                 connect_timeout=5)
+        async with trio.open_nursery() as n:
+            await n.start(sc.run)
+            for who in ["alice", *writers]:
+                await sc.submit(who, list(ALL), "participant.register", env.body(1, 1))
+
+            def slow(fd: int) -> None:
+                time.sleep(2.0)
+                real(fd)
+
+            ops.fsync = slow  # type: ignore[method-assign]
+            waiting: list[str] = []
+
+            async def write(i: int) -> None:   # one writer each: sequences stay in order
+                out = await sc.submit(writers[i], list(ALL), "space.create",
+                                      env.body(100 + i, 2))
+                waiting.append(out["receipt"]["status"])
+
+            for i in range(20):
+                n.start_soon(write, i)
+            await trio.sleep(0.3)
+            assert waiting == []                     # all still waiting for their save
+            t0 = time.perf_counter()
+            me = await sc.participant("alice", list(ALL))
+            took = time.perf_counter() - t0
+            assert me["participant"] is not None
+            assert took < 0.5, took                  # not behind the 2-second fsyncs
+            ops.fsync = real  # type: ignore[method-assign]
+            with trio.fail_after(30):
+                while len(waiting) < 20:
+                    await trio.sleep(0.05)
+            n.cancel_scope.cancel()
