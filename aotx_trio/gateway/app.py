@@ -24,7 +24,7 @@ from quart_trio import QuartTrio
 from aotx_trio import errors
 from aotx_trio.client import DeviceClient
 from aotx_trio.config import GatewayConfig
-from aotx_trio.gateway import shared_routes
+from aotx_trio.gateway import chat, shared_routes
 from aotx_trio.gateway.auth import Authenticator, PrincipalEntry
 from aotx_trio.gateway.errors import handle_any
 from aotx_trio.gateway.fast import FastMutations
@@ -73,6 +73,14 @@ def create_app(client: DeviceClient, principals: Iterable[PrincipalEntry], *,
 
     own_metrics = GatewayMetrics()
     app.config["AOTX_METRICS"] = own_metrics
+
+    @app.post("/v1/chat/completions")
+    async def _chat() -> Response:
+        return await chat.chat_completions(client, auth)
+
+    @app.get("/v1/models")
+    async def _models() -> Response:
+        return await chat.list_models(client, auth)
 
     @app.get("/metrics")
     async def _metrics() -> Response:

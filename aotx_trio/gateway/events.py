@@ -9,13 +9,14 @@ byte arrives exactly once across reconnects.  Idle streams get a comment
 line every ``limits.sse_keepalive_s`` seconds (proxies keep them open).
 
 The runtime side is the ``operation.watch`` stream of the device client (in
-process or over the service socket's push frames).  A pump task in the app's
-nursery moves its items into a bounded channel of ``limits.sse_queue_depth``
-events; a subscriber that falls further behind is dropped with a final
-``dropped`` event naming why (``slow_consumer``).  The visibility check runs
-before the response starts (an unknown or invisible operation is the plain
-404 envelope), and again on every push; a failure after the start ends the
-stream with an ``error`` event carrying the error envelope's object.
+process or over the service socket's push frames), fed to the body by
+:func:`aotx_trio.gateway.streams.open_stream` through a bounded channel of
+``limits.sse_queue_depth`` events; a subscriber that falls further behind is
+dropped with a final ``dropped`` event naming why (``slow_consumer``).  The
+visibility check runs when the stream opens, before the response starts (an
+unknown or invisible operation is the plain 404 envelope), and again on every
+push; a failure after the start ends the stream with an ``error`` event
+carrying the error envelope's object.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from quart import Response, current_app, request
 from aotx_trio import errors
 from aotx_trio.client import SLOW_CONSUMER, DeviceClient
 from aotx_trio.gateway.auth import Principal
+from aotx_trio.gateway.streams import open_stream
 from aotx_trio.vocab import is_decimal
 
 log = logging.getLogger("aotx.gateway")
@@ -69,28 +71,7 @@ async def operation_events(client: DeviceClient, principal: Principal,
               "operation": operation, "offset": _offset(operation)}
     depth = int(current_app.config.get("AOTX_SSE_QUEUE_DEPTH", DEFAULT_QUEUE_DEPTH))
     keepalive = float(current_app.config.get("AOTX_SSE_KEEPALIVE_S", DEFAULT_KEEPALIVE_S))
-    send, receive = trio.open_memory_channel[tuple[str, Any]](depth)
-
-    async def pump(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        task_status.started()
-        async with send:
-            try:
-                async with client.subscribe("operation.watch", params, buffer=depth) as sub:
-                    async for item in sub:
-                        await send.send(("item", item))
-                    await send.send(("stop", sub.end_reason))
-            except* (trio.BrokenResourceError, trio.ClosedResourceError):
-                pass        # the HTTP client left: leaving the block cancelled the stream
-            except* errors.AotxError as group:   # lost visibility, runtime gone, ...
-                with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError,
-                                         trio.WouldBlock):
-                    send.send_nowait(("error", group.exceptions[0]))
-
-    # Visibility first, as a plain call: 401/403/404 leave as the error envelope before
-    # any byte of the stream (the stream re-checks on every push).
-    await client.operation(principal.name, list(principal.actions), operation)
-    nursery: trio.Nursery = current_app.nursery   # type: ignore[attr-defined]
-    await nursery.start(pump)
+    _, receive = await open_stream(client, "operation.watch", params, depth)
 
     own = current_app.config.get("AOTX_METRICS")
 

@@ -66,6 +66,12 @@ class Job:
     cancelled: bool = False                       # asked to stop: ends at the next step
     deadline: float = math.inf                    # clock time it must be done by
     started: float = 0.0                          # clock time it joined a group
+    ephemeral: bool = False     # not a device operation (chat completions): the prompt
+                                # is given, nothing is journaled, :meth:`Executor.ended`
+    stop: tuple[bytes, ...] = ()                  # stop sequences (not part of the output)
+    seed: int | None = None                       # sampling seed (default: from op_id)
+    finish: str | None = None   # stop | length | cancelled | deadline_exceeded | error
+    abandoned: bool = False     # ephemeral, and nobody waits for its end any more
 
 
 class Executor:
@@ -85,6 +91,7 @@ class Executor:
         self._known: set[str] = set()                 # op ids handed over, not yet done
         self._cancel_early: set[str] = set()          # cancelled before they were taken
         self._jobs: dict[str, Job] = {}               # op id -> job, until it ends
+        self._ended: dict[str, Job] = {}              # ephemeral jobs that ended, untaken
         self._changed = trio.Event()                  # set (and replaced) on any progress
         self.histories: dict[str, list[Turn]] = {}
         self.completed = 0
@@ -107,7 +114,8 @@ class Executor:
         self._send.send_nowait(job)
         self._known.add(job.op_id)
         self._jobs[job.op_id] = job
-        self.histories.setdefault(job.conversation, []).append(job.turn)
+        if not job.ephemeral:
+            self.histories.setdefault(job.conversation, []).append(job.turn)
 
     def cancel(self, op_id: str) -> None:
         """A saved cancellation of ``op_id``: a waiting input ends ``cancelled`` at once,
@@ -132,6 +140,22 @@ class Executor:
         limit); None once it ended (read the device's result) or when unknown."""
         job = self._jobs.get(op_id)
         return None if job is None else bytes(job.out[:self.result_cap])
+
+    def abandon(self, op_id: str) -> None:
+        """An ephemeral job nobody waits for any more: cancel it, keep nothing."""
+        job = self._jobs.get(op_id)
+        if job is not None:
+            job.abandoned = True
+            self.cancel(op_id)
+        self._ended.pop(op_id, None)
+
+    def ended(self, op_id: str) -> Job | None:
+        """An ephemeral job once it ended (taken: a second call answers None)."""
+        return self._ended.pop(op_id, None)
+
+    def live(self, op_id: str) -> Job | None:
+        """A job that has not ended yet (waiting or running)."""
+        return self._jobs.get(op_id)
 
     async def wait_progress(self) -> None:
         """Return after the next round that produced bytes or ended an input."""
@@ -212,20 +236,22 @@ class Executor:
 
     def _join(self, job: Job) -> bool:
         eng = job.model.engine
-        history = self.histories.get(job.conversation, [])
-        before = history[:history.index(job.turn)] if job.turn in history else []
         context = job.model.context
         kv = eng.kv_stats()
         # the history is cut to fit the context and the whole page pool (one page of
         # slack for rounding), so an input alone never waits for pages that cannot be
         room = min(context, (kv.n_pages - 1) * kv.page_tokens)
-        job.prompt = render(eng, before, job.turn, max(1, room - job.max_output))
+        if not job.ephemeral:
+            history = self.histories.get(job.conversation, [])
+            before = history[:history.index(job.turn)] if job.turn in history else []
+            job.prompt = render(eng, before, job.turn, max(1, room - job.max_output))
         job.max_output = min(job.max_output, context - len(job.prompt))
         if job.max_output < 1:
             self._finish(job, "failed", "the input alone does not fit the model's context")
             return True    # done with (failed), not waiting any more
+        seed = job.seed if job.seed is not None else int(job.op_id[:8], 16)
         try:
-            seq = eng.add_sequence(seed=int(job.op_id[:8], 16))
+            seq = eng.add_sequence(seed=seed)
         except errors.OverCapacity:
             return False
         try:
@@ -236,8 +262,9 @@ class Executor:
         job.seq = seq
         job.started = self.clock()
         job.deadline = job.started + self.deadline_s   # from the moment it starts
-        self.device.start(job.op_id)
-        self.saver.wake()
+        if not job.ephemeral:
+            self.device.start(job.op_id)
+            self.saver.wake()
         return True
 
     async def _step(self, group: list[Job]) -> None:
@@ -286,6 +313,7 @@ class Executor:
         eng = job.model.engine
         assert job.seq is not None
         if tok in eng.stop_ids:
+            job.finish = "stop"
             self._finish(job, "succeeded")
             return
         if not job.out_tokens:
@@ -293,8 +321,16 @@ class Executor:
         job.out_tokens.append(tok)
         self.output_tokens += 1
         job.out += eng.detok_push(job.seq, tok)
+        for stop in job.stop:
+            at = job.out.find(stop)
+            if at >= 0:
+                del job.out[at:]
+                job.finish = "stop"
+                self._finish(job, "succeeded")
+                return
         if len(job.out_tokens) >= job.max_output or len(job.out) >= self.result_cap \
                 or job.seq.length + 1 >= job.model.context:
+            job.finish = "length"
             self._finish(job, "succeeded")
         else:
             job.next_token = tok
@@ -302,9 +338,12 @@ class Executor:
     def _finish(self, job: Job, status: str, why: str = "") -> None:
         eng = job.model.engine
         if job.seq is not None:
-            job.out += eng.detok_flush(job.seq)
+            if job.finish != "stop" or not job.stop:   # a cut at a stop sequence stays cut
+                job.out += eng.detok_flush(job.seq)
             eng.release(job.seq)
             job.seq = None
+        if job.finish is None:
+            job.finish = {"failed": "error"}.get(status, status)
         result = bytes(job.out[:self.result_cap])
         if status == "failed" and not result:
             result = why.encode("utf-8")[:self.result_cap]
@@ -315,11 +354,16 @@ class Executor:
         self._jobs.pop(job.op_id, None)
         job.turn.output = result if status in ("succeeded", "cancelled",
                                                "deadline_exceeded") else b""
-        try:
-            self.device.complete(job.op_id, status, result, len(job.prompt), len(job.out_tokens))
-        except errors.AotxError as exc:   # e.g. cancelled meanwhile (a later issue)
-            log.warning("completing %s failed: %s", job.op_id, exc)
-        self.saver.wake()
+        if job.ephemeral:
+            if not job.abandoned:
+                self._ended[job.op_id] = job
+        else:
+            try:
+                self.device.complete(job.op_id, status, result, len(job.prompt),
+                                     len(job.out_tokens))
+            except errors.AotxError as exc:   # e.g. cancelled meanwhile (a later issue)
+                log.warning("completing %s failed: %s", job.op_id, exc)
+            self.saver.wake()
         self._progressed()
         self.completed += 1
         self.finished[status] = self.finished.get(status, 0) + 1

@@ -13,6 +13,7 @@ over the Unix socket.
 from __future__ import annotations
 
 import base64
+import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
@@ -24,7 +25,7 @@ from aotx_trio.journal import SaveState
 from aotx_trio.runtime import render, validate
 from aotx_trio.runtime.executor import Executor, Job
 from aotx_trio.runtime.models import ModelSet, TextModel
-from aotx_trio.runtime.prompt import Turn
+from aotx_trio.runtime.prompt import Turn, render_chat
 from aotx_trio.runtime.state import RuntimeState
 from aotx_trio.vocab import TERMINAL, format_id, grant_mask, principal_key
 
@@ -86,7 +87,8 @@ class ServiceHandler:
             "operation.result": self._result,
         }
         self._streams: dict[str, StreamMethod] = {"save.watch": self._watch_saves,
-                                                  "operation.watch": self._watch_operation}
+                                                  "operation.watch": self._watch_operation,
+                                                  "chat.generate": self._chat}
 
     async def call(self, method: str, params: dict[str, Any]) -> Any:
         fn = self._methods.get(method)
@@ -107,6 +109,12 @@ class ServiceHandler:
     def _caller(self, params: Mapping[str, Any]) -> tuple[int, str]:
         """(grant bitmask, principal key): the deployment grants of the principal,
         intersected with the actions the gateway vouches for on this call."""
+        actions, key = self._actions(params)
+        return grant_mask(list(actions)), key
+
+    def _actions(self, params: Mapping[str, Any]) -> tuple[frozenset[str], str]:
+        """(actions, principal key): the principal's deployed actions that the gateway
+        also vouches for on this call."""
         name, actions = validate.caller(params)
         if self._principals_of is not self.grants:   # a new grant table: forget
             self._principals, self._principals_of = {}, self.grants
@@ -117,7 +125,7 @@ class ServiceHandler:
             key = principal_key(name)
             known = self._principals[name] = (key, self.grants.actions_for(key))
         key, deployed = known
-        return grant_mask([a for a in actions if a in deployed]), key
+        return frozenset(a for a in actions if a in deployed), key
 
     # -- reads --------------------------------------------------------------------
     async def _ping(self, params: Mapping[str, Any]) -> dict[str, Any]:
@@ -367,3 +375,55 @@ class ServiceHandler:
                     await self.executor.wait_progress()
 
         return render.render_receipt(first, self.lineage), items()
+
+    async def _chat(self, params: Mapping[str, Any],
+                    ) -> tuple[dict[str, Any], AsyncIterator[dict[str, Any]]]:
+        """``chat.generate``: an ordinary (nothing persists) chat completion on a loaded
+        text model, through the same executor, KV pool and admission order as shared
+        inputs.  Opens with ``{"model", "id", "prompt_tokens"}``; pushes ``{"text"}``
+        pieces (never a part of a stop sequence); ends with one ``{"finish_reason",
+        "usage"}``.  Leaving the stream early cancels the generation."""
+        actions, _ = self._actions(params)
+        if "models_invoke" not in actions:
+            raise errors.Forbidden("the principal lacks the models_invoke action",
+                                   action="models_invoke", reason="deployment_grant")
+        if self.executor is None:
+            raise errors.RuntimeUnavailable("this runtime runs no models")
+        executor = self.executor
+        req = validate.chat_request(params)
+        model = self.models.get(req.model)
+        prompt = render_chat(model.engine, req.messages)
+        max_out = req.max_tokens if req.max_tokens is not None \
+            else max(1, model.context - len(prompt))
+        if len(prompt) + max_out > model.context:
+            raise errors.InvalidInput(
+                f"{len(prompt)} prompt tokens + max_tokens {max_out} are over the context "
+                f"of {req.model!r} ({model.context})", code="context_length_exceeded",
+                field="messages")
+        job_id = secrets.token_hex(16)
+        job = Job(job_id, "", model, Turn("", b""), max_out, req.temperature, req.top_p,
+                  prompt=prompt, ephemeral=True, stop=req.stop, seed=req.seed)
+        executor.submit(job)
+        hold = max((len(s) for s in req.stop), default=1) - 1
+
+        async def items() -> AsyncIterator[dict[str, Any]]:
+            sent = 0
+            try:
+                while True:
+                    done = executor.ended(job_id)
+                    data = bytes(job.out)
+                    safe = len(data) if done is not None else max(sent, len(data) - hold)
+                    if safe > sent:
+                        yield {"text": data[sent:safe].decode("utf-8", errors="replace")}
+                        sent = safe
+                    if done is not None:
+                        yield {"finish_reason": done.finish or "stop", "usage": {
+                            "prompt_tokens": len(prompt),
+                            "completion_tokens": len(done.out_tokens),
+                            "total_tokens": len(prompt) + len(done.out_tokens)}}
+                        return
+                    await executor.wait_progress()
+            finally:
+                executor.abandon(job_id)    # if the caller left early: free its pages
+
+        return {"model": req.model, "id": job_id, "prompt_tokens": len(prompt)}, items()

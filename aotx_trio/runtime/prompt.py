@@ -67,3 +67,26 @@ def render(engine: Engine, history: list[Turn], current: Turn, budget: int) -> l
     for b in reversed(blocks):
         tokens += b
     return tokens + tail
+
+
+def render_chat(engine: Engine, messages: list[tuple[str, bytes]]) -> list[int]:
+    """OpenAI-style messages (role, content) as tokens, ending with the model's turn
+    marker.  ``system`` (and ``developer``) content opens the first user turn (Gemma
+    has no system turn); ``assistant`` turns are the model's.  Content is tokenized
+    with special tokens off, like shared inputs."""
+    user, end, model = _markers(engine)
+    bos = [engine.info.bos_id] if engine.info.bos_id >= 0 else []
+    system = b"\n\n".join(c for r, c in messages if r in ("system", "developer"))
+    tokens = list(bos)
+    pending = system + b"\n\n" if system else b""
+    for role, content in messages:
+        if role in ("system", "developer"):
+            continue
+        if role == "assistant":
+            tokens += model + _plain(engine, content) + end
+        else:
+            tokens += user + _plain(engine, pending + content) + end
+            pending = b""
+    if pending:                                     # only a system message
+        tokens += user + _plain(engine, pending.rstrip()) + end
+    return tokens + model

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from aotx_trio import errors, vocab
@@ -175,3 +176,51 @@ def build_request(kind: str, body: Mapping[str, Any], lineage: str) -> Request:
         fields["target_sequence"] = _decimal(body.get("target_sequence"), "target_sequence")
     return Request(kind=code, lineage=lineage, operation_key=str(key), sequence=seq,
                    **fields)
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    model: str
+    messages: list[tuple[str, bytes]]
+    max_tokens: int | None
+    temperature: float
+    top_p: float
+    seed: int | None
+    stop: tuple[bytes, ...]
+
+
+CHAT_ROLES = ("system", "developer", "user", "assistant")
+
+
+def chat_request(params: Mapping[str, Any]) -> ChatRequest:
+    """A ``chat.generate`` call's request (the gateway checked the OpenAI shape)."""
+    model = params.get("model")
+    if not isinstance(model, str) or not model:
+        raise errors.InvalidInput("model must name one of the runtime's models",
+                                  field="model")
+    raw = params.get("messages")
+    if not isinstance(raw, list) or not raw:
+        raise errors.InvalidInput("messages must be a non-empty list", field="messages")
+    messages = []
+    for i, m in enumerate(raw):
+        if not isinstance(m, Mapping) or m.get("role") not in CHAT_ROLES \
+                or not isinstance(m.get("content"), str):
+            raise errors.InvalidInput("each message needs a role (system, developer, user, "
+                                      "assistant) and string content",
+                                      field=f"messages.{i}")
+        messages.append((str(m["role"]), str(m["content"]).encode("utf-8")))
+    stop = params.get("stop") or []
+    if not isinstance(stop, list) or len(stop) > 4 or any(
+            not isinstance(x, str) or not x for x in stop):
+        raise errors.InvalidInput("stop must be up to 4 non-empty strings", field="stop")
+    seed = params.get("seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise errors.InvalidInput("seed must be an integer", field="seed")
+    return ChatRequest(
+        model=model, messages=messages,
+        max_tokens=None if params.get("max_tokens") is None
+        else _count(params, "max_tokens", 0, 1, 1 << 20),
+        temperature=_number(params, "temperature", 0.0, lambda v: 0 <= v <= 2),
+        top_p=_number(params, "top_p", 1.0, lambda v: 0 < v <= 1),
+        seed=None if seed is None else seed & 0xFFFFFFFFFFFFFFFF,
+        stop=tuple(x.encode("utf-8") for x in stop))

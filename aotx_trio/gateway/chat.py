@@ -1,0 +1,162 @@
+"""OpenAI-compatible ``POST /v1/chat/completions`` and ``GET /v1/models``.
+
+The temporary request contract of ``shared-api.md``: nothing persists; a
+completion runs on the runtime's executor (the ``chat.generate`` stream of
+the device client), so it shares the KV pool and the admission order with
+shared inputs and queues, never fails, when the pool is busy.  Bearer auth
+with the ``models_invoke`` action (``GET /v1/models``: ``models_read`` or
+``models_invoke``).
+
+Accepted: ``model``, ``messages`` (system, developer, user, assistant; string
+content), ``stream`` (SSE chunks, then ``data: [DONE]``; ``stream_options.
+include_usage`` adds the usage chunk), ``max_tokens`` /
+``max_completion_tokens``, ``temperature``, ``top_p``, ``seed``, ``stop``
+(a string or up to 4), ``n`` = 1, and the sampling knobs the engine does not
+have only at their neutral values (``frequency_penalty``, ``presence_penalty``
+0).  Anything else that changes the answer (tools, logprobs, response_format,
+n > 1) is 400 naming the parameter: never silently ignored.  Errors keep the
+one envelope, with OpenAI's ``type`` and ``param`` added, so the official
+``openai`` client raises its usual exceptions.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from quart import Response, current_app, request
+
+from aotx_trio import errors
+from aotx_trio.client import DeviceClient
+from aotx_trio.gateway.auth import Authenticator, Principal
+from aotx_trio.gateway.errors import dumps, json_response
+from aotx_trio.gateway.routes_table import decode_json
+from aotx_trio.gateway.streams import open_stream
+
+IGNORED_AT_NEUTRAL = {"frequency_penalty": 0, "presence_penalty": 0, "logprobs": False,
+                      "parallel_tool_calls": None, "user": None, "store": False,
+                      "metadata": None, "stream_options": None}
+KNOWN = {"model", "messages", "stream", "max_tokens", "max_completion_tokens",
+         "temperature", "top_p", "seed", "stop", "n"} | set(IGNORED_AT_NEUTRAL)
+FINISH = {"stop": "stop", "length": "length", "deadline_exceeded": "length",
+          "cancelled": "stop", "error": "stop"}
+
+
+def _bad(message: str, param: str, code: str = "invalid_parameter") -> errors.BadRequest:
+    return errors.BadRequest(message, code=code, type="invalid_request_error", param=param)
+
+
+def _openai(exc: errors.AotxError) -> errors.AotxError:
+    """A runtime refusal in OpenAI's terms: bad parameters are 400, an unknown model is
+    404 ``model_not_found``."""
+    param = exc.fields.get("field")
+    if exc.code == "unknown_model":
+        return errors.NotFound(exc.message, code="model_not_found",
+                               type="invalid_request_error", param="model")
+    if isinstance(exc, errors.InvalidInput):
+        return _bad(exc.message, str(param or ""), exc.code)
+    return exc
+
+
+def _params(principal: Principal, body: Any) -> tuple[dict[str, Any], bool, bool]:
+    """(the chat.generate params, stream?, include usage?) of a request body."""
+    if not isinstance(body, dict):
+        raise _bad("the body must be a JSON object", "")
+    for key, value in body.items():
+        if key not in KNOWN:
+            raise _bad(f"unsupported parameter {key!r}", key, "unsupported_parameter")
+        if key in IGNORED_AT_NEUTRAL and value not in (None, IGNORED_AT_NEUTRAL[key]) \
+                and key not in ("user", "metadata", "stream_options", "store"):
+            raise _bad(f"{key} is not supported (only {IGNORED_AT_NEUTRAL[key]!r})", key,
+                       "unsupported_parameter")
+    if body.get("n", 1) != 1:
+        raise _bad("n must be 1", "n", "unsupported_parameter")
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise _bad("stream must be a boolean", "stream")
+    options = body.get("stream_options") or {}
+    usage = isinstance(options, dict) and options.get("include_usage") is True
+    stop = body.get("stop")
+    stops = [stop] if isinstance(stop, str) else (stop or [])
+    max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
+    params = {"principal": principal.name, "actions": list(principal.actions),
+              "model": body.get("model"), "messages": body.get("messages"),
+              "max_tokens": max_tokens, "temperature": body.get("temperature"),
+              "top_p": body.get("top_p"), "seed": body.get("seed"), "stop": stops}
+    return params, stream, usage
+
+
+def _chunk(cid: str, created: int, model: str, delta: dict[str, Any],
+           finish: str | None) -> bytes:
+    doc = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
+           "choices": [{"index": 0, "delta": delta, "finish_reason": finish,
+                        "logprobs": None}]}
+    return b"data: " + dumps(doc).encode("utf-8") + b"\n\n"
+
+
+async def chat_completions(client: DeviceClient, auth: Authenticator) -> Response:
+    principal = auth.authenticate(request.headers.get("Authorization"))
+    principal.require("models_invoke")
+    raw = await request.get_data(cache=False, as_text=False, parse_form_data=False)
+    params, stream, with_usage = _params(principal, decode_json(raw))
+    depth = int(current_app.config.get("AOTX_SSE_QUEUE_DEPTH", 256))
+    try:
+        opened, receive = await open_stream(client, "chat.generate", params, depth)
+    except errors.AotxError as exc:
+        raise _openai(exc) from exc
+    cid, model, created = f"chatcmpl-{opened['id']}", str(opened["model"]), int(time.time())
+
+    if not stream:
+        parts: list[str] = []
+        final: dict[str, Any] = {}
+        async with receive:
+            async for kind, value in receive:
+                if kind == "error":
+                    raise _openai(value)
+                if kind == "item" and "text" in value:
+                    parts.append(value["text"])
+                elif kind == "item":
+                    final = value
+        return json_response({
+            "id": cid, "object": "chat.completion", "created": created, "model": model,
+            "choices": [{"index": 0, "finish_reason": FINISH.get(final.get(
+                "finish_reason", "stop"), "stop"), "logprobs": None,
+                "message": {"role": "assistant", "content": "".join(parts)}}],
+            "usage": final.get("usage")}, 200)
+
+    async def body() -> AsyncIterator[bytes]:
+        async with receive:
+            yield _chunk(cid, created, model, {"role": "assistant", "content": ""}, None)
+            async for kind, value in receive:
+                if kind == "error":
+                    err = _openai(value).envelope()
+                    yield b"data: " + json.dumps(err).encode() + b"\n\n"
+                    break
+                if kind == "item" and "text" in value:
+                    yield _chunk(cid, created, model, {"content": value["text"]}, None)
+                elif kind == "item":
+                    yield _chunk(cid, created, model, {},
+                                 FINISH.get(value["finish_reason"], "stop"))
+                    if with_usage:
+                        doc = {"id": cid, "object": "chat.completion.chunk",
+                               "created": created, "model": model, "choices": [],
+                               "usage": value["usage"]}
+                        yield b"data: " + dumps(doc).encode("utf-8") + b"\n\n"
+            yield b"data: [DONE]\n\n"
+
+    response = Response(body(), status=200, content_type="text/event-stream")
+    response.headers["Cache-Control"] = "no-store"
+    response.timeout = None
+    return response
+
+
+async def list_models(client: DeviceClient, auth: Authenticator) -> Response:
+    principal = auth.authenticate(request.headers.get("Authorization"))
+    if "models_read" not in principal.actions:
+        principal.require("models_invoke")
+    caps = await client.capabilities()
+    data = [{"id": m["name"], "object": "model", "created": 0, "owned_by": "aotx"}
+            for m in caps.get("models", []) if m.get("kind") == "text" and m.get("ready")]
+    return json_response({"object": "list", "data": data}, 200)

@@ -1,0 +1,108 @@
+"""POST /v1/chat/completions and GET /v1/models with the official ``openai`` client
+as a black box (sync and streaming, unchanged but for base_url and api_key) against
+a real hypercorn on loopback, on the runtime's own tiny model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import openai
+import pytest
+import trio
+from _gateway_env import ALL, TINY_MODEL, served, token_for
+
+from aotx_trio.engine import Engine
+from aotx_trio.runtime.prompt import render_chat
+
+pytestmark = pytest.mark.timeout(120)
+INVOKER = (*ALL, "models_invoke", "models_read")
+
+
+def _client(url: str, who: str = "alice") -> openai.OpenAI:
+    return openai.OpenAI(base_url=url + "/v1", api_key=token_for(who), max_retries=0,
+                         timeout=60)
+
+
+def _offline(model: Path, messages: list[tuple[str, bytes]], n: int) -> str:
+    with Engine.load(model, max_seqs=1) as eng:
+        prompt = render_chat(eng, messages)
+        return b"".join(eng.generate(prompt, max_tokens=n)).decode("utf-8", "replace")
+
+
+async def test_completion_stream_and_models(tmp_path: Path) -> None:
+    async with served(tmp_path, {"alice": INVOKER}) as srv:
+        def run() -> tuple[object, str, list[str], object]:
+            c = _client(srv.url)
+            models = c.models.list()
+            done = c.chat.completions.create(
+                model=TINY_MODEL, max_tokens=8,
+                messages=[{"role": "system", "content": "Be brief."},
+                          {"role": "user", "content": "Hello world"}])
+            pieces, finish = [], None
+            with c.chat.completions.create(model=TINY_MODEL, max_tokens=8, stream=True,
+                                           messages=[{"role": "user", "content": "Hello"}],
+                                           stream_options={"include_usage": True}) as s:
+                usage = None
+                for chunk in s:
+                    if chunk.usage is not None:
+                        usage = chunk.usage
+                    for ch in chunk.choices:
+                        if ch.delta.content:
+                            pieces.append(ch.delta.content)
+                        finish = ch.finish_reason or finish
+            return models, done, pieces, (finish, usage)
+
+        models, done, pieces, (finish, usage) = await trio.to_thread.run_sync(run)
+    assert [m.id for m in models.data] == [TINY_MODEL]          # type: ignore[attr-defined]
+    model = tmp_path / "rt" / TINY_MODEL
+    want = _offline(model, [("system", b"Be brief."), ("user", b"Hello world")], 8)
+    msg = done.choices[0]                                         # type: ignore[attr-defined]
+    assert msg.message.content == want and msg.message.role == "assistant"
+    assert msg.finish_reason in ("stop", "length")
+    assert done.usage.completion_tokens <= 8 and done.usage.prompt_tokens > 0  # type: ignore[attr-defined]
+    assert "".join(pieces) == _offline(model, [("user", b"Hello")], 8)
+    assert finish in ("stop", "length")
+    assert usage is not None and usage.total_tokens == usage.prompt_tokens + usage.completion_tokens  # type: ignore[attr-defined]
+
+
+async def test_errors_in_openai_terms(tmp_path: Path) -> None:
+    async with served(tmp_path, {"alice": INVOKER, "reader": ("shared_read",)}) as srv:
+        def run() -> list[tuple[type[Exception], str | None]]:
+            c = _client(srv.url)
+            out: list[tuple[type[Exception], str | None]] = []
+            attempts = [
+                dict(model="nope", messages=[{"role": "user", "content": "x"}]),
+                dict(model=TINY_MODEL, n=2, messages=[{"role": "user", "content": "x"}]),
+                dict(model=TINY_MODEL, messages=[]),
+                dict(model=TINY_MODEL, max_tokens=999999,
+                     messages=[{"role": "user", "content": "x"}]),
+                dict(model=TINY_MODEL, temperature=-1,
+                     messages=[{"role": "user", "content": "x"}]),
+                dict(model=TINY_MODEL, tools=[{"type": "function", "function": {"name": "f"}}],
+                     messages=[{"role": "user", "content": "x"}]),
+            ]
+            for kw in attempts:
+                try:
+                    c.chat.completions.create(**kw)  # type: ignore[call-overload]
+                    out.append((type(None), None))  # type: ignore[arg-type]
+                except openai.APIStatusError as exc:
+                    out.append((type(exc), exc.body.get("code") if isinstance(exc.body, dict)
+                                else None))
+            try:
+                _client(srv.url, "reader").chat.completions.create(
+                    model=TINY_MODEL, messages=[{"role": "user", "content": "x"}])
+            except openai.APIStatusError as exc:
+                out.append((type(exc), None))
+            try:
+                openai.OpenAI(base_url=srv.url + "/v1", api_key="wrong",
+                              max_retries=0).models.list()
+            except openai.APIStatusError as exc:
+                out.append((type(exc), None))
+            return out
+
+        got = await trio.to_thread.run_sync(run)
+    assert got[0] == (openai.NotFoundError, "model_not_found")
+    assert [g[0] for g in got[1:6]] == [openai.BadRequestError] * 5
+    assert got[1][1] == "unsupported_parameter" and got[3][1] == "context_length_exceeded"
+    assert got[6][0] is openai.PermissionDeniedError
+    assert got[7][0] is openai.AuthenticationError
