@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import os
 import struct
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -658,3 +660,30 @@ def test_wire_frame_reader(stream_bytes: bytes, chunk: int) -> None:
             assert isinstance(frame, dict)
 
     trio.run(run)
+
+
+# ---- 6. the sanitizer run is live ------------------------------------------------------
+
+# ./scripts/test runs this file a second time on the AOTX_DEBUG=1 build (AddressSanitizer
+# and UBSan, preloaded) with AOTX_SANITIZE_CHECK=1; this test proves that run can fail.
+CANARY = """
+from aotx_trio.native import ffi, lib
+err = ffi.new("char[4]")   # the library is told it holds 256 bytes
+lib.aotx_gguf_open(b"/nonexistent/canary.gguf", ffi.new("aotx_gguf **"), err, 256)
+print("no finding")
+"""
+
+
+@pytest.mark.skipif(os.environ.get("AOTX_SANITIZE_CHECK") != "1",
+                    reason="only in ./scripts/test's AddressSanitizer + UBSan run")
+def test_the_sanitizers_are_live() -> None:
+    """The library under test is the instrumented build, and an overflow ends the process."""
+    so = Path(sys.modules["aotx_trio._native"].__file__ or "")
+    assert so.parent.resolve() == Path(os.environ["AOTX_NATIVE_DIR"]).resolve(), so
+    image = so.read_bytes()
+    assert b"__asan_report_" in image and b"__ubsan_handle_" in image, so
+    proc = subprocess.run([sys.executable, "-c", CANARY], capture_output=True, text=True,
+                          timeout=60, cwd=Path(__file__).resolve().parent.parent)
+    assert proc.returncode != 0 and "no finding" not in proc.stdout, proc.stdout
+    assert "AddressSanitizer: heap-buffer-overflow" in proc.stderr, proc.stderr[-2000:]
+    assert "aotx_gguf_open" in proc.stderr, proc.stderr[-2000:]
