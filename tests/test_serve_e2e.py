@@ -388,7 +388,7 @@ def test_split_deployment_runs_a_room_conversation_on_the_default_model(
             assert time.monotonic() < deadline
             time.sleep(0.02)
         runtime.send_signal(signal.SIGKILL)
-        runtime.wait()
+        runtime.wait(timeout=30)
         runtime = start(boot_argv, boot_log)
         deadline = time.monotonic() + 120
         while a.get(f"/operations/{long_op}").status_code != 200:
