@@ -104,7 +104,7 @@ async def test_journal_damage_fails_closed(tmp_path: Path, folder: Path) -> None
 def _wait_for(path: Path, proc: subprocess.Popen[str]) -> None:
     deadline = time.monotonic() + 60
     while not path.exists():
-        assert proc.poll() is None, proc.communicate()
+        assert proc.poll() is None, proc.communicate(timeout=30)
         assert time.monotonic() < deadline, "runtime did not start"
         time.sleep(0.05)
 

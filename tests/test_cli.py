@@ -23,6 +23,6 @@ def test_help(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_missing_required_argument_names_it() -> None:
     proc = subprocess.run([sys.executable, "-m", "aotx_trio", "pack"],
-                          capture_output=True, text=True)
+                          capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert "--runtime" in proc.stderr

@@ -594,14 +594,14 @@ def small_build() -> Path:
     out = ROOT / "build" / "dev-device-small"
     env = {**os.environ, **SMALL}
     subprocess.run([sys.executable, "build.py", "--only", "device,journal,common", "--out",
-                    str(out)], cwd=ROOT, env=env, check=True, capture_output=True)
+                    str(out)], cwd=ROOT, env=env, check=True, capture_output=True, timeout=240)
     return out
 
 
 def test_capacities_on_a_small_build(small_build: Path) -> None:
     env = {**os.environ, "AOTX_NATIVE_DIR": str(small_build)}
     proc = subprocess.run([sys.executable, "-c", CHILD], cwd=ROOT, env=env, capture_output=True,
-                          text=True)
+                          text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "CHILD-OK" in proc.stdout
 
@@ -610,7 +610,7 @@ def test_model_on_a_small_build(small_build: Path) -> None:
     env = {**os.environ, "AOTX_NATIVE_DIR": str(small_build), "AOTX_MODEL_EXAMPLES": "30"}
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                            "tests/test_device_model.py"], cwd=ROOT, env=env,
-                          capture_output=True, text=True)
+                          capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
 
 

@@ -409,6 +409,7 @@ trio.run(main)
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)   # a build (<= 240 s) and a child run (<= 300 s)
 def test_small_capacity_build_507_and_receipt_table_full(tmp_path: Path) -> None:
     """A build with tiny tables: a full fixed table is 507, a full receipt table 429
     until a retirement frees receipts."""
@@ -422,7 +423,7 @@ def test_small_capacity_build_507_and_receipt_table_full(tmp_path: Path) -> None
     env = dict(os.environ, AOTX_MAX_PARTICIPANTS="3", AOTX_MAX_SPACES="2",
                AOTX_MAX_RECEIPTS="8")
     subprocess.run([sys.executable, "build.py", "--out", str(out)],   # the runtime runs models
-                   cwd=root, env=env, check=True, capture_output=True)
+                   cwd=root, env=env, check=True, capture_output=True, timeout=240)
     env["AOTX_NATIVE_DIR"] = str(out)
     proc = subprocess.run([sys.executable, "-c", _SMALL_SCRIPT, str(Path(__file__).parent)],
                           cwd=root, env=env, capture_output=True, text=True, timeout=300)

@@ -65,7 +65,9 @@ def test_load_round_trip_and_lookup(tmp_path: Path) -> None:
     key_bytes = hashlib.sha256(b"alice").digest()[:16]
     assert grants.actions_for(key_bytes) == {"shared_read", "shared_write", "models_read"}
     assert grants.actions_for("0" * 32) == frozenset()
-    assert grants.by_key(principal_key("carol")) is not None
+    carol = grants.by_key(principal_key("carol"))
+    assert carol is not None and carol.name == "carol" and carol.actions == ()
+    assert grants.by_key("0" * 32) is None
 
 
 def _tamper(tmp_path: Path, edit: Any) -> ConfigError:

@@ -477,7 +477,7 @@ def test_forced_reference_is_named() -> None:
             "print(ffi.string(lib.aotx_kernel_impl(8)).decode())")
     env = dict(os.environ, AOTX_KERNELS="ref")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         check=True)
+                         check=True, timeout=60)
     assert out.stdout.strip() == "ref"
     assert lib.aotx_kernel_force(b"ref") == 0
     try:

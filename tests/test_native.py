@@ -2,17 +2,47 @@
 
 from __future__ import annotations
 
+import importlib.util
+import re
+from pathlib import Path
+from types import ModuleType
+
 import pytest
 
 from aotx_trio import errors, native
 
+ROOT = Path(__file__).resolve().parent.parent
 
-def test_capacities_are_the_spec_defaults() -> None:
-    caps = native.capacities()
-    assert caps == {
-        "participants": 1024, "spaces": 1024, "conversations": 4096, "members": 4096,
-        "receipts": 1024, "command_bytes": 8192, "result_bytes": 65536,
-    }
+
+def _build_py() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("aotx_build_settings", ROOT / "build.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+BUILD = _build_py()
+
+
+def _field(macro: str) -> str:
+    """AOTX_MAX_COMMAND_BYTES -> command_bytes (the aotx_capacities field)."""
+    return macro.removeprefix("AOTX_MAX_").lower()
+
+
+def test_capacities_are_the_build_settings() -> None:
+    """The library reports what build.py compiled in (its defaults or AOTX_MAX_* from the
+    environment, the same environment this test runs in), for every capacity."""
+    want = {_field(name): int(value) for name, value in BUILD.capacity_macros()}
+    assert native.capacities() == want
+
+
+def test_header_defaults_are_build_py_defaults() -> None:
+    """csrc/aotx.h's #ifndef fallbacks (a build without build.py) match CAPACITY_DEFAULTS."""
+    header = (ROOT / "csrc" / "aotx.h").read_text()
+    found = dict(re.findall(r"#ifndef (AOTX_MAX_\w+)\n#define \1 (\d+)", header))
+    assert {k: int(v) for k, v in found.items()} == BUILD.CAPACITY_DEFAULTS
+    assert {_field(k) for k in found} == set(native.capacities())
 
 
 def test_common_code_names() -> None:

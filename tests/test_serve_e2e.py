@@ -60,7 +60,7 @@ def stop(proc: subprocess.Popen[bytes]) -> int:
             return proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             proc.kill()
-            proc.wait()
+            proc.wait(timeout=30)
             return -9
     return proc.returncode
 
@@ -222,7 +222,7 @@ def test_split_deployment_survives_kill_9(tmp_path: Path, folder: Path) -> None:
         while sum(len(v) for v in acked.values()) < 40 and time.monotonic() < deadline:
             time.sleep(0.01)
         runtime.send_signal(signal.SIGKILL)       # mid-load
-        runtime.wait()
+        runtime.wait(timeout=30)
         stop_load.set()
         for t in threads:
             t.join(timeout=60)
@@ -388,7 +388,7 @@ def test_split_deployment_runs_a_room_conversation_on_the_default_model(
             assert time.monotonic() < deadline
             time.sleep(0.02)
         runtime.send_signal(signal.SIGKILL)
-        runtime.wait()
+        runtime.wait(timeout=30)
         runtime = start(boot_argv, boot_log)
         deadline = time.monotonic() + 120
         while a.get(f"/operations/{long_op}").status_code != 200:

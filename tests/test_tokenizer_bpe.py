@@ -353,5 +353,5 @@ def test_unicode_tables_are_current() -> None:
     if f"(Unicode {unicodedata.unidata_version})" not in committed:
         pytest.skip(f"tables were generated for another Unicode than {unicodedata.unidata_version}")
     fresh = subprocess.run([sys.executable, str(root / "scripts" / "gen_unicode_tables.py")],
-                           check=True, capture_output=True, text=True).stdout
+                           check=True, capture_output=True, text=True, timeout=120).stdout
     assert fresh == committed

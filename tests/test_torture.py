@@ -25,6 +25,7 @@ def run_torture(tmp_path: Path, *args: str, timeout: float) -> dict[str, int]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(660)   # the script's own limit is 600 s
 def test_kill9_torture_ci_run(tmp_path: Path) -> None:
     stats = run_torture(tmp_path, "--cycles", "200", "--seed", "2024", timeout=600)
     assert stats["cycles"] == 200
@@ -38,7 +39,7 @@ def test_kill9_torture_ci_run(tmp_path: Path) -> None:
 def test_kill9_torture_cold_writer_processes(tmp_path: Path) -> None:
     """The script itself in --writer mode (a fresh interpreter per cycle)."""
     stats = run_torture(tmp_path, "--cycles", "4", "--spawn", "exec", "--seed", "5",
-                        "--max-delay", "0.2", timeout=300)
+                        "--max-delay", "0.2", timeout=240)
     assert stats["cycles"] == 4 and stats["lost"] == 0
 
 
