@@ -78,7 +78,8 @@ const char *aotx_code_name(int code);
 /* One sentence describing a code; never NULL. */
 const char *aotx_strerror(int code);
 /* CPU features the kernels may use, detected at run time: bit 0 AVX2+FMA,
- * bit 1 AVX-512F/BW/VL, bit 2 AVX-512 VNNI, bit 3 AVX-VNNI, bit 4 F16C. */
+ * bit 1 AVX-512F/BW/VL, bit 2 AVX-512 VNNI, bit 3 AVX-VNNI, bit 4 F16C, bit 5 AVX-512F.
+ * The one probe: every kernel family picks its level from these bits. */
 uint32_t aotx_cpu_features(void);
 /* CDEF-END */
 

@@ -6,6 +6,7 @@
  * Element-wise work on few tokens runs on the caller without a section.
  */
 #include "model_internal.h"
+#include "vecmath_internal.h"
 
 #include <math.h>
 #include <string.h>
@@ -115,33 +116,17 @@ static void rmsnorm(float *out, const float *x, const float *w, int64_t n, float
     for (int64_t i = 0; i < n; i++) out[i] = x[i] * r * w[i];
 }
 
-/* exp(x) to ~2e-7 relative, written so loops over it vectorize:
- * 2^k * p(r), r = x - k ln2, p the degree-6 Taylor polynomial. */
-static inline float exp_approx(float x) {
-    x = x < -87.0f ? -87.0f : x;
-    x = x > 88.0f ? 88.0f : x;
-    const float magic = 12582912.0f;   /* 1.5 * 2^23: adding it rounds to an integer */
-    float kf = (x * 1.4426950408889634f + magic) - magic;
-    float r = x - kf * 0.693145751953125f - kf * 1.428606765330187e-06f;
-    float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 +
-                                                                                r * (1.0f / 720))))));
-    int32_t bits = ((int32_t)kf + 127) << 23;
-    float sc;
-    __builtin_memcpy(&sc, &bits, 4);
-    return p * sc;
-}
-
 /* g = act(g) * u; gelu_tanh(x) = 0.5x(1 + tanh(v)) = x / (1 + exp(-2v)),
  * v = sqrt(2/pi)(x + 0.044715x^3); silu(x) = x / (1 + exp(-x)). */
 AOTX_CLONES static void glu_gelu(float *g, const float *u, int64_t n) {
     for (int64_t i = 0; i < n; i++) {
         float x = g[i], v = 0.7978845608028654f * (x + 0.044715f * x * x * x);
-        g[i] = x / (1.0f + exp_approx(-2.0f * v)) * u[i];
+        g[i] = x / (1.0f + aotx_exp_approx(-2.0f * v)) * u[i];
     }
 }
 
 AOTX_CLONES static void glu_silu(float *g, const float *u, int64_t n) {
-    for (int64_t i = 0; i < n; i++) g[i] = g[i] / (1.0f + exp_approx(-g[i])) * u[i];
+    for (int64_t i = 0; i < n; i++) g[i] = g[i] / (1.0f + aotx_exp_approx(-g[i])) * u[i];
 }
 
 typedef struct ew_job {
@@ -346,12 +331,12 @@ AOTX_CLONES static float vexp_sum(float *sc, int64_t n, float mx) {
     int64_t i = 0;
     for (; i + LANES <= n; i += LANES)
         for (int j = 0; j < LANES; j++) {
-            float e = exp_approx(sc[i + j] - mx);
+            float e = aotx_exp_approx(sc[i + j] - mx);
             sc[i + j] = e;
             acc[j] += e;
         }
     float s = 0;
-    for (; i < n; i++) { sc[i] = exp_approx(sc[i] - mx); s += sc[i]; }
+    for (; i < n; i++) { sc[i] = aotx_exp_approx(sc[i] - mx); s += sc[i]; }
     TREE_SUM(acc);
     return s + acc[0];
 }
