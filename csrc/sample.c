@@ -30,14 +30,8 @@ uint64_t aotx_rng_next(aotx_rng *r) {   /* xoshiro256** */
 
 double aotx_rng_uniform(aotx_rng *r) { return (double)(aotx_rng_next(r) >> 11) * 0x1.0p-53; }
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define SAMPLE_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define SAMPLE_CLONES
-#endif
-
 /* max over x ignoring NaN (-inf if all NaN); vectorizable (16 lanes). */
-SAMPLE_CLONES static float max_no_nan(const float *x, int32_t n) {
+AOTX_CLONES static float max_no_nan(const float *x, int32_t n) {
     float acc[16];
     for (int j = 0; j < 16; j++) acc[j] = -INFINITY;
     int32_t i = 0;
@@ -59,7 +53,7 @@ int32_t aotx_argmax(const float *x, int32_t n) {
 }
 
 /* probs[i] = exp((logits[i] - mx) * inv_t) (NaN -> 0); returns the sum. */
-SAMPLE_CLONES static double softmax_unnorm(const float *logits, float *probs, int32_t n, float mx,
+AOTX_CLONES static double softmax_unnorm(const float *logits, float *probs, int32_t n, float mx,
                                            float inv_t) {
     float acc[16] = {0};
     int32_t i = 0;

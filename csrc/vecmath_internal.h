@@ -5,6 +5,13 @@
 
 #include <stdint.h>
 
+/* Vector helpers compiled three times (x86-64-v4, v3, baseline), picked at load. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define AOTX_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define AOTX_CLONES
+#endif
+
 /* exp(x) to ~2e-7 relative, written so loops over it vectorize:
  * 2^k * p(r), r = x - k ln2, p the degree-6 Taylor polynomial; x clamped to [-87, 88]. */
 static inline float aotx_exp_approx(float x) {
