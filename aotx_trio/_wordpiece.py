@@ -1,42 +1,32 @@
 """BERT WordPiece tokenization as ``tokenizer.json`` describes it (docs/embeddings.md,
 "Tokenization"): BertNormalizer, BertPreTokenizer, greedy longest-match-first
-WordPiece, added tokens, [CLS] ... [SEP]."""
+WordPiece, added tokens, [CLS] ... [SEP].  Python reads and validates the file; C
+(csrc/tokenizer_wordpiece.c) tokenizes."""
 
 from __future__ import annotations
 
-import re
-import unicodedata
 from pathlib import Path
+from typing import Any
 
 from aotx_trio import errors
 from aotx_trio._bert_config import read_json
 from aotx_trio._safetensors import is_uint
+from aotx_trio.native import check, ffi, lib
 
-# Unicode White_Space (what the Rust tokenizers' char::is_whitespace tests).
-_WHITESPACE = frozenset("\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005"
-                        "\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000")
-_CJK = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F),
-        (0x2B740, 0x2B81F), (0x2B920, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F))
-_ASCII_PUNCT = frozenset("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
+_MAX_ID = 2**31 - 1
 
 
-def _is_cjk(cp: int) -> bool:
-    return any(lo <= cp <= hi for lo, hi in _CJK)
-
-
-def _is_control(ch: str) -> bool:
-    # Cc, Cf, Co, Cs; unassigned code points (Cn) are kept, as the reference does
-    cat = unicodedata.category(ch)
-    return cat[0] == "C" and cat != "Cn"
-
-
-def _is_punct(ch: str) -> bool:
-    return ch in _ASCII_PUNCT or unicodedata.category(ch).startswith("P")
+def _utf8(s: str) -> bytes:
+    return s.encode("utf-8", "surrogatepass")   # JSON may carry lone surrogates
 
 
 class WordPiece:
     """BERT tokenization as tokenizer.json describes it (BertNormalizer,
-    BertPreTokenizer, WordPiece greedy longest-match-first, [CLS] ... [SEP])."""
+    BertPreTokenizer, WordPiece greedy longest-match-first, [CLS] ... [SEP]).
+
+    This class reads and validates tokenizer.json; the tokenization itself runs in
+    C (csrc/tokenizer_wordpiece.c, the GIL released).  tests/wordpiece_oracle.py
+    keeps a pure-Python version of the same steps as the test oracle."""
 
     def __init__(self, path: Path, max_len: int) -> None:
         raw = read_json(path)
@@ -51,8 +41,8 @@ class WordPiece:
                                       code="embed_config_invalid", key=key)
 
         for k, v in model["vocab"].items():
-            if not is_uint(v):
-                raise bad(f"model.vocab[{k!r}]", "a non-negative integer id", v)
+            if not is_uint(v) or v > _MAX_ID:
+                raise bad(f"model.vocab[{k!r}]", "a non-negative 31-bit integer id", v)
         self.vocab: dict[str, int] = {str(k): int(v) for k, v in model["vocab"].items()}
         prefix = model.get("continuing_subword_prefix", "##")
         if not isinstance(prefix, str):
@@ -84,14 +74,12 @@ class WordPiece:
             raise bad("added_tokens", "a list", tokens)
         for i, t in enumerate(tokens):
             if not (isinstance(t, dict) and isinstance(t.get("content"), str)
-                    and is_uint(t.get("id"))):
+                    and is_uint(t.get("id")) and t["id"] <= _MAX_ID):
                 raise bad(f"added_tokens[{i}]", "an object with a string content and an id", t)
         added = [(t["content"], int(t["id"])) for t in tokens
                  if not t.get("normalized", False) and t["content"]]
         self.added = dict(added)
-        words = sorted(self.added, key=len, reverse=True)
-        self._added_re = re.compile("|".join(map(re.escape, words))) if words else None
-        self._cache: dict[str, list[int]] = {}
+        self._native = self._build()
 
     def _special(self, path: Path, token: str) -> int:
         if token not in self.vocab:
@@ -99,92 +87,46 @@ class WordPiece:
                                      code="embed_config_invalid", key="model.vocab")
         return self.vocab[token]
 
-    def normalize(self, text: str) -> str:
-        if self.clean_text:
-            text = "".join(" " if c in _WHITESPACE else c for c in text
-                           if c in "\t\n\r" or not (c == "\ufffd" or _is_control(c)))
-        if self.chinese:
-            text = "".join(f" {c} " if _is_cjk(ord(c)) else c for c in text)
-        if self.strip_accents:
-            text = "".join(c for c in unicodedata.normalize("NFD", text)
-                           if unicodedata.category(c) != "Mn")
-        if self.lowercase:
-            # per character, like the reference (str.lower() would apply final-sigma rules)
-            text = "".join(c.lower() for c in text) if "\u03a3" in text else text.lower()
-        return text
-
-    @staticmethod
-    def pre_tokenize(text: str) -> list[str]:
-        words: list[str] = []
-        for chunk in "".join(" " if c in _WHITESPACE else c for c in text).split(" "):
-            start = 0
-            for i, c in enumerate(chunk):
-                if _is_punct(c):
-                    if i > start:
-                        words.append(chunk[start:i])
-                    words.append(c)
-                    start = i + 1
-            if start < len(chunk):
-                words.append(chunk[start:])
-        return words
-
-    def word_ids(self, word: str) -> list[int]:
-        hit = self._cache.get(word)
-        if hit is not None:
-            return hit
-        ids = self._greedy(word)
-        if len(self._cache) < 200_000:
-            self._cache[word] = ids
-        return ids
-
-    def _greedy(self, word: str) -> list[int]:
-        if len(word) > self.max_chars:
-            return [self.unk]
-        ids: list[int] = []
-        start, n = 0, len(word)
-        while start < n:
-            end = n
-            found = -1
-            while end > start:
-                piece = word[start:end] if start == 0 else self.prefix + word[start:end]
-                found = self.vocab.get(piece, -1)
-                if found >= 0:
-                    break
-                end -= 1
-            if found < 0:
-                return [self.unk]
-            ids.append(found)
-            start = end
-        return ids
+    def _build(self) -> Any:
+        """The C tokenizer over this vocabulary (it copies what it needs)."""
+        pieces = [_utf8(k) for k in self.vocab]
+        added = [_utf8(k) for k in self.added]
+        keep = [ffi.new("char[]", b) for b in pieces + added]
+        p = ffi.new("aotx_wordpiece_params *")
+        p.n_vocab = len(pieces)
+        p.tokens = tokens = ffi.new("char *[]", keep[:len(pieces)])
+        p.token_lens = lens = ffi.new("int32_t[]", [len(b) for b in pieces])
+        p.ids = ids = ffi.new("int32_t[]", list(self.vocab.values()))
+        prefix = _utf8(self.prefix)
+        p.prefix = pre = ffi.new("char[]", prefix)
+        p.prefix_len = len(prefix)
+        p.max_chars = min(self.max_chars, _MAX_ID)
+        p.unk_id = self.unk
+        p.clean_text, p.chinese = int(self.clean_text), int(self.chinese)
+        p.strip_accents, p.lowercase = int(self.strip_accents), int(self.lowercase)
+        p.n_added = len(added)
+        p.added = a_tok = ffi.new("char *[]", keep[len(pieces):])
+        p.added_lens = a_len = ffi.new("int32_t[]", [len(b) for b in added])
+        p.added_ids = a_ids = ffi.new("int32_t[]", list(self.added.values()))
+        out = ffi.new("aotx_wordpiece **")
+        check(lib.aotx_wordpiece_new(p, out), "WordPiece tokenizer")
+        del tokens, lens, ids, pre, a_tok, a_len, a_ids, keep   # copied by C
+        return ffi.gc(out[0], lib.aotx_wordpiece_free)
 
     def pieces(self, text: str, limit: int | None = None) -> list[int]:
         """Word-piece ids of ``text`` without [CLS]/[SEP]; the first ``limit`` (all if None)."""
-        ids: list[int] = []
-        parts = [text] if self._added_re is None else self._split_added(text)
-        for part in parts:
-            if limit is not None and len(ids) >= limit:
-                break
-            if part in self.added:
-                ids.append(self.added[part])
-                continue
-            for word in self.pre_tokenize(self.normalize(part)):
-                ids.extend(self.word_ids(word))
-                if limit is not None and len(ids) >= limit:
-                    break
-        return ids if limit is None else ids[:limit]
-
-    def _split_added(self, text: str) -> list[str]:
-        assert self._added_re is not None
-        out: list[str] = []
-        pos = 0
-        for m in self._added_re.finditer(text):
-            if m.start() > pos:
-                out.append(text[pos:m.start()])
-            out.append(m.group())
-            pos = m.end()
-        if pos < len(text):
-            out.append(text[pos:])
-        return out
+        data = _utf8(text)
+        cap = limit if limit is not None else 2 * len(data) + 16
+        n = ffi.new("int64_t *")
+        buf = ffi.new("int32_t[]", max(cap, 1))
+        rc = lib.aotx_wordpiece_encode(self._native, data, len(data),
+                                       -1 if limit is None else limit, buf, cap, n)
+        if rc == lib.AOTX_E_BUFFER_TOO_SMALL:
+            cap = int(n[0])
+            buf = ffi.new("int32_t[]", cap)
+            rc = lib.aotx_wordpiece_encode(self._native, data, len(data), -1, buf, cap, n)
+        check(rc, "WordPiece encode")
+        return list(ffi.unpack(buf, int(n[0])))
 
     def encode(self, text: str) -> list[int]:
         """[CLS] + word pieces (truncated to max_len - 2) + [SEP]."""

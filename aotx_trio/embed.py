@@ -1,4 +1,4 @@
-"""Sentence embeddings: BERT encoder (C, csrc/embed*.c) + WordPiece tokenizer (Python).
+"""Sentence embeddings: BERT encoder (csrc/embed*.c) + WordPiece (csrc/tokenizer_wordpiece.c).
 
 A model folder in the sentence-transformers layout (all-MiniLM-L6-v2)::
 
