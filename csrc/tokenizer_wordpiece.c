@@ -166,11 +166,65 @@ static int is_cjk(uint32_t c) {
            (c >= 0xF900 && c <= 0xFAFF) || (c >= 0x2F800 && c <= 0x2FA1F);
 }
 
+/* Index of the last row of rows[n][stride] whose first column is <= cp, or -1. */
+static int32_t last_le(const uint32_t *rows, int32_t n, int32_t stride, uint32_t cp) {
+    int32_t lo = 0, hi = n;              /* answer in [lo - 1, hi - 1] */
+    while (lo < hi) {
+        int32_t mid = lo + (hi - lo) / 2;
+        if (rows[(int64_t)mid * stride] <= cp) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo - 1;
+}
+
+static int in_ranges(const uint32_t (*r)[2], int32_t n, uint32_t cp) {
+    int32_t i = last_le(&r[0][0], n, 2, cp);
+    return i >= 0 && cp <= r[i][1];
+}
+
+static int is_control(uint32_t c) { return in_ranges(wp_control, wp_control_n, c); }
+static int is_mn(uint32_t c) { return c >= 0x300 && in_ranges(wp_mn, wp_mn_n, c); }
+
 static int is_punct(uint32_t c) {
     if (c < 0x80)
         return (c >= 0x21 && c <= 0x2F) || (c >= 0x3A && c <= 0x40) || (c >= 0x5B && c <= 0x60) ||
                (c >= 0x7B && c <= 0x7E);
-    return aotx_wp_is_punct(c);
+    return in_ranges(wp_punct, wp_punct_n, c);
+}
+
+static int ccc(uint32_t c) {
+    if (c < 0x300) return 0;
+    int32_t i = last_le(&wp_ccc[0][0], wp_ccc_n, 3, c);
+    return i >= 0 && c <= wp_ccc[i][1] ? (int)wp_ccc[i][2] : 0;
+}
+
+/* The mapping of cp in a {cp, offset, length} table into out; returns the count (1: cp). */
+static int mapped(const uint32_t (*key)[3], int32_t n, const uint32_t *data, uint32_t cp,
+                  uint32_t *out) {
+    int32_t i = last_le(&key[0][0], n, 3, cp);
+    if (i < 0 || key[i][0] != cp) { out[0] = cp; return 1; }
+    for (uint32_t j = 0; j < key[i][2]; j++) out[j] = data[key[i][1] + j];
+    return (int)key[i][2];
+}
+
+/* NFD of one code point into out[AOTX_WP_DECOMP_MAX]. */
+static int decompose(uint32_t cp, uint32_t *out) {
+    if (cp >= 0xAC00 && cp <= 0xD7A3) {   /* Hangul syllable: L V (T) */
+        uint32_t s = cp - 0xAC00, t = s % 28;
+        out[0] = 0x1100 + s / (21 * 28);
+        out[1] = 0x1161 + (s % (21 * 28)) / 28;
+        if (!t) return 2;
+        out[2] = 0x11A7 + t;
+        return 3;
+    }
+    if (cp < 0xC0) { out[0] = cp; return 1; }
+    return mapped(wp_decomp_key, wp_decomp_n, wp_decomp_data, cp, out);
+}
+
+/* Python's str.lower of one code point into out[AOTX_WP_LOWER_MAX]. */
+static int lower(uint32_t cp, uint32_t *out) {
+    if (cp < 0x80) { out[0] = cp >= 'A' && cp <= 'Z' ? cp + 32 : cp; return 1; }
+    return mapped(wp_lower_key, wp_lower_n, wp_lower_data, cp, out);
 }
 
 /* ---------- one encode call ---------- */
@@ -263,7 +317,7 @@ static int part(enc *e, const uint8_t *s, int64_t n) {
         uint32_t c = utf8_next(s + i, n - i, &used);
         i += used;
         if (p->clean_text) {
-            if (!(c == 9 || c == 10 || c == 13) && (c == 0xFFFD || aotx_wp_is_control(c))) continue;
+            if (!(c == 9 || c == 10 || c == 13) && (c == 0xFFFD || is_control(c))) continue;
             if (is_ws(c)) c = ' ';
         }
         if (p->chinese && is_cjk(c)) {
@@ -277,14 +331,14 @@ static int part(enc *e, const uint8_t *s, int64_t n) {
     if (p->strip_accents) {
         if ((rc = grow(e, AOTX_WP_DECOMP_MAX * m + 1))) return rc;
         int64_t k = 0;
-        for (int64_t i = 0; i < m; i++) k += aotx_wp_decompose(e->a[i], e->b + k);
+        for (int64_t i = 0; i < m; i++) k += decompose(e->a[i], e->b + k);
         for (int64_t i = 1; i < k; i++) {   /* insertion sort inside runs of ccc > 0 */
-            int ci = aotx_wp_ccc(e->b[i]);
+            int ci = ccc(e->b[i]);
             if (!ci) continue;
             uint32_t c = e->b[i];
             int64_t j = i;
             while (j > 0) {
-                int cj = aotx_wp_ccc(e->b[j - 1]);
+                int cj = ccc(e->b[j - 1]);
                 if (cj <= ci) break;
                 e->b[j] = e->b[j - 1];
                 j--;
@@ -293,13 +347,13 @@ static int part(enc *e, const uint8_t *s, int64_t n) {
         }
         m = 0;
         for (int64_t i = 0; i < k; i++)
-            if (!aotx_wp_is_mn(e->b[i])) e->a[m++] = e->b[i];
+            if (!is_mn(e->b[i])) e->a[m++] = e->b[i];
     }
     /* 3. lowercase, per character */
     if (p->lowercase) {
         if ((rc = grow(e, AOTX_WP_LOWER_MAX * m + 1))) return rc;
         int64_t k = 0;
-        for (int64_t i = 0; i < m; i++) k += aotx_wp_lower(e->a[i], e->b + k);
+        for (int64_t i = 0; i < m; i++) k += lower(e->a[i], e->b + k);
         memcpy(e->a, e->b, sizeof(uint32_t) * (size_t)k);
         m = k;
     }
