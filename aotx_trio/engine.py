@@ -139,12 +139,21 @@ class StepResult:
 _ARCH = {0: "gemma3", 1: "llama", 2: "qwen2"}
 
 
+def backends() -> list[str]:
+    """The compute backends this build of the native library carries, default first."""
+    out: list[str] = []
+    while (name := lib.aotx_backend_name(len(out))) != ffi.NULL:
+        out.append(ffi.string(name).decode())
+    return out
+
+
 class Engine:
     def __init__(self, handle: Any, path: Path) -> None:
         self._m: Any = handle
         self.path = path
         self._kv: Any = lib.aotx_model_kv(handle)
         self._tok: Any = lib.aotx_model_tokenizer(handle)
+        self.backend: str = ffi.string(lib.aotx_model_backend(handle)).decode()
         raw = ffi.new("aotx_model_info *")
         lib.aotx_model_info_get(handle, raw)
         self.info = ModelInfo(
@@ -167,15 +176,19 @@ class Engine:
 
     @classmethod
     def load(cls, path: str | Path, threads: int = 0, kv_pages: int = 0, max_seqs: int = 16,
-             max_tokens: int = 0, max_batch_tokens: int = 512, page_tokens: int = 16, *,
-             offset: int = 0, length: int = 0) -> Engine:
+             max_tokens: int = 0, max_batch_tokens: int = 512, page_tokens: int = 16,
+             backend: str | None = None, *, offset: int = 0, length: int = 0) -> Engine:
         """Map the GGUF at ``path`` (or the extent [offset, offset + length) of it, as a
-        runtime file holds its models: mapped in place, never copied)."""
+        runtime file holds its models: mapped in place, never copied).  ``backend``: the
+        compute backend by name (None: the default, "cpu"; :func:`backends` lists the
+        ones this build carries)."""
         p = ffi.new("aotx_model_params *")
         lib.aotx_model_default_params(p)
         p.n_threads, p.kv_pages, p.max_seqs = threads, kv_pages, max_seqs
         p.max_tokens, p.max_batch_tokens, p.page_tokens = max_tokens, max_batch_tokens, page_tokens
         p.file_offset, p.file_length = offset, length
+        name = ffi.new("char[]", backend.encode()) if backend is not None else ffi.NULL
+        p.backend = name
         out = ffi.new("aotx_model **")
         err = ffi.new("char[]", _ERR_CAP)
         rc = lib.aotx_model_load(str(path).encode(), p, out, err, _ERR_CAP)

@@ -78,7 +78,8 @@ const char *aotx_code_name(int code);
 /* One sentence describing a code; never NULL. */
 const char *aotx_strerror(int code);
 /* CPU features the kernels may use, detected at run time: bit 0 AVX2+FMA,
- * bit 1 AVX-512F/BW/VL, bit 2 AVX-512 VNNI, bit 3 AVX-VNNI, bit 4 F16C. */
+ * bit 1 AVX-512F/BW/VL, bit 2 AVX-512 VNNI, bit 3 AVX-VNNI, bit 4 F16C, bit 5 AVX-512F.
+ * The one probe: every kernel family picks its level from these bits. */
 uint32_t aotx_cpu_features(void);
 /* CDEF-END */
 
@@ -91,5 +92,98 @@ typedef struct aotx_code_entry {
 } aotx_code_entry;
 
 #define AOTX_STATIC_ASSERT(cond, msg) _Static_assert(cond, msg)
+
+/* ==== engine: the compute backend seam (C only, not part of the cffi surface) ====
+ *
+ * The decoder (model*.c) reaches kernels and KV storage only through one table
+ * of operations, aotx_backend_ops, picked by name at aotx_model_load
+ * (aotx_model_params.backend; "cpu", csrc/backend_cpu.c, is the only one
+ * today).  Page ACCOUNTING (which page belongs to which sequence, refcounts,
+ * reservations, the budget, prefix sharing, sliding-window release) stays on
+ * the host in kv.c (aotx_kv_pool); page STORAGE (the memory holding K and V)
+ * belongs to the backend (aotx_kv_store), addressed by page index and by the
+ * offsets aotx_kv_view_get() gives.  Element-wise work (norms, RoPE, GLU,
+ * embedding lookup) still runs in the decoder on host memory; it joins the
+ * table when a backend whose memory is not the host's needs it (docs/engine.md).
+ *
+ * Shapes: [a][b] is row-major, b contiguous; strides (ld*) are in elements.
+ * Every op returns when its results are in place (no asynchronous queue yet).
+ * No op allocates except init, reserve and kv_alloc_pages.
+ */
+struct aotx_pool;
+struct aotx_kv_pool;
+typedef struct aotx_backend aotx_backend;     /* one backend instance (opaque to the decoder) */
+typedef struct aotx_kv_store aotx_kv_store;   /* KV page storage owned by a backend */
+
+typedef struct aotx_backend_params {
+    struct aotx_pool *pool;      /* host thread pool the backend may run sections on (borrowed) */
+    int32_t max_batch_tokens;    /* tokens per matmul / attention / kv_write call, at most */
+    int32_t max_ctx;             /* positions one attention query may span, at most */
+} aotx_backend_params;
+
+typedef struct aotx_weight {     /* a weight matrix as the GGUF stores it */
+    const void *w;               /* [rows][row_bytes] in `type` blocks (the file mapping) */
+    int32_t type;                /* AOTX_T_* */
+    int64_t rows, cols;
+} aotx_weight;
+
+typedef struct aotx_mm_out {     /* one product y = W x of a matmul call */
+    const aotx_weight *w;
+    float *y;                    /* [n_tok][ldy]; columns [0, w->rows) written */
+    int64_t ldy;
+} aotx_mm_out;
+
+typedef struct aotx_kv_rows {    /* K/V rows of a batch to store (one layer) */
+    int32_t T, layer;
+    const uint32_t *seq;         /* [T] KV sequence of each token */
+    const int32_t *pos;          /* [T] position of each token (already grown in the pool) */
+    const float *k;              /* [T][ldk], first n_kv_heads * k_dim used */
+    const float *v;              /* [T][ldv], first n_kv_heads * v_dim used */
+    int64_t ldk, ldv;
+} aotx_kv_rows;
+
+typedef struct aotx_attn_batch { /* causal attention of T query tokens over their pages (one layer) */
+    int32_t T, layer;
+    const uint32_t *seq;         /* [T] KV sequence of each token; a sequence's tokens are
+                                    consecutive and in position order */
+    const int32_t *pos;          /* [T] position of each token; it sees keys lo..pos */
+    int32_t n_heads, n_kv_heads, head_dim, v_dim;   /* head h reads kv head h / (n_heads / n_kv_heads) */
+    int32_t window;              /* > 0: lo = pos - window + 1 (sliding layer); 0: lo = 0 */
+    float scale;                 /* score = scale * dot(q, k) */
+    const float *q;              /* [T][n_heads][head_dim] */
+    float *out;                  /* [T][n_heads][v_dim] = softmax(scores) . V */
+} aotx_attn_batch;
+
+typedef struct aotx_backend_ops {
+    const char *name;            /* "cpu" */
+    int (*init)(const aotx_backend_params *p, aotx_backend **out);
+    void (*free)(aotx_backend *be);
+    /* Size scratch so that matmul over weights of (type, cols) on up to n_tok
+     * tokens needs no allocation; call at load for every weight. */
+    int (*reserve)(aotx_backend *be, int32_t type, int64_t cols, int64_t n_tok);
+
+    /* KV storage: n_pages pages of page_bytes each, indexed 0..n_pages-1 by the
+     * accounting pool (which owns the page ids); freed with kv_free_pages. */
+    int (*kv_alloc_pages)(aotx_backend *be, int32_t n_pages, int64_t page_bytes,
+                          aotx_kv_store **out);
+    void (*kv_free_pages)(aotx_backend *be, aotx_kv_store *st);
+    /* Host address of a page (float[page_bytes / 4]), or NULL when the storage is
+     * not host-visible; for tests and tools, never on the step path. */
+    float *(*kv_page_ptr)(aotx_kv_store *st, int32_t page);
+
+    /* Y_i[t][r] = W_i[r, :] . X[t, :] for n (1..3) weights sharing the input
+     * X[n_tok][ldx] (cols = out[0].w->cols for all). */
+    void (*matmul)(aotx_backend *be, const float *x, int64_t ldx, int64_t n_tok, int n,
+                   const aotx_mm_out *out);
+    /* Store a batch's K/V rows in the pages kv assigns to (seq, layer, pos). */
+    void (*kv_write)(aotx_backend *be, const struct aotx_kv_pool *kv, aotx_kv_store *st,
+                     const aotx_kv_rows *rows);
+    /* Attention for a batch, keys/values read through kv's page tables. */
+    void (*attention)(aotx_backend *be, const struct aotx_kv_pool *kv, const aotx_kv_store *st,
+                      const aotx_attn_batch *b);
+} aotx_backend_ops;
+
+/* The backends this library carries (backend_cpu.c, ...). */
+extern const aotx_backend_ops aotx_backend_cpu;
 
 #endif /* AOTX_H */

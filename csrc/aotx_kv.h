@@ -1,4 +1,9 @@
-/* aotx_kv.h -- the paged KV pool.
+/* aotx_kv.h -- the paged KV pool: page ACCOUNTING only.
+ *
+ * The pool owns page ids, refcounts, reservations and page tables; it holds no
+ * K/V memory.  The storage (n_pages x page_bytes) belongs to the compute
+ * backend (aotx.h, aotx_backend_ops.kv_alloc_pages), so a device backend can
+ * keep it in device memory while the accounting stays here on the host.
  *
  * A page holds K and V (float32) of page_tokens consecutive positions for one
  * *layer group*: layers are split into groups of equal size g (g divides both
@@ -10,7 +15,8 @@
  * fork shares the full pages of a prefix.  Page layout, for the group's
  * layers lg = 0..g-1:
  *   K: [g][page_tokens][n_kv_heads][k_dim]  then  V: [g][page_tokens][n_kv_heads][v_dim]
- * All memory is allocated at aotx_kv_new; nothing allocates afterwards.
+ * (page_bytes in aotx_kv_stats is the storage one page needs.)  All accounting
+ * memory is allocated at aotx_kv_new; nothing allocates afterwards.
  */
 #ifndef AOTX_KV_H
 #define AOTX_KV_H
@@ -79,19 +85,23 @@ int aotx_kv_seq_trim(aotx_kv_pool *kv, uint32_t seq);
  * pages; *shared = positions shared (the caller recomputes the rest). */
 int aotx_kv_seq_fork(aotx_kv_pool *kv, uint32_t src, int32_t n_tokens, uint32_t *dst,
                      int32_t *shared);
-/* K (or V when v = 1) row of (seq, layer, pos, head): float[k_dim or v_dim], or NULL. */
-float *aotx_kv_at(const aotx_kv_pool *kv, uint32_t seq, int32_t layer, int32_t pos, int32_t head,
-                  int v);
+/* Where the K (or V when v = 1) row of (seq, layer, pos, head) lives in the
+ * storage: *page (index into the backend's pages) and *offset (floats into
+ * that page; the row is k_dim or v_dim floats).  AOTX_E_INVALID_ARGUMENT for
+ * a position not held (out of range or in a released window page). */
+int aotx_kv_locate(const aotx_kv_pool *kv, uint32_t seq, int32_t layer, int32_t pos, int32_t head,
+                   int v, int32_t *page, int64_t *offset);
 /* CDEF-END */
 
 /* For the decoder (C only). */
 int32_t aotx_kv_page_tokens(const aotx_kv_pool *kv);
 /* The page-table row of (seq, layer) (entries -1 when released) and the K/V
- * strides, so attention can walk pages without a call per position. */
+ * offsets inside a page, so a backend's attention can walk its storage without
+ * a call per position: position s of head h is at page table[s / page_tokens],
+ * float k_off + (s % page_tokens) * k_tok + h * k_dim (V: v_off, v_tok, v_dim). */
 typedef struct aotx_kv_view {
     const int32_t *table;     /* [max_pages_per_seq] page index or -1 */
-    float *base;              /* pool storage */
-    int64_t page_floats;      /* floats per page */
+    int64_t page_floats;      /* floats per page of storage */
     int64_t k_off, v_off;     /* offset of this layer's K/V inside a page */
     int64_t k_tok, v_tok;     /* floats per position (n_kv_heads * dim) */
     int32_t page_tokens;

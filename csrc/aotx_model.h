@@ -35,6 +35,7 @@ typedef struct aotx_model_params {
     int32_t max_batch_tokens;  /* tokens per step, default 512 */
     uint64_t file_offset;      /* the GGUF's extent in the file: byte offset ... */
     uint64_t file_length;      /* ... and length (0 = to the end; 0, 0 = the whole file) */
+    const char *backend;       /* compute backend by name; NULL or "" = the default ("cpu") */
 } aotx_model_params;
 
 typedef struct aotx_model_info {
@@ -68,6 +69,14 @@ void aotx_model_info_get(const aotx_model *m, aotx_model_info *out);
 /* Owned by the model (NULL when the GGUF has no vocabulary). */
 aotx_tokenizer *aotx_model_tokenizer(aotx_model *m);
 aotx_kv_pool *aotx_model_kv(aotx_model *m);
+/* The compute backend the model runs on ("cpu"); aotx_backend_name(i) lists the
+ * ones this build carries (NULL past the last). */
+const char *aotx_model_backend(const aotx_model *m);
+const char *aotx_backend_name(int32_t i);
+/* Host address of the K (v = 0) or V row of (seq, layer, pos, head) in the
+ * backend's storage, or NULL when not held or not host-visible (tests, tools). */
+float *aotx_model_kv_row(aotx_model *m, uint32_t seq, int32_t layer, int32_t pos, int32_t head,
+                         int v);
 /* Runs a step; the GIL is released by cffi.  On a refusal (e.g.
  * kv_pages_exhausted) or error nothing changed.  err (may be NULL) names
  * the offending field of a malformed batch. */

@@ -1,7 +1,10 @@
-/* common.c -- version, capacities, code names, CPU feature detection. */
+/* common.c -- version, capacities, code names, the one CPU feature probe. */
 #include "aotx.h"
+#include "cpu_internal.h"
 
+#include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 
 const char *aotx_version(void) { return "0.1.0"; }
 
@@ -69,17 +72,34 @@ const char *aotx_strerror(int code) {
     return e ? e->message : "unknown code";
 }
 
-uint32_t aotx_cpu_features(void) {
+static uint32_t cpu_bits;
+static int cpu_ref;
+static pthread_once_t cpu_once = PTHREAD_ONCE_INIT;
+
+static void cpu_probe(void) {
     uint32_t f = 0;
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) f |= 1u;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) f |= AOTX_CPU_AVX2_FMA;
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vl"))
-        f |= 2u;
-    if (__builtin_cpu_supports("avx512vnni")) f |= 4u;
-    if (__builtin_cpu_supports("avxvnni")) f |= 8u;
-    if (__builtin_cpu_supports("f16c")) f |= 16u;
+        f |= AOTX_CPU_AVX512;
+    if (__builtin_cpu_supports("avx512vnni")) f |= AOTX_CPU_AVX512VNNI;
+    if (__builtin_cpu_supports("avxvnni")) f |= AOTX_CPU_AVXVNNI;
+    if (__builtin_cpu_supports("f16c")) f |= AOTX_CPU_F16C;
+    if (__builtin_cpu_supports("avx512f")) f |= AOTX_CPU_AVX512F;
 #endif
-    return f;
+    cpu_bits = f;
+    const char *env = getenv("AOTX_KERNELS");
+    cpu_ref = env && strcmp(env, "ref") == 0;
+}
+
+uint32_t aotx_cpu_features(void) {
+    pthread_once(&cpu_once, cpu_probe);
+    return cpu_bits;
+}
+
+int aotx_cpu_forced_ref(void) {
+    pthread_once(&cpu_once, cpu_probe);
+    return cpu_ref;
 }

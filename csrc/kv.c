@@ -1,4 +1,6 @@
-/* kv.c -- the paged KV pool (see aotx_kv.h for the page layout). */
+/* kv.c -- KV page accounting (see aotx_kv.h for the page layout): page ids,
+ * refcounts, reservations, page tables.  No K/V memory: that is the backend's
+ * storage (aotx_backend_ops.kv_alloc_pages), addressed by the ids and offsets here. */
 #include "aotx_kv.h"
 
 #include <stdlib.h>
@@ -23,8 +25,7 @@ struct aotx_kv_pool {
     int32_t *layer_slot;            /* [n_layers] index inside its group */
     uint8_t *group_sliding;         /* [n_groups] */
     int64_t k_tok, v_tok;           /* floats per position per layer */
-    int64_t page_floats;
-    float *data;                    /* [n_pages][page_floats] */
+    int64_t page_floats;            /* storage floats per page (the backend holds them) */
     int32_t *refcnt;                /* [n_pages] */
     int32_t *free_stack;            /* [n_pages] */
     int32_t n_free;
@@ -52,9 +53,15 @@ static int32_t pages_for(const aotx_kv_pool *kv, int64_t n) {
 }
 
 static int valid_params(const aotx_kv_params *p) {
-    return p->n_pages > 0 && p->page_tokens > 0 && p->max_seqs > 0 && p->max_tokens > 0 &&
-           p->n_layers > 0 && p->n_kv_heads > 0 && p->k_dim > 0 && p->v_dim > 0 &&
-           p->window >= 0 && p->n_pages < (1 << 30) && p->max_seqs < (1 << 20);
+    if (!(p->n_pages > 0 && p->page_tokens > 0 && p->max_seqs > 0 && p->max_tokens > 0 &&
+          p->n_layers > 0 && p->n_kv_heads > 0 && p->k_dim > 0 && p->v_dim > 0 &&
+          p->window >= 0 && p->n_pages < (1 << 30) && p->max_seqs < (1 << 20)))
+        return 0;
+    /* the storage geometry must fit int64 bytes: layers x tokens x heads x (k + v) x 4 */
+    int64_t f = (int64_t)p->k_dim + p->v_dim;
+    return !__builtin_mul_overflow(f, (int64_t)p->n_kv_heads, &f) &&
+           !__builtin_mul_overflow(f, (int64_t)p->page_tokens, &f) &&
+           !__builtin_mul_overflow(f, (int64_t)p->n_layers * 4, &f);
 }
 
 static void assign_groups(aotx_kv_pool *kv) {
@@ -93,7 +100,6 @@ int aotx_kv_new(const aotx_kv_params *p, aotx_kv_pool **out) {
     kv->k_tok = (int64_t)p->n_kv_heads * p->k_dim;
     kv->v_tok = (int64_t)p->n_kv_heads * p->v_dim;
     kv->page_floats = (int64_t)kv->lpg * p->page_tokens * (kv->k_tok + kv->v_tok);
-    kv->data = aligned_alloc(64, ((size_t)p->n_pages * (size_t)kv->page_floats * 4 + 63) / 64 * 64);
     kv->refcnt = calloc((size_t)p->n_pages, sizeof(int32_t));
     kv->free_stack = malloc((size_t)p->n_pages * sizeof(int32_t));
     kv->mark = calloc((size_t)p->n_pages, 1);
@@ -103,7 +109,7 @@ int aotx_kv_new(const aotx_kv_params *p, aotx_kv_pool **out) {
     kv->last_from_res = calloc((size_t)S, sizeof(int32_t));
     kv->dropped = calloc((size_t)S, sizeof(int32_t));
     kv->tables = malloc((size_t)S * (size_t)kv->n_groups * (size_t)kv->max_pp * sizeof(int32_t));
-    if (!kv->data || !kv->refcnt || !kv->free_stack || !kv->mark || !kv->in_use || !kv->len ||
+    if (!kv->refcnt || !kv->free_stack || !kv->mark || !kv->in_use || !kv->len ||
         !kv->reserved || !kv->last_from_res || !kv->dropped || !kv->tables)
         goto nomem;
     for (int32_t i = 0; i < p->n_pages; i++) kv->free_stack[i] = p->n_pages - 1 - i;
@@ -118,7 +124,7 @@ nomem:
 void aotx_kv_free(aotx_kv_pool *kv) {
     if (!kv) return;
     free(kv->layer_group); free(kv->layer_slot); free(kv->group_sliding);
-    free(kv->data); free(kv->refcnt); free(kv->free_stack); free(kv->mark);
+    free(kv->refcnt); free(kv->free_stack); free(kv->mark);
     free(kv->in_use); free(kv->len); free(kv->reserved); free(kv->last_from_res);
     free(kv->dropped); free(kv->tables);
     free(kv);
@@ -319,7 +325,6 @@ int aotx_kv_view_get(const aotx_kv_pool *kv, uint32_t seq, int32_t layer, aotx_k
     if (layer < 0 || layer >= kv->p.n_layers) return AOTX_E_INVALID_ARGUMENT;
     int32_t lg = kv->layer_slot[layer], PT = kv->p.page_tokens;
     out->table = table(kv, seq, kv->layer_group[layer]);
-    out->base = kv->data;
     out->page_floats = kv->page_floats;
     out->k_tok = kv->k_tok;
     out->v_tok = kv->v_tok;
@@ -329,14 +334,19 @@ int aotx_kv_view_get(const aotx_kv_pool *kv, uint32_t seq, int32_t layer, aotx_k
     return 0;
 }
 
-float *aotx_kv_at(const aotx_kv_pool *kv, uint32_t seq, int32_t layer, int32_t pos, int32_t head,
-                  int v) {
+int aotx_kv_locate(const aotx_kv_pool *kv, uint32_t seq, int32_t layer, int32_t pos, int32_t head,
+                   int v, int32_t *page, int64_t *offset) {
     aotx_kv_view w;
-    if (aotx_kv_view_get(kv, seq, layer, &w) || pos < 0 || pos >= kv->len[seq]) return NULL;
+    if (!page || !offset) return AOTX_E_INVALID_ARGUMENT;
+    int rc = aotx_kv_view_get(kv, seq, layer, &w);
+    if (rc) return rc;
+    if (pos < 0 || pos >= kv->len[seq] || head < 0 || head >= kv->p.n_kv_heads)
+        return AOTX_E_INVALID_ARGUMENT;
     int32_t pg = w.table[pos / w.page_tokens];
-    if (pg < 0) return NULL;
+    if (pg < 0) return AOTX_E_INVALID_ARGUMENT;   /* released sliding-window page */
     int64_t tok = pos % w.page_tokens;
-    float *page = w.base + (int64_t)pg * w.page_floats;
-    return v ? page + w.v_off + tok * w.v_tok + (int64_t)head * kv->p.v_dim
-             : page + w.k_off + tok * w.k_tok + (int64_t)head * kv->p.k_dim;
+    *page = pg;
+    *offset = v ? w.v_off + tok * w.v_tok + (int64_t)head * kv->p.v_dim
+                : w.k_off + tok * w.k_tok + (int64_t)head * kv->p.k_dim;
+    return 0;
 }

@@ -25,8 +25,35 @@ const aotx_code_entry aotx_model_codes[] = {
 
 void aotx_model_default_params(aotx_model_params *p) {
     *p = (aotx_model_params){.n_threads = 0, .kv_pages = 0, .page_tokens = 16, .max_seqs = 16,
-                             .max_tokens = 0, .max_batch_tokens = 512,
+                             .max_tokens = 0, .max_batch_tokens = 512, .backend = NULL,
                              .file_offset = 0, .file_length = 0};
+}
+
+/* The backends this build carries, the default first. */
+static const aotx_backend_ops *const backends[] = {&aotx_backend_cpu};
+#define N_BACKENDS ((int32_t)(sizeof backends / sizeof backends[0]))
+
+const char *aotx_backend_name(int32_t i) {
+    return i >= 0 && i < N_BACKENDS ? backends[i]->name : NULL;
+}
+
+static const aotx_backend_ops *find_backend(const char *name) {
+    if (!name || !name[0]) return backends[0];
+    for (int32_t i = 0; i < N_BACKENDS; i++)
+        if (strcmp(backends[i]->name, name) == 0) return backends[i];
+    return NULL;
+}
+
+static int open_backend(aotx_model *m, const aotx_model_params *p, char *err, int64_t cap) {
+    m->be_ops = find_backend(p->backend);
+    if (!m->be_ops)
+        return model_set_err(err, cap, AOTX_E_UNSUPPORTED, "backend '%.64s' is not built in "
+                             "(this build has: cpu)", p->backend);
+    aotx_backend_params bp = {.pool = m->pool, .max_batch_tokens = m->info.max_batch_tokens,
+                              .max_ctx = m->info.max_tokens};
+    int rc = m->be_ops->init(&bp, &m->be);
+    if (rc) return model_set_err(err, cap, rc, "backend '%s' cannot start", m->be_ops->name);
+    return 0;
 }
 
 static int make_kv(aotx_model *m, const aotx_model_params *p) {
@@ -52,7 +79,10 @@ static int make_kv(aotx_model *m, const aotx_model_params *p) {
     }
     int rc = aotx_kv_new(&kp, &m->kv);
     free(sl);
-    return rc;
+    if (rc) return rc;
+    aotx_kv_stats st;
+    aotx_kv_stats_get(m->kv, &st);   /* the accounting knows the page size; the backend stores */
+    return m->be_ops->kv_alloc_pages(m->be, st.n_pages, st.page_bytes, &m->kv_store);
 }
 
 static int setup(aotx_model *m, const char *path, const aotx_model_params *p, char *err,
@@ -69,6 +99,7 @@ static int setup(aotx_model *m, const char *path, const aotx_model_params *p, ch
     if ((rc = model_load_tokenizer(m, err, cap))) return rc;
     if ((rc = aotx_pool_new(p->n_threads, &m->pool))) return rc;
     in->n_threads = aotx_pool_size(m->pool);
+    if ((rc = open_backend(m, p, err, cap))) return rc;
     if ((rc = make_kv(m, p)))
         return model_set_err(err, cap, rc, "KV pool of %d pages cannot be created", p->kv_pages);
     return model_alloc_scratch(m);
@@ -96,16 +127,17 @@ int aotx_model_load(const char *path, const aotx_model_params *p, aotx_model **o
 
 void aotx_model_free(aotx_model *m) {
     if (!m) return;
+    if (m->be_ops) {
+        m->be_ops->kv_free_pages(m->be, m->kv_store);
+        m->be_ops->free(m->be);
+    }
     aotx_pool_free(m->pool);
     aotx_kv_free(m->kv);
     aotx_tokenizer_free(m->tok);
     model_free_weights(m);
     free(m->x); free(m->xn); free(m->q); free(m->k); free(m->v); free(m->att); free(m->o);
-    free(m->gate); free(m->up); free(m->rope_cs); free(m->scores);
-    for (int c = 0; c < MODEL_ACT_CLASSES; c++) free(m->act[c]);
+    free(m->gate); free(m->up); free(m->rope_cs);
     free(m->tok_pos); free(m->tok_seq); free(m->logit_tok); free(m->old_len); free(m->seen);
-    free(m->blk_start);
-    free((void *)m->vrows);
     aotx_gguf_close(m->g);
     free(m);
 }
@@ -113,6 +145,16 @@ void aotx_model_free(aotx_model *m) {
 void aotx_model_info_get(const aotx_model *m, aotx_model_info *out) { *out = m->info; }
 aotx_tokenizer *aotx_model_tokenizer(aotx_model *m) { return m->tok; }
 aotx_kv_pool *aotx_model_kv(aotx_model *m) { return m->kv; }
+const char *aotx_model_backend(const aotx_model *m) { return m->be_ops->name; }
+
+float *aotx_model_kv_row(aotx_model *m, uint32_t seq, int32_t layer, int32_t pos, int32_t head,
+                         int v) {
+    int32_t page;
+    int64_t off;
+    if (!m || aotx_kv_locate(m->kv, seq, layer, pos, head, v, &page, &off)) return NULL;
+    float *base = m->be_ops->kv_page_ptr(m->kv_store, page);
+    return base ? base + off : NULL;
+}
 
 static int check_batch(aotx_model *m, const aotx_batch *b, int32_t *T_out, int32_t *nl_out,
                        char *err, int64_t cap) {

@@ -1,109 +1,28 @@
-/* model_fwd.c -- the forward pass of one step, split into parallel sections.
+/* model_fwd.c -- the forward pass of one step.
  *
- * Per layer: norm -> prepare -> q,k,v (one section) -> bias/qk-norm/rope/KV
- * write -> attention over pages -> prepare -> o -> residual(+post-norm) and
- * next norm -> prepare -> gate,up -> GLU -> prepare -> down -> residual.
- * Element-wise work on few tokens runs on the caller without a section.
+ * Per layer: norm -> q,k,v (backend matmul) -> bias/qk-norm/rope -> KV write
+ * and attention over pages (backend) -> o (backend) -> residual(+post-norm)
+ * and next norm -> gate,up (backend) -> GLU -> down (backend) -> residual.
+ * Matmuls, KV storage and attention go through m->be_ops (aotx.h, engine
+ * section); the element-wise sections here run on the thread pool, or on the
+ * caller for few tokens.
  */
 #include "model_internal.h"
+#include "vecmath_internal.h"
 
 #include <math.h>
 #include <string.h>
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define AOTX_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define AOTX_CLONES
-#endif
-
-#define ROW_ALIGN 16
 #define SMALL_T 4   /* up to this many tokens, element-wise ops stay on the caller */
 
-/* ---------- matmul sections ---------- */
-
-typedef struct mm_item {
-    const mtensor *w;
-    float *y;
-    int64_t ldy;
-} mm_item;
-
-typedef struct mm_job {
-    aotx_model *m;
-    mm_item it[3];
-    int n;
-    int64_t n_tok;
-    int64_t total;            /* rows of all items */
-    int64_t chunk;
-    _Atomic int64_t next;     /* next chunk start (dynamic scheduling) */
-} mm_job;
-
-static void mm_rows(mm_job *j, int64_t r0, int64_t r1) {
-    int64_t base = 0;
-    for (int i = 0; i < j->n; i++) {
-        const mtensor *w = j->it[i].w;
-        int64_t a = r0 > base ? r0 - base : 0, b = r1 - base;
-        if (b > w->rows) b = w->rows;
-        if (a < b)
-            aotx_matmul_rows(w->type, w->w, w->cols, j->m->act[model_act_class(w->type)], j->n_tok,
-                             j->it[i].y, j->it[i].ldy, a, b);
-        base += w->rows;
-    }
-}
-
-static void mm_fn(void *ctx, int32_t ith, int32_t nth) {
-    mm_job *j = ctx;
-    (void)ith; (void)nth;
-    for (;;) {
-        int64_t r0 = atomic_fetch_add(&j->next, j->chunk);
-        if (r0 >= j->total) break;
-        int64_t r1 = r0 + j->chunk < j->total ? r0 + j->chunk : j->total;
-        mm_rows(j, r0, r1);
-    }
-}
-
-typedef struct prep_job {
-    aotx_model *m;
-    const float *x;
-    int64_t ldx, n_tok, cols;
-    int32_t type[MODEL_ACT_CLASSES];   /* a representative type per class, -1 = unused */
-} prep_job;
-
-static void prep_fn(void *ctx, int32_t ith, int32_t nth) {
-    prep_job *p = ctx;
-    int64_t t0 = p->n_tok * ith / nth, t1 = p->n_tok * (ith + 1) / nth;
-    if (t0 >= t1) return;
-    for (int c = 0; c < MODEL_ACT_CLASSES; c++) {
-        if (p->type[c] < 0) continue;
-        int64_t rb = aotx_act_bytes(p->type[c], p->cols, 1);
-        aotx_act_prepare(p->type[c], p->x + t0 * p->ldx, p->ldx, t1 - t0, p->cols,
-                         (uint8_t *)p->m->act[model_act_class(p->type[c])] + t0 * rb);
-    }
-}
+/* ---------- matmul (the backend's) ---------- */
 
 /* y_i = W_i x for up to three matrices sharing the input x[n_tok][cols]. */
 static void matmul(aotx_model *m, const float *x, int64_t ldx, int64_t n_tok, int n,
                    const mtensor *w0, float *y0, int64_t ld0, const mtensor *w1, float *y1,
                    int64_t ld1, const mtensor *w2, float *y2, int64_t ld2) {
-    prep_job p = {m, x, ldx, n_tok, w0->cols, {-1, -1, -1}};
-    const mtensor *ws[3] = {w0, w1, w2};
-    for (int i = 0; i < n; i++) p.type[model_act_class(ws[i]->type)] = ws[i]->type;
-    if (n_tok <= SMALL_T) prep_fn(&p, 0, 1);
-    else aotx_pool_run(m->pool, prep_fn, &p);
-
-    mm_job j = {.m = m, .n = n, .n_tok = n_tok};
-    j.it[0] = (mm_item){w0, y0, ld0};
-    j.it[1] = (mm_item){w1, y1, ld1};
-    j.it[2] = (mm_item){w2, y2, ld2};
-    for (int i = 0; i < n; i++) j.total += ws[i]->rows;
-    int32_t nth = aotx_pool_size(m->pool);
-    /* many small chunks taken dynamically: a slow (descheduled) thread delays
-     * the section by at most one chunk */
-    int64_t pieces = nth == 1 ? 1 : (int64_t)nth * 16;
-    j.chunk = (j.total + pieces - 1) / pieces;
-    j.chunk = (j.chunk + ROW_ALIGN - 1) / ROW_ALIGN * ROW_ALIGN;
-    if (nth > 1 && j.chunk < 2 * ROW_ALIGN) j.chunk = 2 * ROW_ALIGN;
-    atomic_init(&j.next, 0);
-    aotx_pool_run(m->pool, mm_fn, &j);
+    const aotx_mm_out out[3] = {{w0, y0, ld0}, {w1, y1, ld1}, {w2, y2, ld2}};
+    m->be_ops->matmul(m->be, x, ldx, n_tok, n, out);
 }
 
 /* ---------- element-wise helpers ---------- */
@@ -115,33 +34,17 @@ static void rmsnorm(float *out, const float *x, const float *w, int64_t n, float
     for (int64_t i = 0; i < n; i++) out[i] = x[i] * r * w[i];
 }
 
-/* exp(x) to ~2e-7 relative, written so loops over it vectorize:
- * 2^k * p(r), r = x - k ln2, p the degree-6 Taylor polynomial. */
-static inline float exp_approx(float x) {
-    x = x < -87.0f ? -87.0f : x;
-    x = x > 88.0f ? 88.0f : x;
-    const float magic = 12582912.0f;   /* 1.5 * 2^23: adding it rounds to an integer */
-    float kf = (x * 1.4426950408889634f + magic) - magic;
-    float r = x - kf * 0.693145751953125f - kf * 1.428606765330187e-06f;
-    float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 +
-                                                                                r * (1.0f / 720))))));
-    int32_t bits = ((int32_t)kf + 127) << 23;
-    float sc;
-    __builtin_memcpy(&sc, &bits, 4);
-    return p * sc;
-}
-
 /* g = act(g) * u; gelu_tanh(x) = 0.5x(1 + tanh(v)) = x / (1 + exp(-2v)),
  * v = sqrt(2/pi)(x + 0.044715x^3); silu(x) = x / (1 + exp(-x)). */
 AOTX_CLONES static void glu_gelu(float *g, const float *u, int64_t n) {
     for (int64_t i = 0; i < n; i++) {
         float x = g[i], v = 0.7978845608028654f * (x + 0.044715f * x * x * x);
-        g[i] = x / (1.0f + exp_approx(-2.0f * v)) * u[i];
+        g[i] = x / (1.0f + aotx_exp_approx(-2.0f * v)) * u[i];
     }
 }
 
 AOTX_CLONES static void glu_silu(float *g, const float *u, int64_t n) {
-    for (int64_t i = 0; i < n; i++) g[i] = g[i] / (1.0f + exp_approx(-g[i])) * u[i];
+    for (int64_t i = 0; i < n; i++) g[i] = g[i] / (1.0f + aotx_exp_approx(-g[i])) * u[i];
 }
 
 typedef struct ew_job {
@@ -246,10 +149,6 @@ static void rope_token(rope_job *r, int32_t t) {
         float *kh = k + h * hd;
         if (ly->k_norm) rmsnorm(kh, kh, ly->k_norm, hd, in->eps);
         rope_apply(m, kh, cs);
-        memcpy(aotx_kv_at(m->kv, m->tok_seq[t], r->layer, m->tok_pos[t], h, 0), kh,
-               sizeof(float) * (size_t)hd);
-        memcpy(aotx_kv_at(m->kv, m->tok_seq[t], r->layer, m->tok_pos[t], h, 1), v + h * vd,
-               sizeof(float) * (size_t)vd);
     }
 }
 
@@ -257,216 +156,6 @@ static void rope_fn(void *ctx, int32_t ith, int32_t nth) {
     rope_job *r = ctx;
     int32_t t0 = (int32_t)((int64_t)r->T * ith / nth), t1 = (int32_t)((int64_t)r->T * (ith + 1) / nth);
     for (int32_t t = t0; t < t1; t++) rope_token(r, t);
-}
-
-/* ---------- attention over pages ---------- */
-
-typedef struct att_job {
-    aotx_model *m;
-    const mlayer *ly;
-    int32_t layer, T;
-    _Atomic int64_t next;
-} att_job;
-
-#define LANES 16
-/* Pairwise sum of a LANES-wide accumulator (vector adds at every level). */
-#define TREE_SUM(acc)                                                     \
-    for (int w_ = LANES / 2; w_ > 0; w_ >>= 1)                            \
-        for (int j_ = 0; j_ < w_; j_++) (acc)[j_] += (acc)[j_ + w_];
-
-AOTX_CLONES static float vdot(const float *a, const float *b, int64_t n) {
-    float acc[LANES] = {0};
-    int64_t i = 0;
-    for (; i + LANES <= n; i += LANES)
-        for (int j = 0; j < LANES; j++) acc[j] += a[i + j] * b[i + j];
-    float s = 0;
-    for (; i < n; i++) s += a[i] * b[i];
-    TREE_SUM(acc);
-    return s + acc[0];
-}
-
-AOTX_CLONES static void vaxpy(float *y, float c, const float *x, int64_t n) {
-    for (int64_t i = 0; i < n; i++) y[i] += c * x[i];
-}
-
-/* out[j] = dot(q[j], k) for four queries at once (k loaded once). */
-AOTX_CLONES static void vdot4(const float *const *q, const float *k, int64_t n, float *out) {
-    float a0[LANES] = {0}, a1[LANES] = {0}, a2[LANES] = {0}, a3[LANES] = {0};
-    const float *q0 = q[0], *q1 = q[1], *q2 = q[2], *q3 = q[3];
-    int64_t i = 0;
-    for (; i + LANES <= n; i += LANES)
-        for (int j = 0; j < LANES; j++) {
-            float x = k[i + j];
-            a0[j] += q0[i + j] * x;
-            a1[j] += q1[i + j] * x;
-            a2[j] += q2[i + j] * x;
-            a3[j] += q3[i + j] * x;
-        }
-    float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-    for (; i < n; i++) {
-        s0 += q0[i] * k[i]; s1 += q1[i] * k[i]; s2 += q2[i] * k[i]; s3 += q3[i] * k[i];
-    }
-    TREE_SUM(a0);
-    TREE_SUM(a1);
-    TREE_SUM(a2);
-    TREE_SUM(a3);
-    out[0] = s0 + a0[0]; out[1] = s1 + a1[0]; out[2] = s2 + a2[0]; out[3] = s3 + a3[0];
-}
-
-/* out[i][0..vd) = sum_s w[i*stride + s] * rows[s][0..vd) for four outputs,
- * 16 columns at a time so the four accumulators stay in registers. */
-AOTX_CLONES static void vacc4(float *const *out, const float *w, int64_t stride,
-                              const float *const *rows, int32_t n_rows, int64_t vd) {
-    int64_t d0 = 0;
-    for (; d0 + LANES <= vd; d0 += LANES) {
-        float a0[LANES] = {0}, a1[LANES] = {0}, a2[LANES] = {0}, a3[LANES] = {0};
-        for (int32_t s = 0; s < n_rows; s++) {
-            const float *v = rows[s] + d0;
-            float w0 = w[s], w1 = w[stride + s], w2 = w[2 * stride + s], w3 = w[3 * stride + s];
-            for (int j = 0; j < LANES; j++) {
-                a0[j] += w0 * v[j]; a1[j] += w1 * v[j]; a2[j] += w2 * v[j]; a3[j] += w3 * v[j];
-            }
-        }
-        for (int j = 0; j < LANES; j++) {
-            out[0][d0 + j] = a0[j]; out[1][d0 + j] = a1[j];
-            out[2][d0 + j] = a2[j]; out[3][d0 + j] = a3[j];
-        }
-    }
-    for (; d0 < vd; d0++) {
-        float a[4] = {0};
-        for (int32_t s = 0; s < n_rows; s++)
-            for (int i = 0; i < 4; i++) a[i] += w[i * stride + s] * rows[s][d0];
-        for (int i = 0; i < 4; i++) out[i][d0] = a[i];
-    }
-}
-
-/* sc[i] = exp(sc[i] - mx); returns the sum */
-AOTX_CLONES static float vexp_sum(float *sc, int64_t n, float mx) {
-    float acc[LANES] = {0};
-    int64_t i = 0;
-    for (; i + LANES <= n; i += LANES)
-        for (int j = 0; j < LANES; j++) {
-            float e = exp_approx(sc[i + j] - mx);
-            sc[i + j] = e;
-            acc[j] += e;
-        }
-    float s = 0;
-    for (; i < n; i++) { sc[i] = exp_approx(sc[i] - mx); s += sc[i]; }
-    TREE_SUM(acc);
-    return s + acc[0];
-}
-
-static void attend(att_job *a, int32_t t, int32_t h, float *sc) {
-    aotx_model *m = a->m;
-    const aotx_model_info *in = &m->info;
-    int64_t hd = in->head_dim, vd = in->v_dim;
-    int32_t kvh = h / (in->n_heads / in->n_kv_heads);
-    int32_t p = m->tok_pos[t];
-    int32_t lo = a->ly->sliding ? p - in->window + 1 : 0;
-    if (lo < 0) lo = 0;
-    aotx_kv_view w;
-    aotx_kv_view_get(m->kv, m->tok_seq[t], a->layer, &w);
-    const float *q = m->q + ((int64_t)t * in->n_heads + h) * hd;
-    float mx = -INFINITY;
-    for (int32_t s = lo; s <= p; s++) {
-        const float *page = w.base + (int64_t)w.table[s / w.page_tokens] * w.page_floats;
-        const float *k = page + w.k_off + (s % w.page_tokens) * w.k_tok + kvh * hd;
-        float v = vdot(q, k, hd) * in->attn_scale;
-        sc[s - lo] = v;
-        if (v > mx) mx = v;
-    }
-    float inv = 1.0f / vexp_sum(sc, p - lo + 1, mx);
-    float *out = m->att + ((int64_t)t * in->n_heads + h) * vd;
-    memset(out, 0, sizeof(float) * (size_t)vd);
-    for (int32_t s = lo; s <= p; s++) {
-        const float *page = w.base + (int64_t)w.table[s / w.page_tokens] * w.page_floats;
-        const float *v = page + w.v_off + (s % w.page_tokens) * w.v_tok + kvh * vd;
-        vaxpy(out, sc[s - lo] * inv, v, vd);
-    }
-}
-
-/* Up to ATT_BLOCK consecutive tokens of one sequence (positions p0..p0+nb-1)
- * against one head: every key is loaded once for all of them.  Missing block
- * members repeat the last query; out-of-range scores get weight 0. */
-#define ATT_BLOCK 4
-static void attend_block(att_job *a, int32_t t0, int32_t nb, int32_t h, float *sc,
-                         const float **vr) {
-    aotx_model *m = a->m;
-    const aotx_model_info *in = &m->info;
-    int64_t hd = in->head_dim, vd = in->v_dim;
-    int32_t kvh = h / (in->n_heads / in->n_kv_heads);
-    int32_t p0 = m->tok_pos[t0], plast = p0 + nb - 1, lo[ATT_BLOCK], hi[ATT_BLOCK];
-    int64_t stride = in->max_tokens + ATT_BLOCK;
-    const float *q[ATT_BLOCK];
-    float *out[ATT_BLOCK], mx[ATT_BLOCK], d[ATT_BLOCK];
-    for (int i = 0; i < ATT_BLOCK; i++) {
-        int j = i < nb ? i : nb - 1;
-        q[i] = m->q + ((int64_t)(t0 + j) * in->n_heads + h) * hd;
-        hi[i] = p0 + j;
-        lo[i] = a->ly->sliding ? hi[i] - in->window + 1 : 0;
-        if (lo[i] < 0) lo[i] = 0;
-        mx[i] = -INFINITY;
-    }
-    int32_t base = lo[0];
-    aotx_kv_view w;
-    aotx_kv_view_get(m->kv, m->tok_seq[t0], a->layer, &w);
-    for (int32_t s = base; s <= plast; s++) {
-        const float *page = w.base + (int64_t)w.table[s / w.page_tokens] * w.page_floats;
-        vdot4(q, page + w.k_off + (s % w.page_tokens) * w.k_tok + kvh * hd, hd, d);
-        for (int i = 0; i < ATT_BLOCK; i++) {
-            float v = d[i] * in->attn_scale;
-            sc[i * stride + (s - base)] = v;
-            if (s >= lo[i] && s <= hi[i] && v > mx[i]) mx[i] = v;
-        }
-    }
-    for (int i = 0; i < ATT_BLOCK; i++) {
-        float *r = sc + i * stride;
-        int32_t a0 = lo[i] - base, a1 = hi[i] - base;
-        float inv = 1.0f / vexp_sum(r + a0, a1 - a0 + 1, mx[i]);
-        for (int32_t k = 0; k < a0; k++) r[k] = 0.0f;
-        for (int32_t k = a0; k <= a1; k++) r[k] *= inv;
-        for (int32_t k = a1 + 1; k <= plast - base; k++) r[k] = 0.0f;
-    }
-    float dummy[ATT_BLOCK - 1][512];
-    for (int i = 0; i < ATT_BLOCK; i++)
-        out[i] = i < nb ? m->att + ((int64_t)(t0 + i) * in->n_heads + h) * vd
-                        : dummy[i - 1];   /* vd <= 512 checked by the caller */
-    for (int32_t s = base; s <= plast; s++) {
-        const float *page = w.base + (int64_t)w.table[s / w.page_tokens] * w.page_floats;
-        vr[s - base] = page + w.v_off + (s % w.page_tokens) * w.v_tok + kvh * vd;
-    }
-    vacc4(out, sc, stride, vr, plast - base + 1, vd);
-}
-
-static void att_fn(void *ctx, int32_t ith, int32_t nth) {
-    att_job *a = ctx;
-    aotx_model *m = a->m;
-    float *sc = m->scores + (int64_t)ith * ATT_BLOCK * (m->info.max_tokens + ATT_BLOCK);
-    const float **vr = m->vrows + (int64_t)ith * (m->info.max_tokens + ATT_BLOCK);
-    int64_t n = (int64_t)m->n_blocks * m->info.n_heads;
-    (void)nth;
-    for (;;) {
-        int64_t i = atomic_fetch_add(&a->next, 1);
-        if (i >= n) break;
-        int32_t b = (int32_t)(i / m->info.n_heads), h = (int32_t)(i % m->info.n_heads);
-        int32_t t0 = m->blk_start[b], nb = m->blk_start[b + 1] - t0;
-        if (nb == 1 || m->info.v_dim > 512) {
-            for (int32_t t = t0; t < t0 + nb; t++) attend(a, t, h, sc);
-        } else {
-            attend_block(a, t0, nb, h, sc, vr);
-        }
-    }
-}
-
-/* Blocks of up to ATT_BLOCK consecutive tokens of the same sequence. */
-static void make_blocks(aotx_model *m, int32_t T) {
-    int32_t nb = 0;
-    for (int32_t t = 0; t < T; t++) {
-        if (nb == 0 || t - m->blk_start[nb - 1] >= ATT_BLOCK || m->tok_seq[t] != m->tok_seq[t - 1])
-            m->blk_start[nb++] = t;
-    }
-    m->blk_start[nb] = T;
-    m->n_blocks = nb;
 }
 
 /* ---------- the layers ---------- */
@@ -481,9 +170,12 @@ static void layer_forward(aotx_model *m, int32_t l, int32_t T) {
     rope_job r = {m, ly, l, T};
     if (T <= SMALL_T) rope_fn(&r, 0, 1);
     else aotx_pool_run(m->pool, rope_fn, &r);
-    att_job a = {.m = m, .ly = ly, .layer = l, .T = T};
-    atomic_init(&a.next, 0);
-    aotx_pool_run(m->pool, att_fn, &a);
+    aotx_kv_rows kr = {T, l, m->tok_seq, m->tok_pos, m->k, m->v, in->n_kv_heads * hd,
+                       (int64_t)in->n_kv_heads * in->v_dim};
+    m->be_ops->kv_write(m->be, m->kv, m->kv_store, &kr);
+    aotx_attn_batch ab = {T, l, m->tok_seq, m->tok_pos, in->n_heads, in->n_kv_heads, hd,
+                          in->v_dim, ly->sliding ? in->window : 0, in->attn_scale, m->q, m->att};
+    m->be_ops->attention(m->be, m->kv, m->kv_store, &ab);
     int64_t od = (int64_t)in->n_heads * in->v_dim;
     matmul(m, m->att, od, T, 1, &ly->o, m->o, d, NULL, NULL, 0, NULL, NULL, 0);
     ew_job e = {m, ly, T, 1, ly->ffn_norm, ly->post_attn_norm};
@@ -502,7 +194,6 @@ void model_forward(aotx_model *m, int32_t T, int32_t n_logits, float *logits) {
     const aotx_model_info *in = &m->info;
     int64_t d = in->d_model;
     rope_tables(m, T);
-    make_blocks(m, T);
     ew_job e = {m, NULL, T, 0, m->layers[0].attn_norm, NULL};
     elementwise(m, &e);
     for (int32_t l = 0; l < in->n_layers; l++) layer_forward(m, l, T);

@@ -11,13 +11,7 @@
 
 #include <stdatomic.h>
 
-#define MODEL_ACT_CLASSES 3   /* F32-like, Q8_K (k-quants), Q8_0 (legacy quants) */
-
-typedef struct mtensor {
-    const void *w;        /* [rows][row_bytes] in the mapping */
-    int32_t type;
-    int64_t rows, cols;
-} mtensor;
+typedef aotx_weight mtensor;   /* [rows][row_bytes] in the mapping (aotx.h) */
 
 typedef struct mlayer {
     mtensor q, k, v, o, gate, up, down;
@@ -33,7 +27,10 @@ struct aotx_model {
     aotx_gguf *g;
     aotx_model_info info;
     aotx_pool *pool;
-    aotx_kv_pool *kv;
+    const aotx_backend_ops *be_ops;   /* kernels and KV storage (aotx.h, engine section) */
+    aotx_backend *be;
+    aotx_kv_pool *kv;         /* page accounting (host) */
+    aotx_kv_store *kv_store;  /* page storage (the backend's) */
     aotx_tokenizer *tok;
     mtensor tok_embd, output;
     float *out_norm;          /* [d_model] owned */
@@ -53,11 +50,6 @@ struct aotx_model {
     float *o;                 /* [T][d_model] */
     float *gate, *up;         /* [T][d_ff] */
     float *rope_cs;           /* [T][2][n_rot/2][2] cos, sin */
-    float *scores;            /* [n_threads][4][max_tokens + 4] attention scores */
-    const float **vrows;      /* [n_threads][max_tokens + 4] V row pointers (attention) */
-    int32_t *blk_start;       /* [T + 1] attention blocks: first token of each */
-    int32_t n_blocks;
-    void *act[MODEL_ACT_CLASSES];     /* prepared activations */
     int32_t *tok_pos;         /* [T] */
     uint32_t *tok_seq;        /* [T] KV sequence id */
     int32_t *logit_tok;       /* [max_seqs] token row of each logit row */
@@ -71,7 +63,6 @@ int model_read_hparams(aotx_model *m, char *err, int64_t cap);
 int model_alloc_scratch(aotx_model *m);
 void model_free_weights(aotx_model *m);
 int model_set_err(char *err, int64_t cap, int code, const char *fmt, ...);
-int model_act_class(int32_t type);
 /* Runs the layers and head for T prepared tokens (tok_seq/tok_pos filled, x embedded). */
 void model_forward(aotx_model *m, int32_t T, int32_t n_logits, float *logits);
 

@@ -126,14 +126,6 @@ int model_read_hparams(aotx_model *m, char *err, int64_t cap) {
     return 0;
 }
 
-int model_act_class(int32_t type) {
-    switch (type) {
-    case AOTX_T_Q4_K: case AOTX_T_Q5_K: case AOTX_T_Q6_K: return 1;
-    case AOTX_T_Q4_0: case AOTX_T_Q5_0: case AOTX_T_Q8_0: return 2;
-    default: return 0;
-    }
-}
-
 static int get_matrix(aotx_model *m, const char *name, int64_t rows, int64_t cols, int optional,
                       mtensor *out, char *err, int64_t cap) {
     aotx_gguf_tensor_info ti;
@@ -416,20 +408,15 @@ int model_alloc_scratch(aotx_model *m) {
     m->gate = alloc_f(T * in->d_ff);
     m->up = alloc_f(T * in->d_ff);
     m->rope_cs = alloc_f(T * 2 * m->n_rot);
-    m->scores = alloc_f((int64_t)in->n_threads * 4 * (in->max_tokens + 4));
-    m->blk_start = malloc(sizeof(int32_t) * (size_t)(T + 1));
-    m->vrows = malloc(sizeof(float *) * (size_t)in->n_threads * (size_t)(in->max_tokens + 4));
     m->tok_pos = malloc(sizeof(int32_t) * (size_t)T);
     m->tok_seq = malloc(sizeof(uint32_t) * (size_t)T);
     m->logit_tok = malloc(sizeof(int32_t) * (size_t)in->max_seqs);
     m->old_len = malloc(sizeof(int32_t) * (size_t)in->max_seqs);
     m->seen = calloc((size_t)in->max_seqs, 1);
     if (!m->x || !m->xn || !m->q || !m->k || !m->v || !m->att || !m->o || !m->gate || !m->up ||
-        !m->rope_cs || !m->scores || !m->tok_pos || !m->tok_seq || !m->logit_tok || !m->old_len ||
-        !m->seen || !m->blk_start || !m->vrows)
+        !m->rope_cs || !m->tok_pos || !m->tok_seq || !m->logit_tok || !m->old_len || !m->seen)
         return AOTX_E_NOMEM;
-    /* activation buffers: the largest input any matmul of each class sees */
-    int64_t need[MODEL_ACT_CLASSES] = {0};
+    /* the backend sizes its scratch for every weight at the most tokens it will see */
     const mtensor *all[8];
     for (int32_t l = -1; l < in->n_layers; l++) {
         int na = 0;
@@ -440,15 +427,9 @@ int model_alloc_scratch(aotx_model *m) {
             all[na++] = &ly->gate; all[na++] = &ly->up; all[na++] = &ly->down;
         }
         for (int a = 0; a < na; a++) {
-            int64_t b = aotx_act_bytes(all[a]->type, all[a]->cols, maxs);
-            int c = model_act_class(all[a]->type);
-            if (b > need[c]) need[c] = b;
+            int rc = m->be_ops->reserve(m->be, all[a]->type, all[a]->cols, maxs);
+            if (rc) return rc;
         }
-    }
-    for (int c = 0; c < MODEL_ACT_CLASSES; c++) {
-        if (!need[c]) continue;
-        m->act[c] = aligned_alloc(64, (size_t)((need[c] + 63) / 64 * 64));
-        if (!m->act[c]) return AOTX_E_NOMEM;
     }
     return 0;
 }

@@ -8,6 +8,7 @@
  */
 #include "aotx_kernels.h"
 #include "aotx_sgemm.h"
+#include "cpu_internal.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -238,10 +239,7 @@ static int best_level(void) {
 #endif
 }
 
-static void pick_kernels(void) {
-    const char *env = getenv("AOTX_KERNELS");
-    pick_level(env && strcmp(env, "ref") == 0 ? AOTX_LEVEL_REF : best_level());
-}
+static void pick_kernels(void) { pick_level(aotx_cpu_forced_ref() ? AOTX_LEVEL_REF : best_level()); }
 
 int aotx_kernel_force(const char *impl) {
     pthread_once(&pick_once, pick_kernels);

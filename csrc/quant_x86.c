@@ -31,6 +31,7 @@
 #ifndef QX86_BODY
 
 #include "aotx_kernels.h"
+#include "cpu_internal.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -59,11 +60,8 @@ enum { KQ_Q4_K, KQ_Q5_K, KQ_Q6_K };  /* and of the Q8_K family */
 #pragma GCC pop_options
 
 int aotx_x86_level(void) {
-    __builtin_cpu_init();
-    int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-               __builtin_cpu_supports("f16c");
-    int vnni = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+    int avx2 = aotx_cpu_has(AOTX_CPU_AVX2_FMA | AOTX_CPU_F16C);
+    int vnni = avx2 && aotx_cpu_has(AOTX_CPU_AVX512 | AOTX_CPU_AVX512VNNI);
     return vnni ? AOTX_LEVEL_AVX512VNNI : avx2 ? AOTX_LEVEL_AVX2 : AOTX_LEVEL_REF;
 }
 

@@ -1,5 +1,6 @@
 /* sample.c -- greedy / temperature / top-p sampling with a per-sequence PRNG. */
 #include "aotx_sample.h"
+#include "vecmath_internal.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -29,14 +30,8 @@ uint64_t aotx_rng_next(aotx_rng *r) {   /* xoshiro256** */
 
 double aotx_rng_uniform(aotx_rng *r) { return (double)(aotx_rng_next(r) >> 11) * 0x1.0p-53; }
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define SAMPLE_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define SAMPLE_CLONES
-#endif
-
 /* max over x ignoring NaN (-inf if all NaN); vectorizable (16 lanes). */
-SAMPLE_CLONES static float max_no_nan(const float *x, int32_t n) {
+AOTX_CLONES static float max_no_nan(const float *x, int32_t n) {
     float acc[16];
     for (int j = 0; j < 16; j++) acc[j] = -INFINITY;
     int32_t i = 0;
@@ -57,37 +52,22 @@ int32_t aotx_argmax(const float *x, int32_t n) {
     return 0;
 }
 
-/* exp(x) to ~2e-7 relative (2^k times a degree-6 polynomial), vectorizable. */
-static inline float exp_approx(float x) {
-    x = x < -87.0f ? -87.0f : x;
-    x = x > 88.0f ? 88.0f : x;
-    const float magic = 12582912.0f;
-    float kf = (x * 1.4426950408889634f + magic) - magic;
-    float r = x - kf * 0.693145751953125f - kf * 1.428606765330187e-06f;
-    float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 +
-                                                                                r * (1.0f / 720))))));
-    int32_t bits = ((int32_t)kf + 127) << 23;
-    float sc;
-    memcpy(&sc, &bits, 4);
-    return p * sc;
-}
-
 /* probs[i] = exp((logits[i] - mx) * inv_t) (NaN -> 0); returns the sum. */
-SAMPLE_CLONES static double softmax_unnorm(const float *logits, float *probs, int32_t n, float mx,
+AOTX_CLONES static double softmax_unnorm(const float *logits, float *probs, int32_t n, float mx,
                                            float inv_t) {
     float acc[16] = {0};
     int32_t i = 0;
     for (; i + 16 <= n; i += 16)
         for (int j = 0; j < 16; j++) {
             float v = logits[i + j];
-            float e = v == v ? exp_approx((v - mx) * inv_t) : 0.0f;
+            float e = v == v ? aotx_exp_approx((v - mx) * inv_t) : 0.0f;
             probs[i + j] = e;
             acc[j] += e;
         }
     double sum = 0;
     for (; i < n; i++) {
         float v = logits[i];
-        probs[i] = v == v ? exp_approx((v - mx) * inv_t) : 0.0f;
+        probs[i] = v == v ? aotx_exp_approx((v - mx) * inv_t) : 0.0f;
         sum += probs[i];
     }
     for (int j = 0; j < 16; j++) sum += acc[j];

@@ -12,6 +12,7 @@
 #ifndef SG_BODY
 
 #include "aotx_sgemm.h"
+#include "cpu_internal.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -58,11 +59,8 @@ enum { SG_REF = 0, SG_AVX2 = 1, SG_AVX512 = 2 };
 
 static int sgemm_best(void) {
 #if defined(__x86_64__)
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx2") &&
-        __builtin_cpu_supports("fma"))
-        return SG_AVX512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return SG_AVX2;
+    if (aotx_cpu_has(AOTX_CPU_AVX2_FMA | AOTX_CPU_AVX512F)) return SG_AVX512;
+    if (aotx_cpu_has(AOTX_CPU_AVX2_FMA)) return SG_AVX2;
 #endif
     return SG_REF;
 }
@@ -85,10 +83,7 @@ static void sgemm_set(int level) {
 #endif
 }
 
-static void sgemm_pick(void) {
-    const char *env = getenv("AOTX_KERNELS");
-    sgemm_set(env && strcmp(env, "ref") == 0 ? SG_REF : sgemm_best());
-}
+static void sgemm_pick(void) { sgemm_set(aotx_cpu_forced_ref() ? SG_REF : sgemm_best()); }
 
 void aotx_sgemm_rows(const float *w, int64_t cols, const float *x, int64_t ldx, int64_t n_tok,
                      float *y, int64_t ldy, int64_t r0, int64_t r1) {

@@ -127,25 +127,83 @@ def test_gemma_layout_groups_and_sliding_release() -> None:
         lib.aotx_kv_free(kv)
 
 
+def locate(kv: Any, seq: int, layer: int, pos: int, head: int = 0, v: int = 0) -> tuple[int, int]:
+    page, off = ffi.new("int32_t *"), ffi.new("int64_t *")
+    check(lib.aotx_kv_locate(kv, seq, layer, pos, head, v, page, off))
+    return int(page[0]), int(off[0])
+
+
 def test_fork_shares_full_pages_with_refcounts(pool: Any) -> None:
     a = new_seq(pool)
     check(lib.aotx_kv_seq_grow(pool, a, 40))
-    row = lib.aotx_kv_at(pool, a, 0, 5, 0, 0)
-    row[0] = 42.0
+    where = locate(pool, a, 0, 5)
     d, shared = ffi.new("uint32_t *"), ffi.new("int32_t *")
     check(lib.aotx_kv_seq_fork(pool, a, 37, d, shared))
     assert shared[0] == 32                       # whole pages only
     s = stats(pool)
     assert s.used_pages == 3 and s.shared_pages == 2
-    assert lib.aotx_kv_at(pool, d[0], 0, 5, 0, 0)[0] == 42.0
+    assert locate(pool, d[0], 0, 5) == where     # the child reads the parent's slot
     check(lib.aotx_kv_seq_grow(pool, d[0], 5))   # the child writes its own page
     assert stats(pool).used_pages == 4
+    assert locate(pool, d[0], 0, 33)[0] != locate(pool, a, 0, 33)[0]
     check(lib.aotx_kv_seq_free(pool, a))
     s = stats(pool)
     assert s.used_pages == 3 and s.shared_pages == 0  # the child still holds the prefix
-    assert lib.aotx_kv_at(pool, d[0], 0, 5, 0, 0)[0] == 42.0
+    assert locate(pool, d[0], 0, 5) == where
     check(lib.aotx_kv_seq_free(pool, d[0]))
     assert stats(pool).used_pages == 0
+
+
+def test_locate_follows_the_page_layout(pool: Any) -> None:
+    """K: [g][page_tokens][n_kv_heads][k_dim], then V (aotx_kv.h); g = 6 layers here."""
+    a = new_seq(pool)
+    check(lib.aotx_kv_seq_grow(pool, a, 20))
+    k_tok = v_tok = 8                               # n_kv_heads 1 x dim 8
+    page0, off = locate(pool, a, 2, 3)
+    assert off == 2 * PT * k_tok + 3 * k_tok
+    _, voff = locate(pool, a, 2, 3, v=1)
+    assert voff == 6 * PT * k_tok + 2 * PT * v_tok + 3 * v_tok
+    page1, off = locate(pool, a, 0, 17)
+    assert page1 != page0 and off == 1 * k_tok
+    assert stats(pool).page_bytes == 6 * PT * (k_tok + v_tok) * 4
+    page, o = ffi.new("int32_t *"), ffi.new("int64_t *")
+    assert lib.aotx_kv_locate(pool, a, 0, 20, 0, 0, page, o) == lib.AOTX_E_INVALID_ARGUMENT
+    assert lib.aotx_kv_locate(pool, a, 0, 0, 1, 0, page, o) == lib.AOTX_E_INVALID_ARGUMENT
+    assert lib.aotx_kv_locate(pool, a, 6, 0, 0, 0, page, o) == lib.AOTX_E_INVALID_ARGUMENT
+
+
+def test_accounting_holds_no_storage() -> None:
+    """The pool is accounting only: pages whose storage would exceed any address
+    space (4096 pages x 128 GiB) are counted, reserved, shared and freed."""
+    p = ffi.new("aotx_kv_params *")
+    p.n_pages, p.page_tokens, p.max_seqs, p.max_tokens = 4096, PT, 4, 4096
+    p.n_layers, p.n_kv_heads, p.k_dim, p.v_dim, p.window = 1, 1024, 1 << 20, 1 << 20, 0
+    out = ffi.new("aotx_kv_pool **")
+    check(lib.aotx_kv_new(p, out))
+    kv = out[0]
+    try:
+        s = stats(kv)
+        assert s.page_bytes == PT * 1024 * (2 << 20) * 4 == 1 << 37
+        assert s.n_pages * s.page_bytes > 1 << 47     # more than x86-64 user space
+        a = new_seq(kv)
+        check(lib.aotx_kv_seq_reserve(kv, a, 100))
+        check(lib.aotx_kv_seq_grow(kv, a, 64))
+        d, shared = ffi.new("uint32_t *"), ffi.new("int32_t *")
+        check(lib.aotx_kv_seq_fork(kv, a, 64, d, shared))
+        assert stats(kv).shared_pages == 4 and locate(kv, d[0], 0, 63) == locate(kv, a, 0, 63)
+        check(lib.aotx_kv_seq_free(kv, a))
+        check(lib.aotx_kv_seq_free(kv, d[0]))
+        assert stats(kv).free_pages == 4096
+    finally:
+        lib.aotx_kv_free(kv)
+
+
+def test_storage_geometry_overflow_is_refused() -> None:
+    p = ffi.new("aotx_kv_params *")
+    p.n_pages, p.page_tokens, p.max_seqs, p.max_tokens = 4, 1 << 30, 1, 16
+    p.n_layers, p.n_kv_heads, p.k_dim, p.v_dim = 1 << 20, 1 << 20, 1 << 20, 1
+    out = ffi.new("aotx_kv_pool **")
+    assert lib.aotx_kv_new(p, out) == lib.AOTX_E_KV_PARAMS
 
 
 def test_fork_refuses_released_window_pages() -> None:
