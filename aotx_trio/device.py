@@ -196,14 +196,13 @@ def _fill(req: Request) -> Any:
 def encode_canonical(req: Request) -> bytes:
     """The canonical operation bytes of req (docs/formats/device.md)."""
     c = _fill(req)
-    need = lib.aotx_canonical_encode(c, ffi.NULL, 0)
-    if need >= 0:
-        check(int(need))
-    buf = ffi.new("uint8_t[]", -need)
-    n = lib.aotx_canonical_encode(c, buf, -need)
-    if n < 0:
-        raise error_for(int(n))
-    return bytes(ffi.buffer(buf, n))
+    n = ffi.new("uint32_t *")
+    rc = int(lib.aotx_canonical_encode(c, ffi.NULL, 0, n))
+    if rc != lib.AOTX_E_BUFFER_TOO_SMALL:
+        check(rc)
+    buf = ffi.new("uint8_t[]", n[0])
+    check(lib.aotx_canonical_encode(c, buf, n[0], n))
+    return bytes(ffi.buffer(buf, n[0]))
 
 
 def decode_canonical(data: bytes) -> Request:

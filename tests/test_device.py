@@ -171,11 +171,13 @@ def test_canonical_worked_example_and_round_trip() -> None:
     # -0.0 and 0.0 encode alike
     assert D.encode_canonical(inp) == D.encode_canonical(
         D.Request(**{**inp.__dict__, "temperature": 0.5}))
-    # too small a buffer: minus the size needed
+    # too small a buffer: buffer_too_small and the size needed
     c = ffi.new("aotx_request *")
     c.kind = 1
     c.operation_key[0] = 1
-    assert lib.aotx_canonical_encode(c, ffi.NULL, 0) == -48
+    need = ffi.new("uint32_t *")
+    assert lib.aotx_canonical_encode(c, ffi.NULL, 0, need) == lib.AOTX_E_BUFFER_TOO_SMALL
+    assert need[0] == 48
     # a reserved byte set: refused by decode
     bad = bytearray(D.encode_canonical(req))
     bad[48 + 20] = 1
@@ -264,23 +266,28 @@ def test_every_refusal_changes_nothing(rig: Rig) -> None:
     # the exact limit fits: 2048 - 73 bytes of text beside one media link
     ok = rig.input(A, conv, text="x" * (2048 - 73), media=(("image", "00" * 32),))
     assert ok.status == "admitted"
-    # C-level checks the Python layer cannot express
+    # C-level checks the Python layer cannot express (malformed: negative codes)
+    def encode_rc(raw: object) -> int:
+        rc = int(lib.aotx_canonical_encode(raw, ffi.NULL, 0, ffi.new("uint32_t *")))
+        assert rc < 0
+        return rc
+
     raw = ffi.new("aotx_request *")
     raw.kind = 9
     raw.operation_key[0] = 1
-    assert native.code_name(lib.aotx_canonical_encode(raw, ffi.NULL, 0)) == "kind_invalid"
+    assert native.code_name(encode_rc(raw)) == "kind_invalid"
     raw.kind = D.Kind.SPACE_CREATE
     raw.scope = 3
-    assert native.code_name(lib.aotx_canonical_encode(raw, ffi.NULL, 0)) == "scope_invalid"
+    assert native.code_name(encode_rc(raw)) == "scope_invalid"
     raw.kind = D.Kind.MEMBER_SET
     raw.rights = 8
-    assert native.code_name(lib.aotx_canonical_encode(raw, ffi.NULL, 0)) == "rights_invalid"
+    assert native.code_name(encode_rc(raw)) == "rights_invalid"
     raw.kind = D.Kind.INPUT
     raw.text_len, raw.model_len, raw.max_output_tokens, raw.top_p = 1, 1, 1, 1.0
     raw.text[0] = raw.model[0] = ord("x")
     raw.n_media = 1
     raw.media[0].type = 3
-    assert native.code_name(lib.aotx_canonical_encode(raw, ffi.NULL, 0)) == "media_invalid"
+    assert native.code_name(encode_rc(raw)) == "media_invalid"
     refused("rights_invalid", D.rights_mask, ("owner",))
     # executor-side refusals
     refused("status_invalid", rig.dev.complete, inp.op_id, "admitted")
