@@ -192,6 +192,12 @@ typedef struct aotx_receipt_view {
     uint8_t commit_digest[32];
     int32_t disk_error;
     uint32_t hold;
+    /* the save that acknowledged the admission, frozen once it is saved and
+     * rebuilt alike by recovery (aotx_journal_save_of); zero while
+     * admission_save_known is 0 */
+    uint8_t admission_save_known;
+    uint8_t reserved2[7];
+    aotx_save_id admission_save;
 } aotx_receipt_view;
 
 typedef struct aotx_participant_view {

@@ -87,6 +87,8 @@ void aotx_device_free(aotx_device *d) {
     free(d->result_store);
     free(d->scratch);
     free(d->plan);
+    free(d->replay_pending);
+    free(d->replay_pending_adm);
     if (d->mu_ready) pthread_mutex_destroy(&d->mu);
     free(d);
 }
@@ -112,9 +114,12 @@ int aotx_device_new(const aotx_device_params *p, const uint8_t lineage[16], aotx
         d->scratch_cap = AOTX_ADMISSION_HEADER + DEV_CANON_MAX + DEV_RESULT_JSON_MAX;
     d->scratch = malloc(d->scratch_cap);
     d->plan = calloc(1, sizeof *d->plan);
+    d->replay_pending = calloc(DEV_RECEIPT_SLOTS, sizeof *d->replay_pending);
+    d->replay_pending_adm = calloc(DEV_RECEIPT_SLOTS, sizeof *d->replay_pending_adm);
     d->mu_ready = pthread_mutex_init(&d->mu, NULL) == 0;
     if (!d->mu_ready || !d->participants || !d->spaces || !d->members || !d->conversations || !d->receipts ||
-        !d->canon_store || !d->result_store || !d->scratch || !d->plan) {
+        !d->canon_store || !d->result_store || !d->scratch || !d->plan || !d->replay_pending ||
+        !d->replay_pending_adm) {
         aotx_device_free(d);
         return AOTX_E_NOMEM;
     }
@@ -122,6 +127,9 @@ int aotx_device_new(const aotx_device_params *p, const uint8_t lineage[16], aotx
         d->receipts[i].canon = d->canon_store + (size_t)i * DEV_CANON_STRIDE;
         d->receipts[i].result = d->result_store + (size_t)i * DEV_RESULT_STRIDE;
     }
+    /* keep saved records in the journal's ring until their receipts copied
+     * the identity of their save (dev_stamp_saves) */
+    aotx_journal_retain(j, 0);
     *out = d;
     return AOTX_OK;
 }
@@ -182,6 +190,24 @@ uint64_t dev_saved_records(const aotx_device *d) {
     aotx_save_state s;
     aotx_journal_save_state(d->journal, &s);
     return s.saved_records;
+}
+
+/* Every receipt whose admission got saved since the last call copies the
+ * identity of that save from the journal's ring; then the ring may reuse
+ * those records.  Runs at the start of every public call (device_api.c). */
+void dev_stamp_saves(aotx_device *d) {
+    if (d->replaying || d->failed) return;
+    aotx_save_state st;
+    aotx_journal_save_state(d->journal, &st);
+    if (st.saved_records == d->stamped_saved) return;
+    for (uint32_t i = 0; i < DEV_RECEIPT_SLOTS; i++) {
+        dev_receipt *r = &d->receipts[i];
+        if (r->used && !r->save_known && r->admission_record < st.saved_records &&
+            aotx_journal_save_of(d->journal, r->admission_record, &r->save) == AOTX_OK)
+            r->save_known = 1;
+    }
+    aotx_journal_retain(d->journal, st.saved_records);
+    d->stamped_saved = st.saved_records;
 }
 
 /* Free the slots of retiring receipts whose retirement is saved. */

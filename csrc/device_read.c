@@ -61,6 +61,10 @@ void dev_receipt_view(aotx_device *d, uint32_t slot, bool foreign, aotx_receipt_
     out->result_len = r->result_len;
     out->input_tokens = r->input_tokens;
     out->output_tokens = r->output_tokens;
+    if (r->save_known && out->admission_saved) {
+        out->admission_save_known = 1;
+        out->admission_save = r->save;
+    }
 }
 
 /* The receipt slot `actor` may read, or a code. Own receipts are always

@@ -73,12 +73,62 @@ async def test_state_survives_a_restart(tmp_path: Path, folder: Path) -> None:
         again = await h.call("mutation.submit", _submit("space.create", 2, 2, scope="room"))
         assert not again["created"]
         assert again["receipt"]["operation"] == space["receipt"]["operation"]
-        assert again["receipt"]["save"]["boot"] == "2"
+        frozen = ("file_incarnation", "generation", "boot", "commit_digest", "saved_records")
+        assert again["receipt"]["save"]["boot"] == "1"      # the save that acknowledged it
+        assert {k: again["receipt"]["save"][k] for k in frozen} == \
+            {k: space["receipt"]["save"][k] for k in frozen}
         me = await h.call("participant.get", {"principal": "alice", "actions": list(ALL)})
         assert me["next_sequence"] == "3"
         got = await h.call("space.get", {"principal": "alice", "actions": list(ALL),
                                          "space": space["receipt"]["resource"]})
         assert got["scope"] == "room"
+        n.cancel_scope.cancel()
+
+
+async def test_receipt_save_fields_are_frozen(tmp_path: Path, folder: Path) -> None:
+    """Each receipt names the save that acknowledged it (source, incarnation, generation,
+    boot, commit digest), never the journal's state when read: unchanged by later saves
+    and rebuilt alike after a restart."""
+    ccir = make_runtime_file(tmp_path / "rt")
+    make_config(folder, {"alice": ALL})
+    journal = folder / "journal"
+    ident = ("source", "file_incarnation", "generation", "boot", "commit_digest",
+             "saved_records")
+
+    async def save_of(h: Any, receipt: dict[str, Any]) -> dict[str, Any]:
+        got = await h.call("operation.get", {"principal": "alice", "actions": list(ALL),
+                                             "operation": receipt["operation"]})
+        return {k: got["save"][k] for k in ident}
+
+    async with trio.open_nursery() as n:
+        h = await n.start(boot.run_runtime, ccir, journal, folder / "grants")
+        first = (await h.call("mutation.submit", _submit("participant.register", 1, 1)))
+        second = (await h.call("mutation.submit", _submit("space.create", 2, 2)))
+        a, b = (r["receipt"] for r in (first, second))
+        a_save, b_save = ({k: r["save"][k] for k in ident} for r in (a, b))
+        # two ticks of one boot: the same file and boot, another generation and digest
+        assert a_save["source"] == "journal" and a_save["boot"] == b_save["boot"] == "1"
+        assert a_save["file_incarnation"] == b_save["file_incarnation"]
+        assert int(b_save["generation"]) > int(a_save["generation"]) >= 1
+        assert a_save["commit_digest"] != b_save["commit_digest"]
+        assert int(a_save["saved_records"]) > int(a["admission"]["record"])
+        for i in range(3, 6):   # later saves move the journal on, not these receipts
+            await h.call("mutation.submit", _submit("space.create", i, i))
+        state = await h.call("save_state", {})
+        assert int(state["generation"]) > int(b_save["generation"])
+        assert await save_of(h, a) == a_save and await save_of(h, b) == b_save
+        n.cancel_scope.cancel()
+    async with trio.open_nursery() as n:
+        h = await n.start(boot.run_runtime, ccir, journal, folder / "grants")
+        assert await save_of(h, a) == a_save and await save_of(h, b) == b_save
+        third = (await h.call("mutation.submit", _submit("space.create", 6, 6)))["receipt"]
+        c_save = {k: third["save"][k] for k in ident}
+        assert c_save["boot"] == "2" and int(c_save["generation"]) > int(b_save["generation"])
+        assert await save_of(h, a) == a_save
+        n.cancel_scope.cancel()
+    async with trio.open_nursery() as n:   # and again after a second restart
+        h = await n.start(boot.run_runtime, ccir, journal, folder / "grants")
+        assert await save_of(h, a) == a_save and await save_of(h, third) == c_save
         n.cancel_scope.cancel()
 
 

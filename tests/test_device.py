@@ -641,3 +641,59 @@ def test_list_pages_follow_the_cursor(rig: Rig) -> None:
     rest, end = rig.dev.conversations(ALL, B, ids[0], nxt, 2)
     assert [c.id for c in first + rest] == convs and end == 0
     assert rig.dev.space(ALL, B, ids[0]).conversations == 3
+
+
+
+def _chain(file: bytes, records: int) -> str:
+    import hashlib
+
+    d = hashlib.sha256(file[:64]).digest()
+    for i in range(records):
+        d = hashlib.sha256(d + file[64 + 192 * i:64 + 192 * (i + 1)]).digest()
+    return d.hex()
+
+
+def test_receipts_keep_the_save_that_acknowledged_them(rig: Rig) -> None:
+    """Save fields are the acknowledging save's (frozen), never the journal's state when
+    read; recovery rebuilds them exactly (docs/formats/journal.md, "Save identity")."""
+    rig.do(A, D.Kind.REGISTER)
+    first = rig.do(A, D.Kind.SPACE_CREATE)
+    assert rig.dev.receipt(ALL, A, first.op_id).saved_by is None   # not saved: no identity
+    rig.journal.save()                                      # save 1: boot, register, space
+    r1 = rig.dev.receipt(ALL, A, first.op_id)
+    s = r1.save                                             # the journal's state now
+    assert r1.saved_by is not None and r1.saved_by.generation == s.generation == 1
+    assert r1.saved_by.commit_digest == s.commit_digest     # the save ended on this transfer
+    made = [first] + [rig.do(A, D.Kind.SPACE_CREATE) for _ in range(3)]
+    rig.journal.save()                                      # save 2: three spaces
+    conv = rig.do(A, D.Kind.CONVERSATION_CREATE, space=first.resource_id)
+    long_ = rig.input(A, conv.resource_id)
+    made += [conv, long_]
+    rig.journal.save()                                      # save 3
+    rig.dev.complete(long_.op_id, "succeeded", bytes(5000), 1, 2)   # 32 records
+    made.append(rig.do(A, D.Kind.SPACE_CREATE))             # 2 more: the third of these saves
+    rig.journal.save()                                      # saves 4, 5, 6
+    ids = {r.op_id: rig.dev.receipt(ALL, A, r.op_id).saved_by for r in made}
+    gens = {op: i.generation for op, i in ids.items() if i is not None}
+    assert len(gens) == len(made)
+    assert sorted(set(gens.values())) == [1, 2, 3, 6]
+    for r in made:
+        i = ids[r.op_id]
+        assert i is not None and (i.file_incarnation, i.boot) == (0x77, 1)
+        # the digest is the file's chain through the save's last complete transfer
+        assert i.commit_records > rig.dev.receipt(ALL, A, r.op_id).admission_record
+        assert i.commit_digest == _chain(bytes(rig.journal.file), i.commit_records)
+    assert len({ids[r.op_id] for r in made[1:4]}) == 1      # one save, one identity
+    # later saves move the journal on, never these fields
+    for _ in range(20):
+        rig.do(A, D.Kind.SPACE_CREATE)
+        rig.journal.save()
+    now = rig.dev.receipt(ALL, A, first.op_id)
+    assert now.save.generation > 20 and now.saved_by == ids[first.op_id]
+    assert {op: rig.dev.receipt(ALL, A, op).saved_by for op in ids} == ids
+    # a restart rebuilds every identity from the file alone
+    _j2, dev2, _keep = recover_from(bytes(rig.journal.file))
+    try:
+        assert {op: dev2.receipt(ALL, A, op).saved_by for op in ids} == ids
+    finally:
+        dev2.close()

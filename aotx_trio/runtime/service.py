@@ -228,6 +228,23 @@ def render_save(save: Any) -> dict[str, Any]:
     }
 
 
+def render_receipt_save(r: Any) -> dict[str, Any]:
+    """A receipt's ``save``: the identity of the save that acknowledged its admission
+    (``r.saved_by``: source, file incarnation, generation, boot, commit digest and the
+    records it covers; frozen once saved, null before), and the journal's pending
+    bytes, disk error and hold as read now."""
+    out = render_save(r.save)
+    ack = r.saved_by
+    out.update({
+        "file_incarnation": None if ack is None else f"{int(ack.file_incarnation):016x}",
+        "generation": None if ack is None else str(int(ack.generation)),
+        "boot": None if ack is None else str(int(ack.boot)),
+        "commit_digest": None if ack is None else _hexstr(ack.commit_digest),
+        "saved_records": None if ack is None else str(int(ack.commit_records)),
+    })
+    return out
+
+
 def render_receipt(r: Any, lineage: str) -> dict[str, Any]:
     """A receipt (aotx_trio.device.Receipt) as the JSON of shared-api.md."""
     kind = int(r.kind)
@@ -255,7 +272,7 @@ def render_receipt(r: Any, lineage: str) -> dict[str, Any]:
         "cancel_requested": bool(r.cancel_requested),
         "result": {"bytes": int(r.result_len), "input_tokens": int(r.input_tokens),
                    "output_tokens": int(r.output_tokens)},
-        "save": render_save(r.save),
+        "save": render_receipt_save(r),
     }
 
 
