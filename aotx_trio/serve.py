@@ -17,6 +17,7 @@ the runtime tree is cancelled (nothing is left running).
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import sys
 from pathlib import Path
@@ -28,7 +29,7 @@ from aotx_trio.config import GatewayConfig, load_gateway_config, write_gateway_c
 from aotx_trio.gateway.auth import hash_token, new_token
 from aotx_trio.gateway.grants import write_grants
 from aotx_trio.gateway.serve import on_signal, serve_gateway
-from aotx_trio.runtime.boot import run_runtime, run_trio
+from aotx_trio.runtime.boot import JournalLimits, run_runtime, run_trio
 
 log = logging.getLogger("aotx.serve")
 
@@ -81,8 +82,12 @@ def prepare(data: Path, bind: str) -> tuple[Path, GatewayConfig, str | None]:
 
 async def serve_embedded(data: Path, bind: str, *,
                          task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
-                         shutdown: trio.Event | None = None) -> None:
+                         shutdown: trio.Event | None = None,
+                         journal_max_bytes: int | None = None,
+                         journal_min_free_bytes: int | None = None) -> None:
+    """Flags given as None take gateway.json's ``limits.journal_*``."""
     runtime, config, token = await trio.to_thread.run_sync(prepare, data, bind)
+    limits = JournalLimits.of(config.limits, journal_max_bytes, journal_min_free_bytes)
     if token is not None:
         print("aotx serve: admin token (shown once, stored only as its SHA-256):",
               flush=True)
@@ -90,7 +95,8 @@ async def serve_embedded(data: Path, bind: str, *,
     shutdown = shutdown or trio.Event()
     async with trio.open_nursery() as outer:
         outer.start_soon(on_signal, shutdown)
-        handler = await outer.start(run_runtime, runtime, data / "journal", data / "grants")
+        handler = await outer.start(functools.partial(
+            run_runtime, runtime, data / "journal", data / "grants", journal_limits=limits))
         async with trio.open_nursery() as gateway:
             binds = await gateway.start(serve_gateway, config, InProcessClient(handler),
                                         shutdown)
@@ -113,5 +119,7 @@ def main(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     sys.setswitchinterval(SWITCH_INTERVAL_S)
-    run_trio(serve_embedded, Path(args.data), args.bind)
+    run_trio(functools.partial(serve_embedded, journal_max_bytes=args.journal_max_bytes,
+                               journal_min_free_bytes=args.journal_min_free_bytes),
+             Path(args.data), args.bind)
     return 0

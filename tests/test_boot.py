@@ -4,6 +4,7 @@ and shuts down cleanly on SIGTERM/SIGINT (socket removed, nothing left running).
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
@@ -130,6 +131,68 @@ async def test_receipt_save_fields_are_frozen(tmp_path: Path, folder: Path) -> N
         h = await n.start(boot.run_runtime, ccir, journal, folder / "grants")
         assert await save_of(h, a) == a_save and await save_of(h, third) == c_save
         n.cancel_scope.cancel()
+
+
+async def test_journal_cap_and_disk_floor_hold_writes(tmp_path: Path, folder: Path) -> None:
+    """limits.journal_max_bytes / --journal-max-bytes and the free-disk floor: writes are
+    refused with the retryable journal_hold before a write fails; saved data stays."""
+    ccir = make_runtime_file(tmp_path / "rt")
+    make_config(folder, {"alice": ALL})
+    journal = folder / "journal"
+    path = journal / "journal.aotxj"
+    small = boot.JournalLimits(max_bytes=64 + 192 * 8, min_free_bytes=0)
+    async with trio.open_nursery() as n:
+        h = await n.start(functools.partial(boot.run_runtime, ccir, journal, folder / "grants",
+                                            journal_limits=small))
+        await h.call("mutation.submit", _submit("participant.register", 1, 1))
+        seq = 2
+        with pytest.raises(errors.JournalHold):
+            for seq in range(2, 10):
+                await h.call("mutation.submit", _submit("space.create", seq, seq))
+        assert path.stat().st_size <= small.max_bytes
+        me = await h.call("participant.get", {"principal": "alice", "actions": list(ALL)})
+        assert me["next_sequence"] == str(seq)           # the refused one changed nothing
+        state = await h.call("save_state", {})
+        assert state["hold"] == ["file_cap"] and state["pending_bytes"] == 0
+        n.cancel_scope.cancel()
+    saved = path.read_bytes()
+    # a floor above the free space: writes held from the start (only the boot record,
+    # queued before, is written into the margin); reads still answer
+    free = os.statvfs(journal).f_bavail * os.statvfs(journal).f_frsize
+    floor = boot.JournalLimits(max_bytes=0, min_free_bytes=free + (1 << 40))
+    async with trio.open_nursery() as n:
+        h = await n.start(functools.partial(boot.run_runtime, ccir, journal, folder / "grants",
+                                            journal_limits=floor))
+        with pytest.raises(errors.JournalHold):
+            await h.call("mutation.submit", _submit("space.create", seq, seq))
+        state = await h.call("save_state", {})
+        assert state["hold"] == ["disk"] and state["disk_error"] is None
+        me = await h.call("participant.get", {"principal": "alice", "actions": list(ALL)})
+        assert me["next_sequence"] == str(seq)
+        n.cancel_scope.cancel()
+    assert path.read_bytes()[:len(saved)] == saved
+    # room again (the defaults): the same request is admitted
+    async with trio.open_nursery() as n:
+        h = await n.start(boot.run_runtime, ccir, journal, folder / "grants")
+        got = await h.call("mutation.submit", _submit("space.create", seq, seq))
+        assert got["created"] and got["receipt"]["admission"]["saved"]
+        n.cancel_scope.cancel()
+
+
+def test_journal_flags_reach_the_runtime() -> None:
+    from aotx_trio import cli, config
+
+    args = cli._parser().parse_args(["boot", "--ccir", "c", "--journal", "j",
+                                     "--service-grants", "g", "--journal-max-bytes", "4096"])
+    limits = boot.JournalLimits.of(config.Limits(), args.journal_max_bytes,
+                                   args.journal_min_free_bytes)
+    assert limits == boot.JournalLimits(4096, config.Limits().journal_min_free_bytes)
+    args = cli._parser().parse_args(["serve", "--journal-min-free-bytes", "0"])
+    cfg = config.Limits(journal_max_bytes=1 << 20)
+    assert boot.JournalLimits.of(cfg, args.journal_max_bytes, args.journal_min_free_bytes) \
+        == boot.JournalLimits(1 << 20, 0)
+    with pytest.raises(SystemExit):
+        cli._parser().parse_args(["serve", "--journal-max-bytes", "-1"])
 
 
 async def test_journal_damage_fails_closed(tmp_path: Path, folder: Path) -> None:

@@ -30,6 +30,7 @@ from typing import Any
 import trio
 
 from aotx_trio import errors
+from aotx_trio.config import Limits
 from aotx_trio.runtime.service import SOCKET_NAME, ServiceHandler, serve_socket
 
 log = logging.getLogger("aotx.boot")
@@ -48,24 +49,48 @@ class RuntimeState:
     lineage: str
 
 
+@dataclass(frozen=True)
+class JournalLimits:
+    """``limits.journal_max_bytes`` / ``limits.journal_min_free_bytes`` (docs/configuration.md)."""
+
+    max_bytes: int = Limits().journal_max_bytes        # file cap: writes hold before it
+    min_free_bytes: int = Limits().journal_min_free_bytes  # disk floor (0 = none)
+
+    @classmethod
+    def of(cls, limits: Limits, max_bytes: int | None = None,
+           min_free_bytes: int | None = None) -> JournalLimits:
+        """The configured limits, each overridden by a command-line flag that was given."""
+        return cls(limits.journal_max_bytes if max_bytes is None else max_bytes,
+                   limits.journal_min_free_bytes if min_free_bytes is None else min_free_bytes)
+
+
 @contextlib.asynccontextmanager
-async def open_runtime_state(lineage: bytes, journal_dir: Path) -> AsyncIterator[RuntimeState]:
+async def open_runtime_state(lineage: bytes, journal_dir: Path,
+                             limits: JournalLimits | None = None,
+                             ) -> AsyncIterator[RuntimeState]:
     """Open (or create) the journal in ``journal_dir``, replay it into a fresh device
     (fail closed on damage), queue this boot's transfer, and yield the state; closes
     the device and the file on exit."""
     from aotx_trio.device import Device
+    from aotx_trio.journal import JournalParams
     from aotx_trio.runtime.emitter import Emitter, open_journal_file
 
+    limits = limits or JournalLimits()
     journal_dir.mkdir(parents=True, exist_ok=True)
     jf = await trio.to_thread.run_sync(
-        functools.partial(open_journal_file, journal_dir, lineage, resume=False))
+        functools.partial(open_journal_file, journal_dir, lineage, resume=False,
+                          params=JournalParams(file_cap_bytes=limits.max_bytes)))
     device = None
     try:
         device = Device(jf.journal, lineage.hex())
         reader = jf.replay_reader(lineage)
         device.recover(reader)   # replays, resumes the journal, marks interrupted inputs
-        jf.journal.begin_boot()
-        emitter = Emitter.for_file(jf)
+        try:
+            jf.journal.begin_boot()
+        except errors.JournalHold:   # at the cap: serve reads; the boot rides the next write
+            log.warning("journal %s: at its cap of %d bytes: writes hold", jf.path,
+                        limits.max_bytes)
+        emitter = Emitter.for_file(jf, min_free_bytes=limits.min_free_bytes)
         emitter.wake()
         log.info("journal %s: %d transfers replayed, %d torn bytes dropped", jf.path,
                  len(jf.transfers), jf.truncated_bytes)
@@ -92,7 +117,7 @@ def load_runtime_file(ccir_path: Path) -> tuple[bytes, dict[str, Any]]:
 
 
 async def run_runtime(ccir: str | Path, journal: str | Path, grants_dir: str | Path, *,
-                      socket: bool = True,
+                      socket: bool = True, journal_limits: JournalLimits | None = None,
                       task_status: trio.TaskStatus[ServiceHandler] = trio.TASK_STATUS_IGNORED,
                       ) -> None:
     """The runtime nursery: emitter + service socket; started() with the handler."""
@@ -101,7 +126,7 @@ async def run_runtime(ccir: str | Path, journal: str | Path, grants_dir: str | P
     lineage, models = load_runtime_file(Path(ccir))
     grants = load_grants(grants_dir)  # serves nothing without deployment grants
     journal_dir = Path(journal)
-    async with open_runtime_state(lineage, journal_dir) as state:
+    async with open_runtime_state(lineage, journal_dir, journal_limits) as state:
         handler = ServiceHandler(state.device, state.emitter, state.journal_file.journal.save_state,
                                  state.lineage, grants, models=models)
         handler.state = state
@@ -124,8 +149,9 @@ async def until_signal(cancel_scope: trio.CancelScope) -> None:
 async def _boot(args: argparse.Namespace) -> None:
     async with trio.open_nursery() as nursery:
         nursery.start_soon(until_signal, nursery.cancel_scope)
-        handler = await nursery.start(run_runtime, args.ccir, args.journal,
-                                      args.service_grants)
+        limits = JournalLimits.of(Limits(), args.journal_max_bytes, args.journal_min_free_bytes)
+        handler = await nursery.start(functools.partial(
+            run_runtime, args.ccir, args.journal, args.service_grants, journal_limits=limits))
         sock = Path(args.journal) / SOCKET_NAME
         print(f"aotx boot: lineage {handler.lineage}, serving {sock}", flush=True)
 

@@ -10,9 +10,13 @@ to start.
 :class:`Emitter` is the trio task that makes records durable::
 
     loop: wait until records are pending (Emitter.wake())
-          drain <= 16 records -> pwrite at their offsets -> fsync -> ack
+          drain <= 16 records -> disk floor check -> pwrite at their offsets -> fsync -> ack
           on OSError: nack(errno) (journal holds), back off, then drain the
           same records again and REWRITE them before the next fsync.
+
+Under ``min_free_bytes`` of free space (statvfs of the journal folder) the
+emitter sets the disk hold, so new enqueues are refused before a write can
+fail, and keeps writing the records already admitted.
 
 An fsync failure is never retried into "success": after a failed fsync the
 records are written again before the next fsync.  ``wait_saved(i)`` returns
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import math
 import os
 import secrets
 from dataclasses import dataclass, field, replace
@@ -34,6 +39,7 @@ from pathlib import Path
 import trio
 
 from aotx_trio.journal import (
+    HOLD_DISK,
     RECORD_SIZE,
     TICK_RECORDS,
     Journal,
@@ -86,6 +92,11 @@ class FileOps:
 
     def rename(self, src: str, dst: str) -> None:
         os.rename(src, dst)
+
+    def free_bytes(self, path: str) -> int:
+        """Bytes an unprivileged writer may still use on ``path``'s file system."""
+        st = os.statvfs(path)
+        return st.f_bavail * st.f_frsize
 
     def fsync_dir(self, path: str) -> None:
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -191,7 +202,8 @@ class Emitter:
 
     def __init__(self, journal: Journal, fd: int, *, ops: FileOps | None = None,
                  tick_records: int = TICK_RECORDS, backoff_initial: float = 0.05,
-                 backoff_max: float = 2.0) -> None:
+                 backoff_max: float = 2.0, directory: str | os.PathLike[str] | None = None,
+                 min_free_bytes: int = 0, floor_recheck_s: float = 1.0) -> None:
         if not 0 < tick_records <= TICK_RECORDS:
             raise ValueError(f"tick_records must be 1..{TICK_RECORDS}")
         self.journal = journal
@@ -200,6 +212,12 @@ class Emitter:
         self.tick_records = tick_records
         self.backoff_initial = backoff_initial
         self.backoff_max = backoff_max
+        # disk floor: below min_free_bytes free on `directory`'s file system, new
+        # enqueues hold (hold bit 1) while the pending records are still written
+        self.directory = None if directory is None else str(directory)
+        self.min_free_bytes = min_free_bytes
+        self.floor_recheck_s = floor_recheck_s
+        self.floor_hold = False
         self.saved_records = journal.save_state().saved_records
         self.ticks = 0
         self.failures = 0
@@ -209,9 +227,37 @@ class Emitter:
 
     @classmethod
     def for_file(cls, jf: JournalFile, *, tick_records: int = TICK_RECORDS,
-                 backoff_initial: float = 0.05, backoff_max: float = 2.0) -> Emitter:
+                 backoff_initial: float = 0.05, backoff_max: float = 2.0,
+                 min_free_bytes: int = 0, floor_recheck_s: float = 1.0) -> Emitter:
         return cls(jf.journal, jf.fd, ops=jf.ops, tick_records=tick_records,
-                   backoff_initial=backoff_initial, backoff_max=backoff_max)
+                   backoff_initial=backoff_initial, backoff_max=backoff_max,
+                   directory=jf.path.parent, min_free_bytes=min_free_bytes,
+                   floor_recheck_s=floor_recheck_s)
+
+    def check_floor(self, writing: int = 0) -> bool:
+        """Hold new enqueues while the file system has under ``min_free_bytes`` free
+        (after ``writing`` more bytes); release the hold once it has again (unless a
+        failed write still waits for its rewrite).  True while held."""
+        if self.directory is None or self.min_free_bytes <= 0:
+            low = False
+        else:
+            try:
+                low = self.ops.free_bytes(self.directory) < self.min_free_bytes + writing
+            except OSError as exc:   # cannot tell: hold rather than risk a failing write
+                log.warning("journal folder %s: statvfs failed: %s", self.directory, exc)
+                low = True
+        if low:
+            if not self.floor_hold:
+                log.warning("journal folder %s: free space under %d bytes: holding new "
+                            "writes", self.directory, self.min_free_bytes)
+            self.journal.set_hold(HOLD_DISK, True)
+        elif self.floor_hold:
+            log.info("journal folder %s: free space back over %d bytes", self.directory,
+                     self.min_free_bytes)
+            if self.last_error is None:
+                self.journal.set_hold(HOLD_DISK, False)
+        self.floor_hold = low
+        return low
 
     def wake(self) -> None:
         """Records were enqueued (call from the trio thread)."""
@@ -249,6 +295,7 @@ class Emitter:
             return None
         first, data = drained
         self.ticks += 1
+        self.check_floor(len(data))
         try:
             if self.ops.in_thread:
                 # not abandoned on cancel: the result (ack or nack) is always recorded
@@ -266,9 +313,11 @@ class Emitter:
             # outcome unknown (KeyboardInterrupt in the thread...): rewrite them later
             self.journal.nack(errno.ECANCELED)
             raise
-        self.journal.ack()
+        self.journal.ack()   # clears hold bit 1: the floor check sets it again if still low
         self.saved_records = first + len(data) // RECORD_SIZE
         self.last_error = None
+        if self.floor_hold:
+            self.check_floor()
         event, self._saved = self._saved, trio.Event()
         event.set()
         return True
@@ -276,11 +325,16 @@ class Emitter:
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         backoff = self.backoff_initial
         self.saved_records = self.journal.save_state().saved_records  # after any resume
+        self.check_floor()
         task_status.started()
         while True:
             while not self._pending():
-                await self._wake.wait()
-                self._wake = trio.Event()
+                # while the floor holds, look again now and then: nothing else wakes us
+                with trio.move_on_after(self.floor_recheck_s if self.floor_hold else math.inf):
+                    await self._wake.wait()
+                    self._wake = trio.Event()
+                if self.floor_hold:
+                    self.check_floor()
             ok = await self.tick()
             if ok is False:
                 await trio.sleep(backoff)
