@@ -1,10 +1,29 @@
-"""Durable small-file writes: fsync a folder, write a file atomically (temp + fsync + rename)."""
+"""Durable small-file writes: fsync a folder, write a file atomically (temp + fsync + rename);
+advisory file locks (``flock``)."""
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 from pathlib import Path
+
+
+def flock_nb(path: str | os.PathLike[str], *, shared: bool, create: bool = False) -> int | None:
+    """Open ``path`` (created 0600 when ``create``) and ``flock`` it without waiting: the
+    descriptor, which holds the lock until it is closed, or None when another holder's
+    lock conflicts (exclusive against any; shared against exclusive)."""
+    flags = os.O_CLOEXEC | os.O_NOFOLLOW | (os.O_RDWR | os.O_CREAT if create else os.O_RDONLY)
+    fd = os.open(path, flags, 0o600)
+    try:
+        fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def fsync_dir(path: str | os.PathLike[str]) -> None:

@@ -257,3 +257,78 @@ def test_aotx_boot_reports_damage_and_exits_1(tmp_path: Path, folder: Path) -> N
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines()[-1].startswith("aotx boot: journal_")
     assert not (journal / SOCKET_NAME).exists()
+
+
+def _boot_cmd(ccir: Path, folder: Path) -> list[str]:
+    return [sys.executable, "-m", "aotx_trio", "boot", "--ccir", str(ccir), "--journal",
+            str(folder / "journal"), "--service-grants", str(folder / "grants")]
+
+
+def test_a_second_runtime_on_a_locked_journal_refuses_and_touches_nothing(
+        tmp_path: Path, folder: Path) -> None:
+    """Two real `aotx boot` processes on one journal folder: the second refuses with a clear
+    message before reading anything; the journal's bytes and the first runtime are untouched."""
+    ccir = make_runtime_file(tmp_path / "rt")
+    make_config(folder, {"alice": ALL})
+    journal = folder / "journal"
+    path = journal / "journal.aotxj"
+    first = subprocess.Popen(_boot_cmd(ccir, folder), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+    try:
+        _wait_for(journal / SOCKET_NAME, first)
+        deadline = time.monotonic() + 30
+        while path.stat().st_size < 64 + 192:             # its boot record is saved
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        before = path.read_bytes()
+        sock_before = (journal / SOCKET_NAME).stat().st_ino
+        second = subprocess.run(_boot_cmd(ccir, folder), capture_output=True, text=True,
+                                timeout=60, env=dict(os.environ))
+        assert second.returncode == 1
+        last = second.stderr.strip().splitlines()[-1]
+        assert last.startswith("aotx boot: journal_locked: ") and "in use" in last
+        assert f"pid {first.pid}" in last
+        assert path.read_bytes() == before                # not one byte written
+        assert (journal / SOCKET_NAME).stat().st_ino == sock_before
+        assert first.poll() is None
+        first.send_signal(signal.SIGTERM)
+        out, err = first.communicate(timeout=60)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert first.returncode == 0, err
+    # the lock goes with the process: the next runtime starts
+    third = subprocess.Popen(_boot_cmd(ccir, folder), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+    try:
+        _wait_for(journal / SOCKET_NAME, third)
+        third.send_signal(signal.SIGTERM)
+        third.communicate(timeout=60)
+    finally:
+        if third.poll() is None:
+            third.kill()
+    assert third.returncode == 0
+
+
+async def test_pack_refuses_a_runtime_file_in_use(tmp_path: Path, folder: Path) -> None:
+    ccir = make_runtime_file(tmp_path / "rt")
+    make_config(folder, {"alice": ALL})
+    before = ccir.read_bytes()
+    cmd = [sys.executable, "-m", "aotx_trio", "pack", "--runtime", str(ccir), "--shared"]
+    async with trio.open_nursery() as n:
+        await n.start(boot.run_runtime, ccir, folder / "journal", folder / "grants")
+        with trio.fail_after(60):
+            proc = await trio.run_process(cmd, capture_stdout=True, capture_stderr=True,
+                                          check=False, env=dict(os.environ))
+        assert proc.returncode == 1
+        assert b"runtime_in_use" in proc.stderr and b"in use by a running runtime" in proc.stderr
+        with pytest.raises(errors.ConfigError) as info:
+            pack.pack(ccir, shared=True, lineage="ff" * 16)
+        assert info.value.code == "runtime_in_use"
+        assert ccir.read_bytes() == before
+        n.cancel_scope.cancel()
+    with trio.fail_after(60):
+        proc = await trio.run_process(cmd, capture_stdout=True, capture_stderr=True,
+                                      check=False, env=dict(os.environ))
+    assert proc.returncode == 0, proc.stderr      # the runtime stopped: the lock went with it
+    assert ccir.read_bytes() == before            # already shared: nothing to write

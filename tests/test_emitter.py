@@ -500,3 +500,16 @@ def test_create_is_durable_and_torn_tail_truncation_is_fsynced(tmp_path: Path) -
     jf.close()
     assert ops.log == ["open", f"ftruncate {FILE_HEADER}", "fsync"]
     assert path.stat().st_size == FILE_HEADER
+
+
+def test_the_journal_folder_lock_is_exclusive(tmp_path: Path) -> None:
+    jf = open_journal_file(tmp_path, LINEAGE)
+    try:
+        with pytest.raises(errors.ConfigError) as info:
+            open_journal_file(tmp_path, LINEAGE)
+        assert info.value.code == "journal_locked"
+        assert f"pid {os.getpid()}" in info.value.message
+    finally:
+        jf.close()
+    again = open_journal_file(tmp_path, LINEAGE)   # released by close()
+    again.close()

@@ -20,6 +20,7 @@ import argparse
 import contextlib
 import functools
 import logging
+import os
 import signal
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -30,6 +31,7 @@ from typing import Any
 import trio
 
 from aotx_trio import errors
+from aotx_trio._fs import flock_nb
 from aotx_trio.config import Limits
 from aotx_trio.runtime.service import SOCKET_NAME, ServiceHandler, serve_socket
 
@@ -123,18 +125,34 @@ async def run_runtime(ccir: str | Path, journal: str | Path, grants_dir: str | P
     """The runtime nursery: emitter + service socket; started() with the handler."""
     from aotx_trio.gateway.grants import load_grants
 
-    lineage, models = load_runtime_file(Path(ccir))
-    grants = load_grants(grants_dir)  # serves nothing without deployment grants
-    journal_dir = Path(journal)
-    async with open_runtime_state(lineage, journal_dir, journal_limits) as state:
-        handler = ServiceHandler(state.device, state.emitter, state.journal_file.journal.save_state,
-                                 state.lineage, grants, models=models)
-        handler.state = state
-        async with trio.open_nursery() as nursery:
-            await nursery.start(state.emitter.run)
-            if socket:
-                await nursery.start(serve_socket, journal_dir / SOCKET_NAME, handler)
-            task_status.started(handler)
+    with runtime_file_lock(Path(ccir)):   # aotx pack refuses while it is held
+        lineage, models = load_runtime_file(Path(ccir))
+        grants = load_grants(grants_dir)  # serves nothing without deployment grants
+        journal_dir = Path(journal)
+        async with open_runtime_state(lineage, journal_dir, journal_limits) as state:
+            handler = ServiceHandler(state.device, state.emitter,
+                                     state.journal_file.journal.save_state, state.lineage,
+                                     grants, models=models)
+            handler.state = state
+            async with trio.open_nursery() as nursery:
+                await nursery.start(state.emitter.run)
+                if socket:
+                    await nursery.start(serve_socket, journal_dir / SOCKET_NAME, handler)
+                task_status.started(handler)
+
+
+@contextlib.contextmanager
+def runtime_file_lock(ccir: Path) -> Iterator[None]:
+    """A shared ``flock`` on the runtime file for as long as the runtime runs."""
+    fd = flock_nb(ccir, shared=True) if ccir.is_file() else -1
+    if fd is None:
+        raise errors.ConfigError(f"{ccir} is being rewritten by aotx pack; try again when it "
+                                 "is done", code="runtime_in_use", field="ccir")
+    try:
+        yield
+    finally:
+        if fd >= 0:
+            os.close(fd)
 
 
 async def until_signal(cancel_scope: trio.CancelScope) -> None:

@@ -38,6 +38,8 @@ from pathlib import Path
 
 import trio
 
+from aotx_trio import errors
+from aotx_trio._fs import flock_nb
 from aotx_trio.journal import (
     HOLD_DISK,
     RECORD_SIZE,
@@ -52,6 +54,7 @@ from aotx_trio.journal import (
 log = logging.getLogger(__name__)
 
 JOURNAL_NAME = "journal.aotxj"
+LOCK_NAME = "journal.lock"
 
 
 class FileOps:
@@ -120,6 +123,28 @@ def write_all(ops: FileOps, fd: int, data: bytes | memoryview, offset: int) -> i
     return calls
 
 
+def lock_journal_dir(directory: str | os.PathLike[str]) -> int:
+    """Take the journal folder's exclusive lock (``flock`` on ``journal.lock``) and return
+    its descriptor; it is held until that descriptor is closed (the process's life).
+
+    Taken before anything in the folder is read, so a second runtime on the same folder
+    refuses with ``journal_locked`` and touches nothing (the lock file only holds the
+    owner's pid, for the message)."""
+    path = Path(directory) / LOCK_NAME
+    fd = flock_nb(path, shared=False, create=True)
+    if fd is None:
+        try:
+            owner = path.read_text(encoding="ascii", errors="replace").strip() or "unknown"
+        except OSError:
+            owner = "unknown"
+        raise errors.ConfigError(
+            f"journal folder {directory} is in use by another runtime (pid {owner} holds "
+            f"{path}); refusing to start", code="journal_locked", path=str(path))
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
 @dataclass
 class JournalFile:
     """An open, verified journal file and the journal continuing it."""
@@ -132,6 +157,7 @@ class JournalFile:
     created: bool
     truncated_bytes: int         # torn tail removed at open
     ops: FileOps = field(default_factory=FileOps)
+    lock_fd: int = -1            # the folder's lock (lock_journal_dir), released by close()
 
     def replay_reader(self, expected_lineage: bytes | None = None) -> JournalReader:
         """A fresh reader over the verified bytes (for a replay that resumes the journal)."""
@@ -141,6 +167,9 @@ class JournalFile:
         if self.fd >= 0:
             self.ops.close(self.fd)
             self.fd = -1
+        if self.lock_fd >= 0:
+            os.close(self.lock_fd)
+            self.lock_fd = -1
 
 
 def _create(directory: Path, path: Path, header: bytes, ops: FileOps) -> None:
@@ -158,7 +187,8 @@ def _create(directory: Path, path: Path, header: bytes, ops: FileOps) -> None:
 def open_journal_file(directory: str | os.PathLike[str], lineage: bytes, *,
                       params: JournalParams | None = None, ops: FileOps | None = None,
                       name: str = JOURNAL_NAME, resume: bool = True) -> JournalFile:
-    """Create or open ``directory/name``; verify, truncate a torn tail, continue it.
+    """Lock ``directory`` (:func:`lock_journal_dir`), then create or open
+    ``directory/name``; verify, truncate a torn tail, continue it.
 
     Blocking (run it with ``trio.to_thread.run_sync``).  With ``resume=False``
     the returned journal is fresh and the caller resumes it through
@@ -169,6 +199,16 @@ def open_journal_file(directory: str | os.PathLike[str], lineage: bytes, *,
     d = Path(directory)
     path = d / name
     base = replace(params or JournalParams(), lineage=lineage)
+    lock_fd = lock_journal_dir(d)
+    try:
+        return _open_locked(d, path, lineage, base, ops, resume, lock_fd)
+    except BaseException:
+        os.close(lock_fd)
+        raise
+
+
+def _open_locked(d: Path, path: Path, lineage: bytes, base: JournalParams, ops: FileOps,
+                 resume: bool, lock_fd: int) -> JournalFile:
     created = False
     if not path.exists():
         incarnation = secrets.randbits(64)
@@ -194,7 +234,7 @@ def open_journal_file(directory: str | os.PathLike[str], lineage: bytes, *,
     except BaseException:
         ops.close(fd)
         raise
-    return JournalFile(path, fd, journal, image, transfers, created, truncated, ops)
+    return JournalFile(path, fd, journal, image, transfers, created, truncated, ops, lock_fd)
 
 
 class Emitter:
