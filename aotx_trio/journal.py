@@ -227,6 +227,13 @@ class JournalReader:
         """The ``aotx_journal_reader *`` (for the device's replay)."""
         return self._r
 
+    @property
+    def digest(self) -> bytes:
+        """The chained digest after the last complete transfer read so far."""
+        out = ffi.new("uint8_t[32]")
+        lib.aotx_journal_reader_digest(self._r, out)
+        return bytes(out)
+
     def _raise(self, rc: int) -> None:
         off = int(lib.aotx_journal_reader_error_offset(self._r))
         check(rc, f"{self.source}: at byte offset {off}", offset=off)

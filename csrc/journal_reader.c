@@ -93,15 +93,22 @@ static int intact(const uint8_t *rec) {
            get_u32(rec + JP_CRC) == journal_record_crc(rec);
 }
 
-static int any_intact_after(const aotx_journal_reader *r, uint64_t index) {
-    for (uint64_t i = index + 1; i < r->n_records; i++)
-        if (intact(r->buf + rec_off(i))) return 1;
-    return 0;
-}
-
 /* Save generation stamped on record i (already verified when i < pos). */
 static uint64_t stamp_at(const aotx_journal_reader *r, uint64_t i) {
     return get_u48(r->buf + rec_off(i) + JP_GENERATION);
+}
+
+/* A record at `index` failed its checks.  It held acknowledged data when an
+ * intact record after it was written by a later save than the record before
+ * it (docs/formats/journal.md, "Recovery"); otherwise every intact record
+ * after it belongs to the same, unconfirmed last save: a torn tail. */
+static int confirmed_after(const aotx_journal_reader *r, uint64_t index) {
+    uint64_t gen = index ? stamp_at(r, index - 1) : 0;
+    for (uint64_t i = index + 1; i < r->n_records; i++) {
+        const uint8_t *rec = r->buf + rec_off(i);
+        if (intact(rec) && get_u48(rec + JP_GENERATION) != gen) return 1;
+    }
+    return 0;
 }
 
 /* Field checks of an intact record at position pos, part of a transfer that
@@ -180,7 +187,7 @@ int aotx_journal_reader_next(aotx_journal_reader *r, uint8_t *kind, const uint8_
         }
         const uint8_t *rec = r->buf + rec_off(pos);
         if (!intact(rec)) {
-            if (any_intact_after(r, pos)) return fail(r, AOTX_E_JOURNAL_DAMAGE, rec_off(pos));
+            if (confirmed_after(r, pos)) return fail(r, AOTX_E_JOURNAL_DAMAGE, rec_off(pos));
             r->verified_end = pos;
             r->pos = start; /* torn tail: drop the incomplete transfer */
             r->done = 1;

@@ -280,6 +280,7 @@ def test_a_second_runtime_on_a_locked_journal_refuses_and_touches_nothing(
         while path.stat().st_size < 64 + 192:             # its boot record is saved
             assert time.monotonic() < deadline
             time.sleep(0.05)
+        time.sleep(0.3)                                   # and its commit watermark
         before = path.read_bytes()
         sock_before = (journal / SOCKET_NAME).stat().st_ino
         second = subprocess.run(_boot_cmd(ccir, folder), capture_output=True, text=True,
@@ -289,10 +290,11 @@ def test_a_second_runtime_on_a_locked_journal_refuses_and_touches_nothing(
         assert last.startswith("aotx boot: journal_locked: ") and "in use" in last
         assert f"pid {first.pid}" in last
         assert path.read_bytes() == before                # not one byte written
+        assert not (journal / "quarantine").exists()
         assert (journal / SOCKET_NAME).stat().st_ino == sock_before
         assert first.poll() is None
         first.send_signal(signal.SIGTERM)
-        out, err = first.communicate(timeout=60)
+        _out, err = first.communicate(timeout=60)
     finally:
         if first.poll() is None:
             first.kill()

@@ -513,3 +513,35 @@ def test_the_journal_folder_lock_is_exclusive(tmp_path: Path) -> None:
         jf.close()
     again = open_journal_file(tmp_path, LINEAGE)   # released by close()
     again.close()
+
+
+async def test_idle_emitter_writes_the_commit_watermark_that_guards_the_last_save(
+        tmp_path: Path) -> None:
+    from aotx_trio.runtime.watermark import read_watermark
+
+    jf = open_journal_file(tmp_path, LINEAGE)
+    emitter = Emitter.for_file(jf, commit_delay_s=0.01)
+    try:
+        async with trio.open_nursery() as n:
+            await n.start(emitter.run)
+            last = jf.journal.enqueue(XFER_ADMISSION, b"acknowledged")
+            emitter.wake()
+            await emitter.wait_saved(last)
+            with trio.fail_after(5):
+                while emitter.watermarks == 0:
+                    await trio.sleep(0.01)
+            n.cancel_scope.cancel()
+        s = jf.journal.save_state()
+        mark = read_watermark(tmp_path, s.file_incarnation)
+        assert mark is not None and mark.saved_records == s.saved_records == last + 1
+        assert mark.commit_digest == s.commit_digest and mark.generation == s.generation
+    finally:
+        jf.close()
+    path = tmp_path / JOURNAL_NAME
+    data = bytearray(path.read_bytes())
+    data[-10] ^= 0x01                 # the last, acknowledged record: not a torn tail
+    path.write_bytes(bytes(data))
+    with pytest.raises(errors.JournalDamage) as info:
+        open_journal_file(tmp_path, LINEAGE)
+    assert info.value.fields["offset"] == FILE_HEADER + RECORD_SIZE * last
+    assert path.read_bytes() == bytes(data)

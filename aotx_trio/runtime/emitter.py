@@ -33,14 +33,16 @@ import logging
 import math
 import os
 import secrets
+import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import trio
 
 from aotx_trio import errors
-from aotx_trio._fs import flock_nb
+from aotx_trio._fs import flock_nb, fsync_dir
 from aotx_trio.journal import (
+    FILE_HEADER,
     HOLD_DISK,
     RECORD_SIZE,
     TICK_RECORDS,
@@ -50,11 +52,14 @@ from aotx_trio.journal import (
     Transfer,
     record_offset,
 )
+from aotx_trio.runtime.watermark import WatermarkWriter, read_watermark
 
 log = logging.getLogger(__name__)
 
 JOURNAL_NAME = "journal.aotxj"
 LOCK_NAME = "journal.lock"
+QUARANTINE = "quarantine"
+COMMIT_DELAY_S = 0.05     # idle this long after a save before the watermark records it
 
 
 class FileOps:
@@ -207,6 +212,49 @@ def open_journal_file(directory: str | os.PathLike[str], lineage: bytes, *,
         raise
 
 
+def check_watermark(directory: Path, path: Path, reader: JournalReader) -> None:
+    """Refuse (``JournalDamage``, nothing truncated) a journal whose verified records end
+    before the acknowledged ones the commit watermark names, or whose digest there is
+    not the acknowledged one: that is damage to saved data, not a torn tail."""
+    mark = read_watermark(directory, reader.incarnation)
+    if mark is None:
+        return
+    records = (reader.valid_end - FILE_HEADER) // RECORD_SIZE
+    if mark.saved_records > records:
+        raise errors.JournalDamage(
+            f"{path}: at byte offset {reader.valid_end}: records {records}.."
+            f"{mark.saved_records - 1} were acknowledged (journal.commit, generation "
+            f"{mark.generation}) but do not verify; refusing to start, nothing truncated",
+            offset=reader.valid_end, record=records)
+    if mark.saved_records == records and mark.commit_digest != reader.digest:
+        raise errors.JournalDamage(
+            f"{path}: at byte offset {reader.valid_end}: the commit digest of the "
+            f"{records} records is not the acknowledged one (journal.commit); refusing "
+            "to start", offset=reader.valid_end, record=records)
+
+
+def quarantine_tail(directory: Path, image: bytes, valid_end: int) -> Path:
+    """Keep the bytes a torn-tail truncation drops: ``quarantine/torn-<offset>-<unix s>.aotxj``
+    in the journal folder, fsynced (with its folder) before the journal is truncated."""
+    folder = directory / QUARANTINE
+    folder.mkdir(mode=0o700, exist_ok=True)
+    target = folder / f"torn-{valid_end}-{int(time.time())}.aotxj"
+    n = 0
+    while target.exists():
+        n += 1
+        target = folder / f"torn-{valid_end}-{int(time.time())}-{n}.aotxj"
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW,
+                 0o600)
+    try:
+        write_all(FileOps(), fd, image[valid_end:], 0)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    fsync_dir(folder)
+    fsync_dir(directory)
+    return target
+
+
 def _open_locked(d: Path, path: Path, lineage: bytes, base: JournalParams, ops: FileOps,
                  resume: bool, lock_fd: int) -> JournalFile:
     created = False
@@ -221,10 +269,12 @@ def _open_locked(d: Path, path: Path, lineage: bytes, base: JournalParams, ops: 
         reader = JournalReader(image, expected_lineage=lineage, source=str(path))
         transfers = list(reader)
         valid_end = reader.valid_end
+        check_watermark(d, path, reader)
         truncated = len(image) - valid_end
         if truncated:
-            log.warning("%s: torn tail of %d bytes after offset %d truncated",
-                        path, truncated, valid_end)
+            kept = quarantine_tail(d, image, valid_end)
+            log.warning("%s: torn tail of %d bytes after offset %d truncated (kept in %s)",
+                        path, truncated, valid_end, kept)
             ops.ftruncate(fd, valid_end)
             ops.fsync(fd)
             image = image[:valid_end]
@@ -243,7 +293,9 @@ class Emitter:
     def __init__(self, journal: Journal, fd: int, *, ops: FileOps | None = None,
                  tick_records: int = TICK_RECORDS, backoff_initial: float = 0.05,
                  backoff_max: float = 2.0, directory: str | os.PathLike[str] | None = None,
-                 min_free_bytes: int = 0, floor_recheck_s: float = 1.0) -> None:
+                 min_free_bytes: int = 0, floor_recheck_s: float = 1.0,
+                 watermark: WatermarkWriter | None = None,
+                 commit_delay_s: float = COMMIT_DELAY_S) -> None:
         if not 0 < tick_records <= TICK_RECORDS:
             raise ValueError(f"tick_records must be 1..{TICK_RECORDS}")
         self.journal = journal
@@ -258,6 +310,12 @@ class Emitter:
         self.min_free_bytes = min_free_bytes
         self.floor_recheck_s = floor_recheck_s
         self.floor_hold = False
+        # idle this long after a save: record it in the commit watermark, so recovery
+        # never reads a damaged acknowledged record as a torn tail (watermark.py)
+        self.watermark = watermark
+        self.commit_delay_s = commit_delay_s
+        self._commit_at: float | None = None
+        self.watermarks = 0
         self.saved_records = journal.save_state().saved_records
         self.ticks = 0
         self.failures = 0
@@ -268,11 +326,15 @@ class Emitter:
     @classmethod
     def for_file(cls, jf: JournalFile, *, tick_records: int = TICK_RECORDS,
                  backoff_initial: float = 0.05, backoff_max: float = 2.0,
-                 min_free_bytes: int = 0, floor_recheck_s: float = 1.0) -> Emitter:
+                 min_free_bytes: int = 0, floor_recheck_s: float = 1.0,
+                 watermark: bool = True, commit_delay_s: float = COMMIT_DELAY_S) -> Emitter:
+        mark = WatermarkWriter(jf.path.parent, jf.journal.save_state().file_incarnation) \
+            if watermark else None
         return cls(jf.journal, jf.fd, ops=jf.ops, tick_records=tick_records,
                    backoff_initial=backoff_initial, backoff_max=backoff_max,
                    directory=jf.path.parent, min_free_bytes=min_free_bytes,
-                   floor_recheck_s=floor_recheck_s)
+                   floor_recheck_s=floor_recheck_s, watermark=mark,
+                   commit_delay_s=commit_delay_s)
 
     def check_floor(self, writing: int = 0) -> bool:
         """Hold new enqueues while the file system has under ``min_free_bytes`` free
@@ -358,9 +420,31 @@ class Emitter:
         self.last_error = None
         if self.floor_hold:
             self.check_floor()
+        if self.watermark is not None:
+            self._commit_at = trio.current_time() + self.commit_delay_s
         event, self._saved = self._saved, trio.Event()
         event.set()
         return True
+
+    async def _maybe_mark(self) -> None:
+        """Idle since the last save for commit_delay_s: write the commit watermark."""
+        mark = self.watermark
+        if mark is None or self._commit_at is None or trio.current_time() < self._commit_at \
+                or self._pending():
+            return
+        self._commit_at = None
+        s = self.journal.save_state()
+        if s.saved_records <= mark.saved_records:
+            return
+        try:
+            if self.ops.in_thread:
+                await trio.to_thread.run_sync(mark.write, s.generation, s.saved_records,
+                                              s.commit_digest)
+            else:
+                mark.write(s.generation, s.saved_records, s.commit_digest)
+            self.watermarks += 1
+        except OSError as exc:   # the journal is fine; only the damage check is weaker
+            log.warning("journal commit watermark not written: %s", exc)
 
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         backoff = self.backoff_initial
@@ -369,12 +453,17 @@ class Emitter:
         task_status.started()
         while True:
             while not self._pending():
-                # while the floor holds, look again now and then: nothing else wakes us
-                with trio.move_on_after(self.floor_recheck_s if self.floor_hold else math.inf):
+                # while the floor holds, look again now and then; a due watermark too
+                deadline = trio.current_time() + self.floor_recheck_s if self.floor_hold \
+                    else math.inf
+                if self._commit_at is not None:
+                    deadline = min(deadline, self._commit_at)
+                with trio.move_on_at(deadline):
                     await self._wake.wait()
                     self._wake = trio.Event()
                 if self.floor_hold:
                     self.check_floor()
+                await self._maybe_mark()
             ok = await self.tick()
             if ok is False:
                 await trio.sleep(backoff)
