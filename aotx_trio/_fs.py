@@ -1,4 +1,5 @@
-"""Durable file writes: fsync a folder; write a file atomically (temp + fsync + rename).
+"""Durable file writes: fsync a folder; write a file atomically (temp + fsync + rename);
+advisory file locks (``flock``).
 
 :func:`atomic_file` is the one way this package replaces a file: readers see
 the old file or the whole new one, and a crash leaves at most a stray temp
@@ -8,10 +9,28 @@ file (``.NAME.tmp-PID``), never a torn target.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
+
+
+def flock_nb(path: str | os.PathLike[str], *, shared: bool, create: bool = False) -> int | None:
+    """Open ``path`` (created 0600 when ``create``) and ``flock`` it without waiting: the
+    descriptor, which holds the lock until it is closed, or None when another holder's
+    lock conflicts (exclusive against any; shared against exclusive)."""
+    flags = os.O_CLOEXEC | os.O_NOFOLLOW | (os.O_RDWR | os.O_CREAT if create else os.O_RDONLY)
+    fd = os.open(path, flags, 0o600)
+    try:
+        fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def fsync_dir(path: str | os.PathLike[str]) -> None:

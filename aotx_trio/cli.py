@@ -26,6 +26,21 @@ _ENTRY: dict[str, str] = {
 }
 
 
+def _byte_count(text: str) -> int:
+    if not text.isascii() or not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a byte count (0, 1, 2, ...)")
+    return int(text)
+
+
+def _journal_flags(s: argparse.ArgumentParser, cap: str, floor: str) -> None:
+    """--journal-max-bytes / --journal-min-free-bytes (0 = none), with where the values
+    come from when the flag is not given."""
+    s.add_argument("--journal-max-bytes", type=_byte_count,
+                   help=f"journal file cap, 0 = none (default: {cap})")
+    s.add_argument("--journal-min-free-bytes", type=_byte_count,
+                   help=f"free-disk floor under the journal, 0 = none (default: {floor})")
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="aotx",
                                 description="aotx-trio: shared-conversation LLM runtime")
@@ -34,6 +49,8 @@ def _parser() -> argparse.ArgumentParser:
     s = sub.add_parser("serve", help="embedded default: runtime + gateway in one process")
     s.add_argument("--data", default="./aotx-data", help="data folder (created on first run)")
     s.add_argument("--bind", default="127.0.0.1:8080", help="HOST:PORT to listen on")
+    _journal_flags(s, "limits.journal_max_bytes of gateway.json",
+                   "limits.journal_min_free_bytes of gateway.json")
 
     s = sub.add_parser("pack", help="create or update a complete runtime file")
     s.add_argument("--runtime", required=True, help="the runtime file to create or update")
@@ -50,6 +67,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--execution-deadline-s", type=float, default=300.0,
                    help="an input still running this long after it started ends "
                         "deadline_exceeded (default 300)")
+    _journal_flags(s, "64 GiB", "64 MiB")
 
     g = sub.add_parser("gateway", help="the gateway process")
     gsub = g.add_subparsers(dest="gateway_command", required=True, metavar="SUBCOMMAND")

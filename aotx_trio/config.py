@@ -33,6 +33,7 @@ from aotx_trio.vocab import ACTIONS, Action  # noqa: F401  (re-exported)
 
 MIB = 1024 * 1024
 DEFAULT_DEADLINE_S = 300.0
+GIB = 1024 * MIB
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$"
 _BIND = re.compile(r"^(?:unix:.+|(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):(\d{1,5}))$")
 
@@ -67,6 +68,11 @@ class Limits(_Strict):
     execution_deadline_s: Annotated[float, Field(gt=0, le=86400)] = DEFAULT_DEADLINE_S
     retry_after_s: Annotated[int, Field(ge=1, le=3600)] = 1
     keep_alive_timeout_s: Annotated[float, Field(gt=0, le=3600)] = 5.0
+    #: the journal file's cap: writes hold (429 journal_hold) before it would be passed
+    #: (0 = no cap)
+    journal_max_bytes: Annotated[int, Field(ge=0, le=1 << 60)] = 64 * GIB
+    #: free space the journal's file system keeps: below it writes hold (0 = no floor)
+    journal_min_free_bytes: Annotated[int, Field(ge=0, le=1 << 60)] = 64 * MIB
 
     @model_validator(mode="after")
     def _list_limits(self) -> Limits:

@@ -179,14 +179,13 @@ def _fill(req: Request) -> Any:
 def encode_canonical(req: Request) -> bytes:
     """The canonical operation bytes of req (docs/formats/device.md)."""
     c = _fill(req)
-    need = lib.aotx_canonical_encode(c, ffi.NULL, 0)
-    if need >= 0:
-        check(int(need))
-    buf = ffi.new("uint8_t[]", -need)
-    n = lib.aotx_canonical_encode(c, buf, -need)
-    if n < 0:
-        raise error_for(int(n))
-    return bytes(ffi.buffer(buf, n))
+    n = ffi.new("uint32_t *")
+    rc = int(lib.aotx_canonical_encode(c, ffi.NULL, 0, n))
+    if rc != lib.AOTX_E_BUFFER_TOO_SMALL:
+        check(rc)
+    buf = ffi.new("uint8_t[]", n[0])
+    check(lib.aotx_canonical_encode(c, buf, n[0], n))
+    return bytes(ffi.buffer(buf, n[0]))
 
 
 def decode_canonical(data: bytes) -> Request:
@@ -236,6 +235,18 @@ class SaveState:
 
 
 @dataclass(frozen=True)
+class SaveId:
+    """The save (journal ack) that acknowledged an admission: frozen once it is saved,
+    and rebuilt alike by recovery (docs/formats/journal.md, "Save identity")."""
+
+    file_incarnation: int
+    generation: int
+    boot: int
+    commit_records: int             # records the commit digest covers
+    commit_digest: str              # 64 hex digits
+
+
+@dataclass(frozen=True)
 class Receipt:
     op_id: str
     kind: Kind
@@ -255,7 +266,8 @@ class Receipt:
     result_len: int
     input_tokens: int
     output_tokens: int
-    save: SaveState
+    save: SaveState                 # the journal's state when read
+    saved_by: SaveId | None = None  # the save that acknowledged the admission (None: unsaved)
 
     @property
     def terminal(self) -> bool:
@@ -322,7 +334,14 @@ def _receipt(v: Any) -> Receipt:
         save=SaveState(saved_records=int(v.saved_records), pending_bytes=int(v.pending_bytes),
                        file_incarnation=int(v.file_incarnation), generation=int(v.generation),
                        boot=int(v.boot), commit_digest=_hex(v.commit_digest, 32),
-                       disk_error=int(v.disk_error), hold=int(v.hold)))
+                       disk_error=int(v.disk_error), hold=int(v.hold)),
+        saved_by=_save_id(v.admission_save) if v.admission_save_known else None)
+
+
+def _save_id(v: Any) -> SaveId:
+    return SaveId(file_incarnation=int(v.file_incarnation), generation=int(v.generation),
+                  boot=int(v.boot), commit_records=int(v.commit_records),
+                  commit_digest=_hex(v.commit_digest, 32))
 
 
 def _space(v: Any) -> Space:

@@ -272,7 +272,7 @@ NATIVE: dict[str, _Entry] = {
     "target_not_found": _e(NotFound),
     "forbidden": _e(Forbidden),
     "grant_forbidden": _e(Forbidden, "forbidden", reason="deployment_grant"),
-    "retirement_blocked": _e(Conflict),
+    "retirement_blocked": _e(Refusal),   # receipts below the floor are not saved yet
     "retry_floor_invalid": _e(InvalidInput),
     "participants_full": _e(CapacityExhausted, "capacity_exhausted", table="participants"),
     "spaces_full": _e(CapacityExhausted, "capacity_exhausted", table="spaces"),
@@ -325,7 +325,7 @@ NATIVE: dict[str, _Entry] = {
     "kv_params_invalid": _e(InvalidInput),
     "kv_pages_exhausted": _e(OverCapacity),
     "kv_seqs_exhausted": _e(OverCapacity),
-    "kv_prefix_released": _e(Conflict),
+    "kv_prefix_released": _e(Refusal),
     # tokenizer (csrc/aotx_tokenizer.h)
     "tokenizer_vocab_corrupt": _e(FormatError),
     "token_id_invalid": _e(InvalidInput),

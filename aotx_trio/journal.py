@@ -83,6 +83,17 @@ class SaveState:
 
 
 @dataclass(frozen=True)
+class SaveId:
+    """One save (ack): generation, boot, and the commit point it reached."""
+
+    file_incarnation: int
+    generation: int
+    boot: int
+    commit_records: int
+    commit_digest: bytes
+
+
+@dataclass(frozen=True)
 class Transfer:
     kind: int
     data: bytes
@@ -167,6 +178,23 @@ class Journal:
             boot=int(s.boot), commit_digest=bytes(s.commit_digest),
             disk_error=int(s.disk_error), hold=int(s.hold))
 
+    def save_of(self, record: int) -> SaveId | None:
+        """The save that wrote ``record`` (a transfer's last part), or None while it is
+        unsaved; raises ``journal_state`` once the ring no longer holds it."""
+        out = ffi.new("aotx_save_id *")
+        rc = int(lib.aotx_journal_save_of(self._j, record, out))
+        if rc == lib.AOTX_R_JOURNAL_NOTHING:
+            return None
+        check(rc, f"save_of record {record}", record=record)
+        return SaveId(file_incarnation=int(out.file_incarnation),
+                      generation=int(out.generation), boot=int(out.boot),
+                      commit_records=int(out.commit_records),
+                      commit_digest=bytes(out.commit_digest))
+
+    def retain(self, from_record: int) -> None:
+        """Keep saved records from ``from_record`` on readable by :meth:`save_of`."""
+        lib.aotx_journal_retain(self._j, from_record)
+
     def resume(self, reader: JournalReader) -> None:
         """Continue the file ``reader`` read to its end (index, digest, boot, generation)."""
         check(lib.aotx_journal_resume(self._j, reader.handle), "resume")
@@ -198,6 +226,13 @@ class JournalReader:
     def handle(self) -> Any:
         """The ``aotx_journal_reader *`` (for the device's replay)."""
         return self._r
+
+    @property
+    def digest(self) -> bytes:
+        """The chained digest after the last complete transfer read so far."""
+        out = ffi.new("uint8_t[32]")
+        lib.aotx_journal_reader_digest(self._r, out)
+        return bytes(out)
 
     def _raise(self, rc: int) -> None:
         off = int(lib.aotx_journal_reader_error_offset(self._r))

@@ -30,7 +30,7 @@ from aotx_trio.config import GatewayConfig, load_gateway_config, write_gateway_c
 from aotx_trio.gateway.auth import hash_token, new_token
 from aotx_trio.gateway.serve import serve_gateway
 from aotx_trio.grants import write_grants
-from aotx_trio.runtime.boot import run_runtime
+from aotx_trio.runtime.boot import JournalLimits, run_runtime
 from aotx_trio.vocab import ACTIONS
 
 log = logging.getLogger("aotx.serve")
@@ -83,8 +83,12 @@ def prepare(data: Path, bind: str) -> tuple[Path, GatewayConfig, str | None]:
 
 async def serve_embedded(data: Path, bind: str, *,
                          task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
-                         shutdown: trio.Event | None = None) -> None:
+                         shutdown: trio.Event | None = None,
+                         journal_max_bytes: int | None = None,
+                         journal_min_free_bytes: int | None = None) -> None:
+    """Flags given as None take gateway.json's ``limits.journal_*``."""
     runtime, config, token = await trio.to_thread.run_sync(prepare, data, bind)
+    limits = JournalLimits.of(config.limits, journal_max_bytes, journal_min_free_bytes)
     if token is not None:
         print("aotx serve: admin token (shown once, stored only as its SHA-256):",
               flush=True)
@@ -94,7 +98,7 @@ async def serve_embedded(data: Path, bind: str, *,
         outer.start_soon(on_signal, shutdown.set)
         handler = await outer.start(functools.partial(
             run_runtime, runtime, data / "journal", data / "grants",
-            execution_deadline_s=config.limits.execution_deadline_s))
+            execution_deadline_s=config.limits.execution_deadline_s, journal_limits=limits))
         async with trio.open_nursery() as gateway:
             binds = await gateway.start(serve_gateway, config, InProcessClient(handler),
                                         shutdown)
@@ -116,5 +120,7 @@ SWITCH_INTERVAL_S = 0.0005
 def main(args: argparse.Namespace) -> int:
     setup_logging()
     sys.setswitchinterval(SWITCH_INTERVAL_S)
-    run_trio(serve_embedded, Path(args.data), args.bind)
+    run_trio(functools.partial(serve_embedded, journal_max_bytes=args.journal_max_bytes,
+                               journal_min_free_bytes=args.journal_min_free_bytes),
+             Path(args.data), args.bind)
     return 0

@@ -61,49 +61,58 @@ enum {
     AOTX_ADMISSION_HEADER = 72,
     AOTX_COMPLETION_HEADER = 32,
 
-    /* codes: 1xx.  Refusals (>0) leave the device unchanged. */
-    AOTX_R_LINEAGE_MISMATCH = 101,
-    AOTX_R_PARTICIPANT_NOT_FOUND = 102,
-    AOTX_R_SEQUENCE_CONFLICT = 103,
-    AOTX_R_FUTURE_SEQUENCE = 104,
-    AOTX_R_BELOW_RETRY_FLOOR = 105,
-    AOTX_R_OPERATION_KEY_CONFLICT = 106,
-    AOTX_R_REGISTRATION_CONFLICT = 107,
-    AOTX_R_SPACE_ID_CONFLICT = 108,
-    AOTX_R_CONVERSATION_ID_CONFLICT = 109,
-    AOTX_R_SPACE_NOT_FOUND = 110,
-    AOTX_R_CONVERSATION_NOT_FOUND = 111,
-    AOTX_R_OPERATION_NOT_FOUND = 112,
-    AOTX_R_MEMBER_NOT_FOUND = 113,        /* MEMBER_SET names an unregistered participant */
-    AOTX_R_TARGET_NOT_FOUND = 114,        /* CANCEL target sequence has no live receipt */
-    AOTX_R_FORBIDDEN = 115,               /* space right missing on a visible resource */
-    AOTX_R_GRANT_FORBIDDEN = 116,         /* current principal grant missing */
-    AOTX_R_RETIREMENT_BLOCKED = 117,
-    AOTX_R_RETRY_FLOOR_INVALID = 118,
-    AOTX_R_PARTICIPANTS_FULL = 119,
-    AOTX_R_SPACES_FULL = 120,
-    AOTX_R_CONVERSATIONS_FULL = 121,
-    AOTX_R_MEMBERS_FULL = 122,
-    AOTX_R_RECEIPT_TABLE_FULL = 123,
-    AOTX_R_COMMAND_TOO_LARGE = 124,
-    AOTX_R_RESULT_TOO_LARGE = 125,
-    AOTX_R_ALREADY_TERMINAL = 126,        /* complete/start on a finished receipt */
-    AOTX_R_ADMISSION_UNSAVED = 127,       /* start before the admission is saved */
-    AOTX_R_KIND_INVALID = 130,
-    AOTX_R_OPERATION_KEY_INVALID = 131,   /* all-zero key */
-    AOTX_R_SCOPE_INVALID = 132,
-    AOTX_R_RIGHTS_INVALID = 133,
-    AOTX_R_TEXT_INVALID = 134,            /* not UTF-8, or text + media links > 2048 */
-    AOTX_R_MODEL_INVALID = 135,
-    AOTX_R_MEDIA_INVALID = 136,
-    AOTX_R_SAMPLING_INVALID = 137,        /* temperature / top_p / max_output_tokens */
-    AOTX_R_STATUS_INVALID = 138,
-    AOTX_R_CURSOR_INVALID = 139,
-    AOTX_R_TARGET_SEQUENCE_INVALID = 140,
-    AOTX_R_RESERVED_TOKEN_INVALID = 141,  /* text holds a reserved media control token */
+    /* codes: 1xx.  A code >0 is a refusal a later retry of the same call may
+     * get past (a table or the receipt table full, a retirement waiting for
+     * saves, execution waiting for a saved admission); a code <0 is an error:
+     * the request is malformed, invalid, forbidden, names nothing, or
+     * conflicts with state that will not change by itself.  Either leaves the
+     * device unchanged.  tests/test_native.py checks the sign of every code
+     * by its name. */
+    AOTX_R_PARTICIPANTS_FULL = 101,
+    AOTX_R_SPACES_FULL = 102,
+    AOTX_R_CONVERSATIONS_FULL = 103,
+    AOTX_R_MEMBERS_FULL = 104,
+    AOTX_R_RECEIPT_TABLE_FULL = 105,
+    AOTX_R_RETIREMENT_BLOCKED = 106,      /* a receipt below the floor has no saved terminal result yet */
+    AOTX_R_ADMISSION_UNSAVED = 107,       /* start before the admission is saved */
     /* errors (<0) */
     AOTX_E_RECOVERY_DAMAGE = -101,        /* a journal transfer contradicts the replayed state */
-    AOTX_E_DEVICE_STATE = -102            /* call out of order (recover on a used device) */
+    AOTX_E_DEVICE_STATE = -102,           /* call out of order (recover on a used device) */
+    /* state conflicts */
+    AOTX_E_LINEAGE_MISMATCH = -110,
+    AOTX_E_SEQUENCE_CONFLICT = -111,
+    AOTX_E_FUTURE_SEQUENCE = -112,
+    AOTX_E_BELOW_RETRY_FLOOR = -113,
+    AOTX_E_OPERATION_KEY_CONFLICT = -114,
+    AOTX_E_REGISTRATION_CONFLICT = -115,
+    AOTX_E_SPACE_ID_CONFLICT = -116,
+    AOTX_E_CONVERSATION_ID_CONFLICT = -117,
+    AOTX_E_ALREADY_TERMINAL = -118,       /* complete/start on a finished receipt */
+    /* not found, forbidden */
+    AOTX_E_PARTICIPANT_NOT_FOUND = -120,
+    AOTX_E_SPACE_NOT_FOUND = -121,
+    AOTX_E_CONVERSATION_NOT_FOUND = -122,
+    AOTX_E_OPERATION_NOT_FOUND = -123,
+    AOTX_E_MEMBER_NOT_FOUND = -124,       /* MEMBER_SET names an unregistered participant */
+    AOTX_E_TARGET_NOT_FOUND = -125,       /* CANCEL target sequence has no live receipt */
+    AOTX_E_FORBIDDEN = -126,              /* space right missing on a visible resource */
+    AOTX_E_GRANT_FORBIDDEN = -127,        /* current principal grant missing */
+    /* malformed or out-of-range fields */
+    AOTX_E_KIND_INVALID = -130,
+    AOTX_E_OPERATION_KEY_INVALID = -131,  /* all-zero key */
+    AOTX_E_SCOPE_INVALID = -132,
+    AOTX_E_RIGHTS_INVALID = -133,
+    AOTX_E_TEXT_INVALID = -134,           /* not UTF-8, or text + media links > 2048 */
+    AOTX_E_MODEL_INVALID = -135,
+    AOTX_E_MEDIA_INVALID = -136,
+    AOTX_E_SAMPLING_INVALID = -137,       /* temperature / top_p / max_output_tokens */
+    AOTX_E_STATUS_INVALID = -138,
+    AOTX_E_CURSOR_INVALID = -139,
+    AOTX_E_TARGET_SEQUENCE_INVALID = -140,
+    AOTX_E_RESERVED_TOKEN_INVALID = -141, /* text holds a reserved media control token */
+    AOTX_E_RETRY_FLOOR_INVALID = -142,
+    AOTX_E_COMMAND_TOO_LARGE = -143,      /* canonical bytes over the per-receipt command bytes */
+    AOTX_E_RESULT_TOO_LARGE = -144        /* result over the per-receipt result bytes */
 };
 
 typedef struct aotx_device aotx_device;
@@ -183,6 +192,12 @@ typedef struct aotx_receipt_view {
     uint8_t commit_digest[32];
     int32_t disk_error;
     uint32_t hold;
+    /* the save that acknowledged the admission, frozen once it is saved and
+     * rebuilt alike by recovery (aotx_journal_save_of); zero while
+     * admission_save_known is 0 */
+    uint8_t admission_save_known;
+    uint8_t reserved2[7];
+    aotx_save_id admission_save;
 } aotx_receipt_view;
 
 typedef struct aotx_participant_view {
@@ -226,10 +241,12 @@ void aotx_device_free(aotx_device *d);
 void aotx_device_lineage(const aotx_device *d, uint8_t out[16]);
 
 /* Canonical operation bytes of a request (docs/formats/device.md).
- * Returns the byte count, or -needed when cap is too small, or a positive
- * AOTX_R_*_INVALID code (with *out_len untouched) when the request is malformed. */
-int64_t aotx_canonical_encode(const aotx_request *req, uint8_t *buf, size_t cap);
-/* Parse canonical bytes back into a request (0 or AOTX_R_*_INVALID / -2). */
+ * Returns 0 and *out_len = the byte count; AOTX_E_BUFFER_TOO_SMALL with
+ * *out_len = the size needed (nothing written) when cap is too small (buf may
+ * be NULL then); or a negative AOTX_E_*_INVALID code (*out_len untouched)
+ * when the request is malformed. */
+int aotx_canonical_encode(const aotx_request *req, uint8_t *buf, size_t cap, uint32_t *out_len);
+/* Parse canonical bytes back into a request (0 or AOTX_E_*_INVALID / -2). */
 int aotx_canonical_decode(const uint8_t *buf, size_t len, aotx_request *out);
 
 /* Submit one sequenced mutation for `actor`. On 0, *out is the receipt

@@ -41,7 +41,7 @@ enum {
     AOTX_JOURNAL_RECORD_SIZE = 192,      /* header + data, data zero-padded */
     AOTX_JOURNAL_FILE_HEADER = 64,
     AOTX_JOURNAL_TICK_RECORDS = 16,      /* the emitter writes at most this many per tick */
-    AOTX_JOURNAL_FORMAT_VERSION = 1,
+    AOTX_JOURNAL_FORMAT_VERSION = 2,     /* 2: records carry their save generation */
     AOTX_JOURNAL_MAX_PARTS = 65535,      /* part count is a u16 */
     AOTX_JOURNAL_MAX_TRANSFER = 10485600,/* 65535 * 160 */
     AOTX_JOURNAL_BOOT_PAYLOAD = 32,      /* bytes of a boot transfer */
@@ -87,6 +87,18 @@ typedef struct aotx_journal_params {
     uint64_t file_incarnation;   /* random id of the journal file, from its header */
     uint8_t lineage[16];         /* runtime lineage, from the runtime file */
 } aotx_journal_params;
+
+/* The identity of one save (ack): what a receipt keeps of the save that
+ * acknowledged its admission (frozen from then on, and rebuilt identically by
+ * recovery: docs/formats/journal.md, "Save identity"). */
+typedef struct aotx_save_id {
+    uint64_t file_incarnation;
+    uint64_t generation;         /* the ack's generation (the records' stamp) */
+    uint64_t boot;               /* boot number of the process that made the save */
+    uint64_t commit_records;     /* records covered by commit_digest: the end of the last
+                                    complete transfer that save wrote */
+    uint8_t commit_digest[32];   /* chained digest after record commit_records - 1 */
+} aotx_save_id;
 
 typedef struct aotx_save_state {
     uint64_t next_record;        /* index the next enqueued record gets */
@@ -140,6 +152,16 @@ void aotx_journal_set_hold(aotx_journal *j, uint32_t reason_bit, int on);
 /* Change the file cap (0 = none); clears hold bit 0. */
 void aotx_journal_set_file_cap(aotx_journal *j, uint64_t file_cap_bytes);
 void aotx_journal_save_state(const aotx_journal *j, aotx_save_state *out);
+/* The save that wrote `record` (a transfer's last part), from the pending
+ * ring: 0 and *out; AOTX_R_JOURNAL_NOTHING while it is not saved;
+ * AOTX_E_JOURNAL_STATE when the ring no longer holds it (before this
+ * instance's resume point, or released and overwritten). */
+int aotx_journal_save_of(const aotx_journal *j, uint64_t record, aotx_save_id *out);
+/* Keep saved records from `from_record` on in the ring (their save identity
+ * stays readable) until the next call; they count against max_pending_bytes.
+ * The device calls it once it has copied every identity it needs.  Never
+ * called: saved records are released at once. */
+void aotx_journal_retain(aotx_journal *j, uint64_t from_record);
 
 /* Recovery over the whole file (header included); buf must outlive the reader.
  * reader_new fails only for bad arguments or memory: a bad file header is
@@ -165,6 +187,10 @@ uint64_t aotx_journal_reader_incarnation(const aotx_journal_reader *r);
 void aotx_journal_reader_lineage(const aotx_journal_reader *r, uint8_t out[16]);
 /* Boot transfers read so far. */
 uint64_t aotx_journal_reader_boot(const aotx_journal_reader *r);
+/* After reader_next returned a transfer: the save generation stamped on its
+ * last part, and the chained digest after it. */
+uint64_t aotx_journal_reader_generation(const aotx_journal_reader *r);
+void aotx_journal_reader_digest(const aotx_journal_reader *r, uint8_t out[32]);
 /* Continue the file: header, incarnation, lineage, next record index,
  * digest, generation and boot count from a reader that returned 0 (end), on
  * a journal nothing was enqueued in yet (else AOTX_E_JOURNAL_STATE). */

@@ -7,45 +7,45 @@
 #include <stdlib.h>
 
 const aotx_code_entry aotx_device_codes[] = {
-    {AOTX_R_LINEAGE_MISMATCH, "lineage_mismatch", "the lineage does not match this device; read /participant"},
-    {AOTX_R_PARTICIPANT_NOT_FOUND, "participant_not_found", "the participant is not registered"},
-    {AOTX_R_SEQUENCE_CONFLICT, "sequence_conflict", "this sequence was admitted with other canonical bytes"},
-    {AOTX_R_FUTURE_SEQUENCE, "future_sequence", "the sequence is past the participant's next sequence"},
-    {AOTX_R_BELOW_RETRY_FLOOR, "below_retry_floor", "the sequence is below the saved retry floor"},
-    {AOTX_R_OPERATION_KEY_CONFLICT, "operation_key_conflict", "the operation key is used by a live receipt"},
-    {AOTX_R_REGISTRATION_CONFLICT, "registration_conflict", "the participant is already registered"},
-    {AOTX_R_SPACE_ID_CONFLICT, "space_id_conflict", "a space with this id exists"},
-    {AOTX_R_CONVERSATION_ID_CONFLICT, "conversation_id_conflict", "a conversation with this id exists"},
-    {AOTX_R_SPACE_NOT_FOUND, "space_not_found", "no such space, or it is not visible to the caller"},
-    {AOTX_R_CONVERSATION_NOT_FOUND, "conversation_not_found", "no such conversation, or it is not visible to the caller"},
-    {AOTX_R_OPERATION_NOT_FOUND, "operation_not_found", "no such operation, or it is not visible to the caller"},
-    {AOTX_R_MEMBER_NOT_FOUND, "member_not_found", "the member participant is not registered"},
-    {AOTX_R_TARGET_NOT_FOUND, "target_not_found", "target_sequence names no live operation of the caller"},
-    {AOTX_R_FORBIDDEN, "forbidden", "the caller lacks the space right this needs"},
-    {AOTX_R_GRANT_FORBIDDEN, "grant_forbidden", "the caller's current grants lack the action this needs"},
+    {AOTX_E_LINEAGE_MISMATCH, "lineage_mismatch", "the lineage does not match this device; read /participant"},
+    {AOTX_E_PARTICIPANT_NOT_FOUND, "participant_not_found", "the participant is not registered"},
+    {AOTX_E_SEQUENCE_CONFLICT, "sequence_conflict", "this sequence was admitted with other canonical bytes"},
+    {AOTX_E_FUTURE_SEQUENCE, "future_sequence", "the sequence is past the participant's next sequence"},
+    {AOTX_E_BELOW_RETRY_FLOOR, "below_retry_floor", "the sequence is below the saved retry floor"},
+    {AOTX_E_OPERATION_KEY_CONFLICT, "operation_key_conflict", "the operation key is used by a live receipt"},
+    {AOTX_E_REGISTRATION_CONFLICT, "registration_conflict", "the participant is already registered"},
+    {AOTX_E_SPACE_ID_CONFLICT, "space_id_conflict", "a space with this id exists"},
+    {AOTX_E_CONVERSATION_ID_CONFLICT, "conversation_id_conflict", "a conversation with this id exists"},
+    {AOTX_E_SPACE_NOT_FOUND, "space_not_found", "no such space, or it is not visible to the caller"},
+    {AOTX_E_CONVERSATION_NOT_FOUND, "conversation_not_found", "no such conversation, or it is not visible to the caller"},
+    {AOTX_E_OPERATION_NOT_FOUND, "operation_not_found", "no such operation, or it is not visible to the caller"},
+    {AOTX_E_MEMBER_NOT_FOUND, "member_not_found", "the member participant is not registered"},
+    {AOTX_E_TARGET_NOT_FOUND, "target_not_found", "target_sequence names no live operation of the caller"},
+    {AOTX_E_FORBIDDEN, "forbidden", "the caller lacks the space right this needs"},
+    {AOTX_E_GRANT_FORBIDDEN, "grant_forbidden", "the caller's current grants lack the action this needs"},
     {AOTX_R_RETIREMENT_BLOCKED, "retirement_blocked", "a receipt below the retry floor has no saved terminal result"},
-    {AOTX_R_RETRY_FLOOR_INVALID, "retry_floor_invalid", "retry_floor must be >= the current floor and <= the retirement's sequence"},
+    {AOTX_E_RETRY_FLOOR_INVALID, "retry_floor_invalid", "retry_floor must be >= the current floor and <= the retirement's sequence"},
     {AOTX_R_PARTICIPANTS_FULL, "participants_full", "the participant table is full"},
     {AOTX_R_SPACES_FULL, "spaces_full", "the space table is full"},
     {AOTX_R_CONVERSATIONS_FULL, "conversations_full", "the conversation table is full"},
     {AOTX_R_MEMBERS_FULL, "members_full", "the member table is full"},
     {AOTX_R_RECEIPT_TABLE_FULL, "receipt_table_full", "the receipt table is full until a saved retirement frees a slot"},
-    {AOTX_R_COMMAND_TOO_LARGE, "command_too_large", "the canonical command exceeds the per-receipt command bytes"},
-    {AOTX_R_RESULT_TOO_LARGE, "result_too_large", "the result exceeds the per-receipt result bytes"},
-    {AOTX_R_ALREADY_TERMINAL, "already_terminal", "the operation already has a terminal result"},
+    {AOTX_E_COMMAND_TOO_LARGE, "command_too_large", "the canonical command exceeds the per-receipt command bytes"},
+    {AOTX_E_RESULT_TOO_LARGE, "result_too_large", "the result exceeds the per-receipt result bytes"},
+    {AOTX_E_ALREADY_TERMINAL, "already_terminal", "the operation already has a terminal result"},
     {AOTX_R_ADMISSION_UNSAVED, "admission_unsaved", "execution waits for a saved admission"},
-    {AOTX_R_KIND_INVALID, "kind_invalid", "unknown mutation kind"},
-    {AOTX_R_OPERATION_KEY_INVALID, "operation_key_invalid", "operation_key must be a nonzero 16-byte value"},
-    {AOTX_R_SCOPE_INVALID, "scope_invalid", "scope must be private, room or instance"},
-    {AOTX_R_RIGHTS_INVALID, "rights_invalid", "permissions must be read, write or manage"},
-    {AOTX_R_TEXT_INVALID, "text_invalid", "text must be UTF-8, nonempty without media, and fit 2048 bytes with media links"},
-    {AOTX_R_MODEL_INVALID, "model_invalid", "model must be 1..128 printable ASCII bytes"},
-    {AOTX_R_MEDIA_INVALID, "media_invalid", "at most 8 media rows of type image or audio"},
-    {AOTX_R_SAMPLING_INVALID, "sampling_invalid", "max_output_tokens 1..65536, temperature 0..2, top_p in (0, 1]"},
-    {AOTX_R_STATUS_INVALID, "status_invalid", "not a terminal status"},
-    {AOTX_R_CURSOR_INVALID, "cursor_invalid", "the cursor is past the table"},
-    {AOTX_R_TARGET_SEQUENCE_INVALID, "target_sequence_invalid", "target_sequence must be >= 1"},
-    {AOTX_R_RESERVED_TOKEN_INVALID, "reserved_token_invalid", "text holds a reserved media control token"},
+    {AOTX_E_KIND_INVALID, "kind_invalid", "unknown mutation kind"},
+    {AOTX_E_OPERATION_KEY_INVALID, "operation_key_invalid", "operation_key must be a nonzero 16-byte value"},
+    {AOTX_E_SCOPE_INVALID, "scope_invalid", "scope must be private, room or instance"},
+    {AOTX_E_RIGHTS_INVALID, "rights_invalid", "permissions must be read, write or manage"},
+    {AOTX_E_TEXT_INVALID, "text_invalid", "text must be UTF-8, nonempty without media, and fit 2048 bytes with media links"},
+    {AOTX_E_MODEL_INVALID, "model_invalid", "model must be 1..128 printable ASCII bytes"},
+    {AOTX_E_MEDIA_INVALID, "media_invalid", "at most 8 media rows of type image or audio"},
+    {AOTX_E_SAMPLING_INVALID, "sampling_invalid", "max_output_tokens 1..65536, temperature 0..2, top_p in (0, 1]"},
+    {AOTX_E_STATUS_INVALID, "status_invalid", "not a terminal status"},
+    {AOTX_E_CURSOR_INVALID, "cursor_invalid", "the cursor is past the table"},
+    {AOTX_E_TARGET_SEQUENCE_INVALID, "target_sequence_invalid", "target_sequence must be >= 1"},
+    {AOTX_E_RESERVED_TOKEN_INVALID, "reserved_token_invalid", "text holds a reserved media control token"},
     {AOTX_E_RECOVERY_DAMAGE, "recovery_damage", "a journal transfer contradicts the recovered state"},
     {AOTX_E_DEVICE_STATE, "device_out_of_order", "call out of order for this device"},
     {0, NULL, NULL},
@@ -87,6 +87,8 @@ void aotx_device_free(aotx_device *d) {
     free(d->result_store);
     free(d->scratch);
     free(d->plan);
+    free(d->replay_pending);
+    free(d->replay_pending_adm);
     if (d->mu_ready) pthread_mutex_destroy(&d->mu);
     free(d);
 }
@@ -112,9 +114,12 @@ int aotx_device_new(const aotx_device_params *p, const uint8_t lineage[16], aotx
         d->scratch_cap = AOTX_ADMISSION_HEADER + DEV_CANON_MAX + DEV_RESULT_JSON_MAX;
     d->scratch = malloc(d->scratch_cap);
     d->plan = calloc(1, sizeof *d->plan);
+    d->replay_pending = calloc(DEV_RECEIPT_SLOTS, sizeof *d->replay_pending);
+    d->replay_pending_adm = calloc(DEV_RECEIPT_SLOTS, sizeof *d->replay_pending_adm);
     d->mu_ready = pthread_mutex_init(&d->mu, NULL) == 0;
     if (!d->mu_ready || !d->participants || !d->spaces || !d->members || !d->conversations || !d->receipts ||
-        !d->canon_store || !d->result_store || !d->scratch || !d->plan) {
+        !d->canon_store || !d->result_store || !d->scratch || !d->plan || !d->replay_pending ||
+        !d->replay_pending_adm) {
         aotx_device_free(d);
         return AOTX_E_NOMEM;
     }
@@ -122,6 +127,9 @@ int aotx_device_new(const aotx_device_params *p, const uint8_t lineage[16], aotx
         d->receipts[i].canon = d->canon_store + (size_t)i * DEV_CANON_STRIDE;
         d->receipts[i].result = d->result_store + (size_t)i * DEV_RESULT_STRIDE;
     }
+    /* keep saved records in the journal's ring until their receipts copied
+     * the identity of their save (dev_stamp_saves) */
+    aotx_journal_retain(j, 0);
     *out = d;
     return AOTX_OK;
 }
@@ -182,6 +190,24 @@ uint64_t dev_saved_records(const aotx_device *d) {
     aotx_save_state s;
     aotx_journal_save_state(d->journal, &s);
     return s.saved_records;
+}
+
+/* Every receipt whose admission got saved since the last call copies the
+ * identity of that save from the journal's ring; then the ring may reuse
+ * those records.  Runs at the start of every public call (device_api.c). */
+void dev_stamp_saves(aotx_device *d) {
+    if (d->replaying || d->failed) return;
+    aotx_save_state st;
+    aotx_journal_save_state(d->journal, &st);
+    if (st.saved_records == d->stamped_saved) return;
+    for (uint32_t i = 0; i < DEV_RECEIPT_SLOTS; i++) {
+        dev_receipt *r = &d->receipts[i];
+        if (r->used && !r->save_known && r->admission_record < st.saved_records &&
+            aotx_journal_save_of(d->journal, r->admission_record, &r->save) == AOTX_OK)
+            r->save_known = 1;
+    }
+    aotx_journal_retain(d->journal, st.saved_records);
+    d->stamped_saved = st.saved_records;
 }
 
 /* Free the slots of retiring receipts whose retirement is saved. */
@@ -271,7 +297,7 @@ static int space_access(const aotx_device *d, uint32_t grants, uint32_t actor, u
     if (space == DEV_NONE) return not_found;
     uint8_t resolved = dev_resolved_rights(d, space, actor);
     if (resolved == 0) return not_found;
-    if ((resolved & grants & need) != need) return AOTX_R_FORBIDDEN;
+    if ((resolved & grants & need) != need) return AOTX_E_FORBIDDEN;
     return AOTX_OK;
 }
 
@@ -286,16 +312,16 @@ static int prepare_kind(aotx_device *d, uint32_t grants, dev_plan *pl, const dev
         break;
     case AOTX_KIND_SPACE_CREATE:
         memcpy(pl->resource_id, q->has_id ? q->id : q->operation_key, 16);
-        if (dev_find_space(d, pl->resource_id) != DEV_NONE) return AOTX_R_SPACE_ID_CONFLICT;
+        if (dev_find_space(d, pl->resource_id) != DEV_NONE) return AOTX_E_SPACE_ID_CONFLICT;
         if (d->n_spaces >= AOTX_MAX_SPACES) return AOTX_R_SPACES_FULL;
         break;
     case AOTX_KIND_MEMBER_SET:
         pl->space = dev_find_space(d, q->space);
         rc = space_access(d, grants, pl->actor, pl->space, AOTX_RIGHT_MANAGE,
-                          AOTX_R_SPACE_NOT_FOUND);
+                          AOTX_E_SPACE_NOT_FOUND);
         if (rc) return rc;
         pl->member_participant = dev_find_participant(d, q->participant);
-        if (pl->member_participant == DEV_NONE) return AOTX_R_MEMBER_NOT_FOUND;
+        if (pl->member_participant == DEV_NONE) return AOTX_E_MEMBER_NOT_FOUND;
         pl->member_row = dev_find_member_row(d, pl->space, pl->member_participant);
         if (pl->member_row == DEV_NONE && d->n_members >= AOTX_MAX_MEMBERS)
             return AOTX_R_MEMBERS_FULL;
@@ -304,11 +330,11 @@ static int prepare_kind(aotx_device *d, uint32_t grants, dev_plan *pl, const dev
     case AOTX_KIND_CONVERSATION_CREATE:
         pl->space = dev_find_space(d, q->space);
         rc = space_access(d, grants, pl->actor, pl->space, AOTX_RIGHT_WRITE,
-                          AOTX_R_SPACE_NOT_FOUND);
+                          AOTX_E_SPACE_NOT_FOUND);
         if (rc) return rc;
         memcpy(pl->resource_id, q->has_id ? q->id : q->operation_key, 16);
         if (dev_find_conversation(d, pl->resource_id) != DEV_NONE)
-            return AOTX_R_CONVERSATION_ID_CONFLICT;
+            return AOTX_E_CONVERSATION_ID_CONFLICT;
         if (d->n_conversations >= AOTX_MAX_CONVERSATIONS) return AOTX_R_CONVERSATIONS_FULL;
         break;
     case AOTX_KIND_INPUT:
@@ -316,19 +342,19 @@ static int prepare_kind(aotx_device *d, uint32_t grants, dev_plan *pl, const dev
         rc = space_access(d, grants, pl->actor,
                           pl->conversation == DEV_NONE ? DEV_NONE
                                                        : d->conversations[pl->conversation].space,
-                          AOTX_RIGHT_WRITE, AOTX_R_CONVERSATION_NOT_FOUND);
+                          AOTX_RIGHT_WRITE, AOTX_E_CONVERSATION_NOT_FOUND);
         if (rc) return rc;
         memcpy(pl->resource_id, q->conversation, 16);
         break;
     case AOTX_KIND_CANCEL:
-        if (q->target_sequence >= q->sequence) return AOTX_R_TARGET_NOT_FOUND;
+        if (q->target_sequence >= q->sequence) return AOTX_E_TARGET_NOT_FOUND;
         pl->target_receipt = find_receipt_seq(d, pl->actor, q->target_sequence);
-        if (pl->target_receipt == DEV_NONE) return AOTX_R_TARGET_NOT_FOUND;
+        if (pl->target_receipt == DEV_NONE) return AOTX_E_TARGET_NOT_FOUND;
         memcpy(pl->resource_id, d->receipts[pl->target_receipt].op_id, 16);
         break;
     case AOTX_KIND_RETIRE: {
         if (q->retry_floor > q->sequence || q->retry_floor < p->retry_floor)
-            return AOTX_R_RETRY_FLOOR_INVALID;
+            return AOTX_E_RETRY_FLOOR_INVALID;
         uint64_t saved = dev_saved_records(d);
         for (uint32_t i = 0; i < DEV_RECEIPT_SLOTS; i++) {
             const dev_receipt *r = &d->receipts[i];
@@ -354,39 +380,40 @@ int dev_prepare(aotx_device *d, uint32_t grants, const uint8_t actor[16],
     memset(pl, 0, offsetof(dev_plan, canon));
     pl->req = req;
     memcpy(pl->actor_key, actor, 16);
-    int64_t n = aotx_canonical_encode(req, pl->canon, sizeof pl->canon);
-    if (n < 0) return AOTX_E_INTERNAL;
-    if (n > AOTX_MAX_COMMAND_BYTES) return AOTX_R_COMMAND_TOO_LARGE;
-    pl->canon_len = (uint32_t)n;
-    if (memcmp(req->lineage, d->lineage, 16) != 0) return AOTX_R_LINEAGE_MISMATCH;
-    if (!(grants & AOTX_GRANT_WRITE)) return AOTX_R_GRANT_FORBIDDEN;
+    uint32_t n = 0;
+    if (aotx_canonical_encode(req, pl->canon, sizeof pl->canon, &n) != AOTX_OK)
+        return AOTX_E_INTERNAL;
+    if (n > AOTX_MAX_COMMAND_BYTES) return AOTX_E_COMMAND_TOO_LARGE;
+    pl->canon_len = n;
+    if (memcmp(req->lineage, d->lineage, 16) != 0) return AOTX_E_LINEAGE_MISMATCH;
+    if (!(grants & AOTX_GRANT_WRITE)) return AOTX_E_GRANT_FORBIDDEN;
     dev_reclaim(d);
 
     pl->actor = dev_find_participant(d, actor);
     const dev_participant *p = pl->actor == DEV_NONE ? NULL : &d->participants[pl->actor];
     uint64_t next = p ? p->next_sequence : 1, floor = p ? p->retry_floor : 1;
-    if (req->sequence < floor) return AOTX_R_BELOW_RETRY_FLOOR;
-    if (req->sequence > next) return AOTX_R_FUTURE_SEQUENCE;
+    if (req->sequence < floor) return AOTX_E_BELOW_RETRY_FLOOR;
+    if (req->sequence > next) return AOTX_E_FUTURE_SEQUENCE;
     if (req->sequence < next) {
         uint32_t s = find_receipt_seq(d, pl->actor, req->sequence);
         if (s == DEV_NONE) return AOTX_E_INTERNAL; /* [floor, next) always has receipts */
         const dev_receipt *r = &d->receipts[s];
         if (r->canon_len != pl->canon_len || memcmp(r->canon, pl->canon, pl->canon_len) != 0)
-            return AOTX_R_SEQUENCE_CONFLICT;
+            return AOTX_E_SEQUENCE_CONFLICT;
         *retry_slot = s;
         return AOTX_OK;
     }
     if (req->kind == AOTX_KIND_REGISTER) {
-        if (p) return AOTX_R_REGISTRATION_CONFLICT;
+        if (p) return AOTX_E_REGISTRATION_CONFLICT;
     } else if (!p) {
-        return AOTX_R_PARTICIPANT_NOT_FOUND;
+        return AOTX_E_PARTICIPANT_NOT_FOUND;
     }
     if (p) {
         for (uint32_t i = 0; i < DEV_RECEIPT_SLOTS; i++) {
             const dev_receipt *r = &d->receipts[i];
             if (r->used && !r->retiring && r->actor == pl->actor &&
                 memcmp(r->op_key, req->operation_key, 16) == 0)
-                return AOTX_R_OPERATION_KEY_CONFLICT;
+                return AOTX_E_OPERATION_KEY_CONFLICT;
         }
     }
     uint64_t freed = 0;
@@ -548,19 +575,19 @@ int dev_submit_locked(aotx_device *d, uint32_t grants, const uint8_t actor[16],
 int dev_start_locked(aotx_device *d, const uint8_t op_id[16]) {
     if (!d || !op_id) return AOTX_E_INVALID_ARGUMENT;
     uint32_t s = dev_find_receipt_by_op(d, op_id);
-    if (s == DEV_NONE) return AOTX_R_OPERATION_NOT_FOUND;
+    if (s == DEV_NONE) return AOTX_E_OPERATION_NOT_FOUND;
     dev_receipt *r = &d->receipts[s];
-    if (terminal_status(r->status)) return AOTX_R_ALREADY_TERMINAL;
+    if (terminal_status(r->status)) return AOTX_E_ALREADY_TERMINAL;
     if (r->admission_record >= dev_saved_records(d)) return AOTX_R_ADMISSION_UNSAVED;
     r->status = AOTX_STATUS_RUNNING;
     return AOTX_OK;
 }
 
 int dev_complete_check(const aotx_device *d, uint32_t slot, uint8_t status, uint32_t len) {
-    if (slot == DEV_NONE) return AOTX_R_OPERATION_NOT_FOUND;
-    if (!terminal_status(status)) return AOTX_R_STATUS_INVALID;
-    if (terminal_status(d->receipts[slot].status)) return AOTX_R_ALREADY_TERMINAL;
-    if (len > AOTX_MAX_RESULT_BYTES) return AOTX_R_RESULT_TOO_LARGE;
+    if (slot == DEV_NONE) return AOTX_E_OPERATION_NOT_FOUND;
+    if (!terminal_status(status)) return AOTX_E_STATUS_INVALID;
+    if (terminal_status(d->receipts[slot].status)) return AOTX_E_ALREADY_TERMINAL;
+    if (len > AOTX_MAX_RESULT_BYTES) return AOTX_E_RESULT_TOO_LARGE;
     return AOTX_OK;
 }
 

@@ -6,6 +6,7 @@
 #define LOCKED(expr)                        \
     do {                                    \
         pthread_mutex_lock(&d->mu);         \
+        dev_stamp_saves(d);                 \
         __typeof__(expr) rc_ = (expr);      \
         pthread_mutex_unlock(&d->mu);       \
         return rc_;                         \
@@ -13,6 +14,7 @@
 
 void aotx_device_usage_get(aotx_device *d, aotx_device_usage *out) {
     pthread_mutex_lock(&d->mu);
+    dev_stamp_saves(d);
     dev_usage_get_locked(d, out);
     pthread_mutex_unlock(&d->mu);
 }

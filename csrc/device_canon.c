@@ -89,43 +89,43 @@ static bool holds_reserved_token(const uint8_t *s, size_t n) {
 }
 
 int dev_validate_request(const aotx_request *req) {
-    if (req->kind < AOTX_KIND_REGISTER || req->kind > AOTX_KIND_RETIRE) return AOTX_R_KIND_INVALID;
-    if (dev_is_zero(req->operation_key, 16)) return AOTX_R_OPERATION_KEY_INVALID;
+    if (req->kind < AOTX_KIND_REGISTER || req->kind > AOTX_KIND_RETIRE) return AOTX_E_KIND_INVALID;
+    if (dev_is_zero(req->operation_key, 16)) return AOTX_E_OPERATION_KEY_INVALID;
     switch (req->kind) {
     case AOTX_KIND_SPACE_CREATE:
-        if (req->scope > AOTX_SCOPE_INSTANCE) return AOTX_R_SCOPE_INVALID;
+        if (req->scope > AOTX_SCOPE_INSTANCE) return AOTX_E_SCOPE_INVALID;
         break;
     case AOTX_KIND_MEMBER_SET:
-        if (req->rights > 7) return AOTX_R_RIGHTS_INVALID;
+        if (req->rights > 7) return AOTX_E_RIGHTS_INVALID;
         break;
     case AOTX_KIND_INPUT: {
-        if (req->n_media > AOTX_MAX_MEDIA) return AOTX_R_MEDIA_INVALID;
+        if (req->n_media > AOTX_MAX_MEDIA) return AOTX_E_MEDIA_INVALID;
         for (uint32_t i = 0; i < req->n_media; i++)
             if (req->media[i].type != AOTX_MEDIA_IMAGE && req->media[i].type != AOTX_MEDIA_AUDIO)
-                return AOTX_R_MEDIA_INVALID;
-        if (req->text_len > AOTX_MAX_TEXT_BYTES) return AOTX_R_TEXT_INVALID;
+                return AOTX_E_MEDIA_INVALID;
+        if (req->text_len > AOTX_MAX_TEXT_BYTES) return AOTX_E_TEXT_INVALID;
         if ((uint64_t)req->text_len + (uint64_t)AOTX_MEDIA_LINK_BYTES * req->n_media >
             AOTX_MAX_TEXT_BYTES)
-            return AOTX_R_TEXT_INVALID;
-        if (req->text_len == 0 && req->n_media == 0) return AOTX_R_TEXT_INVALID;
-        if (!utf8_valid(req->text, req->text_len)) return AOTX_R_TEXT_INVALID;
-        if (holds_reserved_token(req->text, req->text_len)) return AOTX_R_RESERVED_TOKEN_INVALID;
-        if (req->model_len == 0 || req->model_len > AOTX_MAX_MODEL_NAME) return AOTX_R_MODEL_INVALID;
+            return AOTX_E_TEXT_INVALID;
+        if (req->text_len == 0 && req->n_media == 0) return AOTX_E_TEXT_INVALID;
+        if (!utf8_valid(req->text, req->text_len)) return AOTX_E_TEXT_INVALID;
+        if (holds_reserved_token(req->text, req->text_len)) return AOTX_E_RESERVED_TOKEN_INVALID;
+        if (req->model_len == 0 || req->model_len > AOTX_MAX_MODEL_NAME) return AOTX_E_MODEL_INVALID;
         for (uint32_t i = 0; i < req->model_len; i++)
-            if (req->model[i] < 0x21 || req->model[i] > 0x7E) return AOTX_R_MODEL_INVALID;
+            if (req->model[i] < 0x21 || req->model[i] > 0x7E) return AOTX_E_MODEL_INVALID;
         if (req->max_output_tokens == 0 || req->max_output_tokens > 65536)
-            return AOTX_R_SAMPLING_INVALID;
+            return AOTX_E_SAMPLING_INVALID;
         if (!isfinite(req->temperature) || req->temperature < 0.0 || req->temperature > 2.0)
-            return AOTX_R_SAMPLING_INVALID;
+            return AOTX_E_SAMPLING_INVALID;
         if (!isfinite(req->top_p) || !(req->top_p > 0.0) || req->top_p > 1.0)
-            return AOTX_R_SAMPLING_INVALID;
+            return AOTX_E_SAMPLING_INVALID;
         break;
     }
     case AOTX_KIND_CANCEL:
-        if (req->target_sequence == 0) return AOTX_R_TARGET_SEQUENCE_INVALID;
+        if (req->target_sequence == 0) return AOTX_E_TARGET_SEQUENCE_INVALID;
         break;
     case AOTX_KIND_RETIRE:
-        if (req->retry_floor == 0) return AOTX_R_RETRY_FLOOR_INVALID;
+        if (req->retry_floor == 0) return AOTX_E_RETRY_FLOOR_INVALID;
         break;
     default:
         break;
@@ -145,13 +145,14 @@ static uint32_t body_len(const aotx_request *req) {
     }
 }
 
-int64_t aotx_canonical_encode(const aotx_request *req, uint8_t *buf, size_t cap) {
-    if (!req) return AOTX_E_INVALID_ARGUMENT;
+int aotx_canonical_encode(const aotx_request *req, uint8_t *buf, size_t cap, uint32_t *out_len) {
+    if (!req || !out_len) return AOTX_E_INVALID_ARGUMENT;
     int rc = dev_validate_request(req);
     if (rc != AOTX_OK) return rc;
     uint32_t blen = body_len(req);
-    size_t need = AOTX_CANON_HEADER + (size_t)blen;
-    if (!buf || cap < need) return -(int64_t)need;
+    uint32_t need = AOTX_CANON_HEADER + blen;
+    *out_len = need;
+    if (!buf || cap < need) return AOTX_E_BUFFER_TOO_SMALL;
     memset(buf, 0, need);
     buf[0] = 1;
     buf[1] = req->kind;
@@ -203,7 +204,7 @@ int64_t aotx_canonical_encode(const aotx_request *req, uint8_t *buf, size_t cap)
     default:
         break;
     }
-    return (int64_t)need;
+    return AOTX_OK;
 }
 
 int aotx_canonical_decode(const uint8_t *buf, size_t len, aotx_request *out) {
@@ -273,14 +274,16 @@ int aotx_canonical_decode(const uint8_t *buf, size_t len, aotx_request *out) {
         r.retry_floor = dev_rd64(b);
         break;
     default:
-        return AOTX_R_KIND_INVALID;
+        return AOTX_E_KIND_INVALID;
     }
     int rc = dev_validate_request(&r);
     if (rc != AOTX_OK) return rc;
     /* Reserved bytes must be zero: re-encoding must give the same bytes. */
     uint8_t again[DEV_CANON_MAX];
-    int64_t n = aotx_canonical_encode(&r, again, sizeof again);
-    if (n != (int64_t)len || memcmp(again, buf, len) != 0) return AOTX_E_INVALID_ARGUMENT;
+    uint32_t n = 0;
+    if (aotx_canonical_encode(&r, again, sizeof again, &n) != AOTX_OK || n != len ||
+        memcmp(again, buf, len) != 0)
+        return AOTX_E_INVALID_ARGUMENT;
     *out = r;
     return AOTX_OK;
 }

@@ -69,6 +69,8 @@ typedef struct dev_receipt {
     uint64_t admission_record;  /* last record of the admission transfer */
     uint64_t terminal_record;   /* last record of the terminal result */
     uint64_t retire_record;     /* last record of the retirement (when retiring) */
+    uint8_t save_known;         /* `save` holds the admission's save */
+    aotx_save_id save;          /* the save that acknowledged the admission (frozen) */
     uint32_t input_tokens, output_tokens;
     uint32_t canon_len;
     uint32_t result_len;
@@ -84,6 +86,12 @@ struct aotx_device {
     bool replaying;             /* recovery: every record counts as saved */
     bool used;                  /* anything admitted or recovered */
     bool failed;                /* recovery refused: tables wiped, mutations refused */
+    uint64_t stamped_saved;     /* saved_records when receipts last took their save ids */
+    /* recovery: receipts whose save (generation replay_gen) is not closed yet */
+    uint32_t *replay_pending;          /* [DEV_RECEIPT_SLOTS] slots */
+    uint64_t *replay_pending_adm;      /* [DEV_RECEIPT_SLOTS] their admission numbers */
+    uint32_t n_replay_pending;
+    uint64_t replay_gen, replay_boot;
     uint32_t n_participants, n_spaces, n_conversations, n_members;
     uint32_t n_receipts;        /* occupied slots */
     dev_participant *participants;     /* [AOTX_MAX_PARTICIPANTS] */
@@ -184,5 +192,6 @@ uint32_t dev_find_member_row(const aotx_device *d, uint32_t space, uint32_t part
 uint64_t dev_saved_records(const aotx_device *d);
 uint8_t dev_resolved_rights(const aotx_device *d, uint32_t space, uint32_t participant);
 void dev_receipt_view(aotx_device *d, uint32_t slot, bool foreign, aotx_receipt_view *out);
+void dev_stamp_saves(aotx_device *d);
 
 #endif

@@ -23,7 +23,7 @@ static int read_access(const aotx_device *d, uint32_t grants, uint32_t actor, ui
     if (space == DEV_NONE) return not_found;
     uint8_t resolved = dev_resolved_rights(d, space, actor);
     if (resolved == 0) return not_found;
-    if (!(resolved & grants & AOTX_RIGHT_READ)) return AOTX_R_FORBIDDEN;
+    if (!(resolved & grants & AOTX_RIGHT_READ)) return AOTX_E_FORBIDDEN;
     return AOTX_OK;
 }
 
@@ -61,6 +61,10 @@ void dev_receipt_view(aotx_device *d, uint32_t slot, bool foreign, aotx_receipt_
     out->result_len = r->result_len;
     out->input_tokens = r->input_tokens;
     out->output_tokens = r->output_tokens;
+    if (r->save_known && out->admission_saved) {
+        out->admission_save_known = 1;
+        out->admission_save = r->save;
+    }
 }
 
 /* The receipt slot `actor` may read, or a code. Own receipts are always
@@ -68,10 +72,10 @@ void dev_receipt_view(aotx_device *d, uint32_t slot, bool foreign, aotx_receipt_
  * conversation's space (counters absent). */
 static int readable_receipt(aotx_device *d, uint32_t grants, const uint8_t actor[16],
                             const uint8_t op_id[16], uint32_t *slot, bool *foreign) {
-    if (!(grants & AOTX_GRANT_READ)) return AOTX_R_GRANT_FORBIDDEN;
+    if (!(grants & AOTX_GRANT_READ)) return AOTX_E_GRANT_FORBIDDEN;
     dev_reclaim(d);
     uint32_t s = dev_find_receipt_by_op(d, op_id);
-    if (s == DEV_NONE) return AOTX_R_OPERATION_NOT_FOUND;
+    if (s == DEV_NONE) return AOTX_E_OPERATION_NOT_FOUND;
     const dev_receipt *r = &d->receipts[s];
     uint32_t me = dev_find_participant(d, actor);
     if (me != DEV_NONE && r->actor == me) {
@@ -79,10 +83,10 @@ static int readable_receipt(aotx_device *d, uint32_t grants, const uint8_t actor
         *foreign = false;
         return AOTX_OK;
     }
-    if (r->kind != AOTX_KIND_INPUT) return AOTX_R_OPERATION_NOT_FOUND;
+    if (r->kind != AOTX_KIND_INPUT) return AOTX_E_OPERATION_NOT_FOUND;
     uint32_t c = dev_find_conversation(d, r->resource_id);
-    if (c == DEV_NONE) return AOTX_R_OPERATION_NOT_FOUND;
-    int rc = read_access(d, grants, me, d->conversations[c].space, AOTX_R_OPERATION_NOT_FOUND);
+    if (c == DEV_NONE) return AOTX_E_OPERATION_NOT_FOUND;
+    int rc = read_access(d, grants, me, d->conversations[c].space, AOTX_E_OPERATION_NOT_FOUND);
     if (rc) return rc;
     *slot = s;
     *foreign = true;
@@ -120,10 +124,10 @@ int64_t dev_result_read_locked(aotx_device *d, uint32_t grants, const uint8_t ac
 int dev_participant_locked(aotx_device *d, uint32_t grants, const uint8_t actor[16],
                             const uint8_t key[16], aotx_participant_view *out) {
     if (!d || !actor || !key || !out) return AOTX_E_INVALID_ARGUMENT;
-    if (!(grants & AOTX_GRANT_READ)) return AOTX_R_GRANT_FORBIDDEN;
+    if (!(grants & AOTX_GRANT_READ)) return AOTX_E_GRANT_FORBIDDEN;
     uint32_t p = dev_find_participant(d, key);
     bool own = memcmp(actor, key, 16) == 0;
-    if (!own && p == DEV_NONE) return AOTX_R_PARTICIPANT_NOT_FOUND;
+    if (!own && p == DEV_NONE) return AOTX_E_PARTICIPANT_NOT_FOUND;
     memset(out, 0, sizeof *out);
     memcpy(out->key, key, 16);
     out->registered = p != DEV_NONE;
@@ -150,10 +154,10 @@ static void space_view(const aotx_device *d, uint32_t s, uint8_t eff, aotx_space
  * read makes (hidden spaces are space_not_found). */
 static int space_for_read(const aotx_device *d, uint32_t grants, const uint8_t actor[16],
                           const uint8_t space[16], uint32_t *out) {
-    if (!(grants & AOTX_GRANT_READ)) return AOTX_R_GRANT_FORBIDDEN;
+    if (!(grants & AOTX_GRANT_READ)) return AOTX_E_GRANT_FORBIDDEN;
     uint32_t me = dev_find_participant(d, actor);
     *out = dev_find_space(d, space);
-    return read_access(d, grants, me, *out, AOTX_R_SPACE_NOT_FOUND);
+    return read_access(d, grants, me, *out, AOTX_E_SPACE_NOT_FOUND);
 }
 
 int dev_space_locked(aotx_device *d, uint32_t grants, const uint8_t actor[16],
@@ -171,8 +175,8 @@ int dev_spaces_locked(aotx_device *d, uint32_t grants, const uint8_t actor[16],
                        uint64_t cursor, uint32_t limit, aotx_space_view *out,
                        uint32_t *out_n, uint64_t *out_next) {
     if (!d || !actor || !out_n || !out_next || (limit && !out)) return AOTX_E_INVALID_ARGUMENT;
-    if (!(grants & AOTX_GRANT_READ)) return AOTX_R_GRANT_FORBIDDEN;
-    if (cursor > d->n_spaces) return AOTX_R_CURSOR_INVALID;
+    if (!(grants & AOTX_GRANT_READ)) return AOTX_E_GRANT_FORBIDDEN;
+    if (cursor > d->n_spaces) return AOTX_E_CURSOR_INVALID;
     uint32_t me = dev_find_participant(d, actor);
     uint32_t n = 0;
     uint64_t i = cursor;
@@ -194,7 +198,7 @@ int dev_members_locked(aotx_device *d, uint32_t grants, const uint8_t actor[16],
     uint32_t s;
     int rc = space_for_read(d, grants, actor, space, &s);
     if (rc) return rc;
-    if (cursor > d->n_members) return AOTX_R_CURSOR_INVALID;
+    if (cursor > d->n_members) return AOTX_E_CURSOR_INVALID;
     uint32_t n = 0;
     uint64_t i = cursor;
     for (; i < d->n_members && n < limit; i++) {
@@ -229,7 +233,7 @@ int dev_conversations_locked(aotx_device *d, uint32_t grants, const uint8_t acto
     uint32_t s;
     int rc = space_for_read(d, grants, actor, space, &s);
     if (rc) return rc;
-    if (cursor > d->n_conversations) return AOTX_R_CURSOR_INVALID;
+    if (cursor > d->n_conversations) return AOTX_E_CURSOR_INVALID;
     uint32_t n = 0;
     uint64_t i = cursor;
     for (; i < d->n_conversations && n < limit; i++) {
@@ -244,11 +248,11 @@ int dev_conversations_locked(aotx_device *d, uint32_t grants, const uint8_t acto
 int dev_conversation_locked(aotx_device *d, uint32_t grants, const uint8_t actor[16],
                              const uint8_t conversation[16], aotx_conversation_view *out) {
     if (!d || !actor || !conversation || !out) return AOTX_E_INVALID_ARGUMENT;
-    if (!(grants & AOTX_GRANT_READ)) return AOTX_R_GRANT_FORBIDDEN;
+    if (!(grants & AOTX_GRANT_READ)) return AOTX_E_GRANT_FORBIDDEN;
     uint32_t me = dev_find_participant(d, actor);
     uint32_t c = dev_find_conversation(d, conversation);
     int rc = read_access(d, grants, me, c == DEV_NONE ? DEV_NONE : d->conversations[c].space,
-                         AOTX_R_CONVERSATION_NOT_FOUND);
+                         AOTX_E_CONVERSATION_NOT_FOUND);
     if (rc) return rc;
     conversation_view(d, c, out);
     return AOTX_OK;

@@ -42,6 +42,46 @@ static int replay_completion(aotx_device *d, const uint8_t *data, uint32_t len, 
     return AOTX_OK;
 }
 
+/* Save identities at recovery (docs/formats/journal.md, "Save identity"):
+ * a receipt's save is the generation stamped on its admission's last part;
+ * that save's commit point is the end of the last complete transfer with the
+ * same generation, known once a transfer of a later generation (or the end)
+ * is read.  Until then the receipt waits in replay_pending. */
+static void replay_close_saves(aotx_device *d, uint64_t incarnation, uint64_t commit_records,
+                               const uint8_t digest[32]) {
+    for (uint32_t k = 0; k < d->n_replay_pending; k++) {
+        dev_receipt *r = &d->receipts[d->replay_pending[k]];
+        if (!r->used || r->admission_number != d->replay_pending_adm[k]) continue;
+        memset(&r->save, 0, sizeof r->save);
+        r->save.file_incarnation = incarnation;
+        r->save.generation = d->replay_gen;
+        r->save.boot = d->replay_boot;
+        r->save.commit_records = commit_records;
+        memcpy(r->save.commit_digest, digest, 32);
+        r->save_known = 1;
+    }
+    d->n_replay_pending = 0;
+}
+
+static void replay_wait_save(aotx_device *d, uint32_t slot, uint64_t gen, uint64_t boot) {
+    if (d->n_replay_pending == DEV_RECEIPT_SLOTS) { /* drop entries whose slot was reused */
+        uint32_t n = 0;
+        for (uint32_t k = 0; k < d->n_replay_pending; k++) {
+            const dev_receipt *r = &d->receipts[d->replay_pending[k]];
+            if (r->used && r->admission_number == d->replay_pending_adm[k]) {
+                d->replay_pending[n] = d->replay_pending[k];
+                d->replay_pending_adm[n++] = d->replay_pending_adm[k];
+            }
+        }
+        d->n_replay_pending = n;
+    }
+    if (d->n_replay_pending == DEV_RECEIPT_SLOTS) return; /* cannot happen: <= slots live */
+    d->replay_pending[d->n_replay_pending] = slot;
+    d->replay_pending_adm[d->n_replay_pending++] = d->receipts[slot].admission_number;
+    d->replay_gen = gen;
+    d->replay_boot = boot;
+}
+
 /* A refused recovery must not expose what it applied before the bad transfer:
  * wipe every table back to the fresh state and refuse further mutations. */
 static int recover_failed(aotx_device *d, int rc) {
@@ -58,6 +98,7 @@ static int recover_failed(aotx_device *d, int rc) {
     }
     d->n_participants = d->n_spaces = d->n_conversations = d->n_members = d->n_receipts = 0;
     d->admissions = 0;
+    d->n_replay_pending = 0;
     d->failed = true;
     return rc;
 }
@@ -74,6 +115,10 @@ int dev_recover_locked(aotx_device *d, aotx_journal_reader *r, uint64_t *out_bad
         return rc;
     }
     d->replaying = true;
+    d->n_replay_pending = 0;
+    uint64_t incarnation = aotx_journal_reader_incarnation(r);
+    uint64_t prev_end = 0;          /* records up to the end of the previous transfer */
+    uint8_t prev_digest[32] = {0};  /* the chained digest there */
     for (;;) {
         uint8_t kind = 0;
         const uint8_t *data = NULL;
@@ -87,6 +132,12 @@ int dev_recover_locked(aotx_device *d, aotx_journal_reader *r, uint64_t *out_bad
             break;
         }
         bad = first;
+        uint64_t gen = aotx_journal_reader_generation(r);
+        uint64_t end = (aotx_journal_reader_valid_end(r) - AOTX_JOURNAL_FILE_HEADER) /
+                       AOTX_JOURNAL_RECORD_SIZE;
+        uint64_t last = end - 1;    /* the transfer's last part, as the live path records */
+        if (d->n_replay_pending && gen > d->replay_gen)
+            replay_close_saves(d, incarnation, prev_end, prev_digest);
         switch (kind) {
         case AOTX_XFER_BOOT:
         case AOTX_XFER_LEASE:    /* execution leases: not yet produced by the device */
@@ -94,17 +145,22 @@ int dev_recover_locked(aotx_device *d, aotx_journal_reader *r, uint64_t *out_bad
             rc = AOTX_OK;
             break;
         case AOTX_XFER_ADMISSION:
-            rc = replay_admission(d, data, len, first, &req);
+            rc = replay_admission(d, data, len, last, &req);
+            if (rc == AOTX_OK)
+                replay_wait_save(d, d->plan->slot, gen, aotx_journal_reader_boot(r));
             break;
         case AOTX_XFER_COMPLETION:
-            rc = replay_completion(d, data, len, first);
+            rc = replay_completion(d, data, len, last);
             break;
         default:
             rc = AOTX_E_RECOVERY_DAMAGE;
             break;
         }
         if (rc) break;
+        prev_end = end;
+        aotx_journal_reader_digest(r, prev_digest);
     }
+    if (rc == AOTX_OK && d->n_replay_pending) replay_close_saves(d, incarnation, prev_end, prev_digest);
     d->replaying = false;
     d->used = true;
     if (rc == AOTX_OK) rc = aotx_journal_resume(d->journal, r);

@@ -28,12 +28,14 @@ struct aotx_journal {
     aotx_journal_params p;
     uint8_t header[AOTX_JOURNAL_FILE_HEADER]; /* the file's header bytes */
     uint8_t *ring;          /* [cap_records][192] encoded records, slot = index % cap */
-    uint8_t *ring_digest;   /* [cap_records][32] chained digest after each record */
+    uint8_t *ring_digest;   /* [cap_records][32] chained digest after each drained record */
     uint64_t cap_records;   /* max_pending_bytes / 192 */
+    uint64_t ring_first;    /* first record index this instance holds (its resume point) */
+    uint64_t retain_from;   /* saved records >= this stay in the ring (UINT64_MAX: none) */
     uint64_t next_record;   /* index of the next record to encode */
     uint64_t saved_records; /* [0, saved_records) acked */
     uint64_t in_flight;     /* [saved, saved + in_flight) drained, not acked */
-    uint8_t enc_digest[32]; /* digest after record next_record - 1 */
+    uint8_t drain_digest[32]; /* digest after record saved_records + in_flight - 1 */
     uint8_t saved_digest[32]; /* digest after record saved_records - 1 */
     uint64_t generation;
     uint64_t boot;          /* boots queued (the last one's number) */
@@ -90,7 +92,7 @@ static void encode_record(uint8_t *rec, uint8_t kind, uint16_t part, uint16_t co
     put_u32(rec + JP_XFER_LEN, xfer_len);
     put_u16(rec + JP_DATA_LEN, dlen);
     if (dlen) memcpy(rec + AOTX_JOURNAL_PART_HEADER, data, dlen);
-    put_u32(rec + JP_CRC, journal_record_crc(rec));
+    /* the save generation and the CRC are set when the record is drained */
 }
 
 /* ---- lifecycle ---- */
@@ -116,9 +118,10 @@ int aotx_journal_new(const aotx_journal_params *p, aotx_journal **out) {
         return AOTX_E_NOMEM;
     }
     j->p = *p;
+    j->retain_from = UINT64_MAX;
     encode_file_header(p, j->header);
-    aotx_sha256(j->header, AOTX_JOURNAL_FILE_HEADER, j->enc_digest);
-    memcpy(j->saved_digest, j->enc_digest, 32);
+    aotx_sha256(j->header, AOTX_JOURNAL_FILE_HEADER, j->saved_digest);
+    memcpy(j->drain_digest, j->saved_digest, 32);
     *out = j;
     return AOTX_OK;
 }
@@ -156,7 +159,9 @@ static int admit(aotx_journal *j, uint64_t n) {
         j->hold |= AOTX_JOURNAL_HOLD_FILE_CAP;
         return AOTX_R_JOURNAL_HOLD;
     }
-    if (j->next_record - j->saved_records + n > j->cap_records) {
+    uint64_t kept = j->saved_records;   /* ring slots from here on are not free */
+    if (j->retain_from < kept) kept = j->retain_from > j->ring_first ? j->retain_from : j->ring_first;
+    if (j->next_record - kept + n > j->cap_records) {
         j->hold |= AOTX_JOURNAL_HOLD_PENDING;
         return AOTX_R_JOURNAL_HOLD;
     }
@@ -173,9 +178,6 @@ static uint64_t put_transfer(aotx_journal *j, uint8_t kind, const uint8_t *data,
         uint8_t *rec = slot(j, index);
         encode_record(rec, kind, (uint16_t)part, (uint16_t)count, index, len,
                       data ? data + off : NULL, (uint16_t)dlen);
-        uint8_t *dig = j->ring_digest + (index % j->cap_records) * 32;
-        journal_chain(j->enc_digest, rec, dig);
-        memcpy(j->enc_digest, dig, 32);
         j->next_record++;
     }
     return j->next_record - 1;
@@ -243,9 +245,21 @@ int64_t aotx_journal_drain(aotx_journal *j, uint8_t *buf, size_t cap, uint32_t m
     int64_t rc;
     if (n * AOTX_JOURNAL_RECORD_SIZE > cap) {
         rc = -(int64_t)(n * AOTX_JOURNAL_RECORD_SIZE);
+    } else if (n && j->generation >= JOURNAL_MAX_GENERATION) {
+        rc = AOTX_E_JOURNAL_STATE;  /* 2^48 - 1 saves: the stamp field is full */
     } else {
-        for (uint64_t i = 0; i < n; i++)
-            memcpy(buf + i * AOTX_JOURNAL_RECORD_SIZE, slot(j, first + i), AOTX_JOURNAL_RECORD_SIZE);
+        /* stamp each record with the generation its ack will have, then CRC
+         * and chain it (a rewrite after a nack stamps the same value) */
+        for (uint64_t i = 0; i < n; i++) {
+            uint64_t index = first + i;
+            uint8_t *rec = slot(j, index);
+            put_u48(rec + JP_GENERATION, j->generation + 1);
+            put_u32(rec + JP_CRC, journal_record_crc(rec));
+            uint8_t *dig = j->ring_digest + (index % j->cap_records) * 32;
+            journal_chain(j->drain_digest, rec, dig);
+            memcpy(j->drain_digest, dig, 32);
+            memcpy(buf + i * AOTX_JOURNAL_RECORD_SIZE, rec, AOTX_JOURNAL_RECORD_SIZE);
+        }
         j->in_flight += n;
         if (out_first_record) *out_first_record = first;
         rc = (int64_t)(n * AOTX_JOURNAL_RECORD_SIZE);
@@ -276,6 +290,7 @@ int aotx_journal_nack(aotx_journal *j, int err) {
     if (!j || err <= 0) return AOTX_E_INVALID_ARGUMENT;
     pthread_mutex_lock(&j->mu);
     j->in_flight = 0;
+    memcpy(j->drain_digest, j->saved_digest, 32);
     j->disk_error = err;
     j->hold |= AOTX_JOURNAL_HOLD_DISK;
     pthread_mutex_unlock(&j->mu);
@@ -298,6 +313,47 @@ void aotx_journal_set_file_cap(aotx_journal *j, uint64_t file_cap_bytes) {
     j->p.file_cap_bytes = file_cap_bytes;
     j->hold &= ~(uint32_t)AOTX_JOURNAL_HOLD_FILE_CAP;
     pthread_mutex_unlock(&j->mu);
+}
+
+void aotx_journal_retain(aotx_journal *j, uint64_t from_record) {
+    if (!j) return;
+    pthread_mutex_lock(&j->mu);
+    j->retain_from = from_record;
+    pthread_mutex_unlock(&j->mu);
+}
+
+int aotx_journal_save_of(const aotx_journal *j, uint64_t record, aotx_save_id *out) {
+    if (!j || !out) return AOTX_E_INVALID_ARGUMENT;
+    aotx_journal *m = (aotx_journal *)j;
+    pthread_mutex_lock(&m->mu);
+    int rc = AOTX_OK;
+    if (record >= j->saved_records) {
+        rc = AOTX_R_JOURNAL_NOTHING;
+    } else if (record < j->ring_first || j->next_record - record > j->cap_records) {
+        rc = AOTX_E_JOURNAL_STATE;
+    } else {
+        /* the save's records are every saved record with this stamp; its commit
+         * point is the last complete transfer among them */
+        uint64_t gen = get_u48(slot(m, record) + JP_GENERATION);
+        uint64_t commit = UINT64_MAX;
+        for (uint64_t i = record; i < j->saved_records; i++) {
+            const uint8_t *rec = slot(m, i);
+            if (get_u48(rec + JP_GENERATION) != gen) break;
+            if (rec[JP_FLAGS] & AOTX_JOURNAL_FLAG_LAST) commit = i;
+        }
+        if (commit == UINT64_MAX) {
+            rc = AOTX_E_JOURNAL_STATE;
+        } else {
+            memset(out, 0, sizeof *out);
+            out->file_incarnation = j->p.file_incarnation;
+            out->generation = gen;
+            out->boot = j->boot;
+            out->commit_records = commit + 1;
+            memcpy(out->commit_digest, j->ring_digest + (commit % j->cap_records) * 32, 32);
+        }
+    }
+    pthread_mutex_unlock(&m->mu);
+    return rc;
 }
 
 void aotx_journal_save_state(const aotx_journal *j, aotx_save_state *out) {
@@ -332,9 +388,9 @@ int aotx_journal_resume(aotx_journal *j, const aotx_journal_reader *r) {
         memcpy(j->header, rp.header, AOTX_JOURNAL_FILE_HEADER);
         memcpy(j->p.lineage, rp.header + JH_LINEAGE, 16);
         j->p.file_incarnation = get_u64(rp.header + JH_INCARNATION);
-        j->next_record = j->saved_records = rp.records;
+        j->next_record = j->saved_records = j->ring_first = rp.records;
         j->in_flight = 0;
-        memcpy(j->enc_digest, rp.digest, 32);
+        memcpy(j->drain_digest, rp.digest, 32);
         memcpy(j->saved_digest, rp.digest, 32);
         j->boot = rp.boot;
         j->generation = rp.generation;

@@ -31,7 +31,8 @@ enum {
     JP_INDEX = 8,          /* u64 record index */
     JP_XFER_LEN = 16,      /* u32 transfer length */
     JP_DATA_LEN = 20,      /* u16 data bytes in this part */
-    JP_RESERVED = 22,      /* 6 zero bytes */
+    JP_GENERATION = 22,    /* u48 save generation: the ack that writes this record (stamped
+                              at drain; 1 for the first save of the file) */
     JP_CRC = 28,           /* u32 CRC-32C of header (crc zeroed) + 160 data bytes */
 };
 
@@ -46,6 +47,7 @@ enum {
 
 static const uint8_t JOURNAL_MAGIC[8] = {'A', 'O', 'T', 'X', 'J', 'R', 'N', 'L'};
 
+#define JOURNAL_MAX_GENERATION ((1ull << 48) - 1)
 #define JOURNAL_LIB_VERSION ((0u << 16) | (1u << 8) | 0u)
 
 typedef struct journal_file_header {
@@ -70,6 +72,14 @@ static inline void put_u32(uint8_t *p, uint32_t v) {
 }
 static inline void put_u64(uint8_t *p, uint64_t v) {
     for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline void put_u48(uint8_t *p, uint64_t v) {
+    for (int i = 0; i < 6; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline uint64_t get_u48(const uint8_t *p) {
+    uint64_t v = 0;
+    for (int i = 5; i >= 0; i--) v = (v << 8) | p[i];
+    return v;
 }
 static inline uint16_t get_u16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
 static inline uint32_t get_u32(const uint8_t *p) {
@@ -97,7 +107,7 @@ typedef struct journal_resume_point {
     uint64_t records;       /* valid records (truncate to these) */
     uint8_t digest[32];     /* digest after them */
     uint64_t boot;          /* boot transfers among them */
-    uint64_t generation;    /* derived save generation */
+    uint64_t generation;    /* save generation of the last verified record */
 } journal_resume_point;
 
 int journal_reader_resume_point(const aotx_journal_reader *r, journal_resume_point *out);

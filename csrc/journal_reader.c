@@ -20,8 +20,6 @@ struct aotx_journal_reader {
     uint64_t verified_end;  /* records verified at the end (incl. a dropped incomplete tail) */
     uint8_t digest[32];     /* chained digest after valid_records */
     uint64_t boot;          /* boot transfers read */
-    uint64_t boot_generation; /* generation recorded in the last boot transfer */
-    uint64_t boot_first;    /* first record index of the last boot transfer */
     uint8_t *xfer;          /* [xfer_cap] assembled transfer bytes */
     size_t xfer_cap;
 };
@@ -95,16 +93,30 @@ static int intact(const uint8_t *rec) {
            get_u32(rec + JP_CRC) == journal_record_crc(rec);
 }
 
-static int any_intact_after(const aotx_journal_reader *r, uint64_t index) {
-    for (uint64_t i = index + 1; i < r->n_records; i++)
-        if (intact(r->buf + rec_off(i))) return 1;
+/* Save generation stamped on record i (already verified when i < pos). */
+static uint64_t stamp_at(const aotx_journal_reader *r, uint64_t i) {
+    return get_u48(r->buf + rec_off(i) + JP_GENERATION);
+}
+
+/* A record at `index` failed its checks.  It held acknowledged data when an
+ * intact record after it was written by a later save than the record before
+ * it (docs/formats/journal.md, "Recovery"); otherwise every intact record
+ * after it belongs to the same, unconfirmed last save: a torn tail. */
+static int confirmed_after(const aotx_journal_reader *r, uint64_t index) {
+    uint64_t gen = index ? stamp_at(r, index - 1) : 0;
+    for (uint64_t i = index + 1; i < r->n_records; i++) {
+        const uint8_t *rec = r->buf + rec_off(i);
+        if (intact(rec) && get_u48(rec + JP_GENERATION) != gen) return 1;
+    }
     return 0;
 }
 
 /* Field checks of an intact record at position pos, part of a transfer that
- * started at `start` (first part `first`, NULL when pos == start).  Returns
- * the offset of the bad field inside the record, or -1 when it is fine. */
-static int bad_field(const uint8_t *rec, uint64_t pos, uint64_t start, const uint8_t *first) {
+ * started at `start` (first part `first`, NULL when pos == start); prev_gen is
+ * the previous record's save generation (0 before the first).  Returns the
+ * offset of the bad field inside the record, or -1 when it is fine. */
+static int bad_field(const uint8_t *rec, uint64_t pos, uint64_t start, const uint8_t *first,
+                     uint64_t prev_gen) {
     uint8_t kind = rec[JP_KIND];
     uint8_t flags = rec[JP_FLAGS];
     uint16_t part = get_u16(rec + JP_PART), count = get_u16(rec + JP_COUNT);
@@ -121,8 +133,10 @@ static int bad_field(const uint8_t *rec, uint64_t pos, uint64_t start, const uin
     uint64_t want_dlen = part + 1 < count ? AOTX_JOURNAL_PART_DATA
                                           : xlen - (uint64_t)part * AOTX_JOURNAL_PART_DATA;
     if (dlen != want_dlen) return JP_DATA_LEN;
-    for (int i = JP_RESERVED; i < JP_CRC; i++)
-        if (rec[i]) return i;
+    /* generations never go down (they may jump: a restart continues after the
+     * generation of a truncated tail) */
+    uint64_t gen = get_u48(rec + JP_GENERATION);
+    if (gen < prev_gen || gen == 0) return JP_GENERATION;
     for (int i = AOTX_JOURNAL_PART_HEADER + dlen; i < AOTX_JOURNAL_RECORD_SIZE; i++)
         if (rec[i]) return i;
     if (first) {
@@ -173,13 +187,13 @@ int aotx_journal_reader_next(aotx_journal_reader *r, uint8_t *kind, const uint8_
         }
         const uint8_t *rec = r->buf + rec_off(pos);
         if (!intact(rec)) {
-            if (any_intact_after(r, pos)) return fail(r, AOTX_E_JOURNAL_DAMAGE, rec_off(pos));
+            if (confirmed_after(r, pos)) return fail(r, AOTX_E_JOURNAL_DAMAGE, rec_off(pos));
             r->verified_end = pos;
             r->pos = start; /* torn tail: drop the incomplete transfer */
             r->done = 1;
             return 0;
         }
-        int bf = bad_field(rec, pos, start, first);
+        int bf = bad_field(rec, pos, start, first, pos ? stamp_at(r, pos - 1) : 0);
         if (bf >= 0) return fail(r, AOTX_E_JOURNAL_DAMAGE, rec_off(pos) + (uint64_t)bf);
         if (!first) first = rec;
         uint32_t xlen = get_u32(rec + JP_XFER_LEN);
@@ -200,8 +214,6 @@ int aotx_journal_reader_next(aotx_journal_reader *r, uint8_t *kind, const uint8_
                             rec_off(start) + AOTX_JOURNAL_PART_HEADER + (uint64_t)bb);
             }
             r->boot++;
-            r->boot_generation = get_u64(r->xfer + JB_GENERATION);
-            r->boot_first = start;
         }
         r->valid_records = r->pos;
         memcpy(r->digest, d, 32);
@@ -238,16 +250,28 @@ void aotx_journal_reader_lineage(const aotx_journal_reader *r, uint8_t out[16]) 
 
 uint64_t aotx_journal_reader_boot(const aotx_journal_reader *r) { return r ? r->boot : 0; }
 
+uint64_t aotx_journal_reader_generation(const aotx_journal_reader *r) {
+    if (!r || r->header_rc != AOTX_OK || r->valid_records == 0) return 0;
+    return stamp_at(r, r->valid_records - 1);
+}
+
+void aotx_journal_reader_digest(const aotx_journal_reader *r, uint8_t out[32]) {
+    if (!out) return;
+    if (!r) {
+        memset(out, 0, 32);
+        return;
+    }
+    memcpy(out, r->digest, 32);
+}
+
 int journal_reader_resume_point(const aotx_journal_reader *r, journal_resume_point *out) {
     if (r->header_rc != AOTX_OK || r->err || !r->done) return AOTX_E_JOURNAL_STATE;
     memcpy(out->header, r->header, AOTX_JOURNAL_FILE_HEADER);
     out->records = r->valid_records;
     memcpy(out->digest, r->digest, 32);
     out->boot = r->boot;
-    /* every ack since the last boot saved at least one record at or after the
-     * boot transfer (the first record of its boot), and every saved record
-     * verifies (records of an incomplete tail transfer included) */
-    out->generation = r->boot ? r->boot_generation + (r->verified_end - r->boot_first)
-                              : r->verified_end;
+    /* the generation of the last verified record (an incomplete tail transfer's
+     * parts included: their save may have been acked), so none is handed out twice */
+    out->generation = r->verified_end ? stamp_at(r, r->verified_end - 1) : 0;
     return AOTX_OK;
 }

@@ -59,6 +59,11 @@ def test_defaults() -> None:
     assert cfg.limits.max_body_bytes == 1024 * 1024
     assert cfg.limits.list_limit_default <= cfg.limits.list_limit_max
     assert cfg.limits.retry_after_s == 1
+    assert cfg.limits.journal_max_bytes == 64 << 30
+    assert cfg.limits.journal_min_free_bytes == 64 << 20
+    small = parse_gateway_config({"limits": {"journal_max_bytes": 4096,
+                                             "journal_min_free_bytes": 0}})
+    assert (small.limits.journal_max_bytes, small.limits.journal_min_free_bytes) == (4096, 0)
 
 
 @pytest.mark.parametrize(("data", "key"), [
@@ -85,6 +90,8 @@ def test_unknown_keys_are_named(data: dict[str, Any], key: str) -> None:
     ({"principals": [{"name": "a b", "token_sha256": ALICE}]}, "principals.0.name"),
     ({"limits": {"max_body_bytes": 10}}, "limits.max_body_bytes"),
     ({"limits": {"max_body_bytes": "big"}}, "limits.max_body_bytes"),
+    ({"limits": {"journal_max_bytes": -1}}, "limits.journal_max_bytes"),
+    ({"limits": {"journal_min_free_bytes": "lots"}}, "limits.journal_min_free_bytes"),
     ({"bind": "localhost"}, "bind"),
     ({"bind": "localhost:70000"}, "bind"),
 ])

@@ -171,11 +171,13 @@ def test_canonical_worked_example_and_round_trip() -> None:
     # -0.0 and 0.0 encode alike
     assert D.encode_canonical(inp) == D.encode_canonical(
         D.Request(**{**inp.__dict__, "temperature": 0.5}))
-    # too small a buffer: minus the size needed
+    # too small a buffer: buffer_too_small and the size needed
     c = ffi.new("aotx_request *")
     c.kind = 1
     c.operation_key[0] = 1
-    assert lib.aotx_canonical_encode(c, ffi.NULL, 0) == -48
+    need = ffi.new("uint32_t *")
+    assert lib.aotx_canonical_encode(c, ffi.NULL, 0, need) == lib.AOTX_E_BUFFER_TOO_SMALL
+    assert need[0] == 48
     # a reserved byte set: refused by decode
     bad = bytearray(D.encode_canonical(req))
     bad[48 + 20] = 1
@@ -264,23 +266,28 @@ def test_every_refusal_changes_nothing(rig: Rig) -> None:
     # the exact limit fits: 2048 - 73 bytes of text beside one media link
     ok = rig.input(A, conv, text="x" * (2048 - 73), media=(("image", "00" * 32),))
     assert ok.status == "admitted"
-    # C-level checks the Python layer cannot express
+    # C-level checks the Python layer cannot express (malformed: negative codes)
+    def encode_rc(raw: object) -> int:
+        rc = int(lib.aotx_canonical_encode(raw, ffi.NULL, 0, ffi.new("uint32_t *")))
+        assert rc < 0
+        return rc
+
     raw = ffi.new("aotx_request *")
     raw.kind = 9
     raw.operation_key[0] = 1
-    assert native.code_name(lib.aotx_canonical_encode(raw, ffi.NULL, 0)) == "kind_invalid"
+    assert native.code_name(encode_rc(raw)) == "kind_invalid"
     raw.kind = D.Kind.SPACE_CREATE
     raw.scope = 3
-    assert native.code_name(lib.aotx_canonical_encode(raw, ffi.NULL, 0)) == "scope_invalid"
+    assert native.code_name(encode_rc(raw)) == "scope_invalid"
     raw.kind = D.Kind.MEMBER_SET
     raw.rights = 8
-    assert native.code_name(lib.aotx_canonical_encode(raw, ffi.NULL, 0)) == "rights_invalid"
+    assert native.code_name(encode_rc(raw)) == "rights_invalid"
     raw.kind = D.Kind.INPUT
     raw.text_len, raw.model_len, raw.max_output_tokens, raw.top_p = 1, 1, 1, 1.0
     raw.text[0] = raw.model[0] = ord("x")
     raw.n_media = 1
     raw.media[0].type = 3
-    assert native.code_name(lib.aotx_canonical_encode(raw, ffi.NULL, 0)) == "media_invalid"
+    assert native.code_name(encode_rc(raw)) == "media_invalid"
     refused("rights_invalid", D.rights_mask, ("owner",))
     # executor-side refusals
     refused("status_invalid", rig.dev.complete, inp.op_id, "admitted")
@@ -634,3 +641,59 @@ def test_list_pages_follow_the_cursor(rig: Rig) -> None:
     rest, end = rig.dev.conversations(ALL, B, ids[0], nxt, 2)
     assert [c.id for c in first + rest] == convs and end == 0
     assert rig.dev.space(ALL, B, ids[0]).conversations == 3
+
+
+
+def _chain(file: bytes, records: int) -> str:
+    import hashlib
+
+    d = hashlib.sha256(file[:64]).digest()
+    for i in range(records):
+        d = hashlib.sha256(d + file[64 + 192 * i:64 + 192 * (i + 1)]).digest()
+    return d.hex()
+
+
+def test_receipts_keep_the_save_that_acknowledged_them(rig: Rig) -> None:
+    """Save fields are the acknowledging save's (frozen), never the journal's state when
+    read; recovery rebuilds them exactly (docs/formats/journal.md, "Save identity")."""
+    rig.do(A, D.Kind.REGISTER)
+    first = rig.do(A, D.Kind.SPACE_CREATE)
+    assert rig.dev.receipt(ALL, A, first.op_id).saved_by is None   # not saved: no identity
+    rig.journal.save()                                      # save 1: boot, register, space
+    r1 = rig.dev.receipt(ALL, A, first.op_id)
+    s = r1.save                                             # the journal's state now
+    assert r1.saved_by is not None and r1.saved_by.generation == s.generation == 1
+    assert r1.saved_by.commit_digest == s.commit_digest     # the save ended on this transfer
+    made = [first] + [rig.do(A, D.Kind.SPACE_CREATE) for _ in range(3)]
+    rig.journal.save()                                      # save 2: three spaces
+    conv = rig.do(A, D.Kind.CONVERSATION_CREATE, space=first.resource_id)
+    long_ = rig.input(A, conv.resource_id)
+    made += [conv, long_]
+    rig.journal.save()                                      # save 3
+    rig.dev.complete(long_.op_id, "succeeded", bytes(5000), 1, 2)   # 32 records
+    made.append(rig.do(A, D.Kind.SPACE_CREATE))             # 2 more: the third of these saves
+    rig.journal.save()                                      # saves 4, 5, 6
+    ids = {r.op_id: rig.dev.receipt(ALL, A, r.op_id).saved_by for r in made}
+    gens = {op: i.generation for op, i in ids.items() if i is not None}
+    assert len(gens) == len(made)
+    assert sorted(set(gens.values())) == [1, 2, 3, 6]
+    for r in made:
+        i = ids[r.op_id]
+        assert i is not None and (i.file_incarnation, i.boot) == (0x77, 1)
+        # the digest is the file's chain through the save's last complete transfer
+        assert i.commit_records > rig.dev.receipt(ALL, A, r.op_id).admission_record
+        assert i.commit_digest == _chain(bytes(rig.journal.file), i.commit_records)
+    assert len({ids[r.op_id] for r in made[1:4]}) == 1      # one save, one identity
+    # later saves move the journal on, never these fields
+    for _ in range(20):
+        rig.do(A, D.Kind.SPACE_CREATE)
+        rig.journal.save()
+    now = rig.dev.receipt(ALL, A, first.op_id)
+    assert now.save.generation > 20 and now.saved_by == ids[first.op_id]
+    assert {op: rig.dev.receipt(ALL, A, op).saved_by for op in ids} == ids
+    # a restart rebuilds every identity from the file alone
+    _j2, dev2, _keep = recover_from(bytes(rig.journal.file))
+    try:
+        assert {op: dev2.receipt(ALL, A, op).saved_by for op in ids} == ids
+    finally:
+        dev2.close()

@@ -309,6 +309,90 @@ async def test_file_cap_hold_until_raised(autojump_clock: trio.testing.MockClock
     assert len(f.cache) == FILE_HEADER + 4 * RECORD_SIZE   # boot, "1", 2 parts
 
 
+@dataclass
+class FreeSpace(FakeFile):
+    """A fake file on a file system with ``free`` bytes left (statvfs); writes use it up."""
+
+    free: int = 1 << 40
+
+    def free_bytes(self, path: str) -> int:
+        return self.free
+
+    def pwrite(self, fd: int, data: bytes | memoryview, offset: int) -> int:
+        n = super().pwrite(fd, data, offset)
+        self.free -= n
+        return n
+
+
+async def test_disk_floor_holds_new_writes_but_saves_pending_ones(
+        autojump_clock: trio.testing.MockClock) -> None:
+    j = Journal(JournalParams(lineage=LINEAGE))
+    f = FreeSpace(cache=bytearray(j.header()))
+    f.durable = bytes(f.cache)
+    emitter = Emitter(j, 3, ops=f, directory="/nowhere", min_free_bytes=10_000,
+                      floor_recheck_s=0.5)
+    async with trio.open_nursery() as n:
+        await n.start(emitter.run)
+        last = j.enqueue(XFER_ADMISSION, b"admitted before the pressure")
+        f.free = 10_000 + 100                          # under the floor once this tick writes
+        emitter.wake()
+        with trio.fail_after(5):
+            await emitter.wait_saved(last)             # the pending record is still saved
+        s = j.save_state()
+        assert s.hold == HOLD_DISK and s.disk_error == 0 and emitter.floor_hold
+        with pytest.raises(errors.JournalHold):        # new writes hold, before any fails
+            j.enqueue(XFER_ADMISSION, b"refused")
+        assert j.save_state().next_record == last + 1
+        assert recover_journal(f.durable).transfers[-1].data == b"admitted before the pressure"
+        f.free = 1 << 30                               # space again: the recheck releases
+        await trio.sleep(1)
+        assert j.save_state().hold == 0 and not emitter.floor_hold
+        last = j.enqueue(XFER_ADMISSION, b"after")
+        emitter.wake()
+        with trio.fail_after(5):
+            await emitter.wait_saved(last)
+        n.cancel_scope.cancel()
+
+
+async def test_disk_floor_over_the_real_free_space_holds_from_the_start(
+        tmp_path: Path) -> None:
+    jf = open_journal_file(tmp_path, LINEAGE)
+    try:
+        free = FileOps().free_bytes(str(tmp_path))
+        emitter = Emitter.for_file(jf, min_free_bytes=free + (1 << 40))
+        async with trio.open_nursery() as n:
+            await n.start(emitter.run)
+            assert jf.journal.save_state().hold == HOLD_DISK
+            with pytest.raises(errors.JournalHold):
+                jf.journal.enqueue(XFER_ADMISSION, b"x")
+            emitter.min_free_bytes = 0                 # the operator lowered the floor
+            assert not emitter.check_floor()
+            assert jf.journal.save_state().hold == 0
+            n.cancel_scope.cancel()
+    finally:
+        jf.close()
+
+
+async def test_disk_floor_keeps_a_disk_error_hold(autojump_clock: trio.testing.MockClock,
+                                                  ) -> None:
+    j = Journal(JournalParams(lineage=LINEAGE))
+    f = FreeSpace(cache=bytearray(j.header()))
+    f.fault = lambda n, op: "eio" if op == "pwrite" else None
+    emitter = Emitter(j, 3, ops=f, directory="/nowhere", min_free_bytes=1)
+    async with trio.open_nursery() as n:
+        await n.start(emitter.run)
+        j.enqueue(XFER_ADMISSION, b"x")
+        emitter.wake()
+        await trio.sleep(1)
+        assert emitter.last_error is not None         # the write failed: disk hold
+        f.free = 0
+        assert emitter.check_floor()
+        f.free = 1 << 30
+        assert not emitter.check_floor()
+        assert j.save_state().hold == HOLD_DISK        # the failed write still waits
+        n.cancel_scope.cancel()
+
+
 async def test_group_commit_many_waiters_one_fsync() -> None:
     j, f = fresh()
     emitter = Emitter(j, 3, ops=f)
@@ -416,3 +500,48 @@ def test_create_is_durable_and_torn_tail_truncation_is_fsynced(tmp_path: Path) -
     jf.close()
     assert ops.log == ["open", f"ftruncate {FILE_HEADER}", "fsync"]
     assert path.stat().st_size == FILE_HEADER
+
+
+def test_the_journal_folder_lock_is_exclusive(tmp_path: Path) -> None:
+    jf = open_journal_file(tmp_path, LINEAGE)
+    try:
+        with pytest.raises(errors.ConfigError) as info:
+            open_journal_file(tmp_path, LINEAGE)
+        assert info.value.code == "journal_locked"
+        assert f"pid {os.getpid()}" in info.value.message
+    finally:
+        jf.close()
+    again = open_journal_file(tmp_path, LINEAGE)   # released by close()
+    again.close()
+
+
+async def test_idle_emitter_writes_the_commit_watermark_that_guards_the_last_save(
+        tmp_path: Path) -> None:
+    from aotx_trio.runtime.watermark import read_watermark
+
+    jf = open_journal_file(tmp_path, LINEAGE)
+    emitter = Emitter.for_file(jf, commit_delay_s=0.01)
+    try:
+        async with trio.open_nursery() as n:
+            await n.start(emitter.run)
+            last = jf.journal.enqueue(XFER_ADMISSION, b"acknowledged")
+            emitter.wake()
+            await emitter.wait_saved(last)
+            with trio.fail_after(5):
+                while emitter.watermarks == 0:
+                    await trio.sleep(0.01)
+            n.cancel_scope.cancel()
+        s = jf.journal.save_state()
+        mark = read_watermark(tmp_path, s.file_incarnation)
+        assert mark is not None and mark.saved_records == s.saved_records == last + 1
+        assert mark.commit_digest == s.commit_digest and mark.generation == s.generation
+    finally:
+        jf.close()
+    path = tmp_path / JOURNAL_NAME
+    data = bytearray(path.read_bytes())
+    data[-10] ^= 0x01                 # the last, acknowledged record: not a torn tail
+    path.write_bytes(bytes(data))
+    with pytest.raises(errors.JournalDamage) as info:
+        open_journal_file(tmp_path, LINEAGE)
+    assert info.value.fields["offset"] == FILE_HEADER + RECORD_SIZE * last
+    assert path.read_bytes() == bytes(data)

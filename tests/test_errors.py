@@ -38,14 +38,12 @@ def test_native_errors_keep_their_name_and_number() -> None:
             assert exc.fields[k] == v
 
 
-def test_positive_codes_are_refusals_or_say_retry_later() -> None:
-    """A positive native code means the same request may succeed later; an error
-    class that can never succeed later must come from a negative code."""
+def test_positive_codes_are_refusals_and_only_they() -> None:
+    """A positive native code means the same request may succeed later (a Refusal,
+    429/503/507); every negative code is an error that retrying cannot fix."""
     for code, name in _named_codes().items():
         cls = errors.NATIVE[name][0]
-        if code < 0:
-            assert not issubclass(cls, errors.Refusal) or name in (
-                "journal_state",), (code, name, cls)
+        assert (code > 0) == issubclass(cls, errors.Refusal), (code, name, cls)
 
 
 def test_full_tables_are_507_capacity_exhausted_naming_the_table() -> None:

@@ -99,7 +99,7 @@ def test_header_layout_and_crc() -> None:
     assert len(h) == 64
     assert h[:8] == b"AOTXJRNL"
     version, size = struct.unpack_from("<II", h, 8)
-    assert (version, size) == (1, 64)
+    assert (version, size) == (2, 64)
     assert h[16:32] == LINEAGE
     assert struct.unpack_from("<Q", h, 32)[0] == 0x0102030405060708
     assert struct.unpack_from("<IHBB", h, 40) == (0x000100, 192, 37, ord("A"))
@@ -117,21 +117,21 @@ def test_worked_example_of_the_format_doc() -> None:
     image = flush(j)
     assert len(image) == 64 + 2 * 192
     assert image[:64].hex() == (
-        "414f54584a524e4c0100000040000000a0a1a2a3a4a5a6a7a8a9aaabacadaeaf"
+        "414f54584a524e4c0200000040000000a0a1a2a3a4a5a6a7a8a9aaabacadaeaf"
         "0807060504030201000100"
-        "00c0002541000000000000000000000000131363" "61")
+        "00c00025410000000000000000000000001c783c" "88")
     assert image[64:128].hex() == (
-        "2541010300000100000000000000000020000000200000000000000076b71791"
+        "2541010300000100000000000000000020000000200001000000000062217812"
         "0100000000000000000000000000000008070605040302010001000000000000")
     assert image[128:256] == bytes(128)
     assert image[256:304].hex() == (
-        "254102030000010001000000000000000d0000000d00000000000000f0faaeb1"
+        "254102030000010001000000000000000d0000000d00010000000000e46cc132"
         "68656c6c6f206a6f75726e616c000000")
     assert image[304:] == bytes(448 - 304)
     s = j.save_state()
     assert (s.next_record, s.saved_records, s.generation, s.boot) == (2, 2, 1, 1)
     assert s.commit_digest.hex() == (
-        "52aa09432870e9f9b84b1952873a0c41674158e7327f72b5d7e0972e4bf058bd")
+        "f1eddefddf5f34e0e46e389bf02ebcb8270c1103a62d22517c08f300940b4fc2")
     assert s.commit_digest == chain(image)
 
 
@@ -154,7 +154,8 @@ def test_multipart_round_trip(size: int) -> None:
                                                          size)
         assert flags == (1 if p == 0 else 0) | (2 if p == parts - 1 else 0)
         assert dlen == min(160, size - 160 * p)
-        assert rec[22:28] == bytes(6)
+        # the save generation: the tick (16 records, boot included) that wrote it
+        assert rec[22:28] == ((1 + p) // 16 + 1).to_bytes(6, "little")
         assert rec[32 + dlen:] == bytes(160 - dlen)
         crc_input = rec[:28] + bytes(4) + rec[32:]
         assert struct.unpack_from("<I", rec, 28)[0] == crc32c(crc_input)
@@ -275,7 +276,12 @@ def test_drain_ack_nack_state_machine() -> None:
         16, 0, 1, 0, 0)
     assert s.commit_digest == chain(j.header() + d1[1])
     r2 = j.drain(3)
-    assert r2 is not None and r2 == (16, d2[1][:3 * 192])
+    # the same records, now stamped with the generation of the save that writes them
+    assert r2 is not None and r2[0] == 16 and r2[1] != d2[1][:3 * 192]
+    for i in range(3):
+        assert d2[1][192 * i + 22:192 * i + 28] == (1).to_bytes(6, "little")
+        assert r2[1][192 * i + 22:192 * i + 28] == (2).to_bytes(6, "little")
+        assert r2[1][192 * i + 32:192 * (i + 1)] == d2[1][192 * i + 32:192 * (i + 1)]
     j.ack()
     assert j.save_state().generation == 2
     with pytest.raises(ValueError):
@@ -385,3 +391,71 @@ def test_semantic_damage_in_an_intact_record_is_refused() -> None:
     with pytest.raises(errors.JournalDamage) as ei:
         list(JournalReader(bytes(image)))
     assert ei.value.fields["offset"] == off + 8
+
+
+# ---- save generations and save identities ----
+
+def test_save_of_names_the_acknowledging_save_and_retention_bounds_the_ring() -> None:
+    j = make(max_pending_bytes=192 * 6)
+    last = j.enqueue(XFER_ADMISSION, b"a")            # boot + 1 record
+    assert j.save_of(last) is None                     # not saved yet
+    image = flush(j)
+    sid = j.save_of(last)
+    s = j.save_state()
+    assert sid is not None and (sid.generation, sid.boot, sid.commit_records) == (1, 1, 2)
+    assert sid.file_incarnation == 0x0102030405060708 and sid.commit_digest == s.commit_digest
+    # a save that ends inside a transfer commits at the last complete one before it
+    a = j.enqueue(XFER_ADMISSION, b"b")                # record 2
+    j.enqueue(XFER_OUTPUT, bytes(160 * 3))             # records 3..5
+    d = j.drain(2)                                     # records 2, 3: the output's first part
+    assert d is not None
+    j.ack()
+    sid = j.save_of(a)
+    assert sid is not None and (sid.generation, sid.commit_records) == (2, 3)
+    assert sid.commit_digest == chain(image + d[1][:192])   # through record 2 only
+    ack_all(j)
+    # retained saved records count against the ring; released ones are reused
+    j.retain(0)
+    with pytest.raises(errors.JournalHold):
+        j.enqueue(XFER_ADMISSION, b"c")
+    j.retain(j.save_state().saved_records)
+    c = j.enqueue(XFER_ADMISSION, b"c")
+    assert c == 6
+    with pytest.raises(errors.AotxError) as ei:        # record 0's slot is reused now
+        for _ in range(5):
+            ack_all(j)
+            j.enqueue(XFER_ADMISSION, b"d")
+            j.retain(j.save_state().saved_records)
+        j.save_of(0)
+    assert ei.value.code == "journal_state"
+
+
+def ack_all(j: Journal) -> None:
+    while j.drain() is not None:
+        j.ack()
+
+
+def test_a_generation_that_goes_down_is_damage() -> None:
+    image = bytearray(make().header())
+    j2 = make()
+    for i in range(3):
+        j2.enqueue(XFER_ADMISSION, b"x%d" % i)
+        d = j2.drain()
+        assert d is not None
+        image += d[1]
+        j2.ack()
+    recs = [bytes(image[64 + 192 * i:64 + 192 * (i + 1)]) for i in range(4)]
+    assert [int.from_bytes(r[22:28], "little") for r in recs] == [1, 1, 2, 3]
+    bad = bytearray(recs[3])
+    bad[22:28] = (1).to_bytes(6, "little")             # generation 3 -> 1, CRC made right
+    struct.pack_into("<I", bad, 28, crc32c(bytes(bad[:28]) + bytes(4) + bytes(bad[32:])))
+    image[64 + 192 * 3:] = bad
+    with pytest.raises(errors.JournalDamage) as ei:
+        list(JournalReader(bytes(image), LINEAGE))
+    assert ei.value.fields["offset"] == 64 + 192 * 3 + 22
+    # a restart continues after the last generation in the file
+    r = JournalReader(bytes(image[:64 + 192 * 3]), LINEAGE)
+    list(r)
+    j3 = make()
+    j3.resume(r)
+    assert j3.save_state().generation == 2

@@ -1,10 +1,13 @@
 """Recovery fails closed: every single-byte flip and every truncation of a journal.
 
 Each case runs the native reader (csrc/journal_reader.c) over a damaged copy
-of a real journal image.  A flip must be refused with an offset inside the
-damaged record, or -- only when nothing intact follows it -- end the journal
-as a torn tail that drops exactly the damaged (last) transfer.  Every
-truncation must end cleanly at the last complete transfer.
+of a real journal image written in three saves.  A flip must be refused with
+an offset inside the damaged record, or -- only inside the last save, which
+no later save confirmed -- end the journal as a torn tail that drops the
+damaged transfer and everything after it.  With the emitter's commit
+watermark (journal.commit) naming the last save as acknowledged, those flips
+are refused too: no acknowledged record is ever dropped.  Every truncation
+must end cleanly at the last complete transfer.
 """
 
 from __future__ import annotations
@@ -23,16 +26,19 @@ from aotx_trio.journal import (
     XFER_OUTPUT,
     Journal,
     JournalParams,
+    JournalReader,
     Transfer,
     recover_journal,
 )
 from aotx_trio.runtime.emitter import JOURNAL_NAME, open_journal_file
+from aotx_trio.runtime.watermark import WatermarkWriter
 
 LINEAGE = bytes(range(1, 17))
 
 
 def build_image() -> tuple[bytes, list[Transfer]]:
-    """boot, admission (1 part), output (7 parts), completion (1), lease (3 parts, last)."""
+    """Save 1: boot, admission (1 part); save 2: output (7 parts); save 3: completion (1),
+    lease (3 parts)."""
     j = Journal(JournalParams(lineage=LINEAGE, file_incarnation=0xFEEDFACE))
     payloads = [(XFER_ADMISSION, b"admit:" + bytes(range(40))),
                 (XFER_OUTPUT, bytes((i * 13) & 0xFF for i in range(1000))),
@@ -41,7 +47,9 @@ def build_image() -> tuple[bytes, list[Transfer]]:
     for kind, data in payloads:
         j.enqueue(kind, data)
     image = bytearray(j.header())
-    while (d := j.drain()) is not None:
+    for n in (2, 7, 4):
+        d = j.drain(n)
+        assert d is not None
         image += d[1]
         j.ack()
     rec = recover_journal(bytes(image), LINEAGE)
@@ -51,6 +59,9 @@ def build_image() -> tuple[bytes, list[Transfer]]:
 
 
 IMAGE, TRANSFERS = build_image()
+RECORDS = (len(IMAGE) - FILE_HEADER) // RECORD_SIZE      # 13
+# Save 3 starts at record 9; a flip there is refused (see below), so torn tails start at 10.
+LAST_SAVE_FIRST = 10
 
 
 def transfer_end(t: Transfer) -> int:
@@ -66,6 +77,10 @@ def record_span(offset: int) -> tuple[int, int]:
     return start, start + RECORD_SIZE
 
 
+def holding(index: int) -> Transfer:
+    return next(t for t in TRANSFERS if t.first_record <= index <= t.last_record)
+
+
 def check_flip(offset: int, mask: int) -> str:
     damaged = bytearray(IMAGE)
     damaged[offset] ^= mask
@@ -78,12 +93,13 @@ def check_flip(offset: int, mask: int) -> str:
         assert lo <= where < hi, (offset, mask, where)
         assert f"offset {where}" in str(exc)
         return "refused"
-    # Not refused: only legal as a torn tail dropping exactly the last transfer.
-    last = TRANSFERS[-1]
-    first_off = FILE_HEADER + RECORD_SIZE * last.first_record
-    assert first_off <= offset, (offset, mask, "damage before the last transfer accepted")
-    assert rec.valid_end == first_off, (offset, mask)
-    assert rec.transfers == TRANSFERS[:-1], (offset, mask)
+    # Not refused: only legal inside the last, unconfirmed save, as a torn tail that
+    # drops the damaged transfer and everything after it.
+    index = (offset - FILE_HEADER) // RECORD_SIZE
+    assert index >= LAST_SAVE_FIRST, (offset, mask, "damage to a confirmed save accepted")
+    hit = holding(index)
+    assert rec.valid_end == FILE_HEADER + RECORD_SIZE * hit.first_record, (offset, mask)
+    assert rec.transfers == TRANSFERS[:TRANSFERS.index(hit)], (offset, mask)
     return "torn"
 
 
@@ -93,10 +109,55 @@ def test_every_single_byte_flip_is_detected() -> None:
         for mask in (0xFF, 0x01):
             outcomes[check_flip(offset, mask)] += 1
     assert sum(outcomes.values()) == 2 * len(IMAGE)
-    # The last transfer has 3 parts: damage in its final part (nothing intact
-    # after it) is a torn tail; everything else is refused.
-    assert outcomes["torn"] == 2 * RECORD_SIZE
-    assert outcomes["refused"] == 2 * (len(IMAGE) - RECORD_SIZE)
+    # Only in the last save, which nothing after it confirmed, can a flip be a crash's
+    # torn write; its first record is the one ambiguous case: a later intact record of a
+    # later save than the one before it could mean either, so it is refused (fail closed).
+    assert outcomes["torn"] == 2 * 3 * RECORD_SIZE
+    assert outcomes["refused"] == 2 * (len(IMAGE) - 3 * RECORD_SIZE)
+
+
+def _digest(image: bytes) -> bytes:
+    r = JournalReader(image, LINEAGE)
+    list(r)
+    return r.digest
+
+
+def test_the_commit_watermark_protects_the_last_save(tmp_path: Path) -> None:
+    """With journal.commit naming every record as acknowledged, a flip in the last save
+    refuses to start, naming the offset, and truncates nothing."""
+    incarnation = recover_journal(IMAGE, LINEAGE).incarnation
+    for index in range(LAST_SAVE_FIRST, RECORDS):
+        folder = tmp_path / f"r{index}"
+        folder.mkdir()
+        WatermarkWriter(folder, incarnation).write(3, RECORDS, _digest(IMAGE))
+        damaged = bytearray(IMAGE)
+        damaged[FILE_HEADER + RECORD_SIZE * index + 40] ^= 0x04
+        path = folder / JOURNAL_NAME
+        path.write_bytes(bytes(damaged))
+        with pytest.raises(errors.JournalDamage) as ei:
+            open_journal_file(folder, LINEAGE)
+        first = holding(index).first_record
+        assert ei.value.fields["offset"] == FILE_HEADER + RECORD_SIZE * first
+        assert "acknowledged" in str(ei.value) and "nothing truncated" in str(ei.value)
+        assert path.read_bytes() == bytes(damaged)
+        assert not (folder / "quarantine").exists()
+    # the intact file agrees with its watermark: it opens
+    folder = tmp_path / "good"
+    folder.mkdir()
+    writer = WatermarkWriter(folder, incarnation)
+    writer.write(3, RECORDS, _digest(IMAGE))
+    (folder / JOURNAL_NAME).write_bytes(IMAGE)
+    open_journal_file(folder, LINEAGE).close()
+    # the same count with another digest: not the file that was acknowledged
+    writer.write(3, RECORDS, bytes(32))
+    with pytest.raises(errors.JournalDamage):
+        open_journal_file(folder, LINEAGE)
+    # a watermark of another journal file (another incarnation) is ignored
+    folder = tmp_path / "other"
+    folder.mkdir()
+    WatermarkWriter(folder, incarnation + 1).write(9, 99, bytes(32))
+    (folder / JOURNAL_NAME).write_bytes(IMAGE)
+    open_journal_file(folder, LINEAGE).close()
 
 
 def test_every_truncation_ends_at_the_last_complete_transfer() -> None:
@@ -132,20 +193,24 @@ def test_damage_in_the_middle_refuses_to_start(tmp_path: Path) -> None:
     assert path.read_bytes() == bytes(damaged)     # nothing truncated or rewritten
 
 
-def test_torn_tail_is_truncated_at_open(tmp_path: Path) -> None:
+def test_torn_tail_is_truncated_at_open_and_kept_in_quarantine(tmp_path: Path) -> None:
     path = tmp_path / JOURNAL_NAME
-    cut = len(IMAGE) - RECORD_SIZE - 5                # inside the last transfer
-    path.write_bytes(IMAGE[:cut])
+    image, transfers = IMAGE, TRANSFERS
+    cut = len(image) - RECORD_SIZE - 5                # inside the last transfer
+    path.write_bytes(image[:cut])
     jf = open_journal_file(tmp_path, LINEAGE)
     try:
-        want_end = FILE_HEADER + RECORD_SIZE * TRANSFERS[-1].first_record
+        want_end = FILE_HEADER + RECORD_SIZE * transfers[-1].first_record
         assert jf.truncated_bytes == cut - want_end
         assert path.stat().st_size == want_end
-        assert jf.transfers == TRANSFERS[:-1]
+        assert jf.transfers == transfers[:-1]
         s = jf.journal.save_state()
-        assert s.next_record == TRANSFERS[-1].first_record and s.boot == 1
+        assert s.next_record == transfers[-1].first_record and s.boot == 1
     finally:
         jf.close()
+    (kept,) = (tmp_path / "quarantine").iterdir()     # the dropped bytes, as they were
+    assert kept.name.startswith(f"torn-{want_end}-") and kept.suffix == ".aotxj"
+    assert kept.read_bytes() == image[want_end:cut]
 
 
 def test_foreign_lineage_refuses_to_start(tmp_path: Path) -> None:

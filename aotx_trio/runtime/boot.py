@@ -22,16 +22,20 @@ import argparse
 import contextlib
 import functools
 import logging
-from collections.abc import AsyncIterator
+import os
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import trio
 
 from aotx_trio import errors, native
+from aotx_trio._fs import flock_nb
 from aotx_trio._process import on_signal, run_trio, setup_logging
-from aotx_trio.config import DEFAULT_DEADLINE_S
+from aotx_trio.config import DEFAULT_DEADLINE_S, Limits
 from aotx_trio.device import Device
 from aotx_trio.grants import load_grants
+from aotx_trio.journal import JournalParams
 from aotx_trio.runtime.ccir import RuntimeFile
 from aotx_trio.runtime.emitter import Emitter, open_journal_file
 from aotx_trio.runtime.executor import Executor
@@ -46,21 +50,44 @@ log = logging.getLogger("aotx.boot")
 # --------------------------------------------------------------------------- runtime state
 
 
+@dataclass(frozen=True)
+class JournalLimits:
+    """``limits.journal_max_bytes`` / ``limits.journal_min_free_bytes`` (docs/configuration.md)."""
+
+    max_bytes: int = Limits().journal_max_bytes        # file cap: writes hold before it
+    min_free_bytes: int = Limits().journal_min_free_bytes  # disk floor (0 = none)
+
+    @classmethod
+    def of(cls, limits: Limits, max_bytes: int | None = None,
+           min_free_bytes: int | None = None) -> JournalLimits:
+        """The configured limits, each overridden by a command-line flag that was given."""
+        return cls(limits.journal_max_bytes if max_bytes is None else max_bytes,
+                   limits.journal_min_free_bytes if min_free_bytes is None else min_free_bytes)
+
+
 @contextlib.asynccontextmanager
-async def open_runtime_state(lineage: bytes, journal_dir: Path) -> AsyncIterator[RuntimeState]:
+async def open_runtime_state(lineage: bytes, journal_dir: Path,
+                             limits: JournalLimits | None = None,
+                             ) -> AsyncIterator[RuntimeState]:
     """Open (or create) the journal in ``journal_dir``, replay it into a fresh device
     (fail closed on damage), queue this boot's transfer, and yield the state; closes
     the device and the file on exit."""
+    limits = limits or JournalLimits()
     journal_dir.mkdir(parents=True, exist_ok=True)
     jf = await trio.to_thread.run_sync(
-        functools.partial(open_journal_file, journal_dir, lineage, resume=False))
+        functools.partial(open_journal_file, journal_dir, lineage, resume=False,
+                          params=JournalParams(file_cap_bytes=limits.max_bytes)))
     device = None
     try:
         device = Device(jf.journal, lineage.hex())
         reader = jf.replay_reader(lineage)
         device.recover(reader)   # replays, resumes the journal, marks interrupted inputs
-        jf.journal.begin_boot()
-        emitter = Emitter.for_file(jf)
+        try:
+            jf.journal.begin_boot()
+        except errors.JournalHold:   # at the cap: serve reads; the boot rides the next write
+            log.warning("journal %s: at its cap of %d bytes: writes hold", jf.path,
+                        limits.max_bytes)
+        emitter = Emitter.for_file(jf, min_free_bytes=limits.min_free_bytes)
         emitter.wake()
         log.info("journal %s: %d transfers replayed, %d torn bytes dropped", jf.path,
                  len(jf.transfers), jf.truncated_bytes)
@@ -83,39 +110,57 @@ def load_runtime_file(ccir_path: Path) -> RuntimeFile:
 
 async def run_runtime(ccir: str | Path, journal: str | Path, grants_dir: str | Path, *,
                       socket: bool = True, execution_deadline_s: float = DEFAULT_DEADLINE_S,
+                      journal_limits: JournalLimits | None = None,
                       task_status: trio.TaskStatus[ServiceHandler] = trio.TASK_STATUS_IGNORED,
                       ) -> None:
     """The runtime nursery: emitter, executor and service socket; ``started()`` with the
     handler once the models are loaded and every child is ready."""
-    rf = load_runtime_file(Path(ccir))
-    grants = load_grants(grants_dir)  # serves nothing without deployment grants
-    models = await trio.to_thread.run_sync(ModelSet.load, rf)
-    journal_dir = Path(journal)
+    with runtime_file_lock(Path(ccir)):   # aotx pack refuses while it is held
+        rf = load_runtime_file(Path(ccir))
+        grants = load_grants(grants_dir)  # serves nothing without deployment grants
+        models = await trio.to_thread.run_sync(ModelSet.load, rf)
+        journal_dir = Path(journal)
+        try:
+            async with open_runtime_state(rf.header.lineage, journal_dir,
+                                          journal_limits) as state:
+                executor = Executor(state.device, state.emitter,
+                                    native.capacities()["result_bytes"],
+                                    deadline_s=execution_deadline_s)
+                handler = ServiceHandler(state.device, state.emitter,
+                                         state.journal_file.journal.save_state, state.lineage,
+                                         grants, models=models, executor=executor)
+                handler.state = state
+                async with trio.open_nursery() as nursery:
+                    await nursery.start(state.emitter.run)
+                    await nursery.start(executor.run)
+                    if socket:
+                        await nursery.start(serve_socket, journal_dir / SOCKET_NAME, handler)
+                    task_status.started(handler)
+        finally:
+            models.close()
+
+
+@contextlib.contextmanager
+def runtime_file_lock(ccir: Path) -> Iterator[None]:
+    """A shared ``flock`` on the runtime file for as long as the runtime runs."""
+    fd = flock_nb(ccir, shared=True) if ccir.is_file() else -1
+    if fd is None:
+        raise errors.ConfigError(f"{ccir} is being rewritten by aotx pack; try again when it "
+                                 "is done", code="runtime_in_use", field="ccir")
     try:
-        async with open_runtime_state(rf.header.lineage, journal_dir) as state:
-            executor = Executor(state.device, state.emitter,
-                                native.capacities()["result_bytes"],
-                                deadline_s=execution_deadline_s)
-            handler = ServiceHandler(state.device, state.emitter,
-                                     state.journal_file.journal.save_state, state.lineage,
-                                     grants, models=models, executor=executor)
-            handler.state = state
-            async with trio.open_nursery() as nursery:
-                await nursery.start(state.emitter.run)
-                await nursery.start(executor.run)
-                if socket:
-                    await nursery.start(serve_socket, journal_dir / SOCKET_NAME, handler)
-                task_status.started(handler)
+        yield
     finally:
-        models.close()
+        if fd >= 0:
+            os.close(fd)
 
 
 async def _boot(args: argparse.Namespace) -> None:
     async with trio.open_nursery() as nursery:
         nursery.start_soon(on_signal, nursery.cancel_scope.cancel)
-        handler = await nursery.start(
-            functools.partial(run_runtime, args.ccir, args.journal, args.service_grants,
-                              execution_deadline_s=args.execution_deadline_s))
+        limits = JournalLimits.of(Limits(), args.journal_max_bytes, args.journal_min_free_bytes)
+        handler = await nursery.start(functools.partial(
+            run_runtime, args.ccir, args.journal, args.service_grants,
+            execution_deadline_s=args.execution_deadline_s, journal_limits=limits))
         sock = Path(args.journal) / SOCKET_NAME
         print(f"aotx boot: lineage {handler.lineage}, serving {sock}", flush=True)
 

@@ -10,9 +10,13 @@ to start.
 :class:`Emitter` is the trio task that makes records durable::
 
     loop: wait until records are pending (Emitter.wake())
-          drain <= 16 records -> pwrite at their offsets -> fsync -> ack
+          drain <= 16 records -> disk floor check -> pwrite at their offsets -> fsync -> ack
           on OSError: nack(errno) (journal holds), back off, then drain the
           same records again and REWRITE them before the next fsync.
+
+Under ``min_free_bytes`` of free space (statvfs of the journal folder) the
+emitter sets the disk hold, so new enqueues are refused before a write can
+fail, and keeps writing the records already admitted.
 
 An fsync failure is never retried into "success": after a failed fsync the
 records are written again before the next fsync.  ``wait_saved(i)`` returns
@@ -26,14 +30,20 @@ from __future__ import annotations
 
 import errno
 import logging
+import math
 import os
 import secrets
+import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import trio
 
+from aotx_trio import errors
+from aotx_trio._fs import flock_nb, fsync_dir
 from aotx_trio.journal import (
+    FILE_HEADER,
+    HOLD_DISK,
     RECORD_SIZE,
     TICK_RECORDS,
     Journal,
@@ -42,10 +52,14 @@ from aotx_trio.journal import (
     Transfer,
     record_offset,
 )
+from aotx_trio.runtime.watermark import WatermarkWriter, read_watermark
 
 log = logging.getLogger(__name__)
 
 JOURNAL_NAME = "journal.aotxj"
+LOCK_NAME = "journal.lock"
+QUARANTINE = "quarantine"
+COMMIT_DELAY_S = 0.05     # idle this long after a save before the watermark records it
 
 
 class FileOps:
@@ -87,6 +101,11 @@ class FileOps:
     def rename(self, src: str, dst: str) -> None:
         os.rename(src, dst)
 
+    def free_bytes(self, path: str) -> int:
+        """Bytes an unprivileged writer may still use on ``path``'s file system."""
+        st = os.statvfs(path)
+        return st.f_bavail * st.f_frsize
+
     def fsync_dir(self, path: str) -> None:
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
@@ -109,6 +128,28 @@ def write_all(ops: FileOps, fd: int, data: bytes | memoryview, offset: int) -> i
     return calls
 
 
+def lock_journal_dir(directory: str | os.PathLike[str]) -> int:
+    """Take the journal folder's exclusive lock (``flock`` on ``journal.lock``) and return
+    its descriptor; it is held until that descriptor is closed (the process's life).
+
+    Taken before anything in the folder is read, so a second runtime on the same folder
+    refuses with ``journal_locked`` and touches nothing (the lock file only holds the
+    owner's pid, for the message)."""
+    path = Path(directory) / LOCK_NAME
+    fd = flock_nb(path, shared=False, create=True)
+    if fd is None:
+        try:
+            owner = path.read_text(encoding="ascii", errors="replace").strip() or "unknown"
+        except OSError:
+            owner = "unknown"
+        raise errors.ConfigError(
+            f"journal folder {directory} is in use by another runtime (pid {owner} holds "
+            f"{path}); refusing to start", code="journal_locked", path=str(path))
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
 @dataclass
 class JournalFile:
     """An open, verified journal file and the journal continuing it."""
@@ -121,6 +162,7 @@ class JournalFile:
     created: bool
     truncated_bytes: int         # torn tail removed at open
     ops: FileOps = field(default_factory=FileOps)
+    lock_fd: int = -1            # the folder's lock (lock_journal_dir), released by close()
 
     def replay_reader(self, expected_lineage: bytes | None = None) -> JournalReader:
         """A fresh reader over the verified bytes (for a replay that resumes the journal)."""
@@ -130,6 +172,9 @@ class JournalFile:
         if self.fd >= 0:
             self.ops.close(self.fd)
             self.fd = -1
+        if self.lock_fd >= 0:
+            os.close(self.lock_fd)
+            self.lock_fd = -1
 
 
 def _create(directory: Path, path: Path, header: bytes, ops: FileOps) -> None:
@@ -147,7 +192,8 @@ def _create(directory: Path, path: Path, header: bytes, ops: FileOps) -> None:
 def open_journal_file(directory: str | os.PathLike[str], lineage: bytes, *,
                       params: JournalParams | None = None, ops: FileOps | None = None,
                       name: str = JOURNAL_NAME, resume: bool = True) -> JournalFile:
-    """Create or open ``directory/name``; verify, truncate a torn tail, continue it.
+    """Lock ``directory`` (:func:`lock_journal_dir`), then create or open
+    ``directory/name``; verify, truncate a torn tail, continue it.
 
     Blocking (run it with ``trio.to_thread.run_sync``).  With ``resume=False``
     the returned journal is fresh and the caller resumes it through
@@ -158,6 +204,59 @@ def open_journal_file(directory: str | os.PathLike[str], lineage: bytes, *,
     d = Path(directory)
     path = d / name
     base = replace(params or JournalParams(), lineage=lineage)
+    lock_fd = lock_journal_dir(d)
+    try:
+        return _open_locked(d, path, lineage, base, ops, resume, lock_fd)
+    except BaseException:
+        os.close(lock_fd)
+        raise
+
+
+def check_watermark(directory: Path, path: Path, reader: JournalReader) -> None:
+    """Refuse (``JournalDamage``, nothing truncated) a journal whose verified records end
+    before the acknowledged ones the commit watermark names, or whose digest there is
+    not the acknowledged one: that is damage to saved data, not a torn tail."""
+    mark = read_watermark(directory, reader.incarnation)
+    if mark is None:
+        return
+    records = (reader.valid_end - FILE_HEADER) // RECORD_SIZE
+    if mark.saved_records > records:
+        raise errors.JournalDamage(
+            f"{path}: at byte offset {reader.valid_end}: records {records}.."
+            f"{mark.saved_records - 1} were acknowledged (journal.commit, generation "
+            f"{mark.generation}) but do not verify; refusing to start, nothing truncated",
+            offset=reader.valid_end, record=records)
+    if mark.saved_records == records and mark.commit_digest != reader.digest:
+        raise errors.JournalDamage(
+            f"{path}: at byte offset {reader.valid_end}: the commit digest of the "
+            f"{records} records is not the acknowledged one (journal.commit); refusing "
+            "to start", offset=reader.valid_end, record=records)
+
+
+def quarantine_tail(directory: Path, image: bytes, valid_end: int) -> Path:
+    """Keep the bytes a torn-tail truncation drops: ``quarantine/torn-<offset>-<unix s>.aotxj``
+    in the journal folder, fsynced (with its folder) before the journal is truncated."""
+    folder = directory / QUARANTINE
+    folder.mkdir(mode=0o700, exist_ok=True)
+    target = folder / f"torn-{valid_end}-{int(time.time())}.aotxj"
+    n = 0
+    while target.exists():
+        n += 1
+        target = folder / f"torn-{valid_end}-{int(time.time())}-{n}.aotxj"
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW,
+                 0o600)
+    try:
+        write_all(FileOps(), fd, image[valid_end:], 0)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    fsync_dir(folder)
+    fsync_dir(directory)
+    return target
+
+
+def _open_locked(d: Path, path: Path, lineage: bytes, base: JournalParams, ops: FileOps,
+                 resume: bool, lock_fd: int) -> JournalFile:
     created = False
     if not path.exists():
         incarnation = secrets.randbits(64)
@@ -170,10 +269,12 @@ def open_journal_file(directory: str | os.PathLike[str], lineage: bytes, *,
         reader = JournalReader(image, expected_lineage=lineage, source=str(path))
         transfers = list(reader)
         valid_end = reader.valid_end
+        check_watermark(d, path, reader)
         truncated = len(image) - valid_end
         if truncated:
-            log.warning("%s: torn tail of %d bytes after offset %d truncated",
-                        path, truncated, valid_end)
+            kept = quarantine_tail(d, image, valid_end)
+            log.warning("%s: torn tail of %d bytes after offset %d truncated (kept in %s)",
+                        path, truncated, valid_end, kept)
             ops.ftruncate(fd, valid_end)
             ops.fsync(fd)
             image = image[:valid_end]
@@ -183,7 +284,7 @@ def open_journal_file(directory: str | os.PathLike[str], lineage: bytes, *,
     except BaseException:
         ops.close(fd)
         raise
-    return JournalFile(path, fd, journal, image, transfers, created, truncated, ops)
+    return JournalFile(path, fd, journal, image, transfers, created, truncated, ops, lock_fd)
 
 
 class Emitter:
@@ -191,7 +292,10 @@ class Emitter:
 
     def __init__(self, journal: Journal, fd: int, *, ops: FileOps | None = None,
                  tick_records: int = TICK_RECORDS, backoff_initial: float = 0.05,
-                 backoff_max: float = 2.0) -> None:
+                 backoff_max: float = 2.0, directory: str | os.PathLike[str] | None = None,
+                 min_free_bytes: int = 0, floor_recheck_s: float = 1.0,
+                 watermark: WatermarkWriter | None = None,
+                 commit_delay_s: float = COMMIT_DELAY_S) -> None:
         if not 0 < tick_records <= TICK_RECORDS:
             raise ValueError(f"tick_records must be 1..{TICK_RECORDS}")
         self.journal = journal
@@ -200,6 +304,18 @@ class Emitter:
         self.tick_records = tick_records
         self.backoff_initial = backoff_initial
         self.backoff_max = backoff_max
+        # disk floor: below min_free_bytes free on `directory`'s file system, new
+        # enqueues hold (hold bit 1) while the pending records are still written
+        self.directory = None if directory is None else str(directory)
+        self.min_free_bytes = min_free_bytes
+        self.floor_recheck_s = floor_recheck_s
+        self.floor_hold = False
+        # idle this long after a save: record it in the commit watermark, so recovery
+        # never reads a damaged acknowledged record as a torn tail (watermark.py)
+        self.watermark = watermark
+        self.commit_delay_s = commit_delay_s
+        self._commit_at: float | None = None
+        self.watermarks = 0
         self.saved_records = journal.save_state().saved_records
         self.ticks = 0
         self.failures = 0
@@ -209,9 +325,41 @@ class Emitter:
 
     @classmethod
     def for_file(cls, jf: JournalFile, *, tick_records: int = TICK_RECORDS,
-                 backoff_initial: float = 0.05, backoff_max: float = 2.0) -> Emitter:
+                 backoff_initial: float = 0.05, backoff_max: float = 2.0,
+                 min_free_bytes: int = 0, floor_recheck_s: float = 1.0,
+                 watermark: bool = True, commit_delay_s: float = COMMIT_DELAY_S) -> Emitter:
+        mark = WatermarkWriter(jf.path.parent, jf.journal.save_state().file_incarnation) \
+            if watermark else None
         return cls(jf.journal, jf.fd, ops=jf.ops, tick_records=tick_records,
-                   backoff_initial=backoff_initial, backoff_max=backoff_max)
+                   backoff_initial=backoff_initial, backoff_max=backoff_max,
+                   directory=jf.path.parent, min_free_bytes=min_free_bytes,
+                   floor_recheck_s=floor_recheck_s, watermark=mark,
+                   commit_delay_s=commit_delay_s)
+
+    def check_floor(self, writing: int = 0) -> bool:
+        """Hold new enqueues while the file system has under ``min_free_bytes`` free
+        (after ``writing`` more bytes); release the hold once it has again (unless a
+        failed write still waits for its rewrite).  True while held."""
+        if self.directory is None or self.min_free_bytes <= 0:
+            low = False
+        else:
+            try:
+                low = self.ops.free_bytes(self.directory) < self.min_free_bytes + writing
+            except OSError as exc:   # cannot tell: hold rather than risk a failing write
+                log.warning("journal folder %s: statvfs failed: %s", self.directory, exc)
+                low = True
+        if low:
+            if not self.floor_hold:
+                log.warning("journal folder %s: free space under %d bytes: holding new "
+                            "writes", self.directory, self.min_free_bytes)
+            self.journal.set_hold(HOLD_DISK, True)
+        elif self.floor_hold:
+            log.info("journal folder %s: free space back over %d bytes", self.directory,
+                     self.min_free_bytes)
+            if self.last_error is None:
+                self.journal.set_hold(HOLD_DISK, False)
+        self.floor_hold = low
+        return low
 
     def wake(self) -> None:
         """Records were enqueued (call from the trio thread)."""
@@ -249,6 +397,7 @@ class Emitter:
             return None
         first, data = drained
         self.ticks += 1
+        self.check_floor(len(data))
         try:
             if self.ops.in_thread:
                 # not abandoned on cancel: the result (ack or nack) is always recorded
@@ -266,21 +415,55 @@ class Emitter:
             # outcome unknown (KeyboardInterrupt in the thread...): rewrite them later
             self.journal.nack(errno.ECANCELED)
             raise
-        self.journal.ack()
+        self.journal.ack()   # clears hold bit 1: the floor check sets it again if still low
         self.saved_records = first + len(data) // RECORD_SIZE
         self.last_error = None
+        if self.floor_hold:
+            self.check_floor()
+        if self.watermark is not None:
+            self._commit_at = trio.current_time() + self.commit_delay_s
         event, self._saved = self._saved, trio.Event()
         event.set()
         return True
 
+    async def _maybe_mark(self) -> None:
+        """Idle since the last save for commit_delay_s: write the commit watermark."""
+        mark = self.watermark
+        if mark is None or self._commit_at is None or trio.current_time() < self._commit_at \
+                or self._pending():
+            return
+        self._commit_at = None
+        s = self.journal.save_state()
+        if s.saved_records <= mark.saved_records:
+            return
+        try:
+            if self.ops.in_thread:
+                await trio.to_thread.run_sync(mark.write, s.generation, s.saved_records,
+                                              s.commit_digest)
+            else:
+                mark.write(s.generation, s.saved_records, s.commit_digest)
+            self.watermarks += 1
+        except OSError as exc:   # the journal is fine; only the damage check is weaker
+            log.warning("journal commit watermark not written: %s", exc)
+
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         backoff = self.backoff_initial
         self.saved_records = self.journal.save_state().saved_records  # after any resume
+        self.check_floor()
         task_status.started()
         while True:
             while not self._pending():
-                await self._wake.wait()
-                self._wake = trio.Event()
+                # while the floor holds, look again now and then; a due watermark too
+                deadline = trio.current_time() + self.floor_recheck_s if self.floor_hold \
+                    else math.inf
+                if self._commit_at is not None:
+                    deadline = min(deadline, self._commit_at)
+                with trio.move_on_at(deadline):
+                    await self._wake.wait()
+                    self._wake = trio.Event()
+                if self.floor_hold:
+                    self.check_floor()
+                await self._maybe_mark()
             ok = await self.tick()
             if ok is False:
                 await trio.sleep(backoff)

@@ -20,7 +20,8 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from aotx_trio.errors import InvalidInput
+from aotx_trio._fs import flock_nb
+from aotx_trio.errors import ConfigError, InvalidInput
 from aotx_trio.runtime import ccir
 from aotx_trio.runtime.ccir import KIND_EMBEDDING_FILE, KIND_TEXT_MODEL_GGUF, RuntimeFile, Source
 
@@ -101,11 +102,29 @@ def embedding_sources(folder: str | os.PathLike[str]) -> list[Source]:
 def pack(runtime: str | os.PathLike[str], *, models: Sequence[str | os.PathLike[str]] = (),
          embedding: str | os.PathLike[str] | None = None, shared: bool = False,
          lineage: str | bytes | None = None, progress: bool | None = None) -> RuntimeFile:
-    """Create or update a complete runtime file; returns the file as written."""
+    """Create or update a complete runtime file; returns the file as written.
+
+    An existing file is locked exclusively first (``flock``): while a runtime holds it
+    (``aotx boot`` / ``aotx serve`` keep a shared lock) this refuses with
+    ``runtime_in_use`` and touches nothing."""
     target = Path(runtime)
     if target.exists() and not target.is_file():
         raise InvalidInput(f"--runtime {target}: not a regular file", code="runtime_invalid",
                            field="runtime")
+    lock = flock_nb(target, shared=False) if target.exists() else -1
+    if lock is None:
+        raise ConfigError(f"--runtime {target}: in use by a running runtime (aotx boot or "
+                          "aotx serve); stop it first", code="runtime_in_use", field="runtime")
+    try:
+        return _pack(target, models, embedding, shared, lineage, progress)
+    finally:
+        if lock >= 0:
+            os.close(lock)
+
+
+def _pack(target: Path, models: Sequence[str | os.PathLike[str]],
+          embedding: str | os.PathLike[str] | None, shared: bool,
+          lineage: str | bytes | None, progress: bool | None) -> RuntimeFile:
     existing = RuntimeFile.open(target) if target.exists() else None
     pinned = parse_lineage(lineage) if lineage is not None else None
 

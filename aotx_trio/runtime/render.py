@@ -51,6 +51,23 @@ def render_save(save: journal.SaveState | dev.SaveState) -> dict[str, Any]:
     }
 
 
+def render_receipt_save(r: dev.Receipt) -> dict[str, Any]:
+    """A receipt's ``save``: the identity of the save that acknowledged its admission
+    (``r.saved_by``: file incarnation, generation, boot, commit digest and the records
+    it covers; frozen once saved, null before), with the journal's pending bytes, disk
+    error and hold as read now."""
+    out = render_save(r.save)
+    ack = r.saved_by
+    out.update({
+        "file_incarnation": None if ack is None else f"{int(ack.file_incarnation):016x}",
+        "generation": None if ack is None else str(int(ack.generation)),
+        "boot": None if ack is None else str(int(ack.boot)),
+        "commit_digest": None if ack is None else _hexstr(ack.commit_digest),
+        "saved_records": None if ack is None else str(int(ack.commit_records)),
+    })
+    return out
+
+
 def render_receipt(r: dev.Receipt, lineage: str) -> dict[str, Any]:
     """A receipt as the operation resource."""
     prefix = RESOURCE_PREFIX.get(r.kind)
@@ -76,7 +93,7 @@ def render_receipt(r: dev.Receipt, lineage: str) -> dict[str, Any]:
         "cancel_requested": r.cancel_requested,
         "result": {"bytes": r.result_len, "input_tokens": r.input_tokens,
                    "output_tokens": r.output_tokens},
-        "save": render_save(r.save),
+        "save": render_receipt_save(r),
     }
 
 
