@@ -1,18 +1,30 @@
 #!/usr/bin/env python3
-"""Benchmark: durable shared mutations per second through a live ``aotx serve``.
+"""Benchmark: durable shared mutations per second through a live ``aotx serve``,
+side by side with the bare stack it is built on.
 
-Starts ``aotx serve`` on a free loopback port over a fresh data folder whose
-gateway.json names one principal per client, then runs ``--clients`` (default
-32) concurrent clients spread over ``--procs`` (default 2) load processes.
-Each client registers, creates its own private space, then loops
-``member.set`` on it (an explicit row for itself with every right), retiring
-its receipts every ``--retire-every`` mutations so the fixed receipt table
-never fills.  Every counted mutation was answered 202, i.e. after its
-admission record was fsynced.
+Two servers, one after the other in the same run, under the same load generator:
 
-Phases (one clock for all processes, ``time.monotonic``)::
+``aotx``  ``aotx serve`` (or ``--split``: ``aotx boot`` + ``aotx gateway serve``) on a
+          free loopback port over a fresh data folder whose gateway.json names one
+          principal per client.  Each client registers, creates its own private
+          space, then loops ``member.set`` on it (an explicit row for itself with
+          every right), retiring its receipts every ``--retire-every`` mutations so
+          the fixed receipt table never fills.  Every counted mutation was answered
+          202, i.e. after its admission record was fsynced.
+``bare``  the stack's own ceiling: hypercorn (the gateway's own hypercorn settings,
+          trio worker) + a quart-trio app whose one POST route appends the request
+          body to a file, group-committed: one task writes every body that arrived
+          during the previous fsync with one ``write`` and one ``fsync`` (in a worker
+          thread, as the journal does), then all their requests answer 202.  No
+          auth, no parsing, no state.  The clients send the same bodies as above.
 
-    setup     every client registers and creates its space (not measured)
+The table at the end puts both side by side (durable mutations/s, p50/p99
+latency, server CPU per mutation) with the ratio aotx/bare; the header names the
+CPU model and its AVX2/AVX-512 flags as the kernel reports them.
+
+Phases of each side (one clock for all processes, ``time.monotonic``)::
+
+    setup     (aotx) every client registers and creates its space (not measured)
     warm-up   ``--warmup`` seconds of load, not counted
     window    ``--seconds`` of load: a request is counted when it completes in the
               window; CPU seconds of the server, the load processes and the
@@ -22,13 +34,14 @@ Phases (one clock for all processes, ``time.monotonic``)::
 Each client also stops after ``--max-requests`` requests.  The load processes
 speak HTTP/1.1 over keep-alive TCP connections with a minimal asyncio client
 (one connection per client), so that the load costs the 2-core machine as
-little CPU as possible; the server sees ordinary requests.
+little CPU as possible; the servers see ordinary requests.
 
-Prints a table and one JSON line.  Targets: >= 1000 durable mutations/s with
-32 clients, p99 < 50 ms.  Not a test: nothing here asserts on speed.
+Prints a table per side, the side-by-side table and one JSON line.  Targets:
+>= 1000 durable mutations/s with 32 clients, p99 < 50 ms, aotx/bare >= 1.  Not a
+test: nothing here asserts on speed.
 
     .venv/bin/python scripts/bench_gateway.py [--clients 32] [--procs 2] [--seconds 10]
-        [--warmup 2] [--runtime FILE] [--py-spy OUT.svg]
+        [--warmup 2] [--rounds 1] [--sides aotx,bare] [--runtime FILE] [--split]
 
 The runtime file is packed from the default models once and cached in
 ``--cache`` (default ~/.cache/aotx-trio/bench); each run hard-links it into
@@ -48,6 +61,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +73,7 @@ from aotx_trio.gateway.auth import hash_token  # noqa: E402
 from aotx_trio.vocab import principal_key  # noqa: E402
 
 BASE = "/aotx/v1/shared"
+BARE_PATH = "/bare/mutations"   # the bare server's one POST route
 SCHEMA = "aotx.shared.mutation.v1"
 ALL = ["shared_read", "shared_write", "shared_manage"]
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -127,6 +142,76 @@ def prepare(data: Path, clients: int, runtime: Path, bind: str, split: bool) -> 
     return tokens
 
 
+# --------------------------------------------------------------------------- bare server
+
+
+def bare_server(data: Path, bind: str) -> int:
+    """hypercorn + quart-trio, one POST route, group commit to ``data/bodies``."""
+    import trio
+    from hypercorn.trio import serve
+    from quart import Response, request
+    from quart_trio import QuartTrio
+
+    from aotx_trio.gateway.serve import hypercorn_config, on_signal
+    from aotx_trio.serve import SWITCH_INTERVAL_S
+
+    app = QuartTrio("bare", static_folder=None)
+    app.config["PROVIDE_AUTOMATIC_OPTIONS"] = False
+    fd = os.open(data / "bodies", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    pending: list[bytes] = []
+    tick = {"saved": trio.Event(), "wake": trio.Event()}
+    written = 0
+
+    def write_and_fsync(blob: bytes) -> None:
+        view = memoryview(blob)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+
+    async def committer(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+                        ) -> None:
+        nonlocal pending, written
+        task_status.started()
+        while True:
+            await tick["wake"].wait()
+            batch, saved = pending, tick["saved"]
+            pending = []
+            tick["saved"], tick["wake"] = trio.Event(), trio.Event()
+            blob = b"".join(batch)
+            await trio.to_thread.run_sync(write_and_fsync, blob)
+            written += len(blob)
+            saved.set()
+
+    @app.before_serving
+    async def _start() -> None:
+        await app.nursery.start(committer)
+
+    @app.post(BARE_PATH)
+    async def mutate() -> Response:
+        body = await request.get_data(cache=False, as_text=False, parse_form_data=False)
+        pending.append(body + b"\n")
+        saved = tick["saved"]
+        tick["wake"].set()
+        await saved.wait()
+        return Response(json.dumps({"saved": True, "bytes": written}), status=202,
+                        content_type="application/json",
+                        headers={"Cache-Control": "no-store"})
+
+    cfg = GatewayConfig.model_validate({"bind": bind, "principals": []})
+
+    async def main() -> None:
+        shutdown = trio.Event()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(on_signal, shutdown)
+            binds = await nursery.start(partial(serve, app, hypercorn_config(cfg),
+                                                shutdown_trigger=shutdown.wait))
+            print(f"bare: listening on {' '.join(binds)}", flush=True)
+
+    sys.setswitchinterval(SWITCH_INTERVAL_S)   # as aotx serve does (same fsync thread)
+    trio.run(main)
+    return 0
+
+
 # --------------------------------------------------------------------------- load process
 
 
@@ -177,8 +262,9 @@ class Conn:
 
 
 class Client:
-    def __init__(self, conn: Conn, index: int, lineage: str) -> None:
+    def __init__(self, conn: Conn, index: int, lineage: str, bare: bool = False) -> None:
         self.conn = conn
+        self.bare = bare
         self.i = index
         self.lineage = lineage
         self.seq = 1
@@ -194,7 +280,8 @@ class Client:
 
     async def mutate(self, path: str, **fields: Any) -> Any:
         t0 = time.monotonic()
-        status, out = await self.conn.request("POST", BASE + path, self.body(**fields))
+        status, out = await self.conn.request("POST", BARE_PATH if self.bare else BASE + path,
+                                              self.body(**fields))
         t1 = time.monotonic()
         if status == 202:
             self.seq += 1
@@ -206,20 +293,25 @@ class Client:
 
 
 async def load(host: str, port: int, tokens: list[str], first: int, retire_every: int,
-               max_requests: int) -> dict[str, Any]:
+               max_requests: int, bare: bool) -> dict[str, Any]:
     conns = [Conn(host, port, t) for t in tokens]
-    status, caps = await conns[0].request("GET", BASE + "/capabilities")
-    assert status == 200, caps
-    lineage = caps["lineage"]
-    clients = [Client(c, first + i, lineage) for i, c in enumerate(conns)]
-    await asyncio.gather(*(c.mutate("/participant") for c in clients))
+    if bare:   # nothing to set up: the same bodies, to the one route
+        clients = [Client(c, first + i, "0" * 32, bare=True) for i, c in enumerate(conns)]
+        for c in clients:
+            c.space = f"spc-{c.lineage}-{c.i + 1:032x}"
+    else:
+        status, caps = await conns[0].request("GET", BASE + "/capabilities")
+        assert status == 200, caps
+        lineage = caps["lineage"]
+        clients = [Client(c, first + i, lineage) for i, c in enumerate(conns)]
+        await asyncio.gather(*(c.mutate("/participant") for c in clients))
 
-    async def make_space(c: Client) -> None:
-        receipt = await c.mutate("/spaces")
-        assert receipt is not None, c.samples[-1]
-        c.space = receipt["resource"]
+        async def make_space(c: Client) -> None:
+            receipt = await c.mutate("/spaces")
+            assert receipt is not None, c.samples[-1]
+            c.space = receipt["resource"]
 
-    await asyncio.gather(*(make_space(c) for c in clients))
+        await asyncio.gather(*(make_space(c) for c in clients))
     for c in clients:
         c.samples.clear()
     # ready: wait for the coordinator's start line (one clock for every process)
@@ -257,12 +349,89 @@ def worker(args: argparse.Namespace) -> int:
     tokens = Path(args.tokens_file).read_text().split()[args.first:args.first + args.count]
     host, _, port = args.base.rpartition(":")
     out = asyncio.run(load(host, int(port), tokens, args.first, args.retire_every,
-                           args.max_requests))
+                           args.max_requests, args.bare))
     print(json.dumps(out), flush=True)
     return 0
 
 
 # --------------------------------------------------------------------------- report
+
+SIDE_NAMES = {"embedded": "aotx serve", "split": "aotx boot + aotx gateway serve",
+              "bare": "bare hypercorn + quart-trio (append + group-commit fsync)"}
+
+
+def machine() -> str:
+    """CPU model, logical CPUs, kernel release, the AVX flags the kernel reports and
+    the kernel path the native library picked (``aotx_cpu_features``)."""
+    model, flags = "unknown CPU", set[str]()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and model == "unknown CPU":
+                model = value.strip()
+            elif key.strip() == "flags" and not flags:
+                flags = set(value.split())
+    except OSError:
+        pass
+    avx = [f for f in ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni",
+                       "avx512_bf16") if f in flags]
+    return (f"{model}, {os.cpu_count()} logical CPUs, linux {os.uname().release}, "
+            f"cpu flags: {' '.join(avx) or 'no avx2/avx512'}, "
+            f"aotx kernel path: {kernel_path()}")
+
+
+def kernel_path() -> str:
+    """The native library's run-time CPU features (csrc/aotx.h, aotx_cpu_features)."""
+    try:
+        from aotx_trio._native import lib
+    except ImportError:
+        return "native library not built"
+    bits = int(lib.aotx_cpu_features())
+    names = [n for i, n in enumerate(("avx2+fma", "avx512f/bw/vl", "avx512-vnni", "avx-vnni",
+                                      "f16c")) if bits >> i & 1]
+    return "+".join(names) if names else "scalar"
+
+
+def median(values: list[float]) -> float:
+    v = sorted(values)
+    n = len(v)
+    return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
+
+
+def side_by_side(results: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """The comparison table (medians over the rounds; every round's value listed)."""
+    a, b = results.get("aotx", []), results.get("bare", [])
+
+    def cell(rows: list[dict[str, Any]], key: str) -> str:
+        vals = [r[key] for r in rows if r.get(key) is not None]
+        return f"{median(vals):,.1f}" if vals else "-"
+
+    def ratio(key: str) -> float | None:
+        va = [r[key] for r in a if r.get(key) is not None]
+        vb = [r[key] for r in b if r.get(key) is not None]
+        if not va or not vb or not median(vb):
+            return None
+        return round(median(va) / median(vb), 2)
+
+    rows = [("durable mutations/s", "per_second"), ("p50 latency ms", "p50_ms"),
+            ("p99 latency ms", "p99_ms"), ("server CPU ms/mutation", "cpu_ms_per_mutation"),
+            ("other processes (cores)", "other_cores")]
+    name_a = SIDE_NAMES[a[0]["deployment"]] if a else "aotx"
+    print(f"side by side (medians of {len(a)} + {len(b)} runs, interleaved):")
+    head = ("", "aotx", "bare", "aotx/bare")
+    table: list[tuple[str, str, str, str]] = [head]
+    for label, key in rows:
+        q = ratio(key)
+        table.append((label, cell(a, key), cell(b, key), "-" if q is None else f"{q:.2f}x"))
+    widths = [max(len(line[i]) for line in table) for i in range(4)]
+    for line in table:
+        print("  " + "  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                               for i, (c, w) in enumerate(zip(line, widths, strict=True))))
+    for side, runs in (("aotx", a), ("bare", b)):
+        print(f"  {side} mutations/s per round: "
+              + " / ".join(f"{r['per_second']:,.1f}" for r in runs))
+    print(f"  aotx = {name_a}; bare = {SIDE_NAMES['bare']}")
+    return {key: ratio(key) for _, key in rows}
 
 
 def pct(lat: list[float], q: float) -> float:
@@ -273,7 +442,7 @@ def ms(lat: list[float], q: float) -> float | None:
     return round(pct(lat, q), 2) if lat else None
 
 
-def report(samples: list[tuple[float, float, str]], t_from: float, t_to: float,
+def report(side: str, samples: list[tuple[float, float, str]], t_from: float, t_to: float,
            cpu: dict[str, float], connections: int, capped: int, args: argparse.Namespace,
            ) -> dict[str, Any]:
     window = [s for s in samples if t_from <= s[0] <= t_to]
@@ -283,13 +452,16 @@ def report(samples: list[tuple[float, float, str]], t_from: float, t_to: float,
         if s[2] != "202":
             errs[s[2]] = errs.get(s[2], 0) + 1
     span = t_to - t_from
-    out = {"deployment": "split" if args.split else "embedded", "clients": args.clients,
+    deployment = "bare" if side == "bare" else "split" if args.split else "embedded"
+    out = {"side": side, "deployment": deployment, "clients": args.clients,
            "procs": args.procs, "window_s": round(span, 2),
            "durable_mutations": len(ok), "per_second": round(len(ok) / span, 1),
            "p50_ms": ms(ok, 0.50), "p90_ms": ms(ok, 0.90), "p99_ms": ms(ok, 0.99),
            "max_ms": round(ok[-1] * 1000, 2) if ok else None,
            "errors": errs, "connections": connections, "capped_clients": capped,
-           "cpu_s": {k: round(v, 2) for k, v in cpu.items()}}
+           "cpu_s": {k: round(v, 2) for k, v in cpu.items()},
+           "cpu_ms_per_mutation": round(1e3 * cpu["server"] / max(1, len(ok)), 3),
+           "other_cores": round(cpu["other"] / span, 2)}
     rows = [
         ("durable mutations (202)", f"{len(ok)}"),
         ("window", f"{span:.2f} s (after {args.warmup:g} s warm-up)"),
@@ -308,8 +480,7 @@ def report(samples: list[tuple[float, float, str]], t_from: float, t_to: float,
         ("machine idle", f"{cpu['idle']:.2f} s = {cpu['idle'] / span:.2f} cores"),
     ]
     width = max(len(r[0]) for r in rows)
-    what = "aotx boot + aotx gateway serve" if args.split else "aotx serve"
-    print(f"{what}, {args.clients} clients in {args.procs} load processes")
+    print(f"{SIDE_NAMES[deployment]}, {args.clients} clients in {args.procs} load processes")
     for name, value in rows:
         print(f"  {name:<{width}}  {value}")
     return out
@@ -353,6 +524,10 @@ def main() -> int:
                     help="load processes (the clients are spread over them)")
     ap.add_argument("--seconds", type=float, default=10.0, help="measured window")
     ap.add_argument("--warmup", type=float, default=2.0, help="uncounted load first")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="runs of each side, interleaved (aotx, bare, bare, aotx, ...)")
+    ap.add_argument("--sides", default="aotx,bare",
+                    help="which servers to run: aotx, bare or both (default)")
     ap.add_argument("--max-requests", type=int, default=1_000_000,
                     help="per client, warm-up included")
     ap.add_argument("--retire-every", type=int, default=16)
@@ -360,14 +535,18 @@ def main() -> int:
                     "pack of the default models)")
     ap.add_argument("--cache", type=Path,
                     default=Path.home() / ".cache" / "aotx-trio" / "bench")
-    ap.add_argument("--py-spy", metavar="SVG", help="record the server with py-spy during "
-                    "the window (the profiler costs CPU: do not quote its numbers)")
-    ap.add_argument("--keep", action="store_true", help="keep the data folder")
+    ap.add_argument("--py-spy", metavar="SVG", help="record the aotx server with py-spy "
+                    "during the window (the profiler costs CPU: do not quote its numbers)")
+    ap.add_argument("--keep", action="store_true", help="keep the data folders")
     ap.add_argument("--server-script", help="run this script (same --data/--bind arguments) "
                     "instead of 'aotx serve' (an instrumented server)")
     ap.add_argument("--split", action="store_true", help="the split deployment: 'aotx boot' "
                     "+ 'aotx gateway serve' over the service socket, instead of 'aotx serve'")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--bare", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--bare-server", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--data", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--bind", help=argparse.SUPPRESS)
     ap.add_argument("--base", help=argparse.SUPPRESS)
     ap.add_argument("--tokens-file", help=argparse.SUPPRESS)
     ap.add_argument("--first", type=int, default=0, help=argparse.SUPPRESS)
@@ -375,20 +554,51 @@ def main() -> int:
     args = ap.parse_args()
     if args.worker:
         return worker(args)
-    runtime = args.runtime or cached_runtime(args.cache)
-    data = Path(tempfile.mkdtemp(prefix="aotx-bench-"))
+    if args.bare_server:
+        return bare_server(args.data, args.bind)
+    sides = [x.strip() for x in args.sides.split(",") if x.strip()]
+    if not sides or set(sides) - {"aotx", "bare"}:
+        ap.error("--sides takes aotx, bare or aotx,bare")
+    runtime = (args.runtime or cached_runtime(args.cache)) if "aotx" in sides else None
+    print(f"machine: {machine()}")
+    print(f"load: {args.clients} clients in {args.procs} load processes, "
+          f"{args.seconds:g} s window after {args.warmup:g} s warm-up, "
+          f"{args.rounds} round(s)", flush=True)
+    results: dict[str, list[dict[str, Any]]] = {}
+    for k in range(args.rounds):   # interleaved, the order flipped every round
+        for side in sides if k % 2 == 0 else sides[::-1]:
+            out = run_side(side, args, runtime)
+            if out is None:
+                return 1
+            results.setdefault(side, []).append(out)
+    ratios = side_by_side(results) if len(sides) == 2 else {}
+    print(json.dumps({"machine": machine(), "runs": results, "ratio_aotx_over_bare": ratios}))
+    return 0
+
+
+def run_side(side: str, args: argparse.Namespace, runtime: Path | None,
+             ) -> dict[str, Any] | None:
+    """Start one side's server(s), load it, report; None (after a message) on failure."""
+    data = Path(tempfile.mkdtemp(prefix=f"aotx-bench-{side}-"))
     port = free_port()
     bind = f"127.0.0.1:{port}"
-    tokens = prepare(data, args.clients, runtime, bind, args.split)
+    bare = side == "bare"
+    if bare:
+        tokens = [f"bench-token-{i}" for i in range(args.clients)]
+    else:
+        assert runtime is not None
+        tokens = prepare(data, args.clients, runtime, bind, args.split)
     servers: list[subprocess.Popen[bytes]] = []
     workers: list[subprocess.Popen[str]] = []
     try:
-        if args.split:
+        if bare:
+            cmd = [__file__, "--bare-server", "--data", str(data), "--bind", bind]
+        elif args.split:
             boot = launch(["-m", "aotx_trio", "boot", "--ccir", str(data / "runtime.aotxccir"),
                           "--journal", str(data / "journal"), "--service-grants",
                           str(data / "grants")], data / "boot.log", "serving")
             if boot is None:
-                return 1
+                return None
             servers.append(boot)
             cmd = ["-m", "aotx_trio", "gateway", "serve", "--config", str(data / "gateway.json")]
         elif args.server_script:
@@ -397,7 +607,7 @@ def main() -> int:
             cmd = ["-m", "aotx_trio", "serve", "--data", str(data), "--bind", bind]
         gateway = launch(cmd, data / "serve.log", "listening on")
         if gateway is None:
-            return 1
+            return None
         servers.insert(0, gateway)
         tokens_file = data / "tokens"
         tokens_file.write_text("\n".join(tokens))
@@ -411,14 +621,14 @@ def main() -> int:
                 [sys.executable, __file__, "--worker", "--base", f"127.0.0.1:{port}",
                  "--tokens-file", str(tokens_file), "--first", str(first), "--count",
                  str(count), "--retire-every", str(args.retire_every),
-                 "--max-requests", str(args.max_requests)],
+                 "--max-requests", str(args.max_requests), *(["--bare"] if bare else [])],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
             first += count
         for w in workers:
             assert w.stdout is not None
             if w.stdout.readline().strip() != "ready":
                 print("a load process failed during setup", file=sys.stderr)
-                return 1
+                return None
         start = time.monotonic() + 0.2
         t_from = start + args.warmup
         t_to = t_from + args.seconds
@@ -429,7 +639,7 @@ def main() -> int:
             w.stdin.flush()
         time.sleep(max(0.0, t_from - time.monotonic()))
         spy = None
-        if args.py_spy:
+        if args.py_spy and not bare:
             raw = ["--format", "raw"] if args.py_spy.endswith(".txt") else []  # folded stacks
             spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record",
                                     "-o", args.py_spy, "--pid", str(gateway.pid), "-d",
@@ -444,7 +654,7 @@ def main() -> int:
         busy, total = c1[2] - c0[2], c1[3] - c0[3]
         cpu = {"server": server, "load": load_cpu, "other": max(0.0, busy - server - load_cpu),
                "idle": total - busy}
-        if args.split:
+        if args.split and not bare:
             cpu["gateway"], cpu["runtime"] = each
         samples: list[tuple[float, float, str]] = []
         connections = capped = 0
@@ -452,14 +662,14 @@ def main() -> int:
             text, _ = w.communicate(timeout=300)
             if w.returncode != 0:
                 print(f"a load process failed ({w.returncode})", file=sys.stderr)
-                return 1
+                return None
             result = json.loads(text.strip().splitlines()[-1])
             samples += [tuple(s) for s in result["samples"]]
             connections += int(result["connections"])
             capped += int(result["capped"])
         if spy is not None:
             spy.wait(timeout=120)
-        print(json.dumps(report(samples, t_from, t_to, cpu, connections, capped, args)))
+        return report(side, samples, t_from, t_to, cpu, connections, capped, args)
     finally:
         for w in workers:
             if w.poll() is None:
@@ -468,7 +678,6 @@ def main() -> int:
             stop(proc)
         if not args.keep:
             shutil.rmtree(data, ignore_errors=True)
-    return 0
 
 
 if __name__ == "__main__":
