@@ -247,20 +247,21 @@ class Event(Doc):
     payload: dict[str, Any] = Field(default_factory=dict)
 
 
+def _bad_spec(message: str, param: str, rule: str) -> InvalidInput:
+    return InvalidInput(message, code="invalid_params", param=param, rule=rule)
+
+
 def check_spec(spec: Any) -> dict[str, Any]:
     """The shape every serving spec must have (spec DSL v2's own rules are checked
     by the spec module of the invoke slice)."""
     if not isinstance(spec, dict):
-        raise InvalidInput("serving.spec must be an object", param="spec", rule="type")
+        raise _bad_spec("serving.spec must be an object", "spec", "type")
     if spec.get("spec_dsl") != 2:
-        raise InvalidInput("serving.spec.spec_dsl must be 2", param="spec.spec_dsl",
-                           rule="enum")
+        raise _bad_spec("serving.spec.spec_dsl must be 2", "spec.spec_dsl", "enum")
     if not isinstance(spec.get("params", []), list):
-        raise InvalidInput("serving.spec.params must be a list", param="spec.params",
-                           rule="type")
+        raise _bad_spec("serving.spec.params must be a list", "spec.params", "type")
     if not isinstance(spec.get("results", {}), dict):
-        raise InvalidInput("serving.spec.results must be an object", param="spec.results",
-                           rule="type")
+        raise _bad_spec("serving.spec.results must be an object", "spec.results", "type")
     return spec
 
 
