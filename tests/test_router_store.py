@@ -233,6 +233,8 @@ async def test_alias_chain_table(reg: Registry, tmp_path: Path, backend: StoreBa
             await reg.set_alias("a/bad", "runs/none.json", 0)
         with pytest.raises(Conflict):
             await reg.set_alias(MID, "default/text", 1)
+        with pytest.raises(Conflict):
+            await reg.publish("default/text", manifest(view.manifest.artifact))
         # removed model: every alias on it stops resolving
         await reg.unpublish(MID)
         got = await unresolved("chat/latest")
@@ -399,3 +401,11 @@ async def test_corrupt_documents_are_format_errors(reg: Registry, tmp_path: Path
         assert code_of(info) == "registry_corrupt"
         # the rescan skips what it cannot read
         assert await reg.heal() == []
+
+
+def test_unreachable_postgresql_is_not_ready() -> None:
+    from aotx_trio.router.store_pg import PostgresStore
+
+    with pytest.raises(NotReady) as info:
+        PostgresStore("postgresql://aotx@127.0.0.1:1/none", timeout_s=1.0)
+    assert info.value.code == "not_ready" and info.value.fields["missing"] == "store"

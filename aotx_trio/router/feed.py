@@ -13,6 +13,7 @@ import json
 import logging
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import trio
@@ -43,31 +44,32 @@ RESCAN_INTERVAL_S = 3600.0
 EVENT_TYPES = ("model.published", "model.unpublished", "model.state_changed",
                "release.minted", "release.deployed", "release.state_changed", "alias.moved")
 
-# collection -> (event type, document class, subject, payload, the change's own time)
-_Rule = tuple[str, type[Doc], Callable[[Any], str], Callable[[Any], dict[str, Any]],
-              Callable[[Any], str]]
-RULES: dict[str, _Rule] = {
-    "published": ("model.published", Published, lambda d: d.model_id,
-                  lambda d: {"release": d.release, "model_type": d.model_type,
-                             "manifest_sha256": d.manifest_sha256},
-                  lambda d: d.published_at),
-    "removed": ("model.unpublished", Removed, lambda d: d.model_id,
-                lambda d: {"reason": d.reason}, lambda d: d.removed_at),
-    "model_states": ("model.state_changed", ModelState, lambda d: d.model_id,
-                     lambda d: {"state": d.state, "successor_id": d.successor_id},
-                     lambda d: d.changed_at),
-    "releases": ("release.minted", Release, lambda d: d.name,
-                 lambda d: {"artifact_sha256": d.artifact.sha256,
-                            "descriptor_sha256": d.descriptor_sha256,
-                            "source_commit": d.source_commit},
-                 lambda d: d.minted_at),
-    "deployments": ("release.deployed", Deployment, lambda d: d.release,
-                    lambda d: {"runtime": d.runtime}, lambda d: d.deployed_at),
-    "release_states": ("release.state_changed", ReleaseState, lambda d: d.name,
-                       lambda d: {"state": d.state, "successor": d.successor},
-                       lambda d: d.changed_at),
-    "aliases": ("alias.moved", Alias, lambda d: d.name,
-                lambda d: {"target": d.target, "level": d.level}, lambda d: d.set_at),
+
+
+@dataclass(frozen=True)
+class Rule:
+    """The event a change of one collection's document appends."""
+
+    kind: str
+    doc: type[Doc]
+    subject: str            # the document field naming the subject
+    payload: tuple[str, ...]  # the document fields (or properties) in the payload
+    changed: str            # the document field holding the change's own time
+
+
+RULES: dict[str, Rule] = {
+    "published": Rule("model.published", Published, "model_id",
+                      ("release", "model_type", "manifest_sha256"), "published_at"),
+    "removed": Rule("model.unpublished", Removed, "model_id", ("reason",), "removed_at"),
+    "model_states": Rule("model.state_changed", ModelState, "model_id",
+                         ("state", "successor_id"), "changed_at"),
+    "releases": Rule("release.minted", Release, "name",
+                     ("artifact_sha256", "descriptor_sha256", "source_commit"), "minted_at"),
+    "deployments": Rule("release.deployed", Deployment, "release", ("runtime",),
+                        "deployed_at"),
+    "release_states": Rule("release.state_changed", ReleaseState, "name",
+                           ("state", "successor"), "changed_at"),
+    "aliases": Rule("alias.moved", Alias, "name", ("target", "level"), "set_at"),
 }
 
 
@@ -79,16 +81,17 @@ def operation_id(kind: str, subject: str, object_sha256: str) -> str:
 def _event(coll: str, key: str, body: bytes, at: float, healed: bool,
            ) -> tuple[bytes, str, float]:
     """(event bytes without seq, operation id, the change's own time)."""
-    kind, cls, subject, payload, changed = RULES[coll]
-    doc = parse(cls, body, f"{coll}/{key}")
+    rule = RULES[coll]
+    doc: Doc = parse(rule.doc, body, f"{coll}/{key}")
     obj = sha256_hex(body)
-    op = operation_id(kind, subject(doc), obj)
-    pay = payload(doc)
+    subject = str(getattr(doc, rule.subject))
+    op = operation_id(rule.kind, subject, obj)
+    pay: dict[str, Any] = {name: getattr(doc, name) for name in rule.payload}
     if healed:
         pay["healed"] = True
-    event = {"type": kind, "subject": subject(doc), "at": rfc3339(at), "object_sha256": obj,
+    event = {"type": rule.kind, "subject": subject, "at": rfc3339(at), "object_sha256": obj,
              "operation_id": op, "payload": pay}
-    return canonical(event), op, parse_time(changed(doc))
+    return canonical(event), op, parse_time(str(getattr(doc, rule.changed)))
 
 
 def append_for(store: StoreBackend, coll: str, key: str, body: bytes, now: float,

@@ -189,6 +189,10 @@ class Release(Doc):
     def engine_set_sha256(self) -> str | None:
         return self.engine_set.sha256 if self.engine_set else None
 
+    @property
+    def artifact_sha256(self) -> str:
+        return self.artifact.sha256
+
 
 class ReleaseState(Doc):
     name: str

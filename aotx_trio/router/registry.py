@@ -130,6 +130,8 @@ class Registry:
     async def publish(self, model_id: str, manifest: Any = None) -> ModelView:
         check_key(model_id)
         await self._removed(model_id)
+        if await self.run(self.store.get, "aliases", model_id) is not None:
+            raise Conflict(f"{model_id!r} is an alias; a model id cannot shadow it")
         if manifest is not None:
             await self.put_manifest(model_id, manifest)
         got = await self.read(Manifest, "manifests", model_id)
