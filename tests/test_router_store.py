@@ -16,12 +16,13 @@ from _postgres import postgres_server, postgres_url  # noqa: F401  (fixtures)
 
 from aotx_trio.errors import AotxError, Conflict, Forbidden, FormatError, Gone, NotFound, NotReady
 from aotx_trio.router import feed
-from aotx_trio.router.aliases import resolve, resolve_alias
+from aotx_trio.router.aliases import resolve, resolve_alias, set_alias
 from aotx_trio.router.artifacts import export_artifact, store_artifact, verify_artifact
+from aotx_trio.router.backends import open_store
 from aotx_trio.router.records import ArtifactRef, Descriptor, Event, canonical, rfc3339
 from aotx_trio.router.registry import Registry
 from aotx_trio.router.scratch import Scratch
-from aotx_trio.router.store import StoreBackend, open_store
+from aotx_trio.router.store import StoreBackend
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 SPEC = {"spec_dsl": 2, "interaction": "request_response", "params": [], "results": {}}
@@ -177,9 +178,9 @@ async def test_release_mint_deploy_and_state(reg: Registry, tmp_path: Path) -> N
 async def test_alias_chain_table(reg: Registry, tmp_path: Path, backend: StoreBackend) -> None:
     with trio.fail_after(30):
         await published(reg, tmp_path)
-        await reg.set_alias("default/text", MID, 0)
-        await reg.set_alias("chat/stable", "default/text", 1)
-        await reg.set_alias("chat/latest", "chat/stable", 2)
+        await set_alias(reg, "default/text", MID, 0)
+        await set_alias(reg, "chat/stable", "default/text", 1)
+        await set_alias(reg, "chat/latest", "chat/stable", 2)
         res = await resolve_alias(reg, "chat/latest")
         assert res.model_id == MID
         assert res.chain == [{"name": "chat/latest", "level": 2, "target": "chat/stable"},
@@ -196,24 +197,24 @@ async def test_alias_chain_table(reg: Registry, tmp_path: Path, backend: StoreBa
             return info.value.fields
 
         # missing target
-        await reg.set_alias("a/missing", "runs/none.json", 0, verify=False)
+        await set_alias(reg, "a/missing", "runs/none.json", 0, verify=False)
         got = await unresolved("a/missing")
         assert got["reason"] == "missing"
         assert got["chain"] == [{"name": "a/missing", "level": 0, "target": "runs/none.json"}]
         assert (await unresolved("no/such/alias"))["reason"] == "missing"
         # corrupt link in the middle
-        await reg.set_alias("a/top", "a/mid", 1, verify=False)
+        await set_alias(reg, "a/top", "a/mid", 1, verify=False)
         await reg.run(backend.put, "aliases", "a/mid", b"{not json")
         got = await unresolved("a/top")
         assert (got["reason"], got["at"], len(got["chain"])) == ("corrupt", "a/mid", 1)
         # level mismatch: a level-1 alias pointing straight at a model, a level-2 at level 0
-        await reg.set_alias("a/skip", MID, 1, verify=False)
+        await set_alias(reg, "a/skip", MID, 1, verify=False)
         assert (await unresolved("a/skip"))["reason"] == "level_mismatch"
-        await reg.set_alias("a/jump", "default/text", 2, verify=False)
+        await set_alias(reg, "a/jump", "default/text", 2, verify=False)
         assert (await unresolved("a/jump"))["reason"] == "level_mismatch"
         # cycle
-        await reg.set_alias("c/one", "c/two", 1, verify=False)
-        await reg.set_alias("c/two", "c/one", 0, verify=False)
+        await set_alias(reg, "c/one", "c/two", 1, verify=False)
+        await set_alias(reg, "c/two", "c/one", 0, verify=False)
         got = await unresolved("c/one")
         assert got["reason"] == "cycle" and [c["name"] for c in got["chain"]] == ["c/one",
                                                                                  "c/two"]
@@ -221,18 +222,18 @@ async def test_alias_chain_table(reg: Registry, tmp_path: Path, backend: StoreBa
         deep = Registry(backend, now=reg.now, max_alias_level=7)
         prev = "default/text"
         for level in range(1, 6):
-            await deep.set_alias(f"d/{level}", prev, level)
+            await set_alias(deep, f"d/{level}", prev, level)
             prev = f"d/{level}"
         assert (await resolve_alias(deep, "d/5")).model_id == MID
         got = await unresolved("d/5")
         assert got["reason"] == "too_deep" and got["chain"][0]["level"] == 5
         with pytest.raises(AotxError):
-            await reg.set_alias("d/6", "d/5", 6)
+            await set_alias(reg, "d/6", "d/5", 6)
         # verify refuses what would not resolve; an alias cannot shadow a model id
         with pytest.raises(NotFound):
-            await reg.set_alias("a/bad", "runs/none.json", 0)
+            await set_alias(reg, "a/bad", "runs/none.json", 0)
         with pytest.raises(Conflict):
-            await reg.set_alias(MID, "default/text", 1)
+            await set_alias(reg, MID, "default/text", 1)
         with pytest.raises(Conflict):
             await reg.publish("default/text", manifest(view.manifest.artifact))
         # removed model: every alias on it stops resolving
@@ -246,7 +247,7 @@ async def test_feed_order_dedupe_heal_and_trim(reg: Registry, tmp_path: Path,
     with trio.fail_after(30):
         await published(reg, tmp_path)
         clock.t += 1
-        await reg.set_alias("default/text", MID, 0)
+        await set_alias(reg, "default/text", MID, 0)
         events = await reg.events()
         assert [e["seq"] for e in events] == [1, 2, 3]
         for e in events:
@@ -270,7 +271,7 @@ async def test_feed_order_dedupe_heal_and_trim(reg: Registry, tmp_path: Path,
         clock.t += feed.RETENTION_S + 10
         assert await reg.trim() == 3
         assert [e["seq"] for e in await reg.events()] == [4]
-        await reg.set_alias("default/text", MID, 0)
+        await set_alias(reg, "default/text", MID, 0)
         assert [e["seq"] for e in await reg.events()] == [4, 5]
         # a change older than the retention is not re-emitted
         assert await reg.run(feed.heal, backend, clock.t + 2 * feed.RETENTION_S) == []

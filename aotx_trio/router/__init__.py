@@ -5,7 +5,7 @@
     aliases            alias resolution with the complete verified chain
     registry           models, releases, aliases: every rule, once, over any backend
     feed  artifacts    event derivation + rescan heal + retention; artifact blobs
-    store              the one backend protocol; ``open_store``
+    store  backends    the one backend protocol; ``open_store`` picks a backend
     store_folder       folder backend (embedded default)
     store_pg           PostgreSQL backend (psycopg 3 + psycopg-pool)
     records            the documents: canonical JSON, keys, times

@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from aotx_trio.errors import FormatError, Gone, NotFound
-from aotx_trio.router.records import Alias, parse
+from aotx_trio.errors import Conflict, FormatError, Gone, InvalidInput, NotFound
+from aotx_trio.router.records import Alias, check_key, parse
 from aotx_trio.router.registry import ModelView, Registry
 
 
@@ -78,6 +78,25 @@ async def _walk(reg: Registry, name: str, first: str, level: int | None,
             why = "level_mismatch" if await _alias(reg, target) else "missing"
             raise _unresolved(name, chain, why, target) from None
         return Resolution(name, target, chain, model)
+
+
+async def set_alias(reg: Registry, name: str, target: str, level: int, *,
+                    verify: bool = True) -> Alias:
+    """Move alias ``name`` to ``target`` at ``level`` (its chain verified first unless
+    ``verify`` is false), then append ``alias.moved``."""
+    check_key(name, "alias")
+    check_key(target, "target")
+    if not 0 <= level <= reg.max_alias_level:
+        raise InvalidInput(f"alias level must be 0..{reg.max_alias_level}",
+                           code="invalid_params", param="level", rule="range")
+    if await _is_model(reg, name):
+        raise Conflict(f"{name!r} is a model id; an alias cannot shadow it")
+    if verify:
+        await check_target(reg, name, target, level)
+    doc = Alias(name=name, target=target, level=level, set_at=reg.stamp())
+    await reg.write("aliases", name, doc.body())
+    await reg.emit("aliases", name, doc.body())
+    return doc
 
 
 async def resolve_alias(reg: Registry, name: str) -> Resolution:

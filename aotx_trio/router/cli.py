@@ -19,12 +19,12 @@ from typing import Any
 import trio
 
 from aotx_trio.errors import InvalidInput
-from aotx_trio.router.aliases import resolve, resolve_alias
+from aotx_trio.router.aliases import resolve, resolve_alias, set_alias
 from aotx_trio.router.artifacts import Progress, artifact_size, store_artifact
+from aotx_trio.router.backends import open_store
 from aotx_trio.router.records import ArtifactRef, Descriptor, EngineSet, check_commit
 from aotx_trio.router.registry import ModelView, Registry, ReleaseView
 from aotx_trio.router.scratch import Scratch
-from aotx_trio.router.store import open_store
 
 Handler = Callable[[Registry, argparse.Namespace], Awaitable[dict[str, Any]]]
 
@@ -148,7 +148,7 @@ async def _release_show(reg: Registry, args: argparse.Namespace) -> dict[str, An
 
 
 async def _alias_set(reg: Registry, args: argparse.Namespace) -> dict[str, Any]:
-    doc = await reg.set_alias(args.name, args.target, args.level, verify=not args.no_verify)
+    doc = await set_alias(reg, args.name, args.target, args.level, verify=not args.no_verify)
     return doc.model_dump(mode="json")
 
 

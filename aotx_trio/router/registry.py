@@ -19,7 +19,6 @@ import trio
 from aotx_trio.errors import Conflict, Forbidden, Gone, InvalidInput, NotFound
 from aotx_trio.router import feed
 from aotx_trio.router.records import (
-    Alias,
     ArtifactRef,
     D,
     Deployment,
@@ -264,26 +263,6 @@ class Registry:
                          deployed_at=self.stamp())
         await self.write("deployments", f"{name}/{runtime}", doc.body())
         await self.emit("deployments", f"{name}/{runtime}", doc.body())
-        return doc
-
-    # ------------------------------------------------------------------ aliases
-
-    async def set_alias(self, name: str, target: str, level: int, *,
-                        verify: bool = True) -> Alias:
-        from aotx_trio.router.aliases import check_target
-
-        check_key(name, "alias")
-        check_key(target, "target")
-        if not 0 <= level <= self.max_alias_level:
-            raise InvalidInput(f"alias level must be 0..{self.max_alias_level}",
-                               code="invalid_params", param="level", rule="range")
-        if await self.run(self.store.get, "manifests", name) is not None:
-            raise Conflict(f"{name!r} is a model id; an alias cannot shadow it")
-        if verify:
-            await check_target(self, name, target, level)
-        doc = Alias(name=name, target=target, level=level, set_at=self.stamp())
-        await self.write("aliases", name, doc.body())
-        await self.emit("aliases", name, doc.body())
         return doc
 
     # ------------------------------------------------------------------ feed

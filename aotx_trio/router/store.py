@@ -1,4 +1,4 @@
-"""The one store interface of the registry and how a store is chosen.
+"""The one store interface of the registry (``backends.open_store`` picks one).
 
 :class:`StoreBackend` is the protocol both backends implement
 (``store_folder.FolderStore``, ``store_pg.PostgresStore``): keyed documents in
@@ -11,7 +11,6 @@ storage only.  Layouts and schema: docs/formats/registry.md.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from pathlib import Path
 from typing import Protocol
 
 COLLECTIONS = ("manifests", "published", "removed", "model_states", "releases",
@@ -65,16 +64,3 @@ class StoreBackend(Protocol):
 
     def close(self) -> None:
         """Release connections / descriptors."""
-
-
-def open_store(*, data: str | Path | None = None, url: str | None = None,
-               ) -> StoreBackend:
-    """The folder store at ``<data>/registry`` or the PostgreSQL store at ``url``."""
-    if (data is None) == (url is None):
-        raise ValueError("open_store takes exactly one of data= or url=")
-    if url is not None:
-        from aotx_trio.router.store_pg import PostgresStore
-        return PostgresStore(url)
-    from aotx_trio.router.store_folder import FolderStore
-    assert data is not None
-    return FolderStore(Path(data) / "registry")
