@@ -155,6 +155,9 @@ async def test_release_mint_deploy_and_state(reg: Registry, tmp_path: Path) -> N
         dep = await reg.deploy_release("gemma-r1", "host-a")
         assert dep.descriptor_sha256 == rel.descriptor_sha256
         await reg.mint_release("gemma-r2", art, Descriptor(), COMMIT)
+        with pytest.raises(AotxError) as info:
+            await reg.set_release_state("gemma-r1", "deprecated")
+        assert (code_of(info), info.value.fields["rule"]) == ("invalid_params", "enum")
         await reg.set_release_state("gemma-r1", "disabled", successor="gemma-r2")
         view = await reg.get_release("gemma-r1")
         assert (view.state, view.successor) == ("disabled", "gemma-r2")

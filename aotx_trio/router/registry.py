@@ -19,6 +19,8 @@ import trio
 from aotx_trio.errors import Conflict, Forbidden, Gone, InvalidInput, NotFound
 from aotx_trio.router import feed
 from aotx_trio.router.records import (
+    MODEL_STATES,
+    RELEASE_STATES,
     ArtifactRef,
     D,
     Deployment,
@@ -65,6 +67,16 @@ class ReleaseView:
 def _not_found(model_id: str, **fields: Any) -> NotFound:
     return NotFound(f"no model {model_id!r}", code="model_not_found", model_id=model_id,
                     **fields)
+
+
+def _state(cls: type[D], **fields: Any) -> D:
+    """A state document from caller input; a state outside the enum is 422."""
+    try:
+        return cls.model_validate(fields)
+    except ValueError:
+        allowed = ", ".join(MODEL_STATES if cls is ModelState else RELEASE_STATES)
+        raise InvalidInput(f"state must be one of {allowed}", code="invalid_params",
+                           param="state", rule="enum") from None
 
 
 class Registry:
@@ -202,12 +214,8 @@ class Registry:
         if successor_id is not None and check_key(successor_id, "successor_id") == model_id:
             raise InvalidInput("a model cannot succeed itself", code="invalid_params",
                                param="successor_id", rule="not_self")
-        try:
-            doc = ModelState(model_id=model_id, state=state,  # type: ignore[arg-type]
-                             successor_id=successor_id, changed_at=self.stamp())
-        except ValueError:
-            raise InvalidInput("state must be one of active, deprecated, disabled",
-                               code="invalid_params", param="state", rule="enum") from None
+        doc = _state(ModelState, model_id=model_id, state=state, successor_id=successor_id,
+                     changed_at=self.stamp())
         await self.write("model_states", model_id, doc.body())
         await self.emit("model_states", model_id, doc.body())
         return doc
@@ -247,8 +255,8 @@ class Registry:
         await self.get_release(name)
         if successor is not None:
             await self.get_release(successor)
-        doc = ReleaseState(name=name, state=state,  # type: ignore[arg-type]
-                           successor=successor, changed_at=self.stamp())
+        doc = _state(ReleaseState, name=name, state=state, successor=successor,
+                     changed_at=self.stamp())
         await self.write("release_states", name, doc.body())
         await self.emit("release_states", name, doc.body())
         return doc
