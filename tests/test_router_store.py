@@ -413,3 +413,31 @@ def test_unreachable_postgresql_is_not_ready() -> None:
     with pytest.raises(NotReady) as info:
         PostgresStore("postgresql://aotx@127.0.0.1:1/none", timeout_s=1.0)
     assert info.value.code == "not_ready" and info.value.fields["missing"] == "store"
+
+
+def test_write_once_and_locked_update_under_threads(backend: StoreBackend) -> None:
+    """Racing creators: one wins, the others read its bytes; racing read-modify-writes
+    lose nothing."""
+    winners: list[bytes] = []
+    seen: list[bytes | None] = []
+
+    def create(n: int) -> None:
+        body = f'{{"n":{n}}}'.encode()
+        old = backend.create("removed", "race/marker", body)
+        (winners if old is None else seen).append(body if old is None else old)
+
+    def bump(_: int) -> None:
+        for _ in range(10):
+            backend.update("sessions", "counter",
+                           lambda old: str(int(old or b"0") + 1).encode())
+
+    for fn in (create, bump):
+        threads = [threading.Thread(target=fn, args=(n,)) for n in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+    assert len(winners) == 1 and seen == [winners[0]] * 5
+    assert backend.get("removed", "race/marker") == winners[0]
+    assert backend.get("sessions", "counter") == b"60"
+    assert backend.keys("removed") == ["race/marker"] and backend.keys("removed", "x") == []
