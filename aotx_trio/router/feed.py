@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -133,8 +134,6 @@ async def run_rescan(store: StoreBackend, *, interval_s: float = RESCAN_INTERVAL
                      retention_s: float = RETENTION_S, now: Callable[[], float] | None = None,
                      task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
     """Supervised task: heal and trim the feed every ``interval_s`` (first run at start)."""
-    import time
-
     clock = now or time.time
     if not (interval_s > 0 and math.isfinite(interval_s)):
         raise ValueError("rescan interval must be a positive number of seconds")

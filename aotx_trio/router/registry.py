@@ -9,6 +9,7 @@ runs in a worker thread.  Documents: docs/formats/registry.md.
 from __future__ import annotations
 
 import functools
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ from typing import Any, TypeVar
 
 import trio
 
-from aotx_trio.errors import Conflict, Forbidden, Gone, InvalidInput, NotFound
+from aotx_trio.errors import Conflict, Forbidden, FormatError, Gone, InvalidInput, NotFound
 from aotx_trio.router import feed
 from aotx_trio.router.records import (
     MODEL_STATES,
@@ -177,7 +178,6 @@ class Registry:
             raise _not_found(model_id, **({"reason": "unpublished"} if stored else {}))
         got = await self.read(Manifest, "manifests", model_id)
         if got is None or sha256_hex(got[1]) != pub[0].manifest_sha256:
-            from aotx_trio.errors import FormatError
             raise FormatError(f"manifest of {model_id!r} does not match its publication",
                               code="registry_corrupt", object=f"manifests/{model_id}")
         st = await self.read(ModelState, "model_states", model_id)
@@ -276,7 +276,6 @@ class Registry:
     # ------------------------------------------------------------------ feed
 
     async def events(self, after: int = 0, limit: int = 100) -> list[dict[str, Any]]:
-        import json
         return [json.loads(b) for b in await self.run(self.store.feed_read, after, limit)]
 
     async def heal(self) -> list[int]:
