@@ -23,6 +23,7 @@ _ENTRY: dict[str, str] = {
     "generate": "aotx_trio.engine_cli:generate_main",
     "embed": "aotx_trio.embed_cli:embed_main",
     "models": "aotx_trio.models:main",
+    "registry": "aotx_trio.router.cli:main",
 }
 
 
@@ -94,6 +95,9 @@ def _parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("models", help="assemble and verify the default models into a cache folder")
     s.add_argument("--cache", help="cache folder (default: $AOTX_CACHE or ~/.cache/aotx-trio)")
+
+    from aotx_trio.router.cli_args import add_registry_parser
+    add_registry_parser(sub)
     return p
 
 

@@ -9,6 +9,7 @@
     │   ├── OverCapacity             over_capacity        KV pages / queue full      429
     │   ├── CapacityExhausted        capacity_exhausted   a fixed table is full      507
     │   ├── RuntimeUnavailable       runtime_unavailable  service socket down        503
+    │   ├── NotReady                 not_ready            deployment/store not ready 503
     │   └── SavePending              save_pending         admitted, not yet saved    503
     ├── RequestError                 the request is wrong for the current state      400
     │   ├── BadRequest               invalid_utf8, malformed_json, schema_invalid    400
@@ -19,6 +20,7 @@
     │   ├── Conflict                 conflict             other state conflicts      409
     │   │   └── SequenceConflict     sequence_conflict    other bytes / future seq   409
     │   ├── BelowRetryFloor          below_retry_floor                               410
+    │   ├── Gone                     gone                 removed / expired / closed 410
     │   ├── BodyTooLarge             body_too_large                                  413
     │   └── InvalidInput             invalid_argument     bad field (.fields[field]) 422
     ├── FormatError                  a file or frame is corrupt, foreign, too new    500
@@ -99,6 +101,14 @@ class RuntimeUnavailable(Refusal):
     status = 503
 
 
+class NotReady(Refusal):
+    """Something a request needs is not ready: a deployment, an engine set, a scratch
+    revision, or the registry store itself (the seed's ``not_ready``, ``missing``)."""
+
+    default_code = "not_ready"
+    status = 503
+
+
 class SavePending(Refusal):
     """The device admitted the operation but the journal did not save it in time (disk
     trouble); an exact retry answers once it is saved."""
@@ -149,6 +159,14 @@ class SequenceConflict(Conflict):
 
 class BelowRetryFloor(RequestError):
     default_code = "below_retry_floor"
+    status = 410
+
+
+class Gone(RequestError):
+    """The resource existed and never will again: an unpublished model
+    (``model_removed``), an expired or closed scratch session."""
+
+    default_code = "gone"
     status = 410
 
 
