@@ -73,7 +73,7 @@ const char *aotx_strerror(int code) {
 }
 
 static uint32_t cpu_bits;
-static int cpu_ref;
+static int cpu_cap;
 static pthread_once_t cpu_once = PTHREAD_ONCE_INIT;
 
 static void cpu_probe(void) {
@@ -91,7 +91,9 @@ static void cpu_probe(void) {
 #endif
     cpu_bits = f;
     const char *env = getenv("AOTX_KERNELS");
-    cpu_ref = env && strcmp(env, "ref") == 0;
+    cpu_cap = !env ? AOTX_KERNELS_AUTO
+            : strcmp(env, "ref") == 0 ? AOTX_KERNELS_REF
+            : strcmp(env, "avx2") == 0 ? AOTX_KERNELS_AVX2 : AOTX_KERNELS_AUTO;
 }
 
 uint32_t aotx_cpu_features(void) {
@@ -99,7 +101,9 @@ uint32_t aotx_cpu_features(void) {
     return cpu_bits;
 }
 
-int aotx_cpu_forced_ref(void) {
+int aotx_cpu_kernel_cap(void) {
     pthread_once(&cpu_once, cpu_probe);
-    return cpu_ref;
+    return cpu_cap;
 }
+
+int aotx_cpu_forced_ref(void) { return aotx_cpu_kernel_cap() == AOTX_KERNELS_REF; }

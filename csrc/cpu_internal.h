@@ -17,7 +17,12 @@ enum {
     AOTX_CPU_AVX512F = 1u << 5       /* AVX-512 F alone (sgemm needs no more) */
 };
 
-/* 1 when AOTX_KERNELS=ref was in the environment at first call (read once). */
+/* The kernel cap AOTX_KERNELS set in the environment at first call (read once):
+ * "ref" -> AOTX_KERNELS_REF, "avx2" -> AOTX_KERNELS_AVX2 (no AVX-512 even where the
+ * CPU has it: how benchmarks measure the AVX2 path), unset or else -> AUTO. */
+enum { AOTX_KERNELS_AUTO = 0, AOTX_KERNELS_REF = 1, AOTX_KERNELS_AVX2 = 2 };
+int aotx_cpu_kernel_cap(void);
+/* 1 when the cap is "ref". */
 int aotx_cpu_forced_ref(void);
 
 static inline int aotx_cpu_has(uint32_t bits) { return (aotx_cpu_features() & bits) == bits; }

@@ -239,7 +239,12 @@ static int best_level(void) {
 #endif
 }
 
-static void pick_kernels(void) { pick_level(aotx_cpu_forced_ref() ? AOTX_LEVEL_REF : best_level()); }
+static void pick_kernels(void) {
+    int cap = aotx_cpu_kernel_cap(), level = best_level();
+    if (cap == AOTX_KERNELS_REF) level = AOTX_LEVEL_REF;
+    else if (cap == AOTX_KERNELS_AVX2 && level > AOTX_LEVEL_AVX2) level = AOTX_LEVEL_AVX2;
+    pick_level(level);
+}
 
 int aotx_kernel_force(const char *impl) {
     pthread_once(&pick_once, pick_kernels);

@@ -83,7 +83,12 @@ static void sgemm_set(int level) {
 #endif
 }
 
-static void sgemm_pick(void) { sgemm_set(aotx_cpu_forced_ref() ? SG_REF : sgemm_best()); }
+static void sgemm_pick(void) {
+    int cap = aotx_cpu_kernel_cap(), level = sgemm_best();
+    if (cap == AOTX_KERNELS_REF) level = SG_REF;
+    else if (cap == AOTX_KERNELS_AVX2 && level > SG_AVX2) level = SG_AVX2;
+    sgemm_set(level);
+}
 
 void aotx_sgemm_rows(const float *w, int64_t cols, const float *x, int64_t ldx, int64_t n_tok,
                      float *y, int64_t ldy, int64_t r0, int64_t r1) {

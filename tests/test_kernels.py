@@ -488,6 +488,22 @@ def test_forced_reference_is_named() -> None:
     assert lib.aotx_kernel_force(b"sse9") == lib.AOTX_E_INVALID_ARGUMENT
 
 
+def test_avx2_cap_from_the_environment() -> None:
+    """AOTX_KERNELS=avx2 caps every kernel at the AVX2 path (how benchmarks measure it
+    on an AVX-512 machine): never above it, and the same path a forced run reports."""
+    code = ("from aotx_trio.native import ffi, lib; "
+            "print(ffi.string(lib.aotx_kernel_impl(12)).decode(), "
+            "ffi.string(lib.aotx_sgemm_impl()).decode())")
+    env = dict(os.environ, AOTX_KERNELS="avx2")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         check=True, timeout=60)
+    q4k, f32 = out.stdout.split()
+    if lib.aotx_cpu_features() & 1:               # AVX2 + FMA on this CPU
+        assert (q4k, f32) == ("avx2", "avx2")
+    else:
+        assert (q4k, f32) == ("ref", "ref")
+
+
 # ------------------------------------------------------------------ the real model
 
 
