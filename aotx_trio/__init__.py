@@ -5,6 +5,8 @@ checks it):
 
     cli  serve                command line (``aotx``) and the embedded ``aotx serve``
     runtime/  gateway/        the two process roles; neither imports the other
+    router/                   the serving router's registry store (folder, PostgreSQL)
+                              and ``aotx registry``
     _process  client  grants  shared by both roles: process plumbing, the device
                               client (both transports), the deployment grant file
     config  wire              gateway.json; service-socket framing
