@@ -38,10 +38,11 @@ async def on_signal(action: Callable[[], object], *,
             return
 
 
-def _leaves(exc: BaseException) -> Iterator[BaseException]:
+def leaves(exc: BaseException) -> Iterator[BaseException]:
+    """The exceptions inside ``exc`` (itself when it is no group)."""
     if isinstance(exc, BaseExceptionGroup):
         for sub in exc.exceptions:
-            yield from _leaves(sub)
+            yield from leaves(sub)
     else:
         yield exc
 
@@ -52,8 +53,8 @@ def run_trio(fn: Callable[..., Awaitable[None]], *args: Any) -> None:
     try:
         trio.run(fn, *args)
     except BaseExceptionGroup as group:
-        leaves = list(_leaves(group))
-        ours = [e for e in leaves if isinstance(e, errors.AotxError)]
-        if ours and len(ours) == len(leaves):
+        found = list(leaves(group))
+        ours = [e for e in found if isinstance(e, errors.AotxError)]
+        if ours and len(ours) == len(found):
             raise ours[0] from group
         raise

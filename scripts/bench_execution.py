@@ -31,7 +31,6 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -43,28 +42,14 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from bench_gateway import cached_runtime, free_port  # noqa: E402  (one copy of each)
 
 BASE = "/aotx/v1/shared"
 SCHEMA = "aotx.shared.mutation.v1"
 ALL = ["shared_read", "shared_write", "shared_manage"]
 TEXT = "Tell me about the history of the city on the river, its market and its walls."
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def cached_runtime(cache: Path) -> Path:
-    target = cache / "runtime.aotxccir"
-    if not target.exists():
-        from aotx_trio.serve import ensure_runtime
-
-        cache.mkdir(parents=True, exist_ok=True)
-        ensure_runtime(cache)
-    return target
 
 
 def cpu_model() -> str:

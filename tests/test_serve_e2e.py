@@ -175,9 +175,11 @@ def test_aotx_serve_embedded(tmp_path: Path, folder: Path) -> None:
         assert stop(proc) == 0
 
 
-def test_split_deployment_survives_kill_9(tmp_path: Path, folder: Path) -> None:
-    ccir = make_runtime_file(tmp_path / "rt")
-    names = ["alice", "bob", "carol", "dave"]
+def _split(folder: Path, ccir: Path, names: list[str],
+           ) -> tuple[list[str], Path, Path, str, subprocess.Popen[bytes],
+                      subprocess.Popen[bytes]]:
+    """``aotx boot`` + ``aotx gateway serve`` on a free port for ``names``: (the boot
+    argv for restarts, boot log, gateway log, base URL, runtime, gateway)."""
     port = free_port()
     sock = folder / "journal" / "service.sock"
     config_path, _ = make_config(folder, dict.fromkeys(names, ALL), socket=sock,
@@ -187,7 +189,13 @@ def test_split_deployment_survives_kill_9(tmp_path: Path, folder: Path) -> None:
     boot_log, gw_log = folder / "boot.log", folder / "gateway.log"
     runtime = start(boot_argv, boot_log)
     gateway = start(["gateway", "serve", "--config", str(config_path)], gw_log)
-    base = f"http://127.0.0.1:{port}"
+    return boot_argv, boot_log, gw_log, f"http://127.0.0.1:{port}", runtime, gateway
+
+
+def test_split_deployment_survives_kill_9(tmp_path: Path, folder: Path) -> None:
+    ccir = make_runtime_file(tmp_path / "rt")
+    names = ["alice", "bob", "carol", "dave"]
+    boot_argv, boot_log, gw_log, base, runtime, gateway = _split(folder, ccir, names)
     callers: dict[str, Caller] = {}
     try:
         wait_http(base, gateway, gw_log)
@@ -304,16 +312,7 @@ def test_split_deployment_runs_a_room_conversation_on_the_default_model(
     input interrupted after the restart, and nothing acknowledged is lost."""
     ccir = _real_runtime_file(tmp_path)
     names = ["alice", "bob", "carol"]
-    port = free_port()
-    sock = folder / "journal" / "service.sock"
-    config_path, _ = make_config(folder, dict.fromkeys(names, ALL), socket=sock,
-                                 bind=f"127.0.0.1:{port}")
-    boot_argv = ["boot", "--ccir", str(ccir), "--journal", str(folder / "journal"),
-                 "--service-grants", str(folder / "grants")]
-    boot_log, gw_log = folder / "boot.log", folder / "gateway.log"
-    runtime = start(boot_argv, boot_log)
-    gateway = start(["gateway", "serve", "--config", str(config_path)], gw_log)
-    base = f"http://127.0.0.1:{port}"
+    boot_argv, boot_log, gw_log, base, runtime, gateway = _split(folder, ccir, names)
     lineage = "0123456789abcdef0123456789abcdef"
     callers = {n: Caller(base, n, token_for(n), lineage) for n in names}
     try:

@@ -12,25 +12,17 @@ channel, which ends the pump and so cancels the stream at the runtime.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
 from typing import Any
 
 import trio
 from quart import current_app
 
 from aotx_trio import errors
+from aotx_trio._process import leaves
 from aotx_trio.client import DeviceClient
 
 Message = tuple[str, Any]
 _GONE = (trio.BrokenResourceError, trio.ClosedResourceError)
-
-
-def _leaves(exc: BaseException) -> Iterator[BaseException]:
-    if isinstance(exc, BaseExceptionGroup):
-        for sub in exc.exceptions:
-            yield from _leaves(sub)
-    else:
-        yield exc
 
 
 async def open_stream(client: DeviceClient, method: str, params: dict[str, Any],
@@ -51,10 +43,10 @@ async def open_stream(client: DeviceClient, method: str, params: dict[str, Any],
             except (BaseExceptionGroup, errors.AotxError, *_GONE) as exc:
                 if not started:
                     raise
-                leaves = list(_leaves(exc))
-                if any(not isinstance(e, (errors.AotxError, *_GONE)) for e in leaves):
+                found = list(leaves(exc))
+                if any(not isinstance(e, (errors.AotxError, *_GONE)) for e in found):
                     raise
-                failure = next((e for e in leaves if isinstance(e, errors.AotxError)), None)
+                failure = next((e for e in found if isinstance(e, errors.AotxError)), None)
                 if failure is not None:
                     with contextlib.suppress(*_GONE, trio.WouldBlock):
                         send.send_nowait(("error", failure))

@@ -229,11 +229,7 @@ class ServiceHandler:
     async def _result(self, params: Mapping[str, Any]) -> dict[str, Any]:
         grants, key = self._caller(params)
         op = validate.parse_id("operation", params.get("operation"), self.lineage)
-        offset = params.get("offset", 0)
-        if not isinstance(offset, int) or isinstance(offset, bool) \
-                or not 0 <= offset < 1 << 64:
-            raise errors.InvalidInput("offset must be a non-negative byte offset",
-                                      field="offset")
+        offset = validate.offset(params)
         receipt = self.device.receipt(grants, key, op)
         if receipt.status == "deadline_exceeded":
             raise errors.DeadlineExceeded(
@@ -336,11 +332,7 @@ class ServiceHandler:
         byte was pushed.  Each push re-checks that the caller may still read it."""
         grants, key = self._caller(params)
         op = validate.parse_id("operation", params.get("operation"), self.lineage)
-        offset = params.get("offset", 0)
-        if not isinstance(offset, int) or isinstance(offset, bool) \
-                or not 0 <= offset < 1 << 64:
-            raise errors.InvalidInput("offset must be a non-negative byte offset",
-                                      field="offset")
+        offset = validate.offset(params)
         first = self.device.receipt(grants, key, op)
 
         def chunk(pos: int, data: bytes) -> dict[str, Any]:

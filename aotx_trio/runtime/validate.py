@@ -65,6 +65,14 @@ def cursor(params: Mapping[str, Any]) -> tuple[int, int]:
     return c, limit
 
 
+def offset(params: Mapping[str, Any]) -> int:
+    """A result read's byte ``offset`` (default 0)."""
+    value = params.get("offset", 0)
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 1 << 64:
+        raise errors.InvalidInput("offset must be a non-negative byte offset", field="offset")
+    return value
+
+
 def _decimal(value: Any, field: str) -> int:
     if not vocab.is_decimal(value) or int(value) >= 1 << 64:
         raise errors.InvalidInput(f"{field} must be a decimal string below 2**64",
