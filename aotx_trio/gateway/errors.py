@@ -32,9 +32,13 @@ _HTTP_CODES: dict[int, str] = {
 }
 
 
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+
+
 def dumps(body: Any) -> str:
-    """The gateway's one JSON encoding (compact, UTF-8 text)."""
-    return json.dumps(body, separators=(",", ":"), ensure_ascii=False)
+    """The gateway's one JSON encoding (compact, UTF-8 text; one prebuilt encoder, the
+    same bytes as ``json.dumps`` with these settings)."""
+    return _ENCODER.encode(body)
 
 
 def json_response(body: Any, status: int, headers: dict[str, str] | None = None) -> Response:
