@@ -29,6 +29,8 @@ inject faults at the I/O edge.  Byte layout: ``docs/formats/journal.md``.
 from __future__ import annotations
 
 import errno
+import heapq
+import itertools
 import logging
 import math
 import os
@@ -321,7 +323,11 @@ class Emitter:
         self.failures = 0
         self.last_error: OSError | None = None
         self._wake = trio.Event()
-        self._saved = trio.Event()
+        self._saved = trio.Event()     # any save (watchers of the save state)
+        # (record index, tie-break, event) of each waiter, a min-heap: a save wakes only
+        # the waiters whose record it saved, not every waiter on every tick
+        self._waiters: list[tuple[int, int, trio.Event]] = []
+        self._waiter_ids = itertools.count()
 
     @classmethod
     def for_file(cls, jf: JournalFile, *, tick_records: int = TICK_RECORDS,
@@ -375,9 +381,17 @@ class Emitter:
 
     async def wait_saved(self, record_index: int) -> None:
         """Return once ``record_index`` is saved (saved_records > record_index)."""
-        while self.saved_records <= record_index:
-            event = self._saved
-            await event.wait()
+        if self.saved_records > record_index:
+            return
+        event = trio.Event()
+        heapq.heappush(self._waiters, (record_index, next(self._waiter_ids), event))
+        await event.wait()
+
+    def _wake_saved(self) -> None:
+        while self._waiters and self._waiters[0][0] < self.saved_records:
+            heapq.heappop(self._waiters)[2].set()
+        event, self._saved = self._saved, trio.Event()
+        event.set()
 
     async def flush(self) -> None:
         """Wait until every record enqueued so far is saved."""
@@ -422,8 +436,7 @@ class Emitter:
             self.check_floor()
         if self.watermark is not None:
             self._commit_at = trio.current_time() + self.commit_delay_s
-        event, self._saved = self._saved, trio.Event()
-        event.set()
+        self._wake_saved()
         return True
 
     async def _maybe_mark(self) -> None:
