@@ -71,6 +71,21 @@ class GatewayMetrics:
                                      registry=self.registry)
         self.sse_dropped = Counter("aotx_sse_dropped", "SSE subscribers dropped",
                                    ["reason"], registry=self.registry)
+        self._cache: dict[tuple[str, str, int], tuple[Any, Any]] = {}
+
+    def _children(self, method: str, path: str, status: int) -> tuple[Any, Any]:
+        """The (request counter, latency histogram) children of one request's labels,
+        cached (prometheus-client's ``labels()`` takes a lock and builds a key each
+        time; this runs on every response)."""
+        key = (method, path, status)
+        found = self._cache.get(key)
+        if found is None:
+            if len(self._cache) >= 4096:
+                self._cache.clear()
+            route = route_template(path)
+            found = self._cache[key] = (self.requests.labels(method, route, str(status)),
+                                        self.latency.labels(method, route))
+        return found
 
     def wrap(self, app: ASGIApp) -> Callable[[Any, Any, Any], Coroutine[Any, Any, None]]:
         """An ASGI wrapper that counts every HTTP request ``app`` answers."""
@@ -79,15 +94,14 @@ class GatewayMetrics:
                 await app(scope, receive, send)
                 return
             start = time.perf_counter()
-            status = [0]
 
             async def watch(message: dict[str, Any]) -> None:
                 if message.get("type") == "http.response.start":
-                    status[0] = int(message.get("status", 0))
-                    route = route_template(str(scope.get("path", "")))
-                    method = str(scope.get("method", ""))
-                    self.requests.labels(method, route, str(status[0])).inc()
-                    self.latency.labels(method, route).observe(time.perf_counter() - start)
+                    count, latency = self._children(str(scope.get("method", "")),
+                                                    str(scope.get("path", "")),
+                                                    int(message.get("status", 0)))
+                    count.inc()
+                    latency.observe(time.perf_counter() - start)
                 await send(message)
 
             await app(scope, receive, watch)
