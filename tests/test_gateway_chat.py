@@ -106,3 +106,67 @@ async def test_errors_in_openai_terms(tmp_path: Path) -> None:
     assert got[1][1] == "unsupported_parameter" and got[3][1] == "context_length_exceeded"
     assert got[6][0] is openai.PermissionDeniedError
     assert got[7][0] is openai.AuthenticationError
+
+
+async def test_a_chat_request_queues_behind_shared_inputs_on_a_full_pool(
+        tmp_path: Path) -> None:
+    """Chat completions share the executor and its KV pool with shared inputs: with the
+    pool taken by inputs, a chat request waits in order (no error), then completes."""
+    from _gateway_env import LINEAGE, SCHEMA
+
+    from aotx_trio import native
+    from aotx_trio.runtime.executor import Executor
+    from aotx_trio.runtime.models import ModelSet, TextModel
+
+    async with served(tmp_path, {"alice": INVOKER}) as srv:
+        state = srv.handler.state
+        assert state is not None
+        eng = Engine.load(tmp_path / "rt" / TINY_MODEL, kv_pages=12, max_seqs=4)
+        executor = Executor(state.device, state.emitter, native.capacities()["result_bytes"])
+        srv.handler.models = ModelSet({TINY_MODEL: TextModel(TINY_MODEL, "0" * 64, eng)}, [])
+        srv.handler.executor = executor
+        h = {"Authorization": f"Bearer {token_for('alice')}"}
+        import httpx
+
+        def body(key: int, seq: int, **f: object) -> dict[str, object]:
+            return {"schema": SCHEMA, "lineage": LINEAGE, "operation_key": f"{key:032x}",
+                    "sequence": str(seq), **f}
+
+        try:
+            async with httpx.AsyncClient(base_url=srv.url + "/aotx/v1/shared", headers=h,
+                                         timeout=60) as c:
+                assert (await c.post("/participant", json=body(1, 1))).status_code == 202
+                space = (await c.post("/spaces", json=body(2, 2))).json()["resource"]
+                con = (await c.post(f"/spaces/{space}/conversations",
+                                    json=body(3, 3))).json()["resource"]
+                r = await c.post(f"/conversations/{con}/inputs", json=body(
+                    4, 4, text="a city", model=TINY_MODEL, max_output_tokens=60))
+                assert r.status_code == 202
+                op = r.json()["operation"]
+                async with trio.open_nursery() as n:
+                    await executor.cycle()          # the input takes most of the pool
+                    assert executor.metrics()["running"] == 1
+                    got: list[str] = []
+
+                    def chat() -> None:
+                        done = _client(srv.url).chat.completions.create(
+                            model=TINY_MODEL, max_tokens=60,
+                            messages=[{"role": "user", "content": "a city " * 6}])
+                        got.append(done.choices[0].finish_reason or "")
+
+                    n.start_soon(trio.to_thread.run_sync, chat)
+                    with trio.fail_after(30):
+                        while executor.queued() == 0:   # the chat request arrived...
+                            await trio.sleep(0.01)
+                    await executor.cycle()
+                    assert executor.page_waits > 0      # ... and waits for pages
+                    assert executor.metrics()["running"] == 1
+                    await n.start(executor.run)         # now let everything run
+                    with trio.fail_after(60):
+                        while not got:
+                            await trio.sleep(0.01)
+                    n.cancel_scope.cancel()
+                assert got[0] in ("stop", "length")
+                assert (await c.get(f"/operations/{op}")).json()["status"] == "succeeded"
+        finally:
+            eng.close()
