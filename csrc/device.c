@@ -322,6 +322,9 @@ static int prepare_kind(aotx_device *d, uint32_t grants, dev_plan *pl, const dev
         if (rc) return rc;
         pl->member_participant = dev_find_participant(d, q->participant);
         if (pl->member_participant == DEV_NONE) return AOTX_E_MEMBER_NOT_FOUND;
+        /* the owner's rights are the owner's: a manager cannot reduce (or change) them */
+        if (pl->member_participant == d->spaces[pl->space].owner && pl->actor != d->spaces[pl->space].owner)
+            return AOTX_E_FORBIDDEN;
         pl->member_row = dev_find_member_row(d, pl->space, pl->member_participant);
         if (pl->member_row == DEV_NONE && d->n_members >= AOTX_MAX_MEMBERS)
             return AOTX_R_MEMBERS_FULL;

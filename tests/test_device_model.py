@@ -254,6 +254,8 @@ class Model:
             assert req.participant is not None and req.space is not None
             if req.participant not in self.parts:
                 raise Refused("member_not_found")
+            if req.participant == self.spaces[req.space][0] != actor:
+                raise Refused("forbidden")        # the owner's rights are the owner's
             if ((req.space, req.participant) not in self.members
                     and len(self.members) >= CAPS["members"]):
                 raise Refused("members_full")

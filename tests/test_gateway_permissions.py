@@ -93,3 +93,36 @@ def test_the_model_itself() -> None:
     assert expected("room", READ, ALL, "write") == 403           # visible, not writable
     assert expected("room", READ | WRITE, ("shared_read",), "write") == 403
     assert expected("room", WRITE, ALL, "read") == 403
+
+
+async def test_only_the_owner_changes_the_owners_rights(tmp_path: Path,
+                                                        runtime_file: Path) -> None:
+    """A member with manage cannot reduce (or change) the owner's rights: 403, and the
+    owner keeps every right; the owner still can change their own row."""
+    async with embedded(tmp_path, {"alice": ALL, "bob": ALL}, ccir=runtime_file) as env:
+        c = env.client
+
+        async def post(who: str, path: str, body: dict[str, Any]) -> Any:
+            return await c.post(BASE + path, headers=env.auth(who), json=body)
+
+        for i, who in enumerate(("alice", "bob")):
+            assert (await post(who, "/participant", env.body(10 + i, 1))).status_code == 202
+        r = await post("alice", "/spaces", env.body(20, 2, scope="room"))
+        space = (await r.get_json())["resource"]
+        r = await post("alice", f"/spaces/{space}/members",
+                       env.body(21, 3, participant=env.par("bob"), permissions=["manage"]))
+        assert r.status_code == 202
+        r = await post("bob", f"/spaces/{space}/members",
+                       env.body(30, 2, participant=env.par("alice"), permissions=[]))
+        assert r.status_code == 403, await r.get_data(as_text=True)
+        assert (await r.get_json())["error"]["code"] == "forbidden"
+        got = await c.get(f"{BASE}/spaces/{space}", headers=env.auth("alice"))
+        assert (await got.get_json())["permissions"] == ["read", "write", "manage"]
+        r = await post("bob", f"/spaces/{space}/members",     # a manager may set his own row
+                       env.body(31, 2, participant=env.par("bob"),
+                                permissions=["read", "write", "manage"]))
+        assert r.status_code == 202
+        r = await post("alice", f"/spaces/{space}/members",
+                       env.body(22, 4, participant=env.par("alice"),
+                                permissions=["read", "manage"]))
+        assert r.status_code == 202
