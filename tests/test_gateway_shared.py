@@ -71,6 +71,9 @@ async def test_capabilities_and_participant_before_registration(env: Env) -> Non
     assert len(text[0]["digest"]) == 64 and text[0]["context_length"] > 0
     assert [m["ready"] for m in caps["models"] if m["kind"] == "embedding"] == [False]
     assert caps["features"]["inputs"] is True
+    assert caps["usage"] is None                       # reader lacks shared_manage
+    manager = await _json(await _get(env, "alice", "/capabilities"))
+    assert manager["usage"]["participants"] == 0 and manager["capacities"] == caps["capacities"]
     resp = await _get(env, "alice", "/participant")
     assert resp.status_code == 200
     assert await _json(resp) == {"lineage": env.lineage, "participant": None,

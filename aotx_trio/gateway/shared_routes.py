@@ -73,9 +73,11 @@ def _ok(body: Any) -> Response:
 
 @bp.get("/capabilities")
 async def capabilities() -> Response:
-    _principal(None)
+    principal = _principal(None)
     caps = await _client().capabilities()
     caps = dict(caps)
+    if "shared_manage" not in principal.actions:
+        caps["usage"] = None    # deployment-wide counts are for managers only
     limits = dict(caps.get("limits", {}))
     limits["max_body_bytes"] = current_app.config["MAX_CONTENT_LENGTH"]
     caps["limits"] = limits
