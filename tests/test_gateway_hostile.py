@@ -54,3 +54,35 @@ async def test_hostile_query_strings_are_422(tmp_path: Path, query: str) -> None
         op = f"op-{LINEAGE}-{1:032x}"
         r = await c.get(f"{BASE}/operations/{op}/result?offset=%C2%B2")
         assert r.status_code == 422 and r.json()["error"]["field"] == "offset"
+
+
+@pytest.mark.parametrize("fast", [True, False])
+async def test_both_framings_at_once_are_refused(tmp_path: Path, fast: bool) -> None:
+    """A request with Content-Length and Transfer-Encoding both (request smuggling's
+    shape) is 400 in the envelope, never admitted."""
+    import trio
+
+    async with served(tmp_path, {"alice": ALL}, fast_mutations=fast) as srv:
+        host, port = srv.url.removeprefix("http://").rsplit(":", 1)
+        body = (HEAD + '"sequence":"1"}').encode()
+        stream = await trio.open_tcp_stream(host, int(port))
+        async with stream:
+            await stream.send_all(
+                b"POST " + BASE.encode() + b"/participant HTTP/1.1\r\nHost: x\r\n"
+                b"Authorization: Bearer " + token_for("alice").encode() + b"\r\n"
+                b"Content-Length: " + str(len(body)).encode() + b"\r\n"
+                b"Transfer-Encoding: chunked\r\n\r\n"
+                + f"{len(body):x}".encode() + b"\r\n" + body + b"\r\n0\r\n\r\n")
+            reply = b""
+            with trio.move_on_after(10):
+                while b"\r\n\r\n" not in reply or b'"error"' not in reply:
+                    chunk = await stream.receive_some(65536)
+                    if not chunk:
+                        break
+                    reply += chunk
+        assert reply.startswith(b"HTTP/1.1 400"), reply[:200]
+        assert b'"error"' in reply and b'"code"' in reply
+        async with httpx.AsyncClient(base_url=srv.url, timeout=30) as c:
+            me = await c.get(BASE + "/participant",
+                             headers={"Authorization": f"Bearer {token_for('alice')}"})
+        assert me.json()["participant"] is None          # nothing was admitted

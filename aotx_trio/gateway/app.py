@@ -28,6 +28,7 @@ from aotx_trio.gateway import chat, shared_routes
 from aotx_trio.gateway.auth import Authenticator, PrincipalEntry
 from aotx_trio.gateway.errors import handle_any
 from aotx_trio.gateway.fast import FastMutations
+from aotx_trio.gateway.framing import guard
 from aotx_trio.gateway.metrics import GatewayMetrics, metrics_response
 from aotx_trio.gateway.routes_table import BASE, admit
 
@@ -93,7 +94,7 @@ def create_app(client: DeviceClient, principals: Iterable[PrincipalEntry], *,
         app.asgi_app = app.config["AOTX_FAST"] = FastMutations(  # type: ignore[method-assign]
             app.asgi_app, client, auth, max_body_bytes=max_body_bytes,
             body_timeout=float(app.config["BODY_TIMEOUT"]), retry_after_s=retry_after_s)
-    app.asgi_app = own_metrics.wrap(app.asgi_app)  # type: ignore[method-assign,assignment]
+    app.asgi_app = own_metrics.wrap(guard(app.asgi_app))  # type: ignore[method-assign,assignment]
     return app
 
 
