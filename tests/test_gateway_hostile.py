@@ -86,3 +86,13 @@ async def test_both_framings_at_once_are_refused(tmp_path: Path, fast: bool) -> 
             me = await c.get(BASE + "/participant",
                              headers={"Authorization": f"Bearer {token_for('alice')}"})
         assert me.json()["participant"] is None          # nothing was admitted
+
+
+async def test_errors_never_echo_unbounded_input(tmp_path: Path) -> None:
+    async with served(tmp_path, {"alice": ALL}) as srv, httpx.AsyncClient(
+            base_url=srv.url, headers={"Authorization": f"Bearer {token_for('alice')}"},
+            timeout=30) as c:
+        r = await c.get(f"{BASE}/spaces/{'x' * 20000}")
+        assert r.status_code == 404 and len(r.text) < 400
+        r = await c.get(f"{BASE}/operations/op-{'y' * 20000}")
+        assert r.status_code == 404 and len(r.text) < 400

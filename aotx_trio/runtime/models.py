@@ -19,6 +19,7 @@ from typing import Any
 from aotx_trio import errors
 from aotx_trio.engine import Engine
 from aotx_trio.runtime.ccir import Component, RuntimeFile
+from aotx_trio.runtime.validate import shown
 
 log = logging.getLogger("aotx.models")
 
@@ -77,9 +78,9 @@ class ModelSet:
         """The text model called ``name``; 422 ``unknown_model`` naming it otherwise."""
         model = self.text.get(name)
         if model is None:
-            raise errors.InvalidInput(f"unknown model {name!r} (this runtime serves "
+            raise errors.InvalidInput(f"unknown model {shown(name)} (this runtime serves "
                                       f"{sorted(self.text)})", code="unknown_model",
-                                      field="model", model=name)
+                                      field="model", model=name[:128])
         return model
 
     def describe(self) -> list[dict[str, Any]]:

@@ -26,6 +26,13 @@ DEFAULT_OUTPUT_TOKENS = 256
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
+def shown(value: object, limit: int = 80) -> str:
+    """``repr(value)`` cut to ``limit`` characters: an error never echoes an unbounded
+    path segment or field back."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def caller(params: Mapping[str, Any]) -> tuple[str, list[str]]:
     """(principal name, actions the gateway vouches for) of a principal call."""
     name = params.get("principal")
@@ -42,7 +49,7 @@ def parse_id(resource: str, text: Any, lineage: str) -> str:
     names nothing here (404 ``{resource}_not_found``)."""
     ident = vocab.parse_id(PREFIXES[resource], lineage, text)
     if ident is None:
-        raise errors.NotFound(f"no such {resource}: {text!r}", code=f"{resource}_not_found",
+        raise errors.NotFound(f"no such {resource}: {shown(text)}", code=f"{resource}_not_found",
                               field=resource)
     return ident
 
@@ -143,7 +150,7 @@ def build_request(kind: str, body: Mapping[str, Any], lineage: str) -> Request:
     """The device request of a mutation body of kind ``kind`` (its wire name)."""
     code = vocab.KINDS_BY_NAME.get(kind)
     if code is None:
-        raise errors.InvalidInput(f"unknown mutation kind {kind!r}", field="kind")
+        raise errors.InvalidInput(f"unknown mutation kind {shown(kind)}", field="kind")
     if body.get("lineage") != lineage:
         raise errors.Conflict(f"lineage {body.get('lineage')!r} is not this runtime's "
                               f"lineage {lineage}", code="lineage_mismatch",
