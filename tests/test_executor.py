@@ -298,3 +298,28 @@ async def test_an_input_past_its_deadline_ends_and_its_result_read_is_504(
         assert resp.status_code == 504
         err = (await resp.get_json())["error"]
         assert err["code"] == "deadline_exceeded" and err["operation"] == op
+
+
+async def test_two_equal_inputs_are_two_turns(tmp_path: Path) -> None:
+    """The same participant asking the same text twice, both queued before either runs:
+    the second input's context holds the first one (turns are told apart by identity,
+    not by value)."""
+    async with embedded(tmp_path, {"alice": ALL}) as env:
+        con = await _room(env, ("alice",))
+        state = env.handler.state
+        assert state is not None
+        executor = Executor(state.device, state.emitter, native.capacities()["result_bytes"])
+        env.handler.executor = executor                    # rounds by hand
+        prompts: dict[str, list[int]] = {}
+        executor.on_complete = lambda job, status: prompts.setdefault(job.op_id, job.prompt)
+        ops = []
+        for _ in range(2):
+            status, body = await _input(env, "alice", con, "Hello world", max_output_tokens=3)
+            assert status == 202
+            ops.append(body["operation"])
+        with trio.fail_after(30):
+            while len(prompts) < 2:
+                await executor.cycle()
+        first, second = (prompts[op.rsplit("-", 1)[1]] for op in ops)
+        assert len(first) < len(second)          # the first input is in the second's context
+        assert second[-len(first) + 1:] == first[1:]     # ... and it ends the same (BOS aside)

@@ -21,7 +21,6 @@ one envelope, with OpenAI's ``type`` and ``param`` added, so the official
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -33,13 +32,15 @@ from aotx_trio.client import DeviceClient
 from aotx_trio.gateway.auth import Authenticator, Principal
 from aotx_trio.gateway.errors import dumps, json_response
 from aotx_trio.gateway.routes_table import decode_json
-from aotx_trio.gateway.streams import open_stream
+from aotx_trio.gateway.streams import open_stream, sse_response
 
-IGNORED_AT_NEUTRAL = {"frequency_penalty": 0, "presence_penalty": 0, "logprobs": False,
-                      "parallel_tool_calls": None, "user": None, "store": False,
-                      "metadata": None, "stream_options": None}
+#: Parameters that do not change the answer: accepted with any value.
+IGNORED = {"user", "metadata", "store", "stream_options"}
+#: Knobs the engine does not have: accepted only at their neutral value (or null).
+NEUTRAL = {"frequency_penalty": 0, "presence_penalty": 0, "logprobs": False,
+           "parallel_tool_calls": None}
 KNOWN = {"model", "messages", "stream", "max_tokens", "max_completion_tokens",
-         "temperature", "top_p", "seed", "stop", "n"} | set(IGNORED_AT_NEUTRAL)
+         "temperature", "top_p", "seed", "stop", "n"} | IGNORED | set(NEUTRAL)
 FINISH = {"stop": "stop", "length": "length", "deadline_exceeded": "length",
           "cancelled": "stop", "error": "stop"}
 
@@ -67,9 +68,8 @@ def _params(principal: Principal, body: Any) -> tuple[dict[str, Any], bool, bool
     for key, value in body.items():
         if key not in KNOWN:
             raise _bad(f"unsupported parameter {key!r}", key, "unsupported_parameter")
-        if key in IGNORED_AT_NEUTRAL and value not in (None, IGNORED_AT_NEUTRAL[key]) \
-                and key not in ("user", "metadata", "stream_options", "store"):
-            raise _bad(f"{key} is not supported (only {IGNORED_AT_NEUTRAL[key]!r})", key,
+        if key in NEUTRAL and value not in (None, NEUTRAL[key]):
+            raise _bad(f"{key} is not supported (only {NEUTRAL[key]!r})", key,
                        "unsupported_parameter")
     if body.get("n", 1) != 1:
         raise _bad("n must be 1", "n", "unsupported_parameter")
@@ -88,12 +88,21 @@ def _params(principal: Principal, body: Any) -> tuple[dict[str, Any], bool, bool
     return params, stream, usage
 
 
-def _chunk(cid: str, created: int, model: str, delta: dict[str, Any],
-           finish: str | None) -> bytes:
-    doc = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
-           "choices": [{"index": 0, "delta": delta, "finish_reason": finish,
-                        "logprobs": None}]}
+def _data(doc: Any) -> bytes:
+    """One SSE event of the chat stream (no event name, no id: OpenAI's framing)."""
     return b"data: " + dumps(doc).encode("utf-8") + b"\n\n"
+
+
+def _chunk(cid: str, created: int, model: str, delta: dict[str, Any] | None,
+           finish: str | None, usage: Any = None) -> bytes:
+    """A ``chat.completion.chunk``; ``delta`` None is the usage-only chunk."""
+    doc: dict[str, Any] = {"id": cid, "object": "chat.completion.chunk", "created": created,
+                           "model": model, "choices": [] if delta is None else [
+                               {"index": 0, "delta": delta, "finish_reason": finish,
+                                "logprobs": None}]}
+    if delta is None:
+        doc["usage"] = usage
+    return _data(doc)
 
 
 async def chat_completions(client: DeviceClient, auth: Authenticator) -> Response:
@@ -131,8 +140,7 @@ async def chat_completions(client: DeviceClient, auth: Authenticator) -> Respons
             yield _chunk(cid, created, model, {"role": "assistant", "content": ""}, None)
             async for kind, value in receive:
                 if kind == "error":
-                    err = _openai(value).envelope()
-                    yield b"data: " + json.dumps(err).encode() + b"\n\n"
+                    yield _data(_openai(value).envelope())
                     break
                 if kind == "item" and "text" in value:
                     yield _chunk(cid, created, model, {"content": value["text"]}, None)
@@ -140,16 +148,10 @@ async def chat_completions(client: DeviceClient, auth: Authenticator) -> Respons
                     yield _chunk(cid, created, model, {},
                                  FINISH.get(value["finish_reason"], "stop"))
                     if with_usage:
-                        doc = {"id": cid, "object": "chat.completion.chunk",
-                               "created": created, "model": model, "choices": [],
-                               "usage": value["usage"]}
-                        yield b"data: " + dumps(doc).encode("utf-8") + b"\n\n"
+                        yield _chunk(cid, created, model, None, None, value["usage"])
             yield b"data: [DONE]\n\n"
 
-    response = Response(body(), status=200, content_type="text/event-stream")
-    response.headers["Cache-Control"] = "no-store"
-    response.timeout = None
-    return response
+    return sse_response(body())
 
 
 async def list_models(client: DeviceClient, auth: Authenticator) -> Response:

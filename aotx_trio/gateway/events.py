@@ -21,10 +21,8 @@ carrying the error envelope's object.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import trio
@@ -33,7 +31,8 @@ from quart import Response, current_app, request
 from aotx_trio import errors
 from aotx_trio.client import SLOW_CONSUMER, DeviceClient
 from aotx_trio.gateway.auth import Principal
-from aotx_trio.gateway.streams import open_stream
+from aotx_trio.gateway.errors import dumps
+from aotx_trio.gateway.streams import open_stream, sse_response
 from aotx_trio.vocab import is_decimal
 
 log = logging.getLogger("aotx.gateway")
@@ -58,8 +57,7 @@ def _offset(operation: str) -> int:
 
 def _event(kind: str, data: Any, event_id: str | None = None) -> bytes:
     lines = [] if event_id is None else [f"id: {event_id}"]
-    lines += [f"event: {kind}", "data: " + json.dumps(data, separators=(",", ":"),
-                                                      ensure_ascii=False)]
+    lines += [f"event: {kind}", "data: " + dumps(data)]
     return ("\n".join(lines) + "\n\n").encode("utf-8")
 
 
@@ -79,40 +77,37 @@ async def operation_events(client: DeviceClient, principal: Principal,
         if own is not None:
             own.sse_subscribers.inc()
         try:
-            async with contextlib.aclosing(_frames()) as frames:
-                async for chunk in frames:
-                    yield chunk
+            async with receive:
+                yield b": aotx operation events\n\n"
+                while True:
+                    with trio.move_on_after(keepalive) as idle:
+                        try:
+                            kind, value = await receive.receive()
+                        except trio.EndOfChannel:
+                            return
+                    if idle.cancelled_caught:
+                        yield b": keepalive\n\n"
+                        continue
+                    frame = from_message(kind, value)
+                    if frame:
+                        yield frame
         finally:
             if own is not None:
                 own.sse_subscribers.dec()
 
-    async def _frames() -> AsyncGenerator[bytes, None]:
-        async with receive:
-            yield b": aotx operation events\n\n"
-            while True:
-                with trio.move_on_after(keepalive) as idle:
-                    try:
-                        kind, value = await receive.receive()
-                    except trio.EndOfChannel:
-                        return
-                if idle.cancelled_caught:
-                    yield b": keepalive\n\n"
-                    continue
-                if kind == "item" and "end" in value:
-                    total = value["receipt"]["result"]["bytes"]   # a resume gets the end only
-                    yield _event("end", {"status": value["end"], "receipt": value["receipt"]},
-                                 f"{operation}/{total}")
-                elif kind == "item":
-                    yield _event("output", value, f"{operation}/{value['next_offset']}")
-                elif kind == "stop" and value == SLOW_CONSUMER:
-                    if own is not None:
-                        own.sse_dropped.labels(SLOW_CONSUMER).inc()
-                    yield _event("dropped", {"reason": SLOW_CONSUMER})
-                elif kind == "error":
-                    yield _event("error", value.envelope()["error"])
+    def from_message(kind: str, value: Any) -> bytes:
+        if kind == "item" and "end" in value:
+            total = value["receipt"]["result"]["bytes"]   # a resume gets the end only
+            return _event("end", {"status": value["end"], "receipt": value["receipt"]},
+                          f"{operation}/{total}")
+        if kind == "item":
+            return _event("output", value, f"{operation}/{value['next_offset']}")
+        if kind == "stop" and value == SLOW_CONSUMER:
+            if own is not None:
+                own.sse_dropped.labels(SLOW_CONSUMER).inc()
+            return _event("dropped", {"reason": SLOW_CONSUMER})
+        if kind == "error":
+            return _event("error", value.envelope()["error"])
+        return b""          # "stop" for another reason: the channel ends next
 
-    response = Response(body(), status=200, content_type="text/event-stream")
-    response.headers["Cache-Control"] = "no-store"
-    response.headers["X-Accel-Buffering"] = "no"
-    response.timeout = None
-    return response
+    return sse_response(body())

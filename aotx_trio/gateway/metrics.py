@@ -151,10 +151,6 @@ class _Snapshot(Collector):
                                 value=int(j.get("pending_bytes", 0)))
         yield GaugeMetricFamily("aotx_journal_hold", "1 while the journal holds writes",
                                 value=1 if j.get("hold") else 0)
-        for key in ("tick_seconds", "fsync_seconds"):
-            if key in j:
-                yield _histogram(f"aotx_journal_{key}", f"journal {key.split('_')[0]} latency",
-                                 j[key])
 
 
 def _histogram(name: str, help_: str, h: dict[str, Any]) -> HistogramMetricFamily:

@@ -12,10 +12,11 @@ channel, which ends the pump and so cancels the stream at the runtime.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 import trio
-from quart import current_app
+from quart import Response, current_app
 
 from aotx_trio import errors
 from aotx_trio._process import leaves
@@ -54,3 +55,13 @@ async def open_stream(client: DeviceClient, method: str, params: dict[str, Any],
     nursery: trio.Nursery = current_app.nursery   # type: ignore[attr-defined]
     opened = await nursery.start(pump)
     return opened, receive
+
+
+def sse_response(body: AsyncIterator[bytes]) -> Response:
+    """A ``text/event-stream`` response of ``body``: no caching, no proxy buffering,
+    and no response timeout (the stream lives as long as the client reads it)."""
+    response = Response(body, status=200, content_type="text/event-stream")
+    response.headers["Cache-Control"] = "no-store"
+    response.headers["X-Accel-Buffering"] = "no"
+    response.timeout = None
+    return response

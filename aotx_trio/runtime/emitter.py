@@ -323,7 +323,6 @@ class Emitter:
         self.failures = 0
         self.last_error: OSError | None = None
         self._wake = trio.Event()
-        self._saved = trio.Event()     # any save (watchers of the save state)
         # (record index, tie-break, event) of each waiter, a min-heap: a save wakes only
         # the waiters whose record it saved, not every waiter on every tick
         self._waiters: list[tuple[int, int, trio.Event]] = []
@@ -390,8 +389,6 @@ class Emitter:
     def _wake_saved(self) -> None:
         while self._waiters and self._waiters[0][0] < self.saved_records:
             heapq.heappop(self._waiters)[2].set()
-        event, self._saved = self._saved, trio.Event()
-        event.set()
 
     async def flush(self) -> None:
         """Wait until every record enqueued so far is saved."""

@@ -88,17 +88,14 @@ class Executor:
         self._send, self._receive = trio.open_memory_channel[Job](queue_size)
         self._waiting: deque[Job] = deque()
         self._running: dict[int, list[Job]] = {}   # id(model) -> its group
-        self._known: set[str] = set()                 # op ids handed over, not yet done
-        self._cancel_early: set[str] = set()          # cancelled before they were taken
-        self._jobs: dict[str, Job] = {}               # op id -> job, until it ends
+        self._jobs: dict[str, Job] = {}               # op id -> job handed over, until it ends
         self._ended: dict[str, Job] = {}              # ephemeral jobs that ended, untaken
         self._changed = trio.Event()                  # set (and replaced) on any progress
         self.histories: dict[str, list[Turn]] = {}
-        self.completed = 0
         self.steps = 0
         self.prefill_tokens = 0
         self.output_tokens = 0
-        self.finished: dict[str, int] = {}            # status -> inputs ended so
+        self.finished: dict[str, int] = {}            # status -> inputs ended so far
         self.ttft = Histogram()                       # start of execution -> first token
         self.max_group = 0            # the most inputs one step has run together
         self.page_waits = 0           # times an input waited for KV pages
@@ -106,34 +103,23 @@ class Executor:
 
     # -- the handler's side ------------------------------------------------------------
     def knows(self, op_id: str) -> bool:
-        return op_id in self._known
+        return op_id in self._jobs
 
     def submit(self, job: Job) -> None:
         """Queue a saved admission (its turn joins the conversation's history now, so
         later inputs see it in input order)."""
         self._send.send_nowait(job)
-        self._known.add(job.op_id)
         self._jobs[job.op_id] = job
         if not job.ephemeral:
             self.histories.setdefault(job.conversation, []).append(job.turn)
 
     def cancel(self, op_id: str) -> None:
-        """A saved cancellation of ``op_id``: a waiting input ends ``cancelled`` at once,
-        a running one before its next step (keeping the bytes it produced); an input
-        that already ended is left as it is."""
-        for job in self._waiting:
-            if job.op_id == op_id:
-                self._waiting.remove(job)
-                self._finish(job, "cancelled")
-                return
-        for group in self._running.values():
-            for job in group:
-                if job.op_id == op_id:
-                    job.cancelled = True
-                    return
-        # not handed over yet (its queue entry is still in the channel)
-        if op_id in self._known:
-            self._cancel_early.add(op_id)
+        """A saved cancellation of ``op_id``: the input ends ``cancelled`` at the next
+        round, before it runs (a waiting one) or before its next step (a running one,
+        keeping the bytes it produced); an input that already ended is left as it is."""
+        job = self._jobs.get(op_id)
+        if job is not None:
+            job.cancelled = True
 
     def output(self, op_id: str) -> bytes | None:
         """The bytes a waiting or running input has produced so far (within the result
@@ -153,10 +139,6 @@ class Executor:
         """An ephemeral job once it ended (taken: a second call answers None)."""
         return self._ended.pop(op_id, None)
 
-    def live(self, op_id: str) -> Job | None:
-        """A job that has not ended yet (waiting or running)."""
-        return self._jobs.get(op_id)
-
     async def wait_progress(self) -> None:
         """Return after the next round that produced bytes or ended an input."""
         await self._changed.wait()
@@ -164,6 +146,11 @@ class Executor:
     def _progressed(self) -> None:
         event, self._changed = self._changed, trio.Event()
         event.set()
+
+    @property
+    def completed(self) -> int:
+        """Inputs that ended, any status."""
+        return sum(self.finished.values())
 
     def queued(self) -> int:
         return len(self._waiting) + self._receive.statistics().current_buffer_used
@@ -194,8 +181,7 @@ class Executor:
                 self._waiting.append(self._receive.receive_nowait())
             except trio.WouldBlock:
                 break
-        for job in [j for j in self._waiting if j.op_id in self._cancel_early]:
-            self._cancel_early.discard(job.op_id)
+        for job in [j for j in self._waiting if j.cancelled]:
             self._waiting.remove(job)
             self._finish(job, "cancelled")
         now = self.clock()
@@ -350,7 +336,6 @@ class Executor:
         group = self._running.get(id(job.model))
         if group is not None and job in group:
             group.remove(job)
-        self._known.discard(job.op_id)
         self._jobs.pop(job.op_id, None)
         job.turn.output = result if status in ("succeeded", "cancelled",
                                                "deadline_exceeded") else b""
@@ -361,11 +346,10 @@ class Executor:
             try:
                 self.device.complete(job.op_id, status, result, len(job.prompt),
                                      len(job.out_tokens))
-            except errors.AotxError as exc:   # e.g. cancelled meanwhile (a later issue)
+            except errors.AotxError as exc:   # a device refusal: logged, nothing to retry
                 log.warning("completing %s failed: %s", job.op_id, exc)
             self.saver.wake()
         self._progressed()
-        self.completed += 1
         self.finished[status] = self.finished.get(status, 0) + 1
         if self.on_complete is not None:
             self.on_complete(job, status)

@@ -12,7 +12,6 @@ over the Unix socket.
 
 from __future__ import annotations
 
-import base64
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, Protocol
@@ -134,6 +133,7 @@ class ServiceHandler:
     async def _capabilities(self, params: Mapping[str, Any]) -> dict[str, Any]:
         caps = native.capacities()
         usage = self.device.usage()
+        runs = self.executor is not None and bool(self.models.text)
         tables = ("participants", "spaces", "conversations", "members", "receipts")
         return {
             "lineage": self.lineage,
@@ -145,8 +145,7 @@ class ServiceHandler:
                        "max_text_bytes": vocab.MAX_TEXT_BYTES, "max_media": vocab.MAX_MEDIA,
                        "media_link_bytes": vocab.MEDIA_LINK_BYTES},
             "models": self.models.describe(),
-            "features": {"inputs": self.executor is not None and bool(self.models.text),
-                         "events": False, "cancellations": False,
+            "features": {"inputs": runs, "events": runs, "cancellations": runs,
                          "memory": False, "publications": False, "media": False},
             "save": render.render_save(self.save_state()),
         }
@@ -167,9 +166,6 @@ class ServiceHandler:
                                            "hold": save.hold}}
         if self.executor is not None:
             out["executor"] = self.executor.metrics()
-        timing = getattr(self.saver, "metrics", None)
-        if callable(timing):
-            out["journal"].update(timing())
         return out
 
     async def _save_state(self, params: Mapping[str, Any]) -> dict[str, Any]:
@@ -240,11 +236,7 @@ class ServiceHandler:
         return {
             "operation": format_id(vocab.PREFIXES["operation"], self.lineage, op),
             "status": receipt.status,
-            "offset": offset,
-            "length": len(data),
-            "data": base64.b64encode(data).decode("ascii"),
-            "text": render.text_or_none(data),
-            "next_offset": offset + len(data),
+            **render.render_span(offset, data),
             "total": total,
             "finished": receipt.status in TERMINAL,
             "input_tokens": receipt.input_tokens,
@@ -334,11 +326,7 @@ class ServiceHandler:
         op = validate.parse_id("operation", params.get("operation"), self.lineage)
         offset = validate.offset(params)
         first = self.device.receipt(grants, key, op)
-
-        def chunk(pos: int, data: bytes) -> dict[str, Any]:
-            return {"offset": pos, "length": len(data), "next_offset": pos + len(data),
-                    "data": base64.b64encode(data).decode("ascii"),
-                    "text": render.text_or_none(data)}
+        chunk = render.render_span
 
         async def items() -> AsyncIterator[dict[str, Any]]:
             pos = offset

@@ -20,9 +20,10 @@ from dataclasses import dataclass
 from aotx_trio.engine import Engine
 
 
-@dataclass
+@dataclass(eq=False)
 class Turn:
-    """One input of a conversation and, once it ran, the model's output."""
+    """One input of a conversation and, once it ran, the model's output.  Compared by
+    identity: two equal inputs of one conversation are two turns."""
 
     label: str                  # the participant's principal name
     text: bytes

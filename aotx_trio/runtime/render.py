@@ -7,6 +7,7 @@ functions over :mod:`aotx_trio.device` views; nothing here touches the device.
 
 from __future__ import annotations
 
+import base64
 import errno
 from typing import Any
 
@@ -131,6 +132,14 @@ def render_conversation(v: dev.Conversation, lineage: str) -> dict[str, Any]:
 def render_page(items: list[dict[str, Any]], next_cursor: int) -> dict[str, Any]:
     """A list page: ``next_cursor`` is null at the end."""
     return {"items": items, "next_cursor": str(next_cursor) if next_cursor else None}
+
+
+def render_span(offset: int, data: bytes) -> dict[str, Any]:
+    """A span of an operation's output bytes: exact base64, its length, where the next
+    read starts, and the text only when the span is complete UTF-8."""
+    return {"offset": offset, "length": len(data),
+            "data": base64.b64encode(data).decode("ascii"), "text": text_or_none(data),
+            "next_offset": offset + len(data)}
 
 
 def text_or_none(data: bytes) -> str | None:
