@@ -28,6 +28,7 @@
     │   ├── UnsupportedProfile       unsupported_profile                             500
     │   └── FrameError               frame_invalid        service-socket framing     500
     ├── DeadlineExceeded             deadline_exceeded    execution deadline passed  504
+    ├── UpstreamFailure              upstream_failure     the runtime / an upload    502
     ├── ConfigError                  config_error         names the key              500
     └── NativeError                  any other native error (<0)                     500
         └── DiskError                disk_error           write / fsync failed       500
@@ -203,6 +204,15 @@ class DeadlineExceeded(AotxError):
 
     default_code = "deadline_exceeded"
     status = 504
+
+
+class UpstreamFailure(AotxError):
+    """Something past the router failed: the runtime before a typed envelope
+    (``upstream_failure``), its identity (``attestation_mismatch``), a store blob
+    (``blob_missing``) or a direct upload (``upload_failed``); ``code=`` picks."""
+
+    default_code = "upstream_failure"
+    status = 502
 
 
 class ConfigError(AotxError):
