@@ -268,6 +268,7 @@ class Receipt:
     output_tokens: int
     save: SaveState                 # the journal's state when read
     saved_by: SaveId | None = None  # the save that acknowledged the admission (None: unsaved)
+    input_index: int = 0            # INPUT: 1-based place in its conversation's input order
 
     @property
     def terminal(self) -> bool:
@@ -335,7 +336,8 @@ def _receipt(v: Any) -> Receipt:
                        file_incarnation=int(v.file_incarnation), generation=int(v.generation),
                        boot=int(v.boot), commit_digest=_hex(v.commit_digest, 32),
                        disk_error=int(v.disk_error), hold=int(v.hold)),
-        saved_by=_save_id(v.admission_save) if v.admission_save_known else None)
+        saved_by=_save_id(v.admission_save) if v.admission_save_known else None,
+        input_index=int(v.input_index))
 
 
 def _save_id(v: Any) -> SaveId:
@@ -474,6 +476,31 @@ class Device:
         check(lib.aotx_device_conversation(self._handle, grants, _hex16(actor, "actor"),
                                            _hex16(conversation, "conversation"), out))
         return _conversation(out)
+
+    def conversation_inputs(self, grants: int, actor: str | None, conversation: str,
+                            cursor: int = 0, limit: int = 100,
+                            ) -> tuple[list[Receipt], int, int]:
+        """(live INPUT receipts after input ``cursor`` in input order, the next cursor
+        (0: none later), the event floor: inputs at or below it are retired).  ``actor``
+        None is the runtime's own read (no grant or right check)."""
+        out = ffi.new("aotx_receipt_view[]", max(limit, 1))
+        n = ffi.new("uint32_t *")
+        nxt = ffi.new("uint64_t *")
+        floor = ffi.new("uint64_t *")
+        who = ffi.NULL if actor is None else _hex16(actor, "actor")
+        check(lib.aotx_device_conversation_inputs(
+            self._handle, grants, who, _hex16(conversation, "conversation"),
+            _u64(cursor, "cursor"), _u32(limit, "limit"), out, n, nxt, floor))
+        return [_receipt(out[i]) for i in range(n[0])], int(nxt[0]), int(floor[0])
+
+    def canonical(self, op_id: str) -> bytes:
+        """The runtime's own read of a live receipt's canonical operation bytes."""
+        key = _hex16(op_id, "op_id")
+        n = ffi.new("uint32_t *")
+        check(lib.aotx_device_canonical(self._handle, key, ffi.NULL, 0, n))
+        buf = ffi.new("uint8_t[]", max(int(n[0]), 1))
+        check(lib.aotx_device_canonical(self._handle, key, buf, n[0], n))
+        return bytes(ffi.buffer(buf, n[0]))
 
     def usage(self) -> Usage:
         u = ffi.new("aotx_device_usage *")

@@ -198,6 +198,7 @@ typedef struct aotx_receipt_view {
     uint8_t admission_save_known;
     uint8_t reserved2[7];
     aotx_save_id admission_save;
+    uint64_t input_index;       /* INPUT: 1-based place in its conversation's input order; else 0 */
 } aotx_receipt_view;
 
 typedef struct aotx_participant_view {
@@ -286,6 +287,22 @@ int aotx_device_conversations(aotx_device *d, uint32_t grants, const uint8_t act
                               uint64_t *out_next);
 int aotx_device_conversation(aotx_device *d, uint32_t grants, const uint8_t actor[16],
                              const uint8_t conversation[16], aotx_conversation_view *out);
+
+/* A conversation's events: its live INPUT receipts in input order with
+ * input_index > cursor, at most `limit`; *out_next = the last row's index
+ * (0 when no later input is live); *out_floor = the event floor: every input
+ * at or below it is retired (the lowest live index - 1, or the input count
+ * when none is live).  A NULL actor is the runtime's own read (no grant or
+ * right check: its executor builds contexts from it); others need read on the
+ * conversation's space and see other participants' receipts as foreign. */
+int aotx_device_conversation_inputs(aotx_device *d, uint32_t grants, const uint8_t *actor,
+                                    const uint8_t conversation[16], uint64_t cursor,
+                                    uint32_t limit, aotx_receipt_view *out, uint32_t *out_n,
+                                    uint64_t *out_next, uint64_t *out_floor);
+/* The runtime's own read of a live receipt's canonical operation bytes (no
+ * right check): copies min(cap, length) bytes, *out_len = the length. */
+int aotx_device_canonical(aotx_device *d, const uint8_t op_id[16], uint8_t *buf, size_t cap,
+                          uint32_t *out_len);
 
 /* Table usage (tests, capabilities). */
 typedef struct aotx_device_usage {

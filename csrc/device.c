@@ -505,7 +505,7 @@ void dev_apply(aotx_device *d, const dev_plan *pl, uint64_t record) {
     }
     case AOTX_KIND_INPUT:
         d->conversations[pl->conversation].inputs++;
-        break;
+        break;   /* the receipt takes the new count as its input_index below */
     case AOTX_KIND_CANCEL: {
         dev_receipt *t = &d->receipts[pl->target_receipt];
         if (!terminal_status(t->status)) t->cancel_requested = 1;
@@ -543,6 +543,7 @@ void dev_apply(aotx_device *d, const dev_plan *pl, uint64_t record) {
         r->has_terminal_record = 1;
         r->terminal_record = record;
     }
+    if (q->kind == AOTX_KIND_INPUT) r->input_index = d->conversations[pl->conversation].inputs;
     r->canon_len = pl->canon_len;
     memcpy(r->canon, pl->canon, pl->canon_len);
     r->result_len = pl->result_len;

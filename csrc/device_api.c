@@ -93,6 +93,21 @@ int aotx_device_conversation(aotx_device *d, uint32_t grants, const uint8_t acto
     LOCKED(dev_conversation_locked(d, grants, actor, conversation, out));
 }
 
+int aotx_device_conversation_inputs(aotx_device *d, uint32_t grants, const uint8_t *actor,
+                                    const uint8_t conversation[16], uint64_t cursor,
+                                    uint32_t limit, aotx_receipt_view *out, uint32_t *out_n,
+                                    uint64_t *out_next, uint64_t *out_floor) {
+    if (!d) return AOTX_E_INVALID_ARGUMENT;
+    LOCKED(dev_conversation_inputs_locked(d, grants, actor, conversation, cursor, limit, out,
+                                          out_n, out_next, out_floor));
+}
+
+int aotx_device_canonical(aotx_device *d, const uint8_t op_id[16], uint8_t *buf, size_t cap,
+                          uint32_t *out_len) {
+    if (!d) return AOTX_E_INVALID_ARGUMENT;
+    LOCKED(dev_canonical_locked(d, op_id, buf, cap, out_len));
+}
+
 int aotx_device_recover(aotx_device *d, aotx_journal_reader *r, uint64_t *out_bad_record) {
     if (!d) return AOTX_E_INVALID_ARGUMENT;
     LOCKED(dev_recover_locked(d, r, out_bad_record));

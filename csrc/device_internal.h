@@ -72,6 +72,7 @@ typedef struct dev_receipt {
     uint8_t save_known;         /* `save` holds the admission's save */
     aotx_save_id save;          /* the save that acknowledged the admission (frozen) */
     uint32_t input_tokens, output_tokens;
+    uint64_t input_index;       /* INPUT: 1-based place in its conversation's input order */
     uint32_t canon_len;
     uint32_t result_len;
     uint8_t *canon;             /* [DEV_CANON_STRIDE] */
@@ -184,6 +185,12 @@ int dev_conversations_locked(aotx_device *d, uint32_t grants, const uint8_t acto
                              uint64_t *out_next);
 int dev_conversation_locked(aotx_device *d, uint32_t grants, const uint8_t actor[16],
                             const uint8_t conversation[16], aotx_conversation_view *out);
+int dev_conversation_inputs_locked(aotx_device *d, uint32_t grants, const uint8_t *actor,
+                                   const uint8_t conversation[16], uint64_t cursor,
+                                   uint32_t limit, aotx_receipt_view *out, uint32_t *out_n,
+                                   uint64_t *out_next, uint64_t *out_floor);
+int dev_canonical_locked(aotx_device *d, const uint8_t op_id[16], uint8_t *buf, size_t cap,
+                         uint32_t *out_len);
 int dev_recover_locked(aotx_device *d, aotx_journal_reader *r, uint64_t *out_bad_record);
 uint32_t dev_find_participant(const aotx_device *d, const uint8_t key[16]);
 uint32_t dev_find_space(const aotx_device *d, const uint8_t id[16]);

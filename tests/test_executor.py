@@ -15,8 +15,10 @@ from _gateway_env import ALL, TINY_MODEL, Env, embedded
 from aotx_trio import native
 from aotx_trio.engine import Engine
 from aotx_trio.runtime.executor import Executor
+from aotx_trio.runtime.history import label_of
 from aotx_trio.runtime.models import ModelSet, TextModel
 from aotx_trio.runtime.prompt import Turn, render
+from aotx_trio.vocab import principal_key
 
 pytestmark = pytest.mark.timeout(120)
 BASE = "/aotx/v1/shared"
@@ -101,7 +103,7 @@ async def test_an_input_runs_and_the_next_sees_the_history(tmp_path: Path) -> No
         assert done["result"]["input_tokens"] > 0
         first = await _result(env, "alice", receipt["operation"])
         model = tmp_path / "rt" / TINY_MODEL
-        turn1 = Turn("alice", b"Hello world")
+        turn1 = Turn(label_of(principal_key("alice")), b"Hello world")
         assert first == _offline(model, [], turn1, 6)
         # bob reads alice's result (a member with read), then asks in the same conversation
         assert await _result(env, "bob", receipt["operation"]) == first
@@ -110,7 +112,8 @@ async def test_an_input_runs_and_the_next_sees_the_history(tmp_path: Path) -> No
         assert (await _finished(env, "bob", r2["operation"]))["status"] == "succeeded"
         turn1.output = first
         second = await _result(env, "bob", r2["operation"])
-        assert second == _offline(model, [turn1], Turn("bob", b"the capital of France"), 5)
+        bob = Turn(label_of(principal_key("bob")), b"the capital of France")
+        assert second == _offline(model, [turn1], bob, 5)
 
 
 async def test_concurrent_inputs_share_one_batch(tmp_path: Path) -> None:

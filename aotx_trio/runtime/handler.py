@@ -21,7 +21,7 @@ import trio
 from aotx_trio import errors, native, vocab
 from aotx_trio.device import Device
 from aotx_trio.journal import SaveState
-from aotx_trio.runtime import render, validate
+from aotx_trio.runtime import history, render, validate
 from aotx_trio.runtime.executor import Executor, Job
 from aotx_trio.runtime.models import ModelSet, TextModel
 from aotx_trio.runtime.prompt import Turn, render_chat
@@ -278,8 +278,8 @@ class ServiceHandler:
             text = req.text if isinstance(req.text, bytes) else req.text.encode("utf-8")
             self.executor.submit(Job(
                 receipt.op_id, str(req.conversation), model,
-                Turn(str(params["principal"]), text), req.max_output_tokens,
-                req.temperature, req.top_p))
+                Turn(history.label_of(receipt.participant), text), req.max_output_tokens,
+                req.temperature, req.top_p, input_index=receipt.input_index))
         return {"receipt": render.render_receipt(receipt, self.lineage), "created": created}
 
     def _input_model(self, name: str, max_output_tokens: int) -> TextModel:
