@@ -21,7 +21,7 @@ import trio
 from aotx_trio import errors, native, vocab
 from aotx_trio.device import Device
 from aotx_trio.journal import SaveState
-from aotx_trio.runtime import history, render, validate
+from aotx_trio.runtime import conv_events, history, render, validate
 from aotx_trio.runtime.executor import Executor, Job
 from aotx_trio.runtime.models import ModelSet, TextModel
 from aotx_trio.runtime.prompt import Turn, render_chat
@@ -82,11 +82,13 @@ class ServiceHandler:
             "member.list": self._members,
             "conversation.list": self._conversations,
             "conversation.get": self._conversation,
+            "conversation.events": self._conversation_events,
             "operation.get": self._operation,
             "operation.result": self._result,
         }
         self._streams: dict[str, StreamMethod] = {"save.watch": self._watch_saves,
                                                   "operation.watch": self._watch_operation,
+                                                  "conversation.watch": self._watch_conversation,
                                                   "chat.generate": self._chat}
 
     async def call(self, method: str, params: dict[str, Any]) -> Any:
@@ -216,6 +218,21 @@ class ServiceHandler:
         con = validate.parse_id("conversation", params.get("conversation"), self.lineage)
         return render.render_conversation(self.device.conversation(grants, key, con),
                                           self.lineage)
+
+    async def _conversation_events(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        grants, key = self._caller(params)
+        con = validate.parse_id("conversation", params.get("conversation"), self.lineage)
+        cursor, limit = validate.cursor(params)
+        return conv_events.page(self.device, grants, key, con, cursor, limit, self.lineage)
+
+    async def _watch_conversation(self, params: Mapping[str, Any],
+                                  ) -> tuple[dict[str, Any], AsyncIterator[dict[str, Any]]]:
+        """``conversation.watch``: the conversation's events from ``cursor`` on, each
+        pushed once its admission is saved (runtime/conv_events.py)."""
+        con = validate.parse_id("conversation", params.get("conversation"), self.lineage)
+        cursor, _ = validate.cursor(params)
+        return await conv_events.watch(self.device, self.saver, lambda: self._caller(params),
+                                       con, cursor, self.lineage)
 
     async def _operation(self, params: Mapping[str, Any]) -> dict[str, Any]:
         grants, key = self._caller(params)
