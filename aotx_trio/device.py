@@ -22,6 +22,7 @@ from aotx_trio.journal import JournalReader
 from aotx_trio.native import check, error_for, ffi, lib
 from aotx_trio.vocab import (  # noqa: F401  (re-exported: the device's vocabulary)
     ALL_GRANTS,
+    FINISH_CODES,
     GRANT_MANAGE,
     GRANT_READ,
     GRANT_WRITE,
@@ -32,6 +33,7 @@ from aotx_trio.vocab import (  # noqa: F401  (re-exported: the device's vocabula
     SCOPES,
     STATUSES,
     Kind,
+    finish_of,
     format_id,
     parse_id,
 )
@@ -269,6 +271,7 @@ class Receipt:
     save: SaveState                 # the journal's state when read
     saved_by: SaveId | None = None  # the save that acknowledged the admission (None: unsaved)
     input_index: int = 0            # INPUT: 1-based place in its conversation's input order
+    finish: str | None = None       # null until terminal (vocab.finish_of)
 
     @property
     def terminal(self) -> bool:
@@ -337,7 +340,7 @@ def _receipt(v: Any) -> Receipt:
                        boot=int(v.boot), commit_digest=_hex(v.commit_digest, 32),
                        disk_error=int(v.disk_error), hold=int(v.hold)),
         saved_by=_save_id(v.admission_save) if v.admission_save_known else None,
-        input_index=int(v.input_index))
+        input_index=int(v.input_index), finish=finish_of(STATUSES[v.status], int(v.finish)))
 
 
 def _save_id(v: Any) -> SaveId:
@@ -398,13 +401,18 @@ class Device:
         check(lib.aotx_device_start(self._handle, _hex16(op_id, "op_id")))
 
     def complete(self, op_id: str, status: str, result: bytes = b"", input_tokens: int = 0,
-                 output_tokens: int = 0) -> None:
+                 output_tokens: int = 0, finish: str = "none") -> None:
+        """The terminal result of an INPUT; ``finish`` ``stop``/``length`` for a
+        succeeded one (journaled in the completion transfer)."""
         if status not in STATUSES:
             raise errors.InvalidInput(f"unknown status {status!r}", code="status_invalid",
                                       field="status")
+        if finish not in FINISH_CODES:
+            raise errors.InvalidInput(f"unknown finish {finish!r}", code="status_invalid",
+                                      field="finish")
         check(lib.aotx_device_complete(self._handle, _hex16(op_id, "op_id"),
-                                       STATUSES.index(status), result, len(result),
-                                       input_tokens, output_tokens))
+                                       STATUSES.index(status), FINISH_CODES.index(finish),
+                                       result, len(result), input_tokens, output_tokens))
 
     # -- reads --
     def receipt(self, grants: int, actor: str, op_id: str) -> Receipt:

@@ -50,6 +50,11 @@ enum {
     AOTX_STATUS_INTERRUPTED = 5,
     AOTX_STATUS_DEADLINE_EXCEEDED = 6,
 
+    /* why a succeeded INPUT stopped (completion byte 2); 0 for other statuses */
+    AOTX_FINISH_NONE = 0,
+    AOTX_FINISH_STOP = 1,       /* end of turn / end of sequence token */
+    AOTX_FINISH_LENGTH = 2,     /* max_output_tokens or the context ran out */
+
     AOTX_MEDIA_IMAGE = 1,
     AOTX_MEDIA_AUDIO = 2,
 
@@ -196,7 +201,8 @@ typedef struct aotx_receipt_view {
      * rebuilt alike by recovery (aotx_journal_save_of); zero while
      * admission_save_known is 0 */
     uint8_t admission_save_known;
-    uint8_t reserved2[7];
+    uint8_t finish;             /* AOTX_FINISH_* (succeeded INPUTs) */
+    uint8_t reserved2[6];
     aotx_save_id admission_save;
     uint64_t input_index;       /* INPUT: 1-based place in its conversation's input order; else 0 */
 } aotx_receipt_view;
@@ -258,8 +264,8 @@ int aotx_device_submit(aotx_device *d, uint32_t grants, const uint8_t actor[16],
 int aotx_device_start(aotx_device *d, const uint8_t op_id[16]);
 /* Executor: the terminal result of an INPUT (enqueues a COMPLETION transfer). */
 int aotx_device_complete(aotx_device *d, const uint8_t op_id[16], uint8_t status,
-                         const uint8_t *result, uint32_t len, uint32_t input_tokens,
-                         uint32_t output_tokens);
+                         uint8_t finish, const uint8_t *result, uint32_t len,
+                         uint32_t input_tokens, uint32_t output_tokens);
 
 /* Reads (check current grants AND stored rights). */
 int aotx_device_receipt(aotx_device *d, uint32_t grants, const uint8_t actor[16],

@@ -31,12 +31,12 @@ int aotx_device_start(aotx_device *d, const uint8_t op_id[16]) {
 }
 
 int aotx_device_complete(aotx_device *d, const uint8_t op_id[16], uint8_t status,
-                         const uint8_t *result, uint32_t len, uint32_t input_tokens,
-                         uint32_t output_tokens) {
+                         uint8_t finish, const uint8_t *result, uint32_t len,
+                         uint32_t input_tokens, uint32_t output_tokens) {
     if (!d) return AOTX_E_INVALID_ARGUMENT;
-    LOCKED(d->failed ? AOTX_E_DEVICE_STATE
-                     : dev_complete_locked(d, op_id, status, result, len, input_tokens,
-                                           output_tokens));
+    const dev_completion c = {.status = status, .finish = finish, .result = result, .len = len,
+                              .in_tok = input_tokens, .out_tok = output_tokens};
+    LOCKED(d->failed ? AOTX_E_DEVICE_STATE : dev_complete_locked(d, op_id, &c));
 }
 
 int aotx_device_receipt(aotx_device *d, uint32_t grants, const uint8_t actor[16],

@@ -62,6 +62,7 @@ void dev_receipt_view(aotx_device *d, uint32_t slot, bool foreign, aotx_receipt_
     out->input_tokens = r->input_tokens;
     out->output_tokens = r->output_tokens;
     out->input_index = r->input_index;
+    out->finish = r->finish;
     if (r->save_known && out->admission_saved) {
         out->admission_save_known = 1;
         out->admission_save = r->save;

@@ -95,3 +95,21 @@ def test_indices_survive_recovery(rig: Rig) -> None:
                [rig.dev.canonical(r.op_id) for r in before]
     finally:
         dev2.close()
+
+
+def test_finish_is_journaled_and_checked(rig: Rig) -> None:
+    _space, conv = _room(rig)
+    a, b, c, d = (rig.input(A, conv, text=f"t{i}") for i in range(4))
+    rig.journal.save()
+    assert rig.dev.receipt(ALL, A, a.op_id).finish is None          # not terminal yet
+    rig.dev.complete(a.op_id, "succeeded", b"x", 1, 1, finish="length")
+    rig.dev.complete(b.op_id, "succeeded", b"y", 1, 1, finish="stop")
+    refused("status_invalid", rig.dev.complete, c.op_id, "failed", b"", 0, 0, "stop")
+    rig.dev.complete(c.op_id, "failed")
+    rig.journal.save()
+    want = {a.op_id: "length", b.op_id: "stop", c.op_id: "error", d.op_id: "interrupted"}
+    _j, dev2, _r = recover_from(bytes(rig.journal.file))
+    try:
+        assert {op: dev2.receipt(ALL, A, op).finish for op in want} == want
+    finally:
+        dev2.close()

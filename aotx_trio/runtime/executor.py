@@ -344,7 +344,8 @@ class Executor:
         else:
             try:
                 self.device.complete(job.op_id, status, result, len(job.prompt),
-                                     len(job.out_tokens))
+                                     len(job.out_tokens),
+                                     job.finish if status == "succeeded" else "none")
             except errors.AotxError as exc:   # a device refusal: logged, nothing to retry
                 log.warning("completing %s failed: %s", job.op_id, exc)
             self.saver.wake()

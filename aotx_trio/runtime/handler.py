@@ -256,6 +256,7 @@ class ServiceHandler:
             **render.render_span(offset, data),
             "total": total,
             "finished": receipt.status in TERMINAL,
+            "finish": receipt.finish,
             "input_tokens": receipt.input_tokens,
             "output_tokens": receipt.output_tokens,
         }
