@@ -26,6 +26,7 @@ from aotx_trio.runtime.executor import Executor, Job
 from aotx_trio.runtime.models import ModelSet, TextModel
 from aotx_trio.runtime.prompt import Turn, render_chat
 from aotx_trio.runtime.state import RuntimeState
+from aotx_trio.runtime.stats import Histogram
 from aotx_trio.vocab import TERMINAL, format_id, grant_mask, principal_key
 
 READ_CHUNK = 65536
@@ -36,6 +37,8 @@ class Saver(Protocol):
     """The journal emitter as the handler sees it."""
 
     saved_records: int
+    tick_seconds: Histogram       # each saved tick, drain to ack
+    fsync_seconds: Histogram      # its fsync alone
 
     def wake(self) -> None: ...
     async def wait_saved(self, record_index: int) -> None: ...
@@ -165,7 +168,10 @@ class ServiceHandler:
         out: dict[str, Any] = {"models": models,
                                "journal": {"saved_records": save.saved_records,
                                            "pending_bytes": save.pending_bytes,
-                                           "hold": save.hold}}
+                                           "hold": save.hold,
+                                           "tick_seconds": self.saver.tick_seconds.snapshot(),
+                                           "fsync_seconds":
+                                               self.saver.fsync_seconds.snapshot()}}
         if self.executor is not None:
             out["executor"] = self.executor.metrics()
         return out
