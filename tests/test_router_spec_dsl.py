@@ -9,6 +9,7 @@ import base64
 import json
 import math
 import struct
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,7 +18,7 @@ from hypothesis import strategies as st
 
 from aotx_trio.errors import InvalidInput, UpstreamFailure
 from aotx_trio.router.records import check_spec
-from aotx_trio.router.spec_dsl import SYSTEM_FIELDS, Spec, parse_spec
+from aotx_trio.router.spec_dsl import SYSTEM_FIELDS, Spec, parse_spec, split_envelope
 from aotx_trio.router.specs import NAMES, default_spec
 
 
@@ -108,6 +109,30 @@ def test_embedding_spec_and_its_wire_rule() -> None:
         with pytest.raises(UpstreamFailure) as exc:
             e.wire_results(broken)  # type: ignore[arg-type]
         assert exc.value.code == "upstream_failure" and exc.value.status == 502
+
+
+def test_the_invoke_envelope_and_delivery() -> None:
+    req = {"texts": ["a"]}
+    assert split_envelope({"request": req}) == (req, None)
+    targets = [{"output_id": "a", "put_url": "https://b.storage.dev/x"}]
+    assert split_envelope({"request": req, "output_targets": targets}) == (req, targets)
+    for body, param, rule in (([], "body", "type"), ({}, "request", "required"),
+                              ({"request": []}, "request", "type"),
+                              ({"request": {}, "texts": ["a"]}, "texts", "unknown")):
+        with pytest.raises(InvalidInput) as exc:
+            split_envelope(body)
+        assert (exc.value.fields["param"], exc.value.fields["rule"]) == (param, rule)
+    e, t = parse_spec(default_spec("embedding")), parse_spec(default_spec("textgen"))
+    assert e.delivery(None) == "inline" and e.delivery(targets) == "upload"
+    assert t.delivery(None) == "inline"
+    with pytest.raises(InvalidInput) as exc:
+        t.delivery(targets)
+    assert exc.value.fields == {"param": "output_targets", "rule": "delivery"}
+    upload_only = parse_spec({**default_spec("embedding"), "results": {
+        **default_spec("embedding")["results"], "delivery": ["upload"]}})
+    with pytest.raises(InvalidInput) as exc:
+        upload_only.delivery(None)
+    assert exc.value.fields == {"param": "output_targets", "rule": "required"}
 
 
 # --------------------------------------------------------------------------- value rules
@@ -629,3 +654,71 @@ def test_the_wire_rule(fields: list[tuple[str, bool]], data: st.DataObject) -> N
                     None if value is None else base64.b64encode(value).decode())
             else:
                 assert got[f["name"]] == value
+
+
+def _oracle(constraints: list[dict[str, Any]], eff: dict[str, Any]) -> tuple[str, str] | None:
+    """The first constraint ``eff`` breaks, as (param, rule), by the documented table."""
+    ops = {"<": lambda a, b: a < b, "<=": lambda a, b: a <= b, ">": lambda a, b: a > b,
+           ">=": lambda a, b: a >= b, "==": lambda a, b: a == b, "!=": lambda a, b: a != b}
+    for c in constraints:
+        rule = c["rule"]
+        if rule == "compare":
+            a, b = eff.get(c["left"]), eff.get(c["right"])
+            if a is not None and b is not None and not ops[c["op"]](a, b):
+                return c["left"], "compare"
+            continue
+        if rule in ("requires", "forbids"):
+            if c["param"] in eff and any((p in eff) != (rule == "requires")
+                                         for p in c["params"]):
+                return c["param"], rule
+            continue
+        present = [p for p in c["params"] if p in eff]
+        n = len(present)
+        ok = {"exactly_one": n == 1, "at_most_one": n <= 1, "at_least_one": n >= 1}[rule]
+        if not ok:
+            return ",".join(present if n > 1 else c["params"]), rule
+    return None
+
+
+@PROPS
+@given(st.data())
+def test_constraints_agree_with_their_table(data: st.DataObject) -> None:
+    names = [f"p{i}" for i in range(data.draw(st.integers(2, 5)))]
+    params: list[dict[str, Any]] = []
+    for name in names:
+        p: dict[str, Any] = {"name": name, "type": "integer", "minimum": 0, "maximum": 5}
+        if data.draw(st.integers(0, 3)) == 0:
+            p["default"] = data.draw(st.integers(0, 5))
+        params.append(p)
+    constraints: list[dict[str, Any]] = []
+    for _ in range(data.draw(st.integers(1, 4))):
+        rule = data.draw(st.sampled_from(["exactly_one", "at_most_one", "at_least_one",
+                                          "requires", "forbids", "compare"]))
+        pick = data.draw(st.lists(st.sampled_from(names), min_size=2, max_size=len(names),
+                                  unique=True))
+        if rule == "compare":
+            constraints.append({"rule": rule, "left": pick[0], "right": pick[1],
+                                "op": data.draw(st.sampled_from(["<", "<=", ">", ">=",
+                                                                 "==", "!="]))})
+        elif rule in ("requires", "forbids"):
+            constraints.append({"rule": rule, "param": pick[0], "params": pick[1:]})
+        else:
+            constraints.append({"rule": rule, "params": pick})
+    s = parse_spec({"spec_dsl": 2, "params": params, "constraints": constraints})
+    request = data.draw(st.fixed_dictionaries({}, optional={n: st.integers(0, 5)
+                                                            for n in names}))
+    eff = {p["name"]: request.get(p["name"], p.get("default")) for p in params
+           if p["name"] in request or "default" in p}
+    expect = _oracle(constraints, eff)
+    if expect is None:
+        assert s.effective(request) == eff
+    else:
+        assert refused(s, request) == expect
+
+
+def test_the_format_doc_shows_the_default_specs() -> None:
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "formats" / "spec-dsl.md"
+           ).read_text(encoding="utf-8")
+    blocks = [json.loads(b.split("```", 1)[0]) for b in doc.split("```json\n")[1:]
+              if b.startswith("{\n  \"spec_dsl\"")]
+    assert blocks == [default_spec("textgen"), default_spec("embedding")]
