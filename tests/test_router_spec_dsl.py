@@ -169,6 +169,12 @@ def test_scalars_ranges_and_enums() -> None:
     assert refused(s, {"b": 1}) == ("b", "type")
     assert refused(s, {"o": {"k": [1, "2"]}}) == ("o.k[1]", "type")
     assert refused(s, {"o": {"k": [1, 2, 3]}}) == ("o.k", "max_items")
+    big = spec({"name": "x", "type": "number", "maximum": 10 ** 400},
+               {"name": "n", "type": "integer", "minimum": -(10 ** 400)})
+    assert big.effective({"x": 10 ** 399, "n": -(10 ** 399)}) == {"x": 10 ** 399,
+                                                                 "n": -(10 ** 399)}
+    assert refused(big, {"x": 10 ** 401}) == ("x", "maximum")
+    assert refused(big, {"x": math.inf}) == ("x", "finite")
 
 
 def test_constraints() -> None:

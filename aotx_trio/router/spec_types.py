@@ -93,7 +93,7 @@ def _parse_bounds(obj: dict[str, Any], path: str, rule: TypeRule) -> TypeRule:
             continue
         value = obj[key]
         ok = (isinstance(value, int) and not isinstance(value, bool)) if rule.type == "integer" \
-            else (is_number(value) and math.isfinite(value))
+            else (is_number(value) and (not isinstance(value, float) or math.isfinite(value)))
         if not ok:
             raise invalid(f"{path}.{key}", "type",
                           f"{path}.{key} must be a finite {rule.type}")

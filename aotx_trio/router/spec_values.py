@@ -93,7 +93,7 @@ def check_value(rule: TypeRule, value: Any, path: str, *, decode: bool = True) -
     got = type_of(value)
     if got != kind and not (kind == "number" and got == "integer"):
         raise invalid(path, "type", f"{path} must be {_article(kind)}, not {got}")
-    if kind == "number" and not math.isfinite(value):
+    if kind == "number" and isinstance(value, float) and not math.isfinite(value):
         raise invalid(path, "finite", f"{path} must be a finite number")
     if rule.enum is not None and not any((type_of(e) == got and e == value) or
                                          (kind == "number" and is_number(e) and e == value)
