@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from aotx_trio.errors import InvalidInput, UpstreamFailure
-from aotx_trio.router.records import check_spec
+from aotx_trio.router.records import check_manifest, check_spec
 from aotx_trio.router.spec_dsl import SYSTEM_FIELDS, Spec, parse_spec, split_envelope
 from aotx_trio.router.specs import NAMES, default_spec
 
@@ -295,6 +295,20 @@ def test_bad_specs_are_refused(doc: Any, param: str, rule: str) -> None:
     assert spec_refused(doc) == (param, rule)
     with pytest.raises(InvalidInput):
         check_spec(doc)
+
+
+def test_a_manifest_with_a_bad_spec_is_refused() -> None:
+    """records.check_manifest (publish, scratch revise) runs the whole spec check."""
+    bad = {**BASE, "params": [{"name": "n", "type": "integer", "maximum": 3, "default": 9}]}
+    manifest = {"model_type": "textgen",
+                "artifact": {"sha256": "0" * 64, "kind": "gguf", "size": 1},
+                "serving": {"runtime_release": {"name": "r", "source_commit": "0" * 40},
+                            "spec": bad}}
+    with pytest.raises(InvalidInput) as exc:
+        check_manifest(manifest)
+    assert exc.value.fields == {"param": "spec.params[0].default", "rule": "default"}
+    manifest["serving"]["spec"] = default_spec("textgen")
+    assert check_manifest(manifest).serving.spec == default_spec("textgen")
 
 
 @pytest.mark.parametrize("name", sorted(SYSTEM_FIELDS - {"inline_b64"}))

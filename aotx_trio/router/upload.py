@@ -61,36 +61,19 @@ async def put_all(targets: Sequence[Target], bodies: Sequence[bytes], policy: Up
         raise ValueError(f"{len(targets)} targets for {len(bodies)} bodies")
     failures: list[tuple[Target, _Failed]] = []
     ctx = _ssl_context(policy)
-    limiter = trio.CapacityLimiter(policy.max_concurrency)
+    work = iter(zip(targets, bodies, strict=True))   # shared: PUTs start in target order
 
-    async def one(t: Target, body: bytes, cancel: trio.CancelScope) -> None:
-        async with limiter:
-            try:
-                if not t.addresses:
-                    addresses, reason = await resolve(t, policy)
-                    if reason is not None:
-                        raise _Failed(reason)
-                    t = replace(t, addresses=addresses)
-                with trio.fail_after(policy.timeout_s):
-                    await _put(t, body, ctx, content_type)
-            except _Failed as exc:
-                failures.append((t, exc))
-            except trio.TooSlowError:
-                failures.append((t, _Failed("timeout")))
-            except (OSError, trio.BrokenResourceError, trio.ClosedResourceError,
-                    h11.ProtocolError) as exc:
-                cause = exc if isinstance(exc, ssl.SSLError) else exc.__cause__
-                if isinstance(cause, ssl.SSLError):   # trio wraps TLS failures
-                    failures.append((t, _Failed(f"tls:{type(cause).__name__}")))
-                else:
-                    failures.append((t, _Failed(f"connection:{type(exc).__name__}")))
-            else:
+    async def worker(cancel: trio.CancelScope) -> None:
+        for t, body in work:
+            failure = await _one(t, body, policy, ctx, content_type)
+            if failure is not None:
+                failures.append(failure)
+                cancel.cancel()
                 return
-            cancel.cancel()
 
     async with trio.open_nursery() as nursery:
-        for t, body in zip(targets, bodies, strict=True):
-            nursery.start_soon(one, t, body, nursery.cancel_scope)
+        for _ in range(min(policy.max_concurrency, len(targets))):
+            nursery.start_soon(worker, nursery.cancel_scope)
     if failures:
         failures.sort(key=lambda f: f[0].index)
         t, exc = failures[0]
@@ -105,6 +88,30 @@ async def put_all(targets: Sequence[Target], bodies: Sequence[bytes], policy: Up
                               f"{' ' + str(exc.status) if exc.status else ''}); the batch "
                               "reports no results", code="upload_failed", **fields)
     return [t.output_id for t in targets]
+
+
+async def _one(t: Target, body: bytes, policy: UploadPolicy, ctx: ssl.SSLContext,
+               content_type: str) -> tuple[Target, _Failed] | None:
+    """One PUT; its failure (None: a 2xx)."""
+    try:
+        if not t.addresses:
+            addresses, reason = await resolve(t, policy)
+            if reason is not None:
+                raise _Failed(reason)
+            t = replace(t, addresses=addresses)
+        with trio.fail_after(policy.timeout_s):
+            await _put(t, body, ctx, content_type)
+    except _Failed as exc:
+        return t, exc
+    except trio.TooSlowError:
+        return t, _Failed("timeout")
+    except (OSError, trio.BrokenResourceError, trio.ClosedResourceError,
+            h11.ProtocolError) as exc:
+        cause = exc if isinstance(exc, ssl.SSLError) else exc.__cause__
+        if isinstance(cause, ssl.SSLError):   # trio wraps TLS failures
+            return t, _Failed(f"tls:{type(cause).__name__}")
+        return t, _Failed(f"connection:{type(exc).__name__}")
+    return None
 
 
 async def _connect(t: Target) -> trio.SocketStream:
