@@ -104,6 +104,10 @@ def test_embedding_spec_and_its_wire_rule() -> None:
     assert e.wire_results(results, ["one", "two"]) == [
         {"output_id": "one", "dimension": 3}, {"output_id": "two", "dimension": 3}]
     assert e.results.upload_bodies(results) == [vec, vec]
+    assert e.wire_results(results, effective=eff) == e.wire_results(results)
+    with pytest.raises(UpstreamFailure) as exc:
+        e.wire_results(results[:1], effective=eff)
+    assert exc.value.fields == {"field": "results", "rule": "results"}
     for broken in ([{"embedding": vec}], [{"embedding": vec, "dimension": 3, "id": "x"}],
                    [{"embedding": "text", "dimension": 3}], "nope"):
         with pytest.raises(UpstreamFailure) as exc:

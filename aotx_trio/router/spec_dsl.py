@@ -95,9 +95,12 @@ class Spec:
         return len(effective[per_item]) if per_item is not None else 1
 
     def wire_results(self, results: list[dict[str, Any]],
-                     output_ids: Sequence[str] | None = None) -> list[dict[str, Any]]:
-        """See :meth:`Results.wire`."""
-        return self.results.wire(results, output_ids)
+                     output_ids: Sequence[str] | None = None,
+                     effective: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        """The results in HTTP JSON (see :meth:`Results.wire`); with ``effective``, also
+        checks there are :meth:`result_count` of them."""
+        expected = None if effective is None else self.result_count(effective)
+        return self.results.wire(results, output_ids, expected)
 
 
 def _copy(value: Any) -> Any:

@@ -18,6 +18,7 @@ A presigned URL is a bearer capability: no message, error field, log line or
 
 from __future__ import annotations
 
+import functools
 import logging
 import ssl
 from collections.abc import Sequence
@@ -46,7 +47,9 @@ class _Failed(Exception):
         self.status = status
 
 
+@functools.lru_cache(maxsize=16)
 def _ssl_context(policy: UploadPolicy) -> ssl.SSLContext:
+    """The client TLS context of a policy (built once: loading a trust store is slow)."""
     ctx = ssl.create_default_context(cafile=policy.ca_file)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     return ctx
