@@ -23,6 +23,7 @@ MAX_BINARY_BYTES = 64 << 20
 SHOWN = 80               # characters of caller input a message may quote
 _B64 = re.compile(r"[A-Za-z0-9+/]*={0,2}\Z")
 
+
 def shown(value: Any) -> str:
     """``value`` for a message: its repr cut to :data:`SHOWN` characters."""
     text = repr(value)
@@ -79,9 +80,6 @@ def type_of(value: Any) -> str:
 
 def is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-# --------------------------------------------------------------------------- values
 
 
 def check_value(rule: TypeRule, value: Any, path: str, *, decode: bool = True) -> Any:
