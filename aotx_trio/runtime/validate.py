@@ -202,6 +202,8 @@ class ChatRequest:
     top_p: float
     seed: int | None
     stop: tuple[bytes, ...]
+    #: a raw prompt, continued as is (no chat template): instead of ``messages``
+    prompt: bytes | None = None
 
 
 CHAT_ROLES = ("system", "developer", "user", "assistant")
@@ -214,7 +216,13 @@ def chat_request(params: Mapping[str, Any]) -> ChatRequest:
         raise errors.InvalidInput("model must name one of the runtime's models",
                                   field="model")
     raw = params.get("messages")
-    if not isinstance(raw, list) or not raw:
+    prompt = params.get("prompt")
+    if prompt is not None:
+        if raw is not None or not isinstance(prompt, str) or not prompt:
+            raise errors.InvalidInput("prompt must be a non-empty string, without messages",
+                                      field="prompt")
+        raw = []
+    elif not isinstance(raw, list) or not raw:
         raise errors.InvalidInput("messages must be a non-empty list", field="messages")
     messages = []
     for i, m in enumerate(raw):
@@ -238,4 +246,23 @@ def chat_request(params: Mapping[str, Any]) -> ChatRequest:
         temperature=_number(params, "temperature", 0.0, lambda v: 0 <= v <= 2),
         top_p=_number(params, "top_p", 1.0, lambda v: 0 < v <= 1),
         seed=None if seed is None else seed & 0xFFFFFFFFFFFFFFFF,
-        stop=tuple(x.encode("utf-8") for x in stop))
+        stop=tuple(x.encode("utf-8") for x in stop),
+        prompt=None if prompt is None else prompt.encode("utf-8"))
+
+
+MAX_EMBED_TEXTS = 256
+MAX_EMBED_TEXT_BYTES = 65536
+
+
+def embed_texts(params: Mapping[str, Any]) -> list[str]:
+    """An ``embed`` call's ``texts``: 1..256 strings of at most 64 KiB each."""
+    texts = params.get("texts")
+    if not isinstance(texts, list) or not 1 <= len(texts) <= MAX_EMBED_TEXTS:
+        raise errors.InvalidInput(f"texts must be a list of 1..{MAX_EMBED_TEXTS} strings",
+                                  field="texts")
+    for i, t in enumerate(texts):
+        if not isinstance(t, str) or len(t.encode("utf-8", "surrogatepass")) \
+                > MAX_EMBED_TEXT_BYTES:
+            raise errors.InvalidInput(f"texts.{i} must be a string of at most "
+                                      f"{MAX_EMBED_TEXT_BYTES} bytes", field=f"texts.{i}")
+    return list(texts)
