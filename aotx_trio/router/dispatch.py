@@ -59,6 +59,23 @@ def checker(want: Mapping[str, Any]) -> Check:
     return check
 
 
+def _one(group: BaseExceptionGroup[Any]) -> errors.AotxError:
+    """The error of a group whose leaves are all our errors (else the group again)."""
+    leaves: list[BaseException] = []
+    todo: list[BaseException] = [group]
+    while todo:
+        exc = todo.pop()
+        if isinstance(exc, BaseExceptionGroup):
+            todo.extend(exc.exceptions)
+        else:
+            leaves.append(exc)
+    if leaves and all(isinstance(e, errors.AotxError) for e in leaves):
+        first = leaves[-1]
+        assert isinstance(first, errors.AotxError)
+        return first
+    raise group
+
+
 def _runtime_error(exc: errors.AotxError) -> errors.AotxError:
     """A runtime refusal in the seed's codes (never a fallback: the error is final)."""
     if isinstance(exc, errors.InvalidInput):
@@ -84,19 +101,26 @@ async def textgen(link: RuntimeLink, caller: Caller, model: str, request: Mappin
               "seed": request.get("seed"), "stop": list(request.get("stop") or [])}
     parts: list[str] = []
     final: dict[str, Any] = {}
+    refused: errors.UpstreamFailure | None = None
     try:
         async with link.subscribe("chat.generate", params) as sub:
             seen = dict(sub.opened.get("identity") or {})
-            check(seen)
-            async for item in sub:
-                if "text" in item:
-                    parts.append(item["text"])
-                else:
-                    final = item
-    except errors.UpstreamFailure:
-        raise
+            try:
+                check(seen)
+            except errors.UpstreamFailure as exc:
+                refused = exc       # leaving the block cancels the generation
+            else:
+                async for item in sub:
+                    if "text" in item:
+                        parts.append(item["text"])
+                    else:
+                        final = item
+    except BaseExceptionGroup as group:     # the in-process transport's nursery
+        raise _runtime_error(_one(group)) from group
     except errors.AotxError as exc:
         raise _runtime_error(exc) from exc
+    if refused is not None:
+        raise refused
     if not final:
         raise errors.UpstreamFailure("the runtime ended the generation without a result",
                                      code="upstream_failure")
