@@ -12,11 +12,12 @@ import hashlib
 import json
 import re
 import uuid
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from aotx_trio.errors import FormatError, InvalidInput
+from aotx_trio.router.spec_dsl import parse_spec
 
 MODEL_TYPES = ("textgen", "embedding")
 MODEL_STATES = ("active", "deprecated", "disabled")
@@ -251,22 +252,12 @@ class Event(Doc):
     payload: dict[str, Any] = Field(default_factory=dict)
 
 
-def _bad_spec(message: str, param: str, rule: str) -> InvalidInput:
-    return InvalidInput(message, code="invalid_params", param=param, rule=rule)
-
-
 def check_spec(spec: Any) -> dict[str, Any]:
-    """The shape every serving spec must have (spec DSL v2's own rules are checked
-    by the spec module of the invoke slice)."""
-    if not isinstance(spec, dict):
-        raise _bad_spec("serving.spec must be an object", "spec", "type")
-    if spec.get("spec_dsl") != 2:
-        raise _bad_spec("serving.spec.spec_dsl must be 2", "spec.spec_dsl", "enum")
-    if not isinstance(spec.get("params", []), list):
-        raise _bad_spec("serving.spec.params must be a list", "spec.params", "type")
-    if not isinstance(spec.get("results", {}), dict):
-        raise _bad_spec("serving.spec.results must be an object", "spec.results", "type")
-    return spec
+    """``spec`` if it is a valid spec DSL v2 document (docs/formats/spec-dsl.md), checked
+    whole by :func:`~aotx_trio.router.spec_dsl.parse_spec`; else 422 ``invalid_params``
+    with ``param`` (a path such as ``spec.params[2].default``) and ``rule``."""
+    parse_spec(spec)
+    return cast(dict[str, Any], spec)
 
 
 def check_manifest(value: Any) -> Manifest:
