@@ -92,6 +92,8 @@ class Router(_Strict):
     reap_interval_s: Annotated[float, Field(gt=0, le=3600)] = 30.0
     #: invokes in flight at once in this gateway; one more is 429 over_capacity
     max_inflight_invokes: Annotated[int, Field(ge=1, le=65536)] = 64
+    #: where upload delivery may PUT (aotx_trio.router.upload.UploadPolicy.from_config)
+    upload: dict[str, Any] | None = None
 
 
 class GatewayConfig(_Strict):

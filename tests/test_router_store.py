@@ -350,7 +350,8 @@ async def test_scratch_sessions_and_revisions(reg: Registry, tmp_path: Path,
         draft = {"model_type": "textgen",
                  "serving": {"runtime_release": {"name": "scratch", "source_commit": COMMIT}}}
         r1 = await sc.revise(s.session_id, spec=SPEC, artifact=art, draft_manifest=draft)
-        r2 = await sc.revise(s.session_id, spec={**SPEC, "params": [{"name": "x", "type": "string"}]},
+        r2 = await sc.revise(s.session_id,
+                             spec={**SPEC, "params": [{"name": "x", "type": "string"}]},
                              artifact=art, draft_manifest=draft)
         assert (r1.generation, r2.generation) == (1, 2)
         rev, rev_sha = await sc.current(s.session_id)

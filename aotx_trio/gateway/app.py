@@ -117,13 +117,16 @@ def router_from_config(config: GatewayConfig, client: DeviceClient) -> RouterSer
     from aotx_trio.config import is_store_url
     from aotx_trio.router.backends import open_store
     from aotx_trio.router.registry import Registry
+    from aotx_trio.router.upload import UploadPolicy
 
+    upload = UploadPolicy.from_config(config.router.upload)
     store = open_store(url=config.store) if is_store_url(config.store) \
         else open_store(data=config.store)
     r = config.router
     return RouterService(Registry(store), client, Settings(
         index_refresh_s=r.index_refresh_s, rescan_interval_s=r.rescan_interval_s,
-        reap_interval_s=r.reap_interval_s, max_inflight_invokes=r.max_inflight_invokes))
+        reap_interval_s=r.reap_interval_s, max_inflight_invokes=r.max_inflight_invokes),
+        upload)
 
 
 def make_app_from_config(config: GatewayConfig, client: DeviceClient) -> QuartTrio:

@@ -2,20 +2,22 @@
 
 ``{"request": {...}, "output_targets": [...]?}`` is the platform-owned outer
 envelope (any other key is 422 ``invalid_params`` naming it).  :class:`Contract`
-wraps a manifest's ``serving.spec`` (spec DSL v2, ``spec_dsl.py``): the
+wraps a manifest's ``serving.spec`` (spec DSL v2, :mod:`.spec_dsl`): the
 effective request (defaults, enum-option overrides, validation), the output
-targets checked before any work (``upload.py``), and the delivery of results
-(inline, binary fields as ``<name>_b64``, or uploaded).
+targets checked and their hosts vetted before any work (:mod:`.upload`), and
+the delivery of results: inline (binary fields as ``<name>_b64``) or PUT to the
+targets (then the receipts: ``output_id`` + the non-binary fields).
 """
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from aotx_trio import errors
+from aotx_trio.router.spec_dsl import Spec, parse_spec
+from aotx_trio.router.upload import Target, UploadPolicy, check_targets, put_all, vet_targets
 
 ENVELOPE_KEYS = ("request", "output_targets")
 
@@ -46,30 +48,34 @@ def envelope(body: Any) -> Envelope:
 
 
 class Contract:
-    def __init__(self, spec: Mapping[str, Any]) -> None:
-        self.spec = spec
-        results = spec.get("results") or {}
-        self.binary = {str(f["name"]) for f in results.get("fields", [])
-                       if isinstance(f, dict) and f.get("type") == "binary"}
+    """One model's (or scratch revision's) contract, applied to one invoke."""
+
+    def __init__(self, spec: Mapping[str, Any] | Spec, policy: UploadPolicy) -> None:
+        self.spec = spec if isinstance(spec, Spec) else parse_spec(dict(spec))
+        self.policy = policy
 
     def effective(self, request: Mapping[str, Any]) -> dict[str, Any]:
-        names = {str(p.get("name")) for p in self.spec.get("params", []) if isinstance(p, dict)}
-        for key in request:
-            if key not in names:
-                raise _bad(f"parameter {str(key)[:80]!r} is not in the model's contract",
-                           str(key)[:80], "unknown")
-        out = {str(p["name"]): p["default"] for p in self.spec.get("params", [])
-               if isinstance(p, dict) and "default" in p}
-        out.update(request)
-        return out
+        return self.spec.effective(dict(request))
 
-    def check_targets(self, env: Envelope, request: Mapping[str, Any]) -> None:
-        if env.output_targets is not None:
+    async def targets(self, env: Envelope, effective: dict[str, Any]) -> list[Target] | None:
+        """The vetted upload targets (None: inline delivery); before any work."""
+        delivery = self.spec.results.delivery
+        if env.output_targets is None:
+            if "inline" not in delivery:
+                raise _bad("this model delivers by upload only: output_targets is required",
+                           "output_targets", "required")
+            return None
+        if "upload" not in delivery:
             raise _bad("this model's contract delivers inline only", "output_targets",
                        "delivery")
+        checked = check_targets(env.output_targets, self.spec.result_count(effective),
+                                self.policy)
+        return await vet_targets(checked, self.policy)
 
-    async def deliver(self, env: Envelope, results: list[dict[str, Any]],
+    async def deliver(self, targets: list[Target] | None, results: list[dict[str, Any]],
                       ) -> list[dict[str, Any]]:
-        return [{(f"{k}_b64" if k in self.binary else k):
-                 (base64.b64encode(v).decode("ascii") if k in self.binary else v)
-                 for k, v in r.items()} for r in results]
+        if targets is None:
+            return self.spec.wire_results(results)
+        bodies = self.spec.results.upload_bodies(results)
+        ids = await put_all(targets, bodies, self.policy)
+        return self.spec.wire_results(results, ids)

@@ -34,12 +34,15 @@ from aotx_trio.router.index import ModelIndex
 from aotx_trio.router.records import Revision
 from aotx_trio.router.registry import ModelView, Registry, ReleaseView
 from aotx_trio.router.scratch import Scratch
+from aotx_trio.router.spec_dsl import Spec
+from aotx_trio.router.upload import UploadPolicy
 
 log = logging.getLogger("aotx.router")
 
 STATE_FILTERS = ("active", "deprecated", "disabled", "all")
 REAP_INTERVAL_S = 30.0
 MAX_INFLIGHT = 64
+MAX_CACHED_SPECS = 1024
 
 
 def _bad(message: str, param: str, rule: str) -> errors.InvalidInput:
@@ -56,13 +59,15 @@ class Settings:
 
 class RouterService:
     def __init__(self, reg: Registry, link: RuntimeLink, settings: Settings | None = None,
-                 ) -> None:
+                 upload: UploadPolicy | None = None) -> None:
         self.reg = reg
         self.link = link
         self.settings = settings or Settings()
         self.index = ModelIndex(reg, interval_s=self.settings.index_refresh_s)
         self.scratch = Scratch(reg)
+        self.upload = upload or UploadPolicy()
         self.inflight = 0
+        self._specs: dict[str, Spec] = {}
 
     # ------------------------------------------------------------------ tasks
 
@@ -178,6 +183,15 @@ class RouterService:
 
     # ------------------------------------------------------------------ invoke
 
+    def _contract(self, key: str, spec: Mapping[str, Any]) -> contract.Contract:
+        """The parsed contract of a manifest or revision (cached by its sha256)."""
+        found = self._specs.get(key)
+        if found is None:
+            if len(self._specs) >= MAX_CACHED_SPECS:
+                self._specs.clear()
+            found = self._specs[key] = contract.Contract(spec, self.upload).spec
+        return contract.Contract(found, self.upload)
+
     def _admit(self) -> None:
         if self.inflight >= self.settings.max_inflight_invokes:
             raise errors.OverCapacity(
@@ -204,9 +218,9 @@ class RouterService:
         if rel.state == "disabled":
             raise errors.Forbidden(f"release {rel.release.name!r} is disabled",
                                    code="release_disabled", successor=rel.successor)
-        spec = contract.Contract(view.manifest.serving.spec)
+        spec = self._contract(view.manifest_sha256, view.manifest.serving.spec)
         request = spec.effective(envelope.request)
-        spec.check_targets(envelope, request)
+        targets = await spec.targets(envelope, request)
         release = rel.release
         missing, name = self._not_ready(view.manifest.model_type, release.artifact.sha256,
                                         release.engine_set.name if release.engine_set
@@ -218,7 +232,7 @@ class RouterService:
                 "artifact_sha256": release.artifact.sha256,
                 "descriptor_sha256": release.descriptor_sha256}
         results, seen = await self._run(view.manifest.model_type, name, request, caller, want)
-        wire = await spec.deliver(envelope, results)
+        wire = await spec.deliver(targets, results)
         identity: dict[str, Any] = {
             "model_id": view.model_id, "release": release.name,
             "source_commit": release.source_commit,
@@ -240,9 +254,9 @@ class RouterService:
         session = await self.scratch.renew(session_id)
         rev, rev_sha = await self.scratch.current(session_id)
         model_type = str(rev.draft_manifest.get("model_type"))
-        spec = contract.Contract(rev.spec)
+        spec = self._contract(rev.spec_sha256, rev.spec)
         request = spec.effective(envelope.request)
-        spec.check_targets(envelope, request)
+        targets = await spec.targets(envelope, request)
         missing, name = self._not_ready(model_type, rev.artifact.sha256, None,
                                         await self._identity())
         if missing or name is None:
@@ -250,7 +264,7 @@ class RouterService:
                                   code="scratch_not_ready", missing=missing)
         results, seen = await self._run(model_type, name, request, caller,
                                         {"artifact_sha256": rev.artifact.sha256})
-        wire = await spec.deliver(envelope, results)
+        wire = await spec.deliver(targets, results)
         identity = {
             "provenance": {"kind": "scratch"}, "session_id": session.session_id,
             "based_on": session.based_on,
