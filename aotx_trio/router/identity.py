@@ -56,12 +56,17 @@ def descriptor_sha256(descriptor: Mapping[str, Any]) -> str:
     return sha256_hex(Descriptor.model_validate(dict(descriptor)).body())
 
 
+def tree_listing(files: Iterable[tuple[str, str, int]]) -> bytes:
+    """The ``aotx.tree.v1`` listing of (relative path, sha256, size) files (canonical
+    JSON, files in path order as ``artifacts.store_artifact`` walks a folder)."""
+    rows = sorted(files, key=lambda f: Path(f[0]).parts)
+    return canonical({"kind": TREE_KIND,
+                      "files": [{"path": p, "sha256": s, "size": n} for p, s, n in rows]})
+
+
 def tree_sha256(files: Iterable[tuple[str, str, int]]) -> str:
     """The artifact sha256 of a folder of (relative path, sha256, size) files."""
-    rows = sorted(files, key=lambda f: Path(f[0]).parts)
-    listing = {"kind": TREE_KIND,
-               "files": [{"path": p, "sha256": s, "size": n} for p, s, n in rows]}
-    return sha256_hex(canonical(listing))
+    return sha256_hex(tree_listing(files))
 
 
 def expected(release: Release) -> dict[str, Any]:
