@@ -155,6 +155,12 @@ class DeviceClient:
                            conversation: str) -> dict[str, Any]:
         return await self._p("conversation.get", principal, actions, conversation=conversation)
 
+    async def conversation_events(self, principal: str, actions: Sequence[str],
+                                  conversation: str, cursor: str | None,
+                                  limit: int) -> dict[str, Any]:
+        return await self._p("conversation.events", principal, actions,
+                             conversation=conversation, cursor=cursor, limit=limit)
+
     async def operation(self, principal: str, actions: Sequence[str],
                         operation: str) -> dict[str, Any]:
         return await self._p("operation.get", principal, actions, operation=operation)

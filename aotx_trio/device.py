@@ -22,6 +22,7 @@ from aotx_trio.journal import JournalReader
 from aotx_trio.native import check, error_for, ffi, lib
 from aotx_trio.vocab import (  # noqa: F401  (re-exported: the device's vocabulary)
     ALL_GRANTS,
+    FINISH_CODES,
     GRANT_MANAGE,
     GRANT_READ,
     GRANT_WRITE,
@@ -32,6 +33,7 @@ from aotx_trio.vocab import (  # noqa: F401  (re-exported: the device's vocabula
     SCOPES,
     STATUSES,
     Kind,
+    finish_of,
     format_id,
     parse_id,
 )
@@ -268,6 +270,8 @@ class Receipt:
     output_tokens: int
     save: SaveState                 # the journal's state when read
     saved_by: SaveId | None = None  # the save that acknowledged the admission (None: unsaved)
+    input_index: int = 0            # INPUT: 1-based place in its conversation's input order
+    finish: str | None = None       # null until terminal (vocab.finish_of)
 
     @property
     def terminal(self) -> bool:
@@ -335,7 +339,8 @@ def _receipt(v: Any) -> Receipt:
                        file_incarnation=int(v.file_incarnation), generation=int(v.generation),
                        boot=int(v.boot), commit_digest=_hex(v.commit_digest, 32),
                        disk_error=int(v.disk_error), hold=int(v.hold)),
-        saved_by=_save_id(v.admission_save) if v.admission_save_known else None)
+        saved_by=_save_id(v.admission_save) if v.admission_save_known else None,
+        input_index=int(v.input_index), finish=finish_of(STATUSES[v.status], int(v.finish)))
 
 
 def _save_id(v: Any) -> SaveId:
@@ -396,13 +401,18 @@ class Device:
         check(lib.aotx_device_start(self._handle, _hex16(op_id, "op_id")))
 
     def complete(self, op_id: str, status: str, result: bytes = b"", input_tokens: int = 0,
-                 output_tokens: int = 0) -> None:
+                 output_tokens: int = 0, finish: str = "none") -> None:
+        """The terminal result of an INPUT; ``finish`` ``stop``/``length`` for a
+        succeeded one (journaled in the completion transfer)."""
         if status not in STATUSES:
             raise errors.InvalidInput(f"unknown status {status!r}", code="status_invalid",
                                       field="status")
+        if finish not in FINISH_CODES:
+            raise errors.InvalidInput(f"unknown finish {finish!r}", code="status_invalid",
+                                      field="finish")
         check(lib.aotx_device_complete(self._handle, _hex16(op_id, "op_id"),
-                                       STATUSES.index(status), result, len(result),
-                                       input_tokens, output_tokens))
+                                       STATUSES.index(status), FINISH_CODES.index(finish),
+                                       result, len(result), input_tokens, output_tokens))
 
     # -- reads --
     def receipt(self, grants: int, actor: str, op_id: str) -> Receipt:
@@ -474,6 +484,31 @@ class Device:
         check(lib.aotx_device_conversation(self._handle, grants, _hex16(actor, "actor"),
                                            _hex16(conversation, "conversation"), out))
         return _conversation(out)
+
+    def conversation_inputs(self, grants: int, actor: str | None, conversation: str,
+                            cursor: int = 0, limit: int = 100,
+                            ) -> tuple[list[Receipt], int, int]:
+        """(live INPUT receipts after input ``cursor`` in input order, the next cursor
+        (0: none later), the event floor: inputs at or below it are retired).  ``actor``
+        None is the runtime's own read (no grant or right check)."""
+        out = ffi.new("aotx_receipt_view[]", max(limit, 1))
+        n = ffi.new("uint32_t *")
+        nxt = ffi.new("uint64_t *")
+        floor = ffi.new("uint64_t *")
+        who = ffi.NULL if actor is None else _hex16(actor, "actor")
+        check(lib.aotx_device_conversation_inputs(
+            self._handle, grants, who, _hex16(conversation, "conversation"),
+            _u64(cursor, "cursor"), _u32(limit, "limit"), out, n, nxt, floor))
+        return [_receipt(out[i]) for i in range(n[0])], int(nxt[0]), int(floor[0])
+
+    def canonical(self, op_id: str) -> bytes:
+        """The runtime's own read of a live receipt's canonical operation bytes."""
+        key = _hex16(op_id, "op_id")
+        n = ffi.new("uint32_t *")
+        check(lib.aotx_device_canonical(self._handle, key, ffi.NULL, 0, n))
+        buf = ffi.new("uint8_t[]", max(int(n[0]), 1))
+        check(lib.aotx_device_canonical(self._handle, key, buf, n[0], n))
+        return bytes(ffi.buffer(buf, n[0]))
 
     def usage(self) -> Usage:
         u = ffi.new("aotx_device_usage *")

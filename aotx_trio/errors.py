@@ -320,7 +320,7 @@ NATIVE: dict[str, _Entry] = {
     "media_invalid": _e(InvalidInput),
     "sampling_invalid": _e(InvalidInput),
     "status_invalid": _e(InvalidInput),
-    "cursor_invalid": _e(InvalidInput),
+    "cursor_invalid": _e(InvalidInput, field="cursor"),
     "target_sequence_invalid": _e(InvalidInput),
     "reserved_token_invalid": _e(InvalidInput),
     "recovery_damage": _e(JournalDamage),

@@ -55,6 +55,23 @@ Permission = Literal["read", "write", "manage"]
 STATUSES: tuple[str, ...] = ("admitted", "running", "succeeded", "failed", "cancelled",
                              "interrupted", "deadline_exceeded")
 TERMINAL: frozenset[str] = frozenset(STATUSES[2:])
+#: Why a succeeded input stopped, indexed by AOTX_FINISH_* (index 0: not recorded).
+FINISH_CODES: tuple[str, ...] = ("none", "stop", "length")
+#: The ``finish`` of every other terminal status.
+FINISH_OF_STATUS: dict[str, str] = {"failed": "error", "cancelled": "cancelled",
+                                    "interrupted": "interrupted",
+                                    "deadline_exceeded": "deadline_exceeded"}
+
+
+def finish_of(status: str, code: int) -> str | None:
+    """The ``finish`` of a receipt: null until terminal; ``stop``/``length`` for a
+    succeeded input (one completed before finish codes were recorded reads ``stop``);
+    the status's own word otherwise."""
+    if status not in TERMINAL:
+        return None
+    if status == "succeeded":
+        return "length" if code == FINISH_CODES.index("length") else "stop"
+    return FINISH_OF_STATUS[status]
 
 #: Media row types (AOTX_MEDIA_*).
 MEDIA_TYPES: dict[str, int] = {"image": 1, "audio": 2}

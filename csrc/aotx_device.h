@@ -50,6 +50,11 @@ enum {
     AOTX_STATUS_INTERRUPTED = 5,
     AOTX_STATUS_DEADLINE_EXCEEDED = 6,
 
+    /* why a succeeded INPUT stopped (completion byte 2); 0 for other statuses */
+    AOTX_FINISH_NONE = 0,
+    AOTX_FINISH_STOP = 1,       /* end of turn / end of sequence token */
+    AOTX_FINISH_LENGTH = 2,     /* max_output_tokens or the context ran out */
+
     AOTX_MEDIA_IMAGE = 1,
     AOTX_MEDIA_AUDIO = 2,
 
@@ -196,8 +201,10 @@ typedef struct aotx_receipt_view {
      * rebuilt alike by recovery (aotx_journal_save_of); zero while
      * admission_save_known is 0 */
     uint8_t admission_save_known;
-    uint8_t reserved2[7];
+    uint8_t finish;             /* AOTX_FINISH_* (succeeded INPUTs) */
+    uint8_t reserved2[6];
     aotx_save_id admission_save;
+    uint64_t input_index;       /* INPUT: 1-based place in its conversation's input order; else 0 */
 } aotx_receipt_view;
 
 typedef struct aotx_participant_view {
@@ -257,8 +264,8 @@ int aotx_device_submit(aotx_device *d, uint32_t grants, const uint8_t actor[16],
 int aotx_device_start(aotx_device *d, const uint8_t op_id[16]);
 /* Executor: the terminal result of an INPUT (enqueues a COMPLETION transfer). */
 int aotx_device_complete(aotx_device *d, const uint8_t op_id[16], uint8_t status,
-                         const uint8_t *result, uint32_t len, uint32_t input_tokens,
-                         uint32_t output_tokens);
+                         uint8_t finish, const uint8_t *result, uint32_t len,
+                         uint32_t input_tokens, uint32_t output_tokens);
 
 /* Reads (check current grants AND stored rights). */
 int aotx_device_receipt(aotx_device *d, uint32_t grants, const uint8_t actor[16],
@@ -286,6 +293,22 @@ int aotx_device_conversations(aotx_device *d, uint32_t grants, const uint8_t act
                               uint64_t *out_next);
 int aotx_device_conversation(aotx_device *d, uint32_t grants, const uint8_t actor[16],
                              const uint8_t conversation[16], aotx_conversation_view *out);
+
+/* A conversation's events: its live INPUT receipts in input order with
+ * input_index > cursor, at most `limit`; *out_next = the last row's index
+ * (0 when no later input is live); *out_floor = the event floor: every input
+ * at or below it is retired (the lowest live index - 1, or the input count
+ * when none is live).  A NULL actor is the runtime's own read (no grant or
+ * right check: its executor builds contexts from it); others need read on the
+ * conversation's space and see other participants' receipts as foreign. */
+int aotx_device_conversation_inputs(aotx_device *d, uint32_t grants, const uint8_t *actor,
+                                    const uint8_t conversation[16], uint64_t cursor,
+                                    uint32_t limit, aotx_receipt_view *out, uint32_t *out_n,
+                                    uint64_t *out_next, uint64_t *out_floor);
+/* The runtime's own read of a live receipt's canonical operation bytes (no
+ * right check): copies min(cap, length) bytes, *out_len = the length. */
+int aotx_device_canonical(aotx_device *d, const uint8_t op_id[16], uint8_t *buf, size_t cap,
+                          uint32_t *out_len);
 
 /* Table usage (tests, capabilities). */
 typedef struct aotx_device_usage {

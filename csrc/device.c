@@ -505,7 +505,7 @@ void dev_apply(aotx_device *d, const dev_plan *pl, uint64_t record) {
     }
     case AOTX_KIND_INPUT:
         d->conversations[pl->conversation].inputs++;
-        break;
+        break;   /* the receipt takes the new count as its input_index below */
     case AOTX_KIND_CANCEL: {
         dev_receipt *t = &d->receipts[pl->target_receipt];
         if (!terminal_status(t->status)) t->cancel_requested = 1;
@@ -543,6 +543,7 @@ void dev_apply(aotx_device *d, const dev_plan *pl, uint64_t record) {
         r->has_terminal_record = 1;
         r->terminal_record = record;
     }
+    if (q->kind == AOTX_KIND_INPUT) r->input_index = d->conversations[pl->conversation].inputs;
     r->canon_len = pl->canon_len;
     memcpy(r->canon, pl->canon, pl->canon_len);
     r->result_len = pl->result_len;
@@ -586,52 +587,52 @@ int dev_start_locked(aotx_device *d, const uint8_t op_id[16]) {
     return AOTX_OK;
 }
 
-int dev_complete_check(const aotx_device *d, uint32_t slot, uint8_t status, uint32_t len) {
+int dev_complete_check(const aotx_device *d, uint32_t slot, const dev_completion *c) {
     if (slot == DEV_NONE) return AOTX_E_OPERATION_NOT_FOUND;
-    if (!terminal_status(status)) return AOTX_E_STATUS_INVALID;
+    if (!terminal_status(c->status)) return AOTX_E_STATUS_INVALID;
+    if (c->finish > AOTX_FINISH_LENGTH ||
+        (c->finish != AOTX_FINISH_NONE && c->status != AOTX_STATUS_SUCCEEDED))
+        return AOTX_E_STATUS_INVALID;
     if (terminal_status(d->receipts[slot].status)) return AOTX_E_ALREADY_TERMINAL;
-    if (len > AOTX_MAX_RESULT_BYTES) return AOTX_E_RESULT_TOO_LARGE;
+    if (c->len > AOTX_MAX_RESULT_BYTES) return AOTX_E_RESULT_TOO_LARGE;
     return AOTX_OK;
 }
 
-size_t dev_completion_encode(const uint8_t op_id[16], uint8_t status, const uint8_t *result,
-                             uint32_t len, uint32_t in_tok, uint32_t out_tok, uint8_t *buf) {
+size_t dev_completion_encode(const uint8_t op_id[16], const dev_completion *c, uint8_t *buf) {
     memset(buf, 0, AOTX_COMPLETION_HEADER);
     buf[0] = 1;
-    buf[1] = status;
-    dev_le32(buf + 4, len);
+    buf[1] = c->status;
+    buf[2] = c->finish;
+    dev_le32(buf + 4, c->len);
     memcpy(buf + 8, op_id, 16);
-    dev_le32(buf + 24, in_tok);
-    dev_le32(buf + 28, out_tok);
-    if (len) memcpy(buf + AOTX_COMPLETION_HEADER, result, len);
-    return AOTX_COMPLETION_HEADER + (size_t)len;
+    dev_le32(buf + 24, c->in_tok);
+    dev_le32(buf + 28, c->out_tok);
+    if (c->len) memcpy(buf + AOTX_COMPLETION_HEADER, c->result, c->len);
+    return AOTX_COMPLETION_HEADER + (size_t)c->len;
 }
 
-void dev_complete_apply(aotx_device *d, uint32_t slot, uint8_t status, const uint8_t *result,
-                        uint32_t len, uint32_t in_tok, uint32_t out_tok, uint64_t record) {
+void dev_complete_apply(aotx_device *d, uint32_t slot, const dev_completion *c, uint64_t record) {
     dev_receipt *r = &d->receipts[slot];
-    r->status = status;
-    r->result_len = len;
-    if (len) memcpy(r->result, result, len);
-    r->input_tokens = in_tok;
-    r->output_tokens = out_tok;
+    r->status = c->status;
+    r->finish = c->finish;
+    r->result_len = c->len;
+    if (c->len) memcpy(r->result, c->result, c->len);
+    r->input_tokens = c->in_tok;
+    r->output_tokens = c->out_tok;
     r->has_terminal_record = 1;
     r->terminal_record = record;
     d->used = true;
 }
 
-int dev_complete_locked(aotx_device *d, const uint8_t op_id[16], uint8_t status,
-                         const uint8_t *result, uint32_t len, uint32_t input_tokens,
-                         uint32_t output_tokens) {
-    if (!d || !op_id || (len && !result)) return AOTX_E_INVALID_ARGUMENT;
+int dev_complete_locked(aotx_device *d, const uint8_t op_id[16], const dev_completion *c) {
+    if (!d || !op_id || !c || (c->len && !c->result)) return AOTX_E_INVALID_ARGUMENT;
     uint32_t s = dev_find_receipt_by_op(d, op_id);
-    int rc = dev_complete_check(d, s, status, len);
+    int rc = dev_complete_check(d, s, c);
     if (rc) return rc;
-    size_t n = dev_completion_encode(op_id, status, result, len, input_tokens, output_tokens,
-                                     d->scratch);
+    size_t n = dev_completion_encode(op_id, c, d->scratch);
     uint64_t last = 0;
     rc = aotx_journal_enqueue(d->journal, AOTX_XFER_COMPLETION, d->scratch, (uint32_t)n, &last);
     if (rc) return rc;
-    dev_complete_apply(d, s, status, result, len, input_tokens, output_tokens, last);
+    dev_complete_apply(d, s, c, last);
     return AOTX_OK;
 }

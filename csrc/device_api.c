@@ -31,12 +31,12 @@ int aotx_device_start(aotx_device *d, const uint8_t op_id[16]) {
 }
 
 int aotx_device_complete(aotx_device *d, const uint8_t op_id[16], uint8_t status,
-                         const uint8_t *result, uint32_t len, uint32_t input_tokens,
-                         uint32_t output_tokens) {
+                         uint8_t finish, const uint8_t *result, uint32_t len,
+                         uint32_t input_tokens, uint32_t output_tokens) {
     if (!d) return AOTX_E_INVALID_ARGUMENT;
-    LOCKED(d->failed ? AOTX_E_DEVICE_STATE
-                     : dev_complete_locked(d, op_id, status, result, len, input_tokens,
-                                           output_tokens));
+    const dev_completion c = {.status = status, .finish = finish, .result = result, .len = len,
+                              .in_tok = input_tokens, .out_tok = output_tokens};
+    LOCKED(d->failed ? AOTX_E_DEVICE_STATE : dev_complete_locked(d, op_id, &c));
 }
 
 int aotx_device_receipt(aotx_device *d, uint32_t grants, const uint8_t actor[16],
@@ -91,6 +91,21 @@ int aotx_device_conversation(aotx_device *d, uint32_t grants, const uint8_t acto
                              const uint8_t conversation[16], aotx_conversation_view *out) {
     if (!d) return AOTX_E_INVALID_ARGUMENT;
     LOCKED(dev_conversation_locked(d, grants, actor, conversation, out));
+}
+
+int aotx_device_conversation_inputs(aotx_device *d, uint32_t grants, const uint8_t *actor,
+                                    const uint8_t conversation[16], uint64_t cursor,
+                                    uint32_t limit, aotx_receipt_view *out, uint32_t *out_n,
+                                    uint64_t *out_next, uint64_t *out_floor) {
+    if (!d) return AOTX_E_INVALID_ARGUMENT;
+    LOCKED(dev_conversation_inputs_locked(d, grants, actor, conversation, cursor, limit, out,
+                                          out_n, out_next, out_floor));
+}
+
+int aotx_device_canonical(aotx_device *d, const uint8_t op_id[16], uint8_t *buf, size_t cap,
+                          uint32_t *out_len) {
+    if (!d) return AOTX_E_INVALID_ARGUMENT;
+    LOCKED(dev_canonical_locked(d, op_id, buf, cap, out_len));
 }
 
 int aotx_device_recover(aotx_device *d, aotx_journal_reader *r, uint64_t *out_bad_record) {

@@ -72,6 +72,8 @@ typedef struct dev_receipt {
     uint8_t save_known;         /* `save` holds the admission's save */
     aotx_save_id save;          /* the save that acknowledged the admission (frozen) */
     uint32_t input_tokens, output_tokens;
+    uint8_t finish;             /* AOTX_FINISH_* */
+    uint64_t input_index;       /* INPUT: 1-based place in its conversation's input order */
     uint32_t canon_len;
     uint32_t result_len;
     uint8_t *canon;             /* [DEV_CANON_STRIDE] */
@@ -148,11 +150,18 @@ size_t dev_admission_encode(const dev_plan *plan, uint8_t *buf);
 void dev_apply(aotx_device *d, const dev_plan *plan, uint64_t record);
 uint32_t dev_find_receipt_by_op(const aotx_device *d, const uint8_t op_id[16]);
 void dev_reclaim(aotx_device *d);
-int dev_complete_check(const aotx_device *d, uint32_t slot, uint8_t status, uint32_t len);
-void dev_complete_apply(aotx_device *d, uint32_t slot, uint8_t status, const uint8_t *result,
-                        uint32_t len, uint32_t in_tok, uint32_t out_tok, uint64_t record);
-size_t dev_completion_encode(const uint8_t op_id[16], uint8_t status, const uint8_t *result,
-                             uint32_t len, uint32_t in_tok, uint32_t out_tok, uint8_t *buf);
+/* The terminal result of an INPUT: what a COMPLETION transfer carries. */
+typedef struct dev_completion {
+    uint8_t status;             /* AOTX_STATUS_* (terminal) */
+    uint8_t finish;             /* AOTX_FINISH_*: STOP/LENGTH only with SUCCEEDED */
+    const uint8_t *result;      /* [len] */
+    uint32_t len;
+    uint32_t in_tok, out_tok;
+} dev_completion;
+
+int dev_complete_check(const aotx_device *d, uint32_t slot, const dev_completion *c);
+void dev_complete_apply(aotx_device *d, uint32_t slot, const dev_completion *c, uint64_t record);
+size_t dev_completion_encode(const uint8_t op_id[16], const dev_completion *c, uint8_t *buf);
 
 
 /* The bodies of the public calls (device_api.c takes the mutex around them). */
@@ -160,9 +169,7 @@ void dev_usage_get_locked(aotx_device *d, aotx_device_usage *out);
 int dev_submit_locked(aotx_device *d, uint32_t grants, const uint8_t actor[16],
                       const aotx_request *req, aotx_receipt_view *out);
 int dev_start_locked(aotx_device *d, const uint8_t op_id[16]);
-int dev_complete_locked(aotx_device *d, const uint8_t op_id[16], uint8_t status,
-                        const uint8_t *result, uint32_t len, uint32_t input_tokens,
-                        uint32_t output_tokens);
+int dev_complete_locked(aotx_device *d, const uint8_t op_id[16], const dev_completion *c);
 int dev_receipt_locked(aotx_device *d, uint32_t grants, const uint8_t actor[16],
                        const uint8_t op_id[16], aotx_receipt_view *out);
 int64_t dev_result_read_locked(aotx_device *d, uint32_t grants, const uint8_t actor[16],
@@ -184,6 +191,12 @@ int dev_conversations_locked(aotx_device *d, uint32_t grants, const uint8_t acto
                              uint64_t *out_next);
 int dev_conversation_locked(aotx_device *d, uint32_t grants, const uint8_t actor[16],
                             const uint8_t conversation[16], aotx_conversation_view *out);
+int dev_conversation_inputs_locked(aotx_device *d, uint32_t grants, const uint8_t *actor,
+                                   const uint8_t conversation[16], uint64_t cursor,
+                                   uint32_t limit, aotx_receipt_view *out, uint32_t *out_n,
+                                   uint64_t *out_next, uint64_t *out_floor);
+int dev_canonical_locked(aotx_device *d, const uint8_t op_id[16], uint8_t *buf, size_t cap,
+                         uint32_t *out_len);
 int dev_recover_locked(aotx_device *d, aotx_journal_reader *r, uint64_t *out_bad_record);
 uint32_t dev_find_participant(const aotx_device *d, const uint8_t key[16]);
 uint32_t dev_find_space(const aotx_device *d, const uint8_t id[16]);

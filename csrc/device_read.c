@@ -61,6 +61,8 @@ void dev_receipt_view(aotx_device *d, uint32_t slot, bool foreign, aotx_receipt_
     out->result_len = r->result_len;
     out->input_tokens = r->input_tokens;
     out->output_tokens = r->output_tokens;
+    out->input_index = r->input_index;
+    out->finish = r->finish;
     if (r->save_known && out->admission_saved) {
         out->admission_save_known = 1;
         out->admission_save = r->save;
@@ -255,5 +257,65 @@ int dev_conversation_locked(aotx_device *d, uint32_t grants, const uint8_t actor
                          AOTX_E_CONVERSATION_NOT_FOUND);
     if (rc) return rc;
     conversation_view(d, c, out);
+    return AOTX_OK;
+}
+
+/* The live INPUT slot of conversation `c` with the least input_index > after,
+ * or DEV_NONE.  (A scan of the receipt table per row: the table is small and
+ * fixed, and listing pages are bounded by `limit`.) */
+static uint32_t next_input(const aotx_device *d, const uint8_t conv_id[16], uint64_t after) {
+    uint32_t best = DEV_NONE;
+    for (uint32_t i = 0; i < DEV_RECEIPT_SLOTS; i++) {
+        const dev_receipt *r = &d->receipts[i];
+        if (!r->used || r->retiring || r->kind != AOTX_KIND_INPUT) continue;
+        if (r->input_index <= after || memcmp(r->resource_id, conv_id, 16) != 0) continue;
+        if (best == DEV_NONE || r->input_index < d->receipts[best].input_index) best = i;
+    }
+    return best;
+}
+
+int dev_conversation_inputs_locked(aotx_device *d, uint32_t grants, const uint8_t *actor,
+                                   const uint8_t conversation[16], uint64_t cursor,
+                                   uint32_t limit, aotx_receipt_view *out, uint32_t *out_n,
+                                   uint64_t *out_next, uint64_t *out_floor) {
+    if (!d || !conversation || !out_n || !out_next || !out_floor || (limit && !out))
+        return AOTX_E_INVALID_ARGUMENT;
+    uint32_t c = dev_find_conversation(d, conversation);
+    uint32_t me = DEV_NONE;
+    if (actor) {
+        if (!(grants & AOTX_GRANT_READ)) return AOTX_E_GRANT_FORBIDDEN;
+        me = dev_find_participant(d, actor);
+        int rc = read_access(d, grants, me, c == DEV_NONE ? DEV_NONE : d->conversations[c].space,
+                             AOTX_E_CONVERSATION_NOT_FOUND);
+        if (rc) return rc;
+    } else if (c == DEV_NONE) {
+        return AOTX_E_CONVERSATION_NOT_FOUND;
+    }
+    dev_reclaim(d);
+    const dev_conversation *cv = &d->conversations[c];
+    if (cursor > cv->inputs) return AOTX_E_CURSOR_INVALID;
+    uint32_t first = next_input(d, cv->id, 0);
+    *out_floor = first == DEV_NONE ? cv->inputs : d->receipts[first].input_index - 1;
+    uint32_t n = 0;
+    uint64_t at = cursor;
+    uint32_t s = next_input(d, cv->id, at);
+    while (s != DEV_NONE && n < limit) {
+        dev_receipt_view(d, s, actor != NULL && d->receipts[s].actor != me, &out[n++]);
+        at = d->receipts[s].input_index;
+        s = next_input(d, cv->id, at);
+    }
+    *out_n = n;
+    *out_next = s != DEV_NONE ? at : 0;
+    return AOTX_OK;
+}
+
+int dev_canonical_locked(aotx_device *d, const uint8_t op_id[16], uint8_t *buf, size_t cap,
+                         uint32_t *out_len) {
+    if (!d || !op_id || !out_len || (cap && !buf)) return AOTX_E_INVALID_ARGUMENT;
+    uint32_t s = dev_find_receipt_by_op(d, op_id);
+    if (s == DEV_NONE) return AOTX_E_OPERATION_NOT_FOUND;
+    const dev_receipt *r = &d->receipts[s];
+    *out_len = r->canon_len;
+    memcpy(buf, r->canon, r->canon_len < cap ? r->canon_len : cap);
     return AOTX_OK;
 }

@@ -30,15 +30,16 @@ static int replay_admission(aotx_device *d, const uint8_t *data, uint32_t len, u
 }
 
 static int replay_completion(aotx_device *d, const uint8_t *data, uint32_t len, uint64_t record) {
-    if (len < AOTX_COMPLETION_HEADER || data[0] != 1 || dev_rd16(data + 2) != 0)
+    if (len < AOTX_COMPLETION_HEADER || data[0] != 1 || data[3] != 0)
         return AOTX_E_RECOVERY_DAMAGE;
     uint32_t rlen = dev_rd32(data + 4);
     if ((uint64_t)AOTX_COMPLETION_HEADER + rlen != len) return AOTX_E_RECOVERY_DAMAGE;
     uint32_t s = dev_find_receipt_by_op(d, data + 8);
-    if (dev_complete_check(d, s, data[1], rlen) != AOTX_OK) return AOTX_E_RECOVERY_DAMAGE;
+    dev_completion c = {.status = data[1], .finish = data[2], .result = data + AOTX_COMPLETION_HEADER,
+                        .len = rlen, .in_tok = dev_rd32(data + 24), .out_tok = dev_rd32(data + 28)};
+    if (dev_complete_check(d, s, &c) != AOTX_OK) return AOTX_E_RECOVERY_DAMAGE;
     if (d->receipts[s].kind != AOTX_KIND_INPUT) return AOTX_E_RECOVERY_DAMAGE;
-    dev_complete_apply(d, s, data[1], data + AOTX_COMPLETION_HEADER, rlen, dev_rd32(data + 24),
-                       dev_rd32(data + 28), record);
+    dev_complete_apply(d, s, &c, record);
     return AOTX_OK;
 }
 
@@ -173,7 +174,8 @@ int dev_recover_locked(aotx_device *d, aotx_journal_reader *r, uint64_t *out_bad
     for (uint32_t i = 0; i < DEV_RECEIPT_SLOTS; i++) {
         dev_receipt *rc_ = &d->receipts[i];
         if (!rc_->used || rc_->kind != AOTX_KIND_INPUT || rc_->has_terminal_record) continue;
-        rc = dev_complete_locked(d, rc_->op_id, AOTX_STATUS_INTERRUPTED, NULL, 0, 0, 0);
+        const dev_completion c = {.status = AOTX_STATUS_INTERRUPTED};
+        rc = dev_complete_locked(d, rc_->op_id, &c);
         if (rc) {
             if (out_bad_record) *out_bad_record = rc_->admission_record;
             return recover_failed(d, rc);

@@ -108,10 +108,13 @@ class Env:
 async def embedded(tmp_path: Path, principals: Mapping[str, Sequence[str]], *,
                    deployed: Mapping[str, Sequence[str]] | None = None,
                    max_body_bytes: int | None = None,
-                   ccir: Path | None = None) -> AsyncIterator[Env]:
-    """Runtime + app in one nursery over a fresh journal; ``deployed`` overrides the
+                   ccir: Path | None = None, folder: Path | None = None,
+                   ) -> AsyncIterator[Env]:
+    """Runtime + app in one nursery over a fresh journal (or, with ``folder``, the
+    journal kept there: a restart; the caller removes it); ``deployed`` overrides the
     grant file's actions."""
-    folder = short_dir()
+    keep = folder is not None
+    folder = folder or short_dir()
     try:
         if ccir is None:
             ccir = make_runtime_file(tmp_path / "rt")
@@ -127,7 +130,8 @@ async def embedded(tmp_path: Path, principals: Mapping[str, Sequence[str]], *,
                 yield Env(app, test_app.test_client(), handler, handler.lineage, folder)
             nursery.cancel_scope.cancel()
     finally:
-        shutil.rmtree(folder, ignore_errors=True)
+        if not keep:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def json_of(text: str) -> Any:

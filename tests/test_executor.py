@@ -15,8 +15,10 @@ from _gateway_env import ALL, TINY_MODEL, Env, embedded
 from aotx_trio import native
 from aotx_trio.engine import Engine
 from aotx_trio.runtime.executor import Executor
+from aotx_trio.runtime.history import label_of
 from aotx_trio.runtime.models import ModelSet, TextModel
 from aotx_trio.runtime.prompt import Turn, render
+from aotx_trio.vocab import principal_key
 
 pytestmark = pytest.mark.timeout(120)
 BASE = "/aotx/v1/shared"
@@ -99,9 +101,13 @@ async def test_an_input_runs_and_the_next_sees_the_history(tmp_path: Path) -> No
         assert done["status"] == "succeeded"
         assert 1 <= done["result"]["output_tokens"] <= 6
         assert done["result"]["input_tokens"] > 0
+        # the finish reason: the tiny model has no end-of-turn: it ran out of tokens
+        assert done["finish"] == ("length" if done["result"]["output_tokens"] == 6 else "stop")
+        read = await _get(env, "alice", f"/operations/{receipt['operation']}/result")
+        assert read["finish"] == done["finish"]
         first = await _result(env, "alice", receipt["operation"])
         model = tmp_path / "rt" / TINY_MODEL
-        turn1 = Turn("alice", b"Hello world")
+        turn1 = Turn(label_of(principal_key("alice")), b"Hello world")
         assert first == _offline(model, [], turn1, 6)
         # bob reads alice's result (a member with read), then asks in the same conversation
         assert await _result(env, "bob", receipt["operation"]) == first
@@ -110,7 +116,8 @@ async def test_an_input_runs_and_the_next_sees_the_history(tmp_path: Path) -> No
         assert (await _finished(env, "bob", r2["operation"]))["status"] == "succeeded"
         turn1.output = first
         second = await _result(env, "bob", r2["operation"])
-        assert second == _offline(model, [turn1], Turn("bob", b"the capital of France"), 5)
+        bob = Turn(label_of(principal_key("bob")), b"the capital of France")
+        assert second == _offline(model, [turn1], bob, 5)
 
 
 async def test_concurrent_inputs_share_one_batch(tmp_path: Path) -> None:
@@ -242,7 +249,8 @@ async def test_cancellation_of_a_waiting_and_of_a_running_input(tmp_path: Path) 
         assert cancel["kind"] == "cancellation" and cancel["resource"] == queued["operation"]
         await executor.cycle()
         done = await _get(env, "alice", f"/operations/{queued['operation']}")
-        assert done["status"] == "cancelled" and done["result"]["output_tokens"] == 0
+        assert done["status"] == done["finish"] == "cancelled"
+        assert done["result"]["output_tokens"] == 0
         env.next_seq["alice"] = seq + 2  # type: ignore[attr-defined]
 
         status, running = await _input(env, "alice", con, "second", max_output_tokens=50)
@@ -256,7 +264,7 @@ async def test_cancellation_of_a_waiting_and_of_a_running_input(tmp_path: Path) 
         assert status == 202
         await executor.cycle()
         done = await _get(env, "alice", f"/operations/{running['operation']}")
-        assert done["status"] == "cancelled"
+        assert done["status"] == done["finish"] == "cancelled"
         assert 1 <= done["result"]["output_tokens"] < 50   # what it made before the cancel
         # cancelling an operation that already ended changes nothing
         status, again = await _post(env, "alice", "/participant/cancellations",
@@ -292,7 +300,7 @@ async def test_an_input_past_its_deadline_ends_and_its_result_read_is_504(
         now[0] += 0.2                                   # past it
         await executor.cycle()
         done = await _get(env, "alice", f"/operations/{op}")
-        assert done["status"] == "deadline_exceeded"
+        assert done["status"] == done["finish"] == "deadline_exceeded"
         assert 1 <= done["result"]["output_tokens"] < 100
         resp = await env.client.get(f"{BASE}/operations/{op}/result", headers=env.auth("alice"))
         assert resp.status_code == 504

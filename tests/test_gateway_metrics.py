@@ -72,6 +72,11 @@ async def test_metrics_count_requests_and_the_runtime(tmp_path: Path) -> None:
     assert got[("aotx_time_to_first_token_seconds_count", ())] == 1
     assert got[("aotx_admission_queue_depth", ())] == 0
     assert got[("aotx_journal_saved_records", ())] > 0
+    # every saved tick is timed, and its fsync within it
+    ticks = got[("aotx_journal_tick_seconds_count", ())]
+    assert ticks >= 5 and got[("aotx_journal_fsync_seconds_count", ())] == ticks
+    fsyncs = got[("aotx_journal_fsync_seconds_sum", ())]
+    assert got[("aotx_journal_tick_seconds_sum", ())] >= fsyncs > 0
 
 
 def test_route_templates_keep_labels_few() -> None:

@@ -296,8 +296,9 @@ async def test_not_found_404(env: Env) -> None:
                  404, "space_not_found")
     # Routes of a later issue are not served (not faked).
     con = f"con-{env.lineage}-{1:032x}"
-    for method, path in [("GET", f"/conversations/{con}/events"),
-                         ("GET", f"/spaces/{private}/memory"),
+    await _error(await _get(env, "alice", f"/conversations/{con}/events"), 404,
+                 "conversation_not_found")                 # served: an unknown one
+    for method, path in [("GET", f"/spaces/{private}/memory"),
                          ("POST", f"/spaces/{private}/publications"), ("POST", "/media")]:
         resp = await env.client.open(BASE + path, method=method, headers=env.auth("alice"))
         await _error(resp, 404, "not_found")

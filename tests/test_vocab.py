@@ -27,6 +27,12 @@ def test_scopes_rights_statuses_grants_media_equal_the_header() -> None:
     for i, status in enumerate(vocab.STATUSES):
         assert getattr(lib, f"AOTX_STATUS_{status.upper()}") == i
     assert vocab.TERMINAL == {s for s in vocab.STATUSES if s not in ("admitted", "running")}
+    for i, finish in enumerate(vocab.FINISH_CODES):
+        assert getattr(lib, f"AOTX_FINISH_{finish.upper()}") == i
+    assert set(vocab.FINISH_OF_STATUS) | {"succeeded"} == vocab.TERMINAL
+    assert [vocab.finish_of(s, 2) for s in vocab.STATUSES] == \
+           [None, None, "length", "error", "cancelled", "interrupted", "deadline_exceeded"]
+    assert vocab.finish_of("succeeded", 1) == vocab.finish_of("succeeded", 0) == "stop"
     for action, bit in vocab.GRANT_BITS.items():
         assert getattr(lib, f"AOTX_GRANT_{action.removeprefix('shared_').upper()}") == bit
     assert vocab.ALL_GRANTS == lib.AOTX_GRANT_READ | lib.AOTX_GRANT_WRITE | lib.AOTX_GRANT_MANAGE

@@ -22,7 +22,7 @@ carrying the error envelope's object.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import trio
@@ -41,44 +41,55 @@ DEFAULT_KEEPALIVE_S = 15.0
 DEFAULT_QUEUE_DEPTH = 256
 
 
-def _offset(operation: str) -> int:
-    """The byte cursor: ``?offset=`` if given, else the one ``Last-Event-ID`` names."""
-    raw = request.args.get("offset")
-    if raw is None:
-        last = request.headers.get("Last-Event-ID", "")
-        head, slash, tail = last.rpartition("/")
-        if slash and head == operation and is_decimal(tail):
-            return int(tail)
-        return 0
-    if not is_decimal(raw):
-        raise errors.InvalidInput("offset must be a non-negative byte offset", field="offset")
-    return int(raw)
-
-
 def _event(kind: str, data: Any, event_id: str | None = None) -> bytes:
     lines = [] if event_id is None else [f"id: {event_id}"]
     lines += [f"event: {kind}", "data: " + dumps(data)]
     return ("\n".join(lines) + "\n\n").encode("utf-8")
 
 
-async def operation_events(client: DeviceClient, principal: Principal,
-                           operation: str) -> Response:
-    """The SSE response of ``GET /operations/{op}/events`` (see the module doc)."""
-    principal.require("shared_read")
-    params = {"principal": principal.name, "actions": list(principal.actions),
-              "operation": operation, "offset": _offset(operation)}
+def _resume(resource: str, arg: str, what: str) -> int:
+    """The cursor: ``?<arg>=`` if given, else the one ``Last-Event-ID`` names
+    (``{resource}/{cursor}``), else 0."""
+    raw = request.args.get(arg)
+    if raw is None:
+        last = request.headers.get("Last-Event-ID", "")
+        head, slash, tail = last.rpartition("/")
+        if slash and head == resource and is_decimal(tail):
+            return int(tail)
+        return 0
+    if not is_decimal(raw):
+        raise errors.InvalidInput(f"{arg} must be a non-negative {what}", field=arg)
+    return int(raw)
+
+
+def _stream_config() -> tuple[int, float, Any]:
     depth = int(current_app.config.get("AOTX_SSE_QUEUE_DEPTH", DEFAULT_QUEUE_DEPTH))
     keepalive = float(current_app.config.get("AOTX_SSE_KEEPALIVE_S", DEFAULT_KEEPALIVE_S))
-    _, receive = await open_stream(client, "operation.watch", params, depth)
+    return depth, keepalive, current_app.config.get("AOTX_METRICS")
 
-    own = current_app.config.get("AOTX_METRICS")
+
+def _sse(receive: trio.MemoryReceiveChannel[tuple[str, Any]], keepalive: float, own: Any,
+         greeting: bytes, frame_of: Callable[[str, Any], bytes]) -> Response:
+    """The SSE response pumping ``receive`` through ``frame_of`` (keepalive comments
+    when idle; the slow-consumer drop and errors as final events)."""
+
+    def frame(kind: str, value: Any) -> bytes:
+        if kind == "stop" and value == SLOW_CONSUMER:
+            if own is not None:
+                own.sse_dropped.labels(SLOW_CONSUMER).inc()
+            return _event("dropped", {"reason": SLOW_CONSUMER})
+        if kind == "error":
+            return _event("error", value.envelope()["error"])
+        if kind == "item":
+            return frame_of(kind, value)
+        return b""          # "stop" for another reason: the channel ends next
 
     async def body() -> AsyncIterator[bytes]:
         if own is not None:
             own.sse_subscribers.inc()
         try:
             async with receive:
-                yield b": aotx operation events\n\n"
+                yield greeting
                 while True:
                     with trio.move_on_after(keepalive) as idle:
                         try:
@@ -88,26 +99,52 @@ async def operation_events(client: DeviceClient, principal: Principal,
                     if idle.cancelled_caught:
                         yield b": keepalive\n\n"
                         continue
-                    frame = from_message(kind, value)
-                    if frame:
-                        yield frame
+                    data = frame(kind, value)
+                    if data:
+                        yield data
         finally:
             if own is not None:
                 own.sse_subscribers.dec()
 
-    def from_message(kind: str, value: Any) -> bytes:
-        if kind == "item" and "end" in value:
+    return sse_response(body())
+
+
+async def operation_events(client: DeviceClient, principal: Principal,
+                           operation: str) -> Response:
+    """The SSE response of ``GET /operations/{op}/events`` (see the module doc)."""
+    principal.require("shared_read")
+    params = {"principal": principal.name, "actions": list(principal.actions),
+              "operation": operation, "offset": _resume(operation, "offset", "byte offset")}
+    depth, keepalive, own = _stream_config()
+    _, receive = await open_stream(client, "operation.watch", params, depth)
+
+    def frame_of(kind: str, value: Any) -> bytes:
+        if "end" in value:
             total = value["receipt"]["result"]["bytes"]   # a resume gets the end only
             return _event("end", {"status": value["end"], "receipt": value["receipt"]},
                           f"{operation}/{total}")
-        if kind == "item":
-            return _event("output", value, f"{operation}/{value['next_offset']}")
-        if kind == "stop" and value == SLOW_CONSUMER:
-            if own is not None:
-                own.sse_dropped.labels(SLOW_CONSUMER).inc()
-            return _event("dropped", {"reason": SLOW_CONSUMER})
-        if kind == "error":
-            return _event("error", value.envelope()["error"])
-        return b""          # "stop" for another reason: the channel ends next
+        return _event("output", value, f"{operation}/{value['next_offset']}")
 
-    return sse_response(body())
+    return _sse(receive, keepalive, own, b": aotx operation events\n\n", frame_of)
+
+
+async def conversation_events(client: DeviceClient, principal: Principal,
+                              conversation: str) -> Response:
+    """``GET /conversations/{con}/events?stream=true``: one ``input`` event per saved
+    input in input order (id ``{con}/{cursor}``), after a ``gap`` event when the
+    cursor is below the event floor (runtime/conv_events.py)."""
+    principal.require("shared_read")
+    cursor = _resume(conversation, "cursor", "input-order cursor")
+    params = {"principal": principal.name, "actions": list(principal.actions),
+              "conversation": conversation, "cursor": str(cursor)}
+    depth, keepalive, own = _stream_config()
+    opened, receive = await open_stream(client, "conversation.watch", params, depth)
+    greeting = b": aotx conversation events\n\n"
+    if opened.get("gap"):
+        greeting += _event("gap", {"cursor": str(cursor), "event_floor": opened["event_floor"]},
+                           f"{conversation}/{opened['event_floor']}")
+
+    def frame_of(kind: str, value: Any) -> bytes:
+        return _event("input", value, f"{conversation}/{value['cursor']}")
+
+    return _sse(receive, keepalive, own, greeting, frame_of)

@@ -151,6 +151,10 @@ class _Snapshot(Collector):
                                 value=int(j.get("pending_bytes", 0)))
         yield GaugeMetricFamily("aotx_journal_hold", "1 while the journal holds writes",
                                 value=1 if j.get("hold") else 0)
+        for key, help_ in (("tick_seconds", "journal tick: drain, write, fsync, ack"),
+                           ("fsync_seconds", "journal fsync alone")):
+            if key in j:
+                yield _histogram(f"aotx_journal_{key}", help_, j[key])
 
 
 def _histogram(name: str, help_: str, h: dict[str, Any]) -> HistogramMetricFamily:

@@ -12,9 +12,10 @@ The mutation views are generated from
 :data:`aotx_trio.gateway.routes_table.MUTATION_ROUTES` (the table the ASGI
 fast path answers from too); the plain reads from :data:`READ_ROUTES`.
 
-``GET /operations/{op}/events`` streams server-sent events
-(:mod:`aotx_trio.gateway.events`).  Conversation events, publications, media
-and memory belong to later work and are not routed (404).
+``GET /operations/{op}/events`` and ``GET /conversations/{con}/events?stream=true``
+stream server-sent events (:mod:`aotx_trio.gateway.events`); without
+``stream=true`` the conversation's events are one JSON page.  Publications,
+media and memory belong to later work and are not routed (404).
 """
 
 from __future__ import annotations
@@ -130,6 +131,19 @@ async def operation_result(operation: str) -> Response:
     if not is_decimal(raw):
         raise errors.InvalidInput("offset must be a non-negative byte offset", field="offset")
     return _ok(await _client().operation_result(p.name, p.actions, operation, int(raw)))
+
+
+@bp.get("/conversations/<conversation>/events")
+async def conversation_events(conversation: str) -> Response:
+    p = _principal("shared_read")
+    stream = request.args.get("stream", "false")
+    if stream not in ("true", "false"):
+        raise errors.InvalidInput("stream must be true or false", field="stream")
+    if stream == "true":
+        return await events.conversation_events(_client(), p, conversation)
+    cursor, limit = _list_args()
+    return _ok(await _client().conversation_events(p.name, p.actions, conversation, cursor,
+                                                   limit))
 
 
 @bp.get("/operations/<operation>/events")

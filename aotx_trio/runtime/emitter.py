@@ -54,6 +54,7 @@ from aotx_trio.journal import (
     Transfer,
     record_offset,
 )
+from aotx_trio.runtime.stats import Histogram
 from aotx_trio.runtime.watermark import WatermarkWriter, read_watermark
 
 log = logging.getLogger(__name__)
@@ -321,6 +322,9 @@ class Emitter:
         self.saved_records = journal.save_state().saved_records
         self.ticks = 0
         self.failures = 0
+        # wall-clock seconds of each saved tick (drain to ack) and of its fsync alone
+        self.tick_seconds = Histogram()
+        self.fsync_seconds = Histogram()
         self.last_error: OSError | None = None
         self._wake = trio.Event()
         # (record index, tie-break, event) of each waiter, a min-heap: a save wakes only
@@ -399,7 +403,9 @@ class Emitter:
 
     def _write_and_sync(self, first: int, data: bytes) -> None:
         write_all(self.ops, self.fd, data, record_offset(first))
+        start = time.perf_counter()
         self.ops.fsync(self.fd)
+        self.fsync_seconds.observe(time.perf_counter() - start)
 
     async def tick(self) -> bool | None:
         """One drain/write/fsync/ack. None: nothing pending; True: saved; False: failed."""
@@ -407,6 +413,7 @@ class Emitter:
         if drained is None:
             return None
         first, data = drained
+        started = time.perf_counter()
         self.ticks += 1
         self.check_floor(len(data))
         try:
@@ -427,6 +434,7 @@ class Emitter:
             self.journal.nack(errno.ECANCELED)
             raise
         self.journal.ack()   # clears hold bit 1: the floor check sets it again if still low
+        self.tick_seconds.observe(time.perf_counter() - started)
         self.saved_records = first + len(data) // RECORD_SIZE
         self.last_error = None
         if self.floor_hold:

@@ -35,6 +35,7 @@ from aotx_trio import errors
 from aotx_trio.config import DEFAULT_DEADLINE_S
 from aotx_trio.device import Device
 from aotx_trio.engine import EngineSequence
+from aotx_trio.runtime import history
 from aotx_trio.runtime.models import TextModel
 from aotx_trio.runtime.prompt import Turn, render
 from aotx_trio.runtime.stats import Histogram
@@ -72,6 +73,7 @@ class Job:
     seed: int | None = None                       # sampling seed (default: from op_id)
     finish: str | None = None   # stop | length | cancelled | deadline_exceeded | error
     abandoned: bool = False     # ephemeral, and nobody waits for its end any more
+    input_index: int = 0        # its place in the conversation's input order (device)
 
 
 class Executor:
@@ -91,7 +93,6 @@ class Executor:
         self._jobs: dict[str, Job] = {}               # op id -> job handed over, until it ends
         self._ended: dict[str, Job] = {}              # ephemeral jobs that ended, untaken
         self._changed = trio.Event()                  # set (and replaced) on any progress
-        self.histories: dict[str, list[Turn]] = {}
         self.steps = 0
         self.prefill_tokens = 0
         self.output_tokens = 0
@@ -106,12 +107,10 @@ class Executor:
         return op_id in self._jobs
 
     def submit(self, job: Job) -> None:
-        """Queue a saved admission (its turn joins the conversation's history now, so
-        later inputs see it in input order)."""
+        """Queue a saved admission (its context is read from the device when it
+        joins a group: ``history.before``)."""
         self._send.send_nowait(job)
         self._jobs[job.op_id] = job
-        if not job.ephemeral:
-            self.histories.setdefault(job.conversation, []).append(job.turn)
 
     def cancel(self, op_id: str) -> None:
         """A saved cancellation of ``op_id``: the input ends ``cancelled`` at the next
@@ -228,9 +227,9 @@ class Executor:
         # slack for rounding), so an input alone never waits for pages that cannot be
         room = min(context, (kv.n_pages - 1) * kv.page_tokens)
         if not job.ephemeral:
-            history = self.histories.get(job.conversation, [])
-            before = history[:history.index(job.turn)] if job.turn in history else []
-            job.prompt = render(eng, before, job.turn, max(1, room - job.max_output))
+            earlier = history.before(self.device, job.conversation, job.input_index,
+                                     self.result_cap)
+            job.prompt = render(eng, earlier, job.turn, max(1, room - job.max_output))
         job.max_output = min(job.max_output, context - len(job.prompt))
         if job.max_output < 1:
             self._finish(job, "failed", "the input alone does not fit the model's context")
@@ -345,7 +344,8 @@ class Executor:
         else:
             try:
                 self.device.complete(job.op_id, status, result, len(job.prompt),
-                                     len(job.out_tokens))
+                                     len(job.out_tokens),
+                                     job.finish if status == "succeeded" else "none")
             except errors.AotxError as exc:   # a device refusal: logged, nothing to retry
                 log.warning("completing %s failed: %s", job.op_id, exc)
             self.saver.wake()

@@ -23,11 +23,12 @@ from aotx_trio import errors, native, vocab
 from aotx_trio.device import Device
 from aotx_trio.journal import SaveState
 from aotx_trio.router.identity import build_commit, descriptor_sha256
-from aotx_trio.runtime import render, validate
+from aotx_trio.runtime import conv_events, history, render, validate
 from aotx_trio.runtime.executor import Executor, Job
 from aotx_trio.runtime.models import ModelSet, TextModel
 from aotx_trio.runtime.prompt import Turn, render_chat
 from aotx_trio.runtime.state import RuntimeState
+from aotx_trio.runtime.stats import Histogram
 from aotx_trio.vocab import TERMINAL, format_id, grant_mask, principal_key
 
 READ_CHUNK = 65536
@@ -39,6 +40,8 @@ class Saver(Protocol):
     """The journal emitter as the handler sees it."""
 
     saved_records: int
+    tick_seconds: Histogram       # each saved tick, drain to ack
+    fsync_seconds: Histogram      # its fsync alone
 
     def wake(self) -> None: ...
     async def wait_saved(self, record_index: int) -> None: ...
@@ -85,6 +88,7 @@ class ServiceHandler:
             "member.list": self._members,
             "conversation.list": self._conversations,
             "conversation.get": self._conversation,
+            "conversation.events": self._conversation_events,
             "operation.get": self._operation,
             "operation.result": self._result,
             "identity": self._identity,
@@ -93,6 +97,7 @@ class ServiceHandler:
         self._embed_limiter = trio.CapacityLimiter(1)
         self._streams: dict[str, StreamMethod] = {"save.watch": self._watch_saves,
                                                   "operation.watch": self._watch_operation,
+                                                  "conversation.watch": self._watch_conversation,
                                                   "chat.generate": self._chat}
 
     async def call(self, method: str, params: dict[str, Any]) -> Any:
@@ -201,7 +206,10 @@ class ServiceHandler:
         out: dict[str, Any] = {"models": models,
                                "journal": {"saved_records": save.saved_records,
                                            "pending_bytes": save.pending_bytes,
-                                           "hold": save.hold}}
+                                           "hold": save.hold,
+                                           "tick_seconds": self.saver.tick_seconds.snapshot(),
+                                           "fsync_seconds":
+                                               self.saver.fsync_seconds.snapshot()}}
         if self.executor is not None:
             out["executor"] = self.executor.metrics()
         return out
@@ -255,6 +263,21 @@ class ServiceHandler:
         return render.render_conversation(self.device.conversation(grants, key, con),
                                           self.lineage)
 
+    async def _conversation_events(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        grants, key = self._caller(params)
+        con = validate.parse_id("conversation", params.get("conversation"), self.lineage)
+        cursor, limit = validate.cursor(params)
+        return conv_events.page(self.device, grants, key, con, cursor, limit, self.lineage)
+
+    async def _watch_conversation(self, params: Mapping[str, Any],
+                                  ) -> tuple[dict[str, Any], AsyncIterator[dict[str, Any]]]:
+        """``conversation.watch``: the conversation's events from ``cursor`` on, each
+        pushed once its admission is saved (runtime/conv_events.py)."""
+        con = validate.parse_id("conversation", params.get("conversation"), self.lineage)
+        cursor, _ = validate.cursor(params)
+        return await conv_events.watch(self.device, self.saver, lambda: self._caller(params),
+                                       con, cursor, self.lineage)
+
     async def _operation(self, params: Mapping[str, Any]) -> dict[str, Any]:
         grants, key = self._caller(params)
         op = validate.parse_id("operation", params.get("operation"), self.lineage)
@@ -277,6 +300,7 @@ class ServiceHandler:
             **render.render_span(offset, data),
             "total": total,
             "finished": receipt.status in TERMINAL,
+            "finish": receipt.finish,
             "input_tokens": receipt.input_tokens,
             "output_tokens": receipt.output_tokens,
         }
@@ -316,8 +340,8 @@ class ServiceHandler:
             text = req.text if isinstance(req.text, bytes) else req.text.encode("utf-8")
             self.executor.submit(Job(
                 receipt.op_id, str(req.conversation), model,
-                Turn(str(params["principal"]), text), req.max_output_tokens,
-                req.temperature, req.top_p))
+                Turn(history.label_of(receipt.participant), text), req.max_output_tokens,
+                req.temperature, req.top_p, input_index=receipt.input_index))
         return {"receipt": render.render_receipt(receipt, self.lineage), "created": created}
 
     def _input_model(self, name: str, max_output_tokens: int) -> TextModel:

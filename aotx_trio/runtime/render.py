@@ -92,6 +92,7 @@ def render_receipt(r: dev.Receipt, lineage: str) -> dict[str, Any]:
         "admission": {"saved": admission_saved, "record": str(r.admission_record)},
         "terminal": {"saved": terminal_saved, "record": counter(terminal_record)},
         "cancel_requested": r.cancel_requested,
+        "finish": r.finish,
         "result": {"bytes": r.result_len, "input_tokens": r.input_tokens,
                    "output_tokens": r.output_tokens},
         "save": render_receipt_save(r),
