@@ -16,7 +16,7 @@ import httpx
 import trio
 from _gateway_env import TINY_MODEL, make_config, make_runtime_file, short_dir, token_for
 
-from aotx_trio.client import InProcessClient
+from aotx_trio.client import DeviceClient, InProcessClient, SocketClient
 from aotx_trio.gateway.app import create_app
 from aotx_trio.router.artifacts import store_artifact
 from aotx_trio.router.backends import open_store
@@ -24,8 +24,10 @@ from aotx_trio.router.identity import build_commit
 from aotx_trio.router.records import ArtifactRef, Descriptor, EngineSet
 from aotx_trio.router.registry import Registry
 from aotx_trio.router.service import RouterService, Settings
+from aotx_trio.router.upload import UploadPolicy
 from aotx_trio.runtime import boot
 from aotx_trio.runtime.handler import ServiceHandler
+from aotx_trio.runtime.socket_server import SOCKET_NAME
 
 READ = ("models_read",)
 BOTH = ("models_read", "models_invoke")
@@ -93,6 +95,7 @@ async def router_served(tmp_path: Path, *, store_url: str | None = None,
                         settings: Settings | None = None,
                         principals: Mapping[str, Sequence[str]] = PRINCIPALS,
                         handler: ServiceHandler | None = None,
+                        upload: UploadPolicy | None = None, socket: bool = False,
                         ) -> AsyncIterator[RouterEnv]:
     """Runtime + gateway (with the router) on hypercorn; the store is PostgreSQL at
     ``store_url`` or a folder (``store_dir``, default under ``tmp_path``).  With
@@ -112,9 +115,11 @@ async def router_served(tmp_path: Path, *, store_url: str | None = None,
             if handler is None:
                 handler = await nursery.start(boot.run_runtime, ccir, folder / "journal",
                                               folder / "grants")
-            client = InProcessClient(handler)
+            client: DeviceClient = InProcessClient(handler)
+            if socket:      # the split deployment's transport: the runtime's service socket
+                client = SocketClient(str(folder / "journal" / SOCKET_NAME))
             router = RouterService(Registry(store), client,
-                                   settings or Settings(index_refresh_s=0.1))
+                                   settings or Settings(index_refresh_s=0.1), upload)
             app = create_app(client, cfg.principals, router=router)
             shutdown, stopped = trio.Event(), trio.Event()
 

@@ -175,3 +175,43 @@ async def test_over_capacity(tmp_path: Path) -> None:
         assert busy.headers["retry-after"] == "1"
         e = fail(busy, 429, "over_capacity")
         assert e["retry_after"] == 1
+
+
+async def test_over_the_service_socket(tmp_path: Path) -> None:
+    """The split deployment's transport: identity, chat.generate and the attestation
+    check over the runtime's Unix socket."""
+    async with router_served(tmp_path, socket=True) as env:
+        await _pub(env, tmp_path)
+        r = await env.post(f"/models/{MID}/invoke", {"request": {"prompt": "hi",
+                                                                 "max_tokens": 3}})
+        assert r.status_code == 200, r.text
+        assert r.json()["identity"]["attestation"]["source_commit"] == build_commit()
+        await _pub(env, tmp_path, model_id="m/old-build", release="tiny-old",
+                   source_commit="f" * 40)
+        fail(await env.post("/models/m/old-build/invoke", PROMPT), 502, "attestation_mismatch")
+
+
+async def test_a_broken_result_contract_is_upstream_failure(tmp_path: Path) -> None:
+    """A spec declaring a result field the runtime does not produce: the runtime broke
+    the contract, so the router reports no results (502 upstream_failure)."""
+    from _router_env import TEXT_SPEC
+    spec = {**TEXT_SPEC, "results": {**TEXT_SPEC["results"], "fields": [
+        *TEXT_SPEC["results"]["fields"], {"name": "score", "type": "number"}]}}
+    async with router_served(tmp_path) as env:
+        await _pub(env, tmp_path, spec=spec)
+        r = await env.post(f"/models/{MID}/invoke", PROMPT)
+        fail(r, 502, "upstream_failure")
+        assert "results" not in r.json()
+
+
+async def test_an_embedding_model_the_runtime_did_not_load(tmp_path: Path) -> None:
+    """The tiny runtime file's stub embedding folder does not load: an embedding model on
+    it is not deployed here (detail: not_ready; invoke: 503, never another model)."""
+    from aotx_trio.router.specs import default_spec
+    async with router_served(tmp_path) as env:
+        await publish(env.reg, tmp_path / "rt" / "embedding", model_id="m/emb",
+                      release="emb-r1", model_type="embedding", spec=default_spec("embedding"))
+        assert (await env.get("/models/m/emb")).json()["not_ready"] == "deployment"
+        e = fail(await env.post("/models/m/emb/invoke", {"request": {"texts": ["x"]}}), 503,
+                 "not_ready")
+        assert e["missing"] == ["deployment"]
