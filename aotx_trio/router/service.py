@@ -141,10 +141,7 @@ class RouterService:
         servable = not missing and view.state != "disabled" and rel.state != "disabled"
         out: dict[str, Any] = {"model_id": view.model_id,
                                "manifest": view.manifest.model_dump(mode="json"),
-                               "manifest_sha256": view.manifest_sha256, "state": view.state,
-                               "successor_id": view.successor_id,
-                               "release": rel.release.name, "release_state": rel.state,
-                               "servable": servable}
+                               "state": view.state, "servable": servable}
         if missing:
             out["not_ready"] = missing[0]
         if res is not None:
@@ -153,8 +150,7 @@ class RouterService:
 
     async def alias(self, name: str) -> dict[str, Any]:
         res = await resolve_alias(self.reg, name)
-        return {"name": name, "model_id": res.model_id, "chain": res.chain,
-                "resolution_chain": res.chain}
+        return {"name": name, "model_id": res.model_id, "chain": res.chain}
 
     async def sessions(self, active: bool) -> dict[str, Any]:
         return {"sessions": [s.model_dump(mode="json")
