@@ -8,7 +8,12 @@ The data folder (``--data``, default ``./aotx-data``)::
                          SHA-256 of its token is stored: the token is printed ONCE
     grants/grants.json   the deployment grant file, rewritten from gateway.json at
                          every start
-    journal/             journal.aotxj and service.sock
+    journal/             journal.aotxj and service.sock (journal/models/: the embedding
+                         model's files, extracted once from the runtime file)
+    registry/            the serving router's folder store (gateway.json ``store``
+                         defaults to the data folder); on every start the default
+                         models are registered if missing (``default/text``,
+                         ``default/embedding``: aotx_trio.router.defaults)
 
 Shutdown order on SIGINT/SIGTERM: hypercorn shuts down gracefully first, then
 the runtime tree is cancelled (nothing is left running).
