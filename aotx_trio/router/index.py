@@ -55,34 +55,44 @@ class ModelIndex:
         self.cursor = 0
         self.entries: dict[str, Entry] = {}
         self.refreshed = trio.Event()     # set (and replaced) after each refresh
+        self._sorted: list[Entry] | None = None   # entries by id; rebuilt after a change
 
     def list(self, model_type: str | None = None, state_filter: str = "active",
              ) -> list[dict[str, Any]]:
-        return [e.listing for _, e in sorted(self.entries.items())
+        if self._sorted is None:
+            self._sorted = [e for _, e in sorted(self.entries.items())]
+        return [e.listing for e in self._sorted
                 if (model_type is None or e.model_type == model_type)
                 and state_filter in ("all", e.state)]
 
-    async def _load(self, model_id: str) -> None:
+    async def _entry(self, model_id: str) -> Entry | None:
         try:
             view = await self.reg.get_model(model_id)
         except (Gone, NotFound):
-            self.entries.pop(model_id, None)
-            return
+            return None
         except FormatError as exc:
             log.warning("index: %s", exc.message)
-            self.entries.pop(model_id, None)
-            return
-        self.entries[model_id] = Entry(model_id, view.manifest.model_type, view.state,
-                                       listing(view))
+            return None
+        return Entry(model_id, view.manifest.model_type, view.state, listing(view))
+
+    async def _load(self, model_id: str) -> None:
+        entry = await self._entry(model_id)
+        if entry is not None:
+            self.entries[model_id] = entry
+            self._sorted = None
+        elif self.entries.pop(model_id, None) is not None:
+            self._sorted = None
 
     async def reload(self) -> None:
-        """Everything, from the store (the cursor first, so nothing is missed)."""
+        """Everything, from the store (the cursor first, so nothing is missed); the
+        rows are swapped in whole, so a listing never sees half a reload."""
         head = await self._head()
-        keys = await self.reg.run(self.reg.store.keys, "published")
-        self.entries = {}
-        for key in keys:
-            await self._load(key)
-        self.cursor = head
+        fresh: dict[str, Entry] = {}
+        for key in await self.reg.run(self.reg.store.keys, "published"):
+            entry = await self._entry(key)
+            if entry is not None:
+                fresh[key] = entry
+        self.entries, self._sorted, self.cursor = fresh, None, head
 
     async def _head(self) -> int:
         seq = self.cursor
