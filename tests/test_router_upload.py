@@ -161,7 +161,7 @@ async def test_an_unresolvable_host_is_refused() -> None:
 
 
 def test_policy_from_config() -> None:
-    assert UploadPolicy.from_config({}) == UploadPolicy()
+    assert UploadPolicy.from_config({}) == UploadPolicy() == UploadPolicy.from_config(None)
     assert UploadPolicy().allowed_host_suffixes == DEFAULT_SUFFIXES
     p = UploadPolicy.from_config({"allowed_host_suffixes": ["localhost", ".aotx.test"],
                                   "allow_private_addresses": True, "allowed_ports": [443, 8443],
@@ -325,6 +325,7 @@ async def test_a_failed_second_put_fails_the_batch(https: Server, ca: tuple[trus
     assert err.fields == {"param": "output_targets[1]", "output_id": "id1", "reason": "status",
                           "status": 500}
     assert "output_targets[1]" in caplog.text    # logged, without the URL
+    assert [p for _, p, _ in https.received][:2] == [f"/ok1?{SECRET}", f"/fail?{SECRET}"]
 
 
 async def test_a_redirect_is_not_followed(https: Server, ca: tuple[trustme.CA, str],

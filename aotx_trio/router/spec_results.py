@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aotx_trio.errors import UpstreamFailure
-from aotx_trio.router.spec_types import NAME, TYPES, invalid, type_of
+from aotx_trio.router.spec_values import NAME, TYPES, invalid, type_of
 
 DELIVERIES = ("inline", "upload")
 MAX_RESULT_FIELDS = 64
@@ -43,11 +43,15 @@ class Results:
     def binary_fields(self) -> tuple[ResultField, ...]:
         return tuple(f for f in self.fields if f.binary)
 
-    def check(self, results: Any) -> list[dict[str, Any]]:
-        """The runtime's results carry exactly the declared fields with their types
-        (else 502 ``upstream_failure``: the runtime broke the contract)."""
+    def check(self, results: Any, expected: int | None = None) -> list[dict[str, Any]]:
+        """The runtime's results carry exactly the declared fields with their types, and
+        ``expected`` of them when given (else 502 ``upstream_failure``: the runtime broke
+        the contract)."""
         if not isinstance(results, list):
             raise _broken("results", "the runtime's results are not a list")
+        if expected is not None and len(results) != expected:
+            raise _broken("results", f"{len(results)} results where the request asks for "
+                          f"{expected}")
         names = [f.name for f in self.fields]
         for i, result in enumerate(results):
             where = f"results[{i}]"
@@ -71,11 +75,11 @@ class Results:
         return results
 
     def wire(self, results: Any, output_ids: Sequence[str] | None = None,
-             ) -> list[dict[str, Any]]:
+             expected: int | None = None) -> list[dict[str, Any]]:
         """The HTTP JSON form: inline, binary fields as ``<name>_b64``; for upload
         delivery (``output_ids`` given, one per result) the receipts: ``output_id`` and
         the non-binary fields (the binary ones went to the targets)."""
-        checked = self.check(results)
+        checked = self.check(results, expected)
         if output_ids is not None and len(output_ids) != len(checked):
             raise _broken("results", f"{len(checked)} results for {len(output_ids)} targets")
         out: list[dict[str, Any]] = []
