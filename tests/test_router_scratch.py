@@ -6,7 +6,9 @@ reason expired."""
 
 from __future__ import annotations
 
+import math
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -175,7 +177,13 @@ async def test_lease_expiry_then_reaped(tmp_path: Path,
             assert (await svc.scratch.get(sid)).state == "open"     # not reaped yet
 
             await nursery.start(svc._reaper)
-            await trio.sleep(31)                  # one reaper interval (MockClock)
+            await trio.sleep(30)          # one reaper interval passes (MockClock)
+            # freeze the clock: the reaper's store writes finish in real time (a thread)
+            autojump_clock.autojump_threshold = math.inf
+            for _ in range(3000):
+                if (await svc.scratch.get(sid)).state == "closed":
+                    break
+                await trio.to_thread.run_sync(time.sleep, 0.01)
             with pytest.raises(errors.Gone) as got:
                 await svc.scratch_invoke(sid, PROMPT, caller)
             assert got.value.code == "scratch_closed"

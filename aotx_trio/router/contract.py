@@ -15,35 +15,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from aotx_trio import errors
-from aotx_trio.router.spec_dsl import Spec, parse_spec
+from aotx_trio.router.spec_dsl import Spec, parse_spec, split_envelope
 from aotx_trio.router.upload import Target, UploadPolicy, check_targets, put_all, vet_targets
-
-ENVELOPE_KEYS = ("request", "output_targets")
-
-
-def _bad(message: str, param: str, rule: str) -> errors.InvalidInput:
-    return errors.InvalidInput(message, code="invalid_params", param=param, rule=rule)
 
 
 @dataclass(frozen=True)
 class Envelope:
     request: dict[str, Any]
-    output_targets: list[Any] | None
+    output_targets: Any
 
 
 def envelope(body: Any) -> Envelope:
-    if not isinstance(body, dict):
-        raise _bad("the body must be a JSON object", "body", "type")
-    for key in body:
-        if key not in ENVELOPE_KEYS:
-            raise _bad(f"unknown envelope field {str(key)[:80]!r}", str(key)[:80], "unknown")
-    request = body.get("request")
-    if not isinstance(request, dict):
-        raise _bad("request must be an object", "request", "type")
-    targets = body.get("output_targets")
-    if targets is not None and not isinstance(targets, list):
-        raise _bad("output_targets must be a list", "output_targets", "type")
+    """The invoke body's ``request`` and ``output_targets`` (``spec_dsl.split_envelope``:
+    nothing else is allowed, 422 ``invalid_params``)."""
+    request, targets = split_envelope(body)
     return Envelope(request, targets)
 
 
@@ -59,23 +44,19 @@ class Contract:
 
     async def targets(self, env: Envelope, effective: dict[str, Any]) -> list[Target] | None:
         """The vetted upload targets (None: inline delivery); before any work."""
-        delivery = self.spec.results.delivery
-        if env.output_targets is None:
-            if "inline" not in delivery:
-                raise _bad("this model delivers by upload only: output_targets is required",
-                           "output_targets", "required")
+        if self.spec.delivery(env.output_targets) == "inline":
             return None
-        if "upload" not in delivery:
-            raise _bad("this model's contract delivers inline only", "output_targets",
-                       "delivery")
         checked = check_targets(env.output_targets, self.spec.result_count(effective),
                                 self.policy)
         return await vet_targets(checked, self.policy)
 
-    async def deliver(self, targets: list[Target] | None, results: list[dict[str, Any]],
-                      ) -> list[dict[str, Any]]:
+    async def deliver(self, targets: list[Target] | None, effective: dict[str, Any],
+                      results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The results on the wire: inline, or PUT to the targets (then the receipts);
+        the runtime's results are checked against the contract first (502)."""
         if targets is None:
-            return self.spec.wire_results(results)
+            return self.spec.wire_results(results, effective=effective)
+        self.spec.wire_results(results, [t.output_id for t in targets], effective)
         bodies = self.spec.results.upload_bodies(results)
         ids = await put_all(targets, bodies, self.policy)
-        return self.spec.wire_results(results, ids)
+        return self.spec.wire_results(results, ids, effective)

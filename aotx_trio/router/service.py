@@ -228,7 +228,7 @@ class RouterService:
                 "artifact_sha256": release.artifact.sha256,
                 "descriptor_sha256": release.descriptor_sha256}
         results, seen = await self._run(view.manifest.model_type, name, request, caller, want)
-        wire = await spec.deliver(targets, results)
+        wire = await spec.deliver(targets, request, results)
         identity: dict[str, Any] = {
             "model_id": view.model_id, "release": release.name,
             "source_commit": release.source_commit,
@@ -260,7 +260,7 @@ class RouterService:
                                   code="scratch_not_ready", missing=missing)
         results, seen = await self._run(model_type, name, request, caller,
                                         {"artifact_sha256": rev.artifact.sha256})
-        wire = await spec.deliver(targets, results)
+        wire = await spec.deliver(targets, request, results)
         identity = {
             "provenance": {"kind": "scratch"}, "session_id": session.session_id,
             "based_on": session.based_on,
