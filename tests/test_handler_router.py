@@ -137,3 +137,23 @@ async def test_chat_generate_raw_prompt_and_identity(tmp_path: Path) -> None:
             with pytest.raises(errors.InvalidInput) as got:
                 await _generate(handler, **bad)
             assert got.value.fields["field"] == "prompt"
+
+
+async def test_a_full_admission_queue_is_over_capacity(tmp_path: Path) -> None:
+    """chat.generate on an executor whose queue is full: 429 over_capacity (the router
+    passes it on with Retry-After), never a wait without bound."""
+    from aotx_trio import native
+    from aotx_trio.runtime.executor import Executor
+
+    ccir = make_runtime_file(tmp_path / "rt")
+    async with runtime(ccir) as (handler, _):
+        state = handler.state
+        assert state is not None
+        # an executor that is not running: its one queue slot stays taken
+        handler.executor = Executor(state.device, state.emitter,
+                                    native.capacities()["result_bytes"], queue_size=1)
+        params = {**INVOKE, "model": TINY_MODEL, "prompt": "x", "max_tokens": 2}
+        await handler.open_stream("chat.generate", params)
+        with pytest.raises(errors.OverCapacity) as got:
+            await handler.open_stream("chat.generate", params)
+        assert got.value.code == "over_capacity" and got.value.fields["retry_after"] == 1

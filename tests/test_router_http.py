@@ -173,3 +173,31 @@ async def test_two_gateways_on_one_postgresql_store(tmp_path: Path, postgres_url
             with trio.fail_after(5):
                 rows = await _listed(b, MID)
             assert rows[0]["model_id"] == MID
+
+
+def test_gateway_json_store_and_router_keys(tmp_path: Path) -> None:
+    import json
+
+    from aotx_trio.config import ConfigError, load_gateway_config, parse_gateway_config
+    from aotx_trio.gateway.app import router_from_config
+
+    cfg = parse_gateway_config({"store": "postgresql://u@h/db",
+                                "router": {"index_refresh_s": 5, "max_inflight_invokes": 2}})
+    assert cfg.store == "postgresql://u@h/db" and cfg.router.index_refresh_s == 5
+    assert parse_gateway_config({}).store is None
+    assert router_from_config(parse_gateway_config({}), None) is None  # type: ignore[arg-type]
+    for bad, key in (({"router": {"index_refresh_s": 0}}, "router.index_refresh_s"),
+                     ({"router": {"bogus": 1}}, "router.bogus"),
+                     ({"store": " "}, "store")):
+        with pytest.raises(ConfigError) as got:
+            parse_gateway_config(bad)
+        assert got.value.fields["key"] == key
+    # a relative folder is resolved against the file's folder; a URL is kept
+    path = tmp_path / "gateway.json"
+    path.write_text(json.dumps({"store": "data"}))
+    assert load_gateway_config(path).store == str(tmp_path / "data")
+    # router.upload is checked when the router is built
+    with pytest.raises(ConfigError):
+        router_from_config(parse_gateway_config({"store": str(tmp_path),
+                                                 "router": {"upload": {"nope": 1}}}),
+                           None)  # type: ignore[arg-type]
