@@ -10,6 +10,7 @@ The data folder (``--data``, default ``./aotx-data``)::
                          every start
     journal/             journal.aotxj and service.sock (journal/models/: the embedding
                          model's files, extracted once from the runtime file)
+    artifacts/           GGUF artifacts exported for on-demand loading (router.artifact_cache)
     registry/            the serving router's folder store (gateway.json ``store``
                          defaults to the data folder); on every start the default
                          models are registered if missing (``default/text``,
@@ -81,6 +82,9 @@ def ensure_config(data: Path, bind: str) -> tuple[GatewayConfig, str | None]:
     update: dict[str, Any] = {"bind": bind}
     if config.store is None:     # the embedded default: the folder store in the data folder
         update["store"] = str(data.resolve())
+    if config.router.artifact_cache is None:   # GGUFs loaded on demand are exported here
+        update["router"] = config.router.model_copy(
+            update={"artifact_cache": (data / "artifacts").resolve()})
     return config.model_copy(update=update), token
 
 

@@ -96,6 +96,7 @@ async def router_served(tmp_path: Path, *, store_url: str | None = None,
                         principals: Mapping[str, Sequence[str]] = PRINCIPALS,
                         handler: ServiceHandler | None = None,
                         upload: UploadPolicy | None = None, socket: bool = False,
+                        cache_dir: Path | None = None,
                         ) -> AsyncIterator[RouterEnv]:
     """Runtime + gateway (with the router) on hypercorn; the store is PostgreSQL at
     ``store_url`` or a folder (``store_dir``, default under ``tmp_path``).  With
@@ -119,7 +120,8 @@ async def router_served(tmp_path: Path, *, store_url: str | None = None,
             if socket:      # the split deployment's transport: the runtime's service socket
                 client = SocketClient(str(folder / "journal" / SOCKET_NAME))
             router = RouterService(Registry(store), client,
-                                   settings or Settings(index_refresh_s=0.1), upload)
+                                   settings or Settings(index_refresh_s=0.1), upload,
+                                   cache_dir)
             app = create_app(client, cfg.principals, router=router)
             shutdown, stopped = trio.Event(), trio.Event()
 
