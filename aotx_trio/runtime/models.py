@@ -98,6 +98,9 @@ class EmbeddingModel:
 def _extract(rf: RuntimeFile, root: Path, artifact: str) -> Path:
     """The embedding folder under ``root`` (extracted and verified once; reused)."""
     dest = root / f"embedding-{artifact[:16]}"
+    for old in root.glob("embedding-*"):     # another runtime file's model: not ours now
+        if old != dest:
+            shutil.rmtree(old, ignore_errors=True)
     if (dest / ".complete").is_file():
         return dest
     tmp = root / f".embedding-{artifact[:16]}.tmp-{os.getpid()}"
