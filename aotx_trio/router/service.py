@@ -30,10 +30,10 @@ import aotx_trio
 from aotx_trio import errors
 from aotx_trio.router import contract, feed
 from aotx_trio.router.aliases import Resolution, resolve, resolve_alias
-from aotx_trio.router.artifacts import export_artifact
+from aotx_trio.router.deploy import Deployments
 from aotx_trio.router.dispatch import DISPATCH, Caller, RuntimeLink, checker
 from aotx_trio.router.index import ModelIndex
-from aotx_trio.router.records import ArtifactRef, Descriptor, Revision, sha256_hex
+from aotx_trio.router.records import Revision
 from aotx_trio.router.registry import ModelView, Registry, ReleaseView
 from aotx_trio.router.scratch import Scratch
 from aotx_trio.router.spec_dsl import Spec
@@ -69,8 +69,7 @@ class RouterService:
         self.index = ModelIndex(reg, interval_s=self.settings.index_refresh_s)
         self.scratch = Scratch(reg)
         self.upload = upload or UploadPolicy()
-        #: where GGUF artifacts are exported for on-demand loading (None: never)
-        self.cache_dir = cache_dir
+        self.deploy = Deployments(reg, link, cache_dir)
         self.inflight = 0
         self._specs: dict[str, Spec] = {}
 
@@ -113,76 +112,12 @@ class RouterService:
             raise _bad("model_type must be textgen or embedding", "model_type", "enum")
         return {"models": self.index.list(model_type, state)}
 
-    async def _identity(self) -> dict[str, Any] | None:
-        try:
-            out: dict[str, Any] = await self.link.call("identity", {})
-        except errors.AotxError as exc:
-            log.warning("runtime identity unavailable: %s", exc.message)
-            return None
-        return out
-
-    @staticmethod
-    def _not_ready(model_type: str, artifact_sha256: str, engine_set: str | None,
-                   ident: Mapping[str, Any] | None, descriptor_sha256: str | None = None,
-                   ) -> tuple[list[str], str | None]:
-        """(what is missing, the runtime's model name for the artifact: the one loaded
-        with ``descriptor_sha256`` when there are several)."""
-        if ident is None:
-            return ["deployment"], None
-        missing = []
-        if engine_set is not None and engine_set not in (ident.get("engine_sets") or []):
-            missing.append(f"engine_set({engine_set})")
-        rows = [a for a in ident.get("artifacts") or []
-                if a.get("artifact_sha256") == artifact_sha256 and a.get("kind") == model_type]
-        rows.sort(key=lambda a: a.get("descriptor_sha256") != descriptor_sha256)
-        if not rows:
-            missing.append("deployment")
-        return missing, str(rows[0]["name"]) if rows else None
-
-    async def _deployed(self, model_type: str, artifact: ArtifactRef,
-                        engine_set: str | None, descriptor: Descriptor | None,
-                        caller: Caller) -> tuple[list[str], str | None]:
-        """Where the runtime serves the artifact; a GGUF it has not loaded is loaded on
-        demand first when this router has an artifact cache (docs/decisions.md)."""
-        want = None if descriptor is None else sha256_hex(descriptor.body())
-        ident = await self._identity()
-        missing, name = self._not_ready(model_type, artifact.sha256, engine_set, ident, want)
-        if missing != ["deployment"] or ident is None or self.cache_dir is None \
-                or artifact.kind != "gguf" or model_type != "textgen":
-            return missing, name
-        if await self.reg.run(self.reg.store.blob_size, artifact.sha256) is None:
-            return missing, name
-        path = await trio.to_thread.run_sync(self._cached, artifact)
-        params: dict[str, Any] = {"principal": caller.principal,
-                                  "actions": list(caller.actions), "path": str(path),
-                                  "artifact_sha256": artifact.sha256,
-                                  "descriptor": None if descriptor is None
-                                  else descriptor.model_dump(mode="json")}
-        try:
-            row = await self.link.call("model.load", params)
-        except errors.AotxError as exc:
-            log.warning("on-demand load of %s failed: %s", artifact.sha256, exc.message)
-            if isinstance(exc, errors.Forbidden | errors.OverCapacity):
-                raise
-            return missing, name
-        log.info("artifact %s loaded on demand as %s", artifact.sha256, row["name"])
-        return [], str(row["name"])
-
-    def _cached(self, artifact: ArtifactRef) -> Path:
-        """The artifact as a file in the cache folder (exported once, atomically)."""
-        assert self.cache_dir is not None
-        path = self.cache_dir / f"{artifact.sha256}.gguf"
-        if not (path.is_file() and path.stat().st_size == artifact.size):
-            self.cache_dir.mkdir(parents=True, exist_ok=True)
-            export_artifact(self.reg.store, artifact, path)
-        return path
-
     async def detail(self, target: str) -> dict[str, Any]:
         view, res = await resolve(self.reg, target)
         rel = await self._release(view)
-        missing, _ = self._not_ready(view.manifest.model_type, rel.release.artifact.sha256,
+        missing, _ = self.deploy.not_ready(view.manifest.model_type, rel.release.artifact.sha256,
                                      rel.release.engine_set.name if rel.release.engine_set
-                                     else None, await self._identity(),
+                                     else None, await self.deploy.identity(),
                                      rel.release.descriptor_sha256)
         servable = not missing and view.state != "disabled" and rel.state != "disabled"
         out: dict[str, Any] = {"model_id": view.model_id,
@@ -264,7 +199,7 @@ class RouterService:
         request = spec.effective(envelope.request)
         targets = await spec.targets(envelope, request)
         release = rel.release
-        missing, name = await self._deployed(
+        missing, name = await self.deploy.deployed(
             view.manifest.model_type, release.artifact,
             release.engine_set.name if release.engine_set else None, release.descriptor,
             caller)
@@ -300,7 +235,7 @@ class RouterService:
         spec = self._contract(rev.spec_sha256, rev.spec)
         request = spec.effective(envelope.request)
         targets = await spec.targets(envelope, request)
-        missing, name = await self._deployed(model_type, rev.artifact, None, None, caller)
+        missing, name = await self.deploy.deployed(model_type, rev.artifact, None, None, caller)
         if missing or name is None:
             raise errors.NotReady("the scratch revision's artifact is not loaded here",
                                   code="scratch_not_ready", missing=missing)
