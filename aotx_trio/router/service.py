@@ -19,7 +19,7 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -115,10 +115,11 @@ class RouterService:
     async def detail(self, target: str) -> dict[str, Any]:
         view, res = await resolve(self.reg, target)
         rel = await self._release(view)
-        missing, _ = self.deploy.not_ready(view.manifest.model_type, rel.release.artifact.sha256,
-                                     rel.release.engine_set.name if rel.release.engine_set
-                                     else None, await self.deploy.identity(),
-                                     rel.release.descriptor_sha256)
+        release = rel.release
+        missing, _ = self.deploy.not_ready(
+            view.manifest.model_type, release.artifact.sha256,
+            release.engine_set.name if release.engine_set else None,
+            await self.deploy.identity(), release.descriptor_sha256)
         servable = not missing and view.state != "disabled" and rel.state != "disabled"
         out: dict[str, Any] = {"model_id": view.model_id,
                                "manifest": view.manifest.model_dump(mode="json"),
@@ -257,9 +258,10 @@ class RouterService:
         return {"ok": True, "error": None, "results": wire, "identity": identity}
 
 
-def _ids(n: int, t0: float, clock: Callable[[], float] = time.monotonic) -> dict[str, Any]:
+def _ids(n: int, t0: float) -> dict[str, Any]:
+    """request_id, one result id per result (aligned by index), timing_ms since ``t0``."""
     return {"request_id": str(uuid.uuid4()), "result_ids": [str(uuid.uuid4()) for _ in range(n)],
-            "timing_ms": round((clock() - t0) * 1000)}
+            "timing_ms": round((time.monotonic() - t0) * 1000)}
 
 
 def _alias_fields(target: str, res: Resolution) -> dict[str, Any]:
