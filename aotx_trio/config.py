@@ -84,6 +84,24 @@ class Limits(_Strict):
         return self
 
 
+class Router(_Strict):
+    """The serving router's own settings (docs/configuration.md, ``router``)."""
+
+    #: how often the ``GET /models`` index follows the store's event feed
+    index_refresh_s: Annotated[float, Field(gt=0, le=3600)] = 30.0
+    #: the feed's rescan (heal + trim); ``aotx serve`` and the gateway run it
+    rescan_interval_s: Annotated[float, Field(gt=0, le=86400)] = 3600.0
+    #: how often the reaper closes scratch sessions whose lease elapsed
+    reap_interval_s: Annotated[float, Field(gt=0, le=3600)] = 30.0
+    #: invokes in flight at once in this gateway; one more is 429 over_capacity
+    max_inflight_invokes: Annotated[int, Field(ge=1, le=65536)] = 64
+    #: where upload delivery may PUT (aotx_trio.router.upload.UploadPolicy.from_config)
+    upload: dict[str, Any] | None = None
+    #: a folder the runtime can read: GGUF artifacts it has not loaded are exported
+    #: there and loaded on demand (``None``: never; invoke answers not_ready)
+    artifact_cache: Path | None = None
+
+
 class GatewayConfig(_Strict):
     """``gateway.json``."""
 
@@ -92,6 +110,17 @@ class GatewayConfig(_Strict):
     service_socket: Path | None = None
     principals: list[Principal] = Field(default_factory=list)
     limits: Limits = Field(default_factory=Limits)
+    #: the model registry: a folder (the folder store at ``<store>/registry``) or a
+    #: ``postgresql://`` URL; ``None``: the router's routes answer 503 not_ready
+    store: str | None = None
+    router: Router = Field(default_factory=Router)
+
+    @field_validator("store")
+    @classmethod
+    def _store(cls, v: str | None) -> str | None:
+        if v is not None and not v.strip():
+            raise ValueError("store must be a folder path or a postgresql:// URL")
+        return v
 
     @field_validator("bind")
     @classmethod
@@ -119,7 +148,17 @@ class GatewayConfig(_Strict):
         update: dict[str, Any] = {}
         if (s := fix(self.service_socket)) is not None:
             update["service_socket"] = s
+        if self.store is not None and not is_store_url(self.store) \
+                and (st := fix(Path(self.store))) is not None:
+            update["store"] = str(st)
+        if (cache := fix(self.router.artifact_cache)) is not None:
+            update["router"] = self.router.model_copy(update={"artifact_cache": cache})
         return self.model_copy(update=update)
+
+
+def is_store_url(store: str) -> bool:
+    """A ``store`` value naming PostgreSQL (else it is a folder)."""
+    return store.startswith(("postgresql://", "postgres://"))
 
 
 def token_sha256(token: str) -> str:
@@ -136,7 +175,6 @@ def _key_path(loc: tuple[int | str, ...]) -> str:
 UNIMPLEMENTED: dict[str, str] = {
     "limits.max_connections": "connection limits",
     "limits.scratch_lease_s": "the serving router",
-    "store": "the serving router's model registry",
     "webhooks": "webhooks",
 }
 

@@ -8,7 +8,13 @@ The data folder (``--data``, default ``./aotx-data``)::
                          SHA-256 of its token is stored: the token is printed ONCE
     grants/grants.json   the deployment grant file, rewritten from gateway.json at
                          every start
-    journal/             journal.aotxj and service.sock
+    journal/             journal.aotxj and service.sock (journal/models/: the embedding
+                         model's files, extracted once from the runtime file)
+    artifacts/           GGUF artifacts exported for on-demand loading (router.artifact_cache)
+    registry/            the serving router's folder store (gateway.json ``store``
+                         defaults to the data folder); on every start the default
+                         models are registered if missing (``default/text``,
+                         ``default/embedding``: aotx_trio.router.defaults)
 
 Shutdown order on SIGINT/SIGTERM: hypercorn shuts down gracefully first, then
 the runtime tree is cancelled (nothing is left running).
@@ -21,16 +27,20 @@ import functools
 import logging
 import sys
 from pathlib import Path
+from typing import Any
 
 import trio
 
 from aotx_trio._process import on_signal, run_trio, setup_logging
 from aotx_trio.client import InProcessClient
 from aotx_trio.config import GatewayConfig, load_gateway_config, write_gateway_config
+from aotx_trio.errors import AotxError
 from aotx_trio.gateway.auth import hash_token, new_token
 from aotx_trio.gateway.serve import serve_gateway
 from aotx_trio.grants import write_grants
 from aotx_trio.runtime.boot import JournalLimits, run_runtime
+from aotx_trio.runtime.ccir import RuntimeFile
+from aotx_trio.runtime.handler import ServiceHandler
 from aotx_trio.vocab import ACTIONS
 
 log = logging.getLogger("aotx.serve")
@@ -70,7 +80,48 @@ def ensure_config(data: Path, bind: str) -> tuple[GatewayConfig, str | None]:
         })
         write_gateway_config(path, config)
     config = load_gateway_config(path)
-    return config.model_copy(update={"bind": bind}), token
+    update: dict[str, Any] = {"bind": bind}
+    if config.store is None:     # the embedded default: the folder store in the data folder
+        update["store"] = str(data.resolve())
+    if config.router.artifact_cache is None:   # GGUFs loaded on demand are exported here
+        update["router"] = config.router.model_copy(
+            update={"artifact_cache": (data / "artifacts").resolve()})
+    return config.model_copy(update=update), token
+
+
+def model_sources(runtime: Path) -> dict[str, list[Any]]:
+    """The runtime file's models as artifact files: text model name -> its one extent,
+    ``embedding`` -> the embedding folder's files (aotx_trio.router.defaults.Extent)."""
+    from aotx_trio.router.defaults import Extent
+    from aotx_trio.runtime.models import EMBEDDING_NAME
+
+    rf = RuntimeFile.open(runtime)
+    out: dict[str, list[Any]] = {c.name: [Extent(c.name, rf.path, c.offset, c.length)]
+                                 for c in rf.text_models}
+    out[EMBEDDING_NAME] = [Extent(c.name, rf.path, c.offset, c.length)
+                           for c in rf.embedding_files]
+    return out
+
+
+async def register_default_models(config: GatewayConfig, runtime: Path,
+                                  handler: ServiceHandler) -> list[str]:
+    """The default models in the configured store (idempotent; docs/decisions.md)."""
+    from aotx_trio.config import is_store_url
+    from aotx_trio.router.backends import open_store
+    from aotx_trio.router.defaults import register_defaults
+    from aotx_trio.router.registry import Registry
+
+    assert config.store is not None
+    store = await trio.to_thread.run_sync(functools.partial(
+        open_store, **({"url": config.store} if is_store_url(config.store)
+                       else {"data": config.store})))
+    reg = Registry(store)
+    try:
+        identity = await handler.call("identity", {})
+        sources = await trio.to_thread.run_sync(model_sources, runtime)
+        return await register_defaults(reg, identity, sources)
+    finally:
+        await reg.aclose()
 
 
 def prepare(data: Path, bind: str) -> tuple[Path, GatewayConfig, str | None]:
@@ -93,12 +144,17 @@ async def serve_embedded(data: Path, bind: str, *,
         print("aotx serve: admin token (shown once, stored only as its SHA-256):",
               flush=True)
         print(f"  {token}", flush=True)
-    shutdown = shutdown or trio.Event()
+    shutdown = shutdown if shutdown is not None else trio.Event()
     async with trio.open_nursery() as outer:
         outer.start_soon(on_signal, shutdown.set)
         handler = await outer.start(functools.partial(
             run_runtime, runtime, data / "journal", data / "grants",
             execution_deadline_s=config.limits.execution_deadline_s, journal_limits=limits))
+        try:
+            for model_id in await register_default_models(config, runtime, handler):
+                log.info("default model %s", model_id)
+        except AotxError as exc:   # e.g. a PostgreSQL store that is down: serve anyway
+            log.error("the default models were not registered: %s", exc.message)
         async with trio.open_nursery() as gateway:
             binds = await gateway.start(serve_gateway, config, InProcessClient(handler),
                                         shutdown)

@@ -361,7 +361,7 @@ def test_openapi_describes_exactly_the_served_routes() -> None:
     app = create_app(InProcessClient(None), [])  # type: ignore[arg-type]
     served = set()
     for rule in app.url_map.iter_rules():
-        route = re.sub(r"<(\w+)>", r"{\1}", rule.rule)
+        route = re.sub(r"<(?:\w+:)?(\w+)>", r"{\1}", rule.rule)
         for method in rule.methods or ():
             if method in ("GET", "POST"):
                 served.add((method, route))

@@ -24,13 +24,14 @@ from quart_trio import QuartTrio
 from aotx_trio import errors
 from aotx_trio.client import DeviceClient
 from aotx_trio.config import GatewayConfig
-from aotx_trio.gateway import chat, media, shared_routes
+from aotx_trio.gateway import chat, media, router_routes, shared_routes
 from aotx_trio.gateway.auth import Authenticator, PrincipalEntry
 from aotx_trio.gateway.errors import handle_any
 from aotx_trio.gateway.fast import FastMutations
 from aotx_trio.gateway.framing import guard
 from aotx_trio.gateway.metrics import GatewayMetrics, metrics_response
 from aotx_trio.gateway.routes_table import BASE, admit
+from aotx_trio.router.service import RouterService, Settings
 
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 DEFAULT_MAX_MEDIA_BYTES = 2 * 1024 * 1024
@@ -41,7 +42,8 @@ def create_app(client: DeviceClient, principals: Iterable[PrincipalEntry], *,
                list_limit_max: int = 500, retry_after_s: int = 1,
                sse_queue_depth: int = 256, sse_keepalive_s: float = 15.0,
                max_media_bytes: int = DEFAULT_MAX_MEDIA_BYTES,
-               fast_mutations: bool = True) -> QuartTrio:
+               fast_mutations: bool = True, router: RouterService | None = None,
+               ) -> QuartTrio:
     app = QuartTrio("aotx_trio.gateway", static_folder=None)
     app.request_class = media.request_class(max_media_bytes)
     app.config.update(
@@ -63,6 +65,15 @@ def create_app(client: DeviceClient, principals: Iterable[PrincipalEntry], *,
         @app.before_serving
         async def _start_client() -> None:
             await app.nursery.start(run)
+
+    if router is not None:   # the serving router's index, rescan and reaper
+        @app.before_serving
+        async def _start_router() -> None:
+            await app.nursery.start(router.run)
+
+        @app.after_serving
+        async def _close_router() -> None:
+            await router.reg.aclose()
 
     @app.before_request
     async def _authenticate() -> None:
@@ -100,6 +111,7 @@ def create_app(client: DeviceClient, principals: Iterable[PrincipalEntry], *,
         return await metrics_response(client, auth, request.headers.get("Authorization"),
                                       own_metrics)
 
+    router_routes.mount(app, auth, router)
     app.register_error_handler(Exception, handle_any)
     app.register_blueprint(shared_routes.bp)
     app.add_url_rule(media.PATH, "media_upload", media.upload, methods=["POST"])
@@ -109,6 +121,25 @@ def create_app(client: DeviceClient, principals: Iterable[PrincipalEntry], *,
             body_timeout=float(app.config["BODY_TIMEOUT"]), retry_after_s=retry_after_s)
     app.asgi_app = own_metrics.wrap(guard(app.asgi_app))  # type: ignore[method-assign,assignment]
     return app
+
+
+def router_from_config(config: GatewayConfig, client: DeviceClient) -> RouterService | None:
+    """The serving router over ``config.store`` (None when no store is set)."""
+    if config.store is None:
+        return None
+    from aotx_trio.config import is_store_url
+    from aotx_trio.router.backends import open_store
+    from aotx_trio.router.registry import Registry
+    from aotx_trio.router.upload import UploadPolicy
+
+    upload = UploadPolicy.from_config(config.router.upload)
+    store = open_store(url=config.store) if is_store_url(config.store) \
+        else open_store(data=config.store)
+    r = config.router
+    return RouterService(Registry(store), client, Settings(
+        index_refresh_s=r.index_refresh_s, rescan_interval_s=r.rescan_interval_s,
+        reap_interval_s=r.reap_interval_s, max_inflight_invokes=r.max_inflight_invokes),
+        upload, r.artifact_cache)
 
 
 def make_app_from_config(config: GatewayConfig, client: DeviceClient) -> QuartTrio:
@@ -121,4 +152,5 @@ def make_app_from_config(config: GatewayConfig, client: DeviceClient) -> QuartTr
                       list_limit_default=lim.list_limit_default,
                       list_limit_max=lim.list_limit_max, retry_after_s=lim.retry_after_s,
                       sse_queue_depth=lim.sse_queue_depth, sse_keepalive_s=lim.sse_keepalive_s,
-                      max_media_bytes=lim.max_media_bytes)
+                      max_media_bytes=lim.max_media_bytes,
+                      router=router_from_config(config, client))

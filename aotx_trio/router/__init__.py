@@ -1,5 +1,11 @@
-"""The serving router's model registry (docs/formats/registry.md, docs/decisions.md).
+"""The serving router: its model registry and what its routes answer
+(docs/formats/registry.md, docs/decisions.md, docs/api.md "Serving router").
 
+    service            RouterService: every route's answer; index + rescan + reaper tasks
+    index              the GET /models index, refreshed from the event feed
+    contract dispatch  invoke envelope + spec/upload; running it on the runtime
+    identity  deploy   build commit, digests, the attestation check; readiness, on-demand load
+    defaults           the default models ``aotx serve`` registers
     cli  cli_args      ``aotx registry`` (arguments stay argparse-only for ``--help``)
     scratch            scratch sessions: numbered verified revisions, sliding lease
     aliases            alias resolution with the complete verified chain
@@ -10,5 +16,5 @@
     store_pg           PostgreSQL backend (psycopg 3 + psycopg-pool)
     records            the documents: canonical JSON, keys, times
 
-The HTTP routes and invoke are mounted by the gateway (a later slice).
+The HTTP routes are mounted by the gateway (``aotx_trio.gateway.router_routes``).
 """

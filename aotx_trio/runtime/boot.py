@@ -119,8 +119,9 @@ async def run_runtime(ccir: str | Path, journal: str | Path, grants_dir: str | P
     with runtime_file_lock(Path(ccir)):   # aotx pack refuses while it is held
         rf = load_runtime_file(Path(ccir))
         grants = load_grants(grants_dir)  # serves nothing without deployment grants
-        models = await trio.to_thread.run_sync(ModelSet.load, rf)
         journal_dir = Path(journal)
+        models = await trio.to_thread.run_sync(functools.partial(
+            ModelSet.load, rf, embedding_root=journal_dir / "models"))
         try:
             async with open_runtime_state(rf.header.lineage, journal_dir,
                                           journal_limits) as state:

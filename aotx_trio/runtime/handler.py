@@ -22,6 +22,7 @@ import trio
 from aotx_trio import errors, native, vocab
 from aotx_trio.device import Device
 from aotx_trio.journal import SaveState
+from aotx_trio.router.identity import build_commit, descriptor_sha256
 from aotx_trio.runtime import conv_events, history, render, validate
 from aotx_trio.runtime.executor import Executor, Job
 from aotx_trio.runtime.media import MediaStore
@@ -32,6 +33,8 @@ from aotx_trio.runtime.stats import Histogram
 from aotx_trio.vocab import TERMINAL, format_id, grant_mask, principal_key
 
 READ_CHUNK = 65536
+EMBED_QUEUE = 64        # embed calls waiting for the encoder; one more is over_capacity
+MAX_LOADED_ON_DEMAND = 4   # GGUF models model.load may add
 MAX_CACHED_PRINCIPALS = 4096
 
 
@@ -68,7 +71,7 @@ class ServiceHandler:
         self.save_state = save_state
         self.lineage = lineage
         self.grants = grants
-        self.models = models or ModelSet({}, [])
+        self.models = models or ModelSet({})
         self.executor = executor
         self.save_timeout = save_timeout
         self.state: RuntimeState | None = None   # set by boot (tests, tools)
@@ -92,7 +95,12 @@ class ServiceHandler:
             "operation.get": self._operation,
             "operation.result": self._result,
             "media.put": self._media_put,
+            "identity": self._identity,
+            "embed": self._embed,
+            "model.load": self._load_model,
         }
+        self._embed_limiter = trio.CapacityLimiter(1)
+        self._load_lock = trio.Lock()
         self._streams: dict[str, StreamMethod] = {"save.watch": self._watch_saves,
                                                   "operation.watch": self._watch_operation,
                                                   "conversation.watch": self._watch_conversation,
@@ -159,6 +167,65 @@ class ServiceHandler:
                          "media": self.media is not None},
             "save": render.render_save(self.save_state()),
         }
+
+    async def _identity(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """Who this runtime is, for the router's attestation check: the build commit,
+        the engine sets it has (none on CPU), every loaded artifact and descriptor."""
+        return {"runtime_id": self.lineage, "source_commit": build_commit(), "gpu": None,
+                "engine_sets": [], "artifacts": self.models.identity()}
+
+    def _ran(self, artifact_sha256: str, descriptor: Mapping[str, Any]) -> dict[str, Any]:
+        return {"source_commit": build_commit(), "artifact_sha256": artifact_sha256,
+                "descriptor_sha256": descriptor_sha256(descriptor), "gpu": None}
+
+    async def _embed(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """``embed``: one float32 vector (little-endian, base64) per text, in order."""
+        actions, _ = self._actions(params)
+        if "models_invoke" not in actions:
+            raise errors.Forbidden("the principal lacks the models_invoke action",
+                                   action="models_invoke", reason="deployment_grant")
+        texts = validate.embed_texts(params)
+        model = self.models.embedding
+        if model is None:
+            raise errors.InvalidInput("this runtime has no embedding model",
+                                      code="unknown_model", field="model")
+        embedder = model.get()
+        if self._embed_limiter.statistics().tasks_waiting >= EMBED_QUEUE:
+            raise errors.OverCapacity("the embedding queue is full", retry_after=1)
+        tokens = [len(embedder.tokenize(t)) for t in texts]
+        vectors = await trio.to_thread.run_sync(embedder.embed, texts,
+                                                limiter=self._embed_limiter)
+        rows = [base64.b64encode(v.astype("<f4").tobytes()).decode("ascii") for v in vectors]
+        return {"model": model.name, "dim": embedder.dim, "vectors_b64": rows,
+                "tokens": tokens, "identity": self._ran(model.artifact_sha256,
+                                                        model.descriptor)}
+
+    async def _load_model(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """``model.load``: load a GGUF file (the router exported it from its store) for a
+        release or scratch revision this runtime has not loaded; its identity row."""
+        actions, _ = self._actions(params)
+        if "models_invoke" not in actions:
+            raise errors.Forbidden("the principal lacks the models_invoke action",
+                                   action="models_invoke", reason="deployment_grant")
+        path, sha, descriptor = validate.model_load(params)
+        async with self._load_lock:
+            for row in self.models.identity():
+                if row["artifact_sha256"] == sha and row["kind"] == "textgen" and (
+                        descriptor is None
+                        or row["descriptor_sha256"] == descriptor_sha256(descriptor)):
+                    return row
+            loaded = [m for m in self.models if m.name.startswith("artifact-")]
+            if len(loaded) >= MAX_LOADED_ON_DEMAND:
+                raise errors.OverCapacity(f"{len(loaded)} models are loaded on demand (the "
+                                          "limit)", retry_after=60)
+            model = await trio.to_thread.run_sync(self.models.load_gguf, path, sha,
+                                                  descriptor)
+            if model.name in self.models.text:
+                model.engine.close()
+                raise errors.Conflict("another descriptor of this artifact is loaded",
+                                      code="artifact_loaded", field="descriptor")
+            self.models.text[model.name] = model
+        return next(r for r in self.models.identity() if r["name"] == model.name)
 
     async def _metrics(self, params: Mapping[str, Any]) -> dict[str, Any]:
         """The runtime's numbers for the gateway's ``/metrics`` (no principal: the
@@ -424,7 +491,8 @@ class ServiceHandler:
                     ) -> tuple[dict[str, Any], AsyncIterator[dict[str, Any]]]:
         """``chat.generate``: an ordinary (nothing persists) chat completion on a loaded
         text model, through the same executor, KV pool and admission order as shared
-        inputs.  Opens with ``{"model", "id", "prompt_tokens"}``; pushes ``{"text"}``
+        inputs (``prompt`` instead of ``messages``: raw text continued as is).  Opens
+        with ``{"model", "id", "prompt_tokens", "identity"}``; pushes ``{"text"}``
         pieces (never a part of a stop sequence); ends with one ``{"finish_reason",
         "usage"}``.  Leaving the stream early cancels the generation."""
         actions, _ = self._actions(params)
@@ -436,7 +504,8 @@ class ServiceHandler:
         executor = self.executor
         req = validate.chat_request(params)
         model = self.models.get(req.model)
-        prompt = render_chat(model.engine, req.messages)
+        prompt = render_chat(model.engine, req.messages) if req.prompt is None else \
+            model.engine.tokenize(req.prompt, add_bos=True, parse_special=False)
         max_out = req.max_tokens if req.max_tokens is not None \
             else max(1, model.context - len(prompt))
         if len(prompt) + max_out > model.context:
@@ -447,7 +516,11 @@ class ServiceHandler:
         job_id = secrets.token_hex(16)
         job = Job(job_id, "", model, Turn("", b""), max_out, req.temperature, req.top_p,
                   prompt=prompt, ephemeral=True, stop=req.stop, seed=req.seed)
-        executor.submit(job)
+        try:
+            executor.submit(job)
+        except trio.WouldBlock:
+            raise errors.OverCapacity("the runtime's admission queue is full",
+                                      retry_after=1) from None
         hold = max((len(s) for s in req.stop), default=1) - 1
 
         async def items() -> AsyncIterator[dict[str, Any]]:
@@ -470,4 +543,5 @@ class ServiceHandler:
             finally:
                 executor.abandon(job_id)    # if the caller left early: free its pages
 
-        return {"model": req.model, "id": job_id, "prompt_tokens": len(prompt)}, items()
+        return {"model": req.model, "id": job_id, "prompt_tokens": len(prompt),
+                "identity": self._ran(model.digest, model.descriptor)}, items()

@@ -3,21 +3,34 @@
 Every text model (a GGUF component of the runtime file) is mapped in place by
 the engine (:meth:`aotx_trio.engine.Engine.load` with the component's extent:
 no copy of the weights) before the runtime accepts mutations.  The embedding
-model is listed but not loaded yet: memory and embeddings come with the
-memory issue (``ready: false``, ``not_ready: "embedding_not_loaded"``).
+model (its files extracted once, verified, into a folder beside the journal,
+then mapped by :class:`aotx_trio.embed.Embedder`) serves the ``embed`` call; a
+folder that does not load is listed ``ready: false`` with ``not_ready:
+"embedding_load_failed"``.
+
+Each model's *artifact* (``artifact_sha256``: the GGUF's sha256, or the tree
+listing sha256 of the embedding folder) and *descriptor* (the engine settings
+it was loaded with) are what the runtime reports as its identity
+(:meth:`ModelSet.identity`, the ``identity`` call of docs/formats/socket.md).
 
 :meth:`ModelSet.describe` is the ``models`` list of ``/capabilities``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import os
+import shutil
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from aotx_trio import errors
+from aotx_trio.embed import Embedder
 from aotx_trio.engine import Engine
+from aotx_trio.router.identity import descriptor_sha256, tree_sha256
 from aotx_trio.runtime.ccir import Component, RuntimeFile
 from aotx_trio.runtime.validate import shown
 
@@ -32,10 +45,17 @@ class TextModel:
     digest: str          # sha256 of the GGUF bytes, 64 hex
     engine: Engine
 
+    threads: int = 0
+
     @property
     def context(self) -> int:
         """Positions per sequence: prompt + output must fit."""
         return self.engine.info.max_tokens
+
+    @property
+    def descriptor(self) -> dict[str, Any]:
+        return {"backend": "cpu", "threads": self.threads,
+                "kv_page_tokens": self.engine.kv_stats().page_tokens, "context": self.context}
 
     def describe(self) -> dict[str, Any]:
         kv = self.engine.kv_stats()
@@ -46,30 +66,103 @@ class TextModel:
                 "kv_free_pages": kv.free_pages, "max_sequences": info.max_seqs}
 
 
-class ModelSet:
-    """The loaded text models by name, and the embedding files of the runtime file."""
+EMBEDDING_NAME = "embedding"
+EMBEDDING_THREADS = 0
 
-    def __init__(self, text: dict[str, TextModel], embedding: list[Component]) -> None:
+
+@dataclass
+class EmbeddingModel:
+    """The runtime file's embedding model: loaded (``embedder``) or why not."""
+
+    name: str
+    digest: str                       # the safetensors component's sha256 (capabilities)
+    artifact_sha256: str              # tree listing sha256 of the whole folder
+    embedder: Embedder | None = None
+    not_ready: str | None = None
+    threads: int = EMBEDDING_THREADS
+    files: list[Component] = field(default_factory=list)
+
+    @property
+    def descriptor(self) -> dict[str, Any]:
+        context = self.embedder.max_len if self.embedder is not None else 16
+        return {"backend": "cpu", "threads": self.threads, "kv_page_tokens": 16,
+                "context": max(16, context)}
+
+    def get(self) -> Embedder:
+        if self.embedder is None:
+            raise errors.InvalidInput(f"the embedding model is not loaded ({self.not_ready})",
+                                      code="unknown_model", field="model", model=self.name)
+        return self.embedder
+
+
+def _extract(rf: RuntimeFile, root: Path, artifact: str) -> Path:
+    """The embedding folder under ``root`` (extracted and verified once; reused)."""
+    dest = root / f"embedding-{artifact[:16]}"
+    for old in root.glob("embedding-*"):     # another runtime file's model: not ours now
+        if old != dest:
+            shutil.rmtree(old, ignore_errors=True)
+    if (dest / ".complete").is_file():
+        return dest
+    tmp = root / f".embedding-{artifact[:16]}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    rf.extract_embedding(tmp)
+    (tmp / ".complete").write_text(artifact + "\n")
+    shutil.rmtree(dest, ignore_errors=True)
+    os.replace(tmp, dest)
+    return dest
+
+
+def load_embedding(rf: RuntimeFile, root: Path | None) -> EmbeddingModel | None:
+    """The embedding model of ``rf`` (None when it has none); loaded when ``root`` (a
+    folder to extract it into) is given and its files load."""
+    files = rf.embedding_files
+    weights = [c for c in files if c.name.endswith(".safetensors")]
+    if not weights:
+        return None
+    artifact = tree_sha256((c.name, c.sha256_hex, c.length) for c in files)
+    model = EmbeddingModel(EMBEDDING_NAME, weights[0].sha256_hex, artifact, files=files)
+    if root is None:
+        model.not_ready = "embedding_not_loaded"
+        return model
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        model.embedder = Embedder.load(_extract(rf, root, artifact), threads=model.threads)
+        log.info("embedding model: dim %d, max %d tokens", model.embedder.dim,
+                 model.embedder.max_len)
+    except (errors.AotxError, OSError, ValueError, KeyError) as exc:
+        log.warning("embedding model not loaded: %s", exc)
+        model.not_ready = "embedding_load_failed"
+    return model
+
+
+class ModelSet:
+    """The loaded text models by name, and the embedding model of the runtime file."""
+
+    def __init__(self, text: dict[str, TextModel],
+                 embedding: EmbeddingModel | None = None) -> None:
         self.text = text
-        self.embedding = embedding
+        self.embedding = embedding or None
 
     @classmethod
-    def load(cls, rf: RuntimeFile, *, threads: int = 0, max_seqs: int = MAX_SEQS) -> ModelSet:
-        """Load every text model of ``rf`` (blocking: run it in a worker thread)."""
+    def load(cls, rf: RuntimeFile, *, threads: int = 0, max_seqs: int = MAX_SEQS,
+             embedding_root: Path | None = None) -> ModelSet:
+        """Load every text model of ``rf`` and, with ``embedding_root``, its embedding
+        model (blocking: run it in a worker thread)."""
         text: dict[str, TextModel] = {}
         try:
             for c in rf.text_models:
                 path, offset, length = rf.component_view(c.name)
                 eng = Engine.load(path, threads=threads, max_seqs=max_seqs, offset=offset,
                                   length=length)
-                text[c.name] = TextModel(c.name, c.sha256_hex, eng)
+                text[c.name] = TextModel(c.name, c.sha256_hex, eng, threads)
                 log.info("model %s: %s, context %d, %d KV pages", c.name, eng.info.arch,
                          eng.info.max_tokens, eng.kv_stats().n_pages)
+            embedding = load_embedding(rf, embedding_root)
         except BaseException:
             for m in text.values():
                 m.engine.close()
             raise
-        return cls(text, [c for c in rf.embedding_files if c.name.endswith(".safetensors")])
+        return cls(text, embedding)
 
     def __iter__(self) -> Iterator[TextModel]:
         return iter(self.text.values())
@@ -85,10 +178,57 @@ class ModelSet:
 
     def describe(self) -> list[dict[str, Any]]:
         out = [m.describe() for m in self.text.values()]
-        out += [{"name": c.name, "kind": "embedding", "digest": c.sha256_hex, "ready": False,
-                 "not_ready": "embedding_not_loaded"} for c in self.embedding]
+        e = self.embedding
+        if e is not None:
+            weights = next(c for c in e.files if c.name.endswith(".safetensors")).name
+            row: dict[str, Any] = {"name": weights, "kind": "embedding", "digest": e.digest,
+                                   "ready": e.embedder is not None, "not_ready": e.not_ready}
+            if e.embedder is not None:
+                row.update(dim=e.embedder.dim, max_tokens=e.embedder.max_len)
+            out.append(row)
+        return out
+
+    def load_gguf(self, path: Path, sha256: str, descriptor: dict[str, Any] | None, *,
+                  max_seqs: int = MAX_SEQS) -> TextModel:
+        """Load the GGUF file at ``path`` on demand (blocking: a worker thread) after
+        checking its bytes hash to ``sha256``; the descriptor's settings (None: the
+        engine's defaults).  The caller adds it to :attr:`text`."""
+        digest = hashlib.sha256()
+        with path.open("rb") as f:
+            while chunk := f.read(1 << 20):
+                digest.update(chunk)
+        if digest.hexdigest() != sha256:
+            raise errors.InvalidInput(f"{path.name} does not hash to the artifact sha256",
+                                      code="artifact_mismatch", field="artifact_sha256")
+        d = descriptor or {}
+        if d.get("backend", "cpu") != "cpu":
+            raise errors.InvalidInput("this runtime has only the cpu backend",
+                                      code="backend_unavailable", field="descriptor.backend")
+        threads = int(d.get("threads", 0))
+        eng = Engine.load(path, threads=threads, max_seqs=max_seqs,
+                          max_tokens=int(d.get("context", 0)),
+                          page_tokens=int(d.get("kv_page_tokens", 16)))
+        name = f"artifact-{sha256[:16]}"
+        log.info("model %s loaded on demand: %s, context %d", name, eng.info.arch,
+                 eng.info.max_tokens)
+        return TextModel(name, sha256, eng, threads)
+
+    def identity(self) -> list[dict[str, Any]]:
+        """Every loaded artifact: name, kind, artifact_sha256, descriptor (+ sha256)."""
+        out: list[dict[str, Any]] = []
+        for m in self.text.values():
+            out.append({"name": m.name, "kind": "textgen", "artifact_sha256": m.digest,
+                        "descriptor": m.descriptor,
+                        "descriptor_sha256": descriptor_sha256(m.descriptor)})
+        e = self.embedding
+        if e is not None and e.embedder is not None:
+            out.append({"name": e.name, "kind": "embedding",
+                        "artifact_sha256": e.artifact_sha256, "descriptor": e.descriptor,
+                        "descriptor_sha256": descriptor_sha256(e.descriptor)})
         return out
 
     def close(self) -> None:
         for m in self.text.values():
             m.engine.close()
+        if self.embedding is not None and self.embedding.embedder is not None:
+            self.embedding.embedder.close()

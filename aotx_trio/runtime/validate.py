@@ -14,6 +14,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from aotx_trio import errors, vocab
@@ -202,6 +203,8 @@ class ChatRequest:
     top_p: float
     seed: int | None
     stop: tuple[bytes, ...]
+    #: a raw prompt, continued as is (no chat template): instead of ``messages``
+    prompt: bytes | None = None
 
 
 CHAT_ROLES = ("system", "developer", "user", "assistant")
@@ -214,7 +217,13 @@ def chat_request(params: Mapping[str, Any]) -> ChatRequest:
         raise errors.InvalidInput("model must name one of the runtime's models",
                                   field="model")
     raw = params.get("messages")
-    if not isinstance(raw, list) or not raw:
+    prompt = params.get("prompt")
+    if prompt is not None:
+        if raw is not None or not isinstance(prompt, str) or not prompt:
+            raise errors.InvalidInput("prompt must be a non-empty string, without messages",
+                                      field="prompt")
+        raw = []
+    elif not isinstance(raw, list) or not raw:
         raise errors.InvalidInput("messages must be a non-empty list", field="messages")
     messages = []
     for i, m in enumerate(raw):
@@ -238,4 +247,50 @@ def chat_request(params: Mapping[str, Any]) -> ChatRequest:
         temperature=_number(params, "temperature", 0.0, lambda v: 0 <= v <= 2),
         top_p=_number(params, "top_p", 1.0, lambda v: 0 < v <= 1),
         seed=None if seed is None else seed & 0xFFFFFFFFFFFFFFFF,
-        stop=tuple(x.encode("utf-8") for x in stop))
+        stop=tuple(x.encode("utf-8") for x in stop),
+        prompt=None if prompt is None else prompt.encode("utf-8"))
+
+
+MAX_EMBED_TEXTS = 256
+MAX_EMBED_TEXT_BYTES = 65536
+
+
+def embed_texts(params: Mapping[str, Any]) -> list[str]:
+    """An ``embed`` call's ``texts``: 1..256 strings of at most 64 KiB each."""
+    texts = params.get("texts")
+    if not isinstance(texts, list) or not 1 <= len(texts) <= MAX_EMBED_TEXTS:
+        raise errors.InvalidInput(f"texts must be a list of 1..{MAX_EMBED_TEXTS} strings",
+                                  field="texts")
+    for i, t in enumerate(texts):
+        if not isinstance(t, str) or len(t.encode("utf-8", "surrogatepass")) \
+                > MAX_EMBED_TEXT_BYTES:
+            raise errors.InvalidInput(f"texts.{i} must be a string of at most "
+                                      f"{MAX_EMBED_TEXT_BYTES} bytes", field=f"texts.{i}")
+    return list(texts)
+
+
+def model_load(params: Mapping[str, Any]) -> tuple[Path, str, dict[str, Any] | None]:
+    """A ``model.load`` call's (absolute path of a regular file, sha256, descriptor)."""
+    raw = params.get("path")
+    path = Path(raw) if isinstance(raw, str) and raw else None
+    if path is None or not path.is_absolute() or not path.is_file():
+        raise errors.InvalidInput("path must be an absolute path of a GGUF file",
+                                  field="path")
+    sha = params.get("artifact_sha256")
+    if not isinstance(sha, str) or len(sha) != 64 or not all(c in "0123456789abcdef"
+                                                             for c in sha):
+        raise errors.InvalidInput("artifact_sha256 must be 64 lowercase hex digits",
+                                  field="artifact_sha256")
+    descriptor = params.get("descriptor")
+    if descriptor is not None:
+        keys = {"backend", "threads", "kv_page_tokens", "context"}
+        if not isinstance(descriptor, dict) or set(descriptor) - keys:
+            raise errors.InvalidInput(f"descriptor must be an object of {sorted(keys)}",
+                                      field="descriptor")
+        for key in ("threads", "kv_page_tokens", "context"):
+            v = descriptor.get(key, 0)
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= 1 << 20:
+                raise errors.InvalidInput(f"descriptor.{key} must be an integer",
+                                          field=f"descriptor.{key}")
+        descriptor = dict(descriptor)
+    return path, sha, descriptor

@@ -1,0 +1,127 @@
+"""``aotx serve`` registers the default models on a fresh data folder (the real
+default Gemma GGUF and all-MiniLM-L6-v2), so invoke works out of the box through
+``default/text`` and ``default/embedding``; a second start registers nothing new."""
+
+from __future__ import annotations
+
+import base64
+import functools
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+import trio
+from _gateway_env import short_dir
+from _real import real_embedding_dir, real_gguf
+
+from aotx_trio.embed import Embedder
+from aotx_trio.router.artifacts import store_artifact
+from aotx_trio.router.backends import open_store
+from aotx_trio.router.identity import build_commit
+from aotx_trio.runtime.pack import pack
+from aotx_trio.serve import serve_embedded
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="module")
+def real_runtime() -> Iterator[Path]:
+    folder = short_dir()
+    target = folder / "runtime.aotxccir"
+    pack(target, models=[real_gguf()], embedding=real_embedding_dir(), shared=True,
+         progress=False)
+    yield target
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+async def _serve_once(data: Path, capsys: pytest.CaptureFixture[str], token: str | None,
+                      check: Any) -> str:
+    shutdown = trio.Event()
+    async with trio.open_nursery() as nursery:
+        binds = await nursery.start(functools.partial(serve_embedded, data, "127.0.0.1:0",
+                                                      shutdown=shutdown))
+        if token is None:
+            out = capsys.readouterr().out.splitlines()
+            token = out[out.index("aotx serve: admin token (shown once, stored only as its "
+                                  "SHA-256):") + 1].strip()
+        async with httpx.AsyncClient(base_url=binds[0], timeout=120,
+                                     headers={"Authorization": f"Bearer {token}"}) as http:
+            await check(http)
+        shutdown.set()
+    return token
+
+
+async def test_serve_registers_and_invokes_the_default_models(
+        real_runtime: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = short_dir()
+    try:
+        data = root / "data"
+        data.mkdir()
+        os.link(real_runtime, data / "runtime.aotxccir")   # same file system: no copy
+
+        async def first(http: httpx.AsyncClient) -> None:
+            models = (await http.get("/models")).json()["models"]
+            assert sorted(m["model_type"] for m in models) == ["embedding", "textgen"]
+            chain = (await http.get("/aliases/default/text")).json()["chain"]
+            assert chain[0]["target"].startswith("aotx/default/textgen/" + build_commit()[:12])
+            d = (await http.get("/models/default/embedding")).json()
+            assert d["servable"] is True and d["manifest"]["model_type"] == "embedding"
+
+            r = await http.post("/models/default/text/invoke", json={"request": {
+                "messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 8}})
+            assert r.status_code == 200, r.text
+            body = r.json()
+            [res] = body["results"]
+            assert res["text"].strip() and 1 <= res["completion_tokens"] <= 8
+            ident = body["identity"]
+            assert ident["requested_alias"] == "default/text"
+            assert ident["attestation"]["source_commit"] == build_commit()
+            r = await http.post("/models/default/text/invoke", json={"request": {
+                "prompt": "The capital of France is", "max_tokens": 4}})
+            assert r.json()["ok"] is True and r.json()["results"][0]["prompt_tokens"] > 4
+
+            texts = ["a cat sits on the mat", "the stock market fell today"]
+            r = await http.post("/models/default/embedding/invoke",
+                                json={"request": {"texts": texts}})
+            assert r.status_code == 200, r.text
+            body = r.json()
+            assert len(body["results"]) == 2 == len(body["identity"]["result_ids"])
+            vecs = [np.frombuffer(base64.b64decode(x["embedding_b64"]), "<f4")
+                    for x in body["results"]]
+            assert all(v.shape == (384,) for v in vecs)
+            assert [x["dimension"] for x in body["results"]] == [384, 384]
+            with Embedder.load(real_embedding_dir()) as emb:
+                want = emb.embed(texts)
+            np.testing.assert_allclose(np.stack(vecs), want, atol=1e-5)
+
+        token = await _serve_once(data, capsys, None, first)
+        store = open_store(data=data)
+        try:
+            events = len(store.feed_read(0, 1000))
+            # the embedding artifact the runtime reports is the folder's own store address
+            art = store_artifact(store, real_embedding_dir())
+            assert store.keys("published") == sorted(
+                f"aotx/default/{k}/{build_commit()[:12]}-{s[:12]}"
+                for k, s in (("embedding", art.sha256),
+                             ("textgen", store_artifact(store, real_gguf()).sha256)))
+        finally:
+            store.close()
+
+        async def second(http: httpx.AsyncClient) -> None:
+            r = await http.post("/models/default/embedding/invoke",
+                                json={"request": {"texts": ["again"]}})
+            assert r.status_code == 200 and len(r.json()["results"]) == 1
+
+        await _serve_once(data, capsys, token, second)
+        store = open_store(data=data)
+        try:
+            assert len(store.feed_read(0, 1000)) == events    # nothing new
+        finally:
+            store.close()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
