@@ -76,6 +76,15 @@ class Limits(_Strict):
     journal_max_bytes: Annotated[int, Field(ge=0, le=1 << 60)] = 64 * GIB
     #: free space the journal's file system keeps: below it writes hold (0 = no floor)
     journal_min_free_bytes: Annotated[int, Field(ge=0, le=1 << 60)] = 64 * MIB
+    #: per-principal quotas (429 over_quota): receipts not yet retired, spaces and
+    #: conversations created (the runtime counts them; written into grants.json), and a
+    #: token bucket of API requests (the gateway; 0 = no rate limit).  The defaults
+    #: leave the 1024-slot receipt table room for 8 principals at full use.
+    max_receipts_per_principal: Annotated[int, Field(ge=1, le=1 << 20)] = 120
+    max_spaces_per_principal: Annotated[int, Field(ge=1, le=1 << 20)] = 120
+    max_conversations_per_principal: Annotated[int, Field(ge=1, le=1 << 20)] = 480
+    requests_per_second: Annotated[float, Field(ge=0, le=1e6)] = 200.0
+    request_burst: Annotated[int, Field(ge=1, le=1 << 20)] = 400
 
     @model_validator(mode="after")
     def _list_limits(self) -> Limits:

@@ -30,6 +30,7 @@ from aotx_trio.gateway.errors import handle_any
 from aotx_trio.gateway.fast import FastMutations
 from aotx_trio.gateway.framing import guard
 from aotx_trio.gateway.metrics import GatewayMetrics, metrics_response
+from aotx_trio.gateway.quota import RateLimiter
 from aotx_trio.gateway.routes_table import BASE, admit
 
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
@@ -41,7 +42,7 @@ def create_app(client: DeviceClient, principals: Iterable[PrincipalEntry], *,
                list_limit_max: int = 500, retry_after_s: int = 1,
                sse_queue_depth: int = 256, sse_keepalive_s: float = 15.0,
                max_media_bytes: int = DEFAULT_MAX_MEDIA_BYTES,
-               fast_mutations: bool = True) -> QuartTrio:
+               fast_mutations: bool = True, rate: RateLimiter | None = None) -> QuartTrio:
     app = QuartTrio("aotx_trio.gateway", static_folder=None)
     app.request_class = media.request_class(max_media_bytes)
     app.config.update(
@@ -70,7 +71,7 @@ def create_app(client: DeviceClient, principals: Iterable[PrincipalEntry], *,
             return
         limit = max_media_bytes if request.path == media.PATH else max_body_bytes
         g.principal = admit(auth, request.headers.get("Authorization"),
-                            request.content_length, limit)
+                            request.content_length, limit, rate)
 
     @app.after_request
     async def _no_store(resp: Response) -> Response:
@@ -106,12 +107,14 @@ def create_app(client: DeviceClient, principals: Iterable[PrincipalEntry], *,
     if fast_mutations:
         app.asgi_app = app.config["AOTX_FAST"] = FastMutations(  # type: ignore[method-assign]
             app.asgi_app, client, auth, max_body_bytes=max_body_bytes,
-            body_timeout=float(app.config["BODY_TIMEOUT"]), retry_after_s=retry_after_s)
+            body_timeout=float(app.config["BODY_TIMEOUT"]), retry_after_s=retry_after_s,
+            rate=rate)
     app.asgi_app = own_metrics.wrap(guard(app.asgi_app))  # type: ignore[method-assign,assignment]
     return app
 
 
-def make_app_from_config(config: GatewayConfig, client: DeviceClient) -> QuartTrio:
+def make_app_from_config(config: GatewayConfig, client: DeviceClient, *,
+                         fast_mutations: bool = True) -> QuartTrio:
     """The app for a loaded ``gateway.json`` (aotx_trio.config.GatewayConfig)."""
     principals = list(config.principals)
     if not principals:
@@ -121,4 +124,5 @@ def make_app_from_config(config: GatewayConfig, client: DeviceClient) -> QuartTr
                       list_limit_default=lim.list_limit_default,
                       list_limit_max=lim.list_limit_max, retry_after_s=lim.retry_after_s,
                       sse_queue_depth=lim.sse_queue_depth, sse_keepalive_s=lim.sse_keepalive_s,
-                      max_media_bytes=lim.max_media_bytes)
+                      max_media_bytes=lim.max_media_bytes, fast_mutations=fast_mutations,
+                      rate=RateLimiter(lim.requests_per_second, lim.request_burst))

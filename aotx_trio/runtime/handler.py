@@ -27,6 +27,7 @@ from aotx_trio.runtime.executor import Executor, Job
 from aotx_trio.runtime.media import MediaStore
 from aotx_trio.runtime.models import ModelSet, TextModel
 from aotx_trio.runtime.prompt import Turn, render_chat
+from aotx_trio.runtime.quota import Quotas
 from aotx_trio.runtime.state import RuntimeState
 from aotx_trio.runtime.stats import Histogram
 from aotx_trio.runtime.unsaved import Key, Unsaved
@@ -77,6 +78,7 @@ class ServiceHandler:
         self.save_timeout = save_timeout
         self.read_wait = READ_WAIT_S
         self.unsaved = Unsaved()       # admissions others may not see yet
+        self.quotas = Quotas(device)   # per-principal quotas (the grant file's limits)
         self.state: RuntimeState | None = None   # set by boot (tests, tools)
         self.media: MediaStore | None = None     # set by boot: the journal folder's media
         # principal name -> (device key, deployed actions) of the grant table self.grants
@@ -341,9 +343,13 @@ class ServiceHandler:
         if req.kind == vocab.Kind.INPUT:
             model = self._input_model(req.model, req.max_output_tokens)
             self._check_media(key, req.media, model)
+        limits = getattr(self.grants, "quotas", None)
+        if limits is not None:
+            self.quotas.check(limits, key, req)
         receipt = self.device.submit(grants, key, req)
         created = not receipt.retry
         if created:
+            self.quotas.admitted(key, receipt)
             self.unsaved.add(receipt.admission_record, key, _changes(req, receipt))
         self.saver.wake()
         with trio.move_on_after(self.save_timeout) as waited:
