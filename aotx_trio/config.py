@@ -85,6 +85,12 @@ class Limits(_Strict):
     max_conversations_per_principal: Annotated[int, Field(ge=1, le=1 << 20)] = 480
     requests_per_second: Annotated[float, Field(ge=0, le=1e6)] = 200.0
     request_burst: Annotated[int, Field(ge=1, le=1 << 20)] = 400
+    #: connections served at once; one more is answered 503 too_many_connections, closed
+    max_connections: Annotated[int, Field(ge=1, le=1 << 20)] = 512
+    #: request-body bytes buffered across all connections at once (503 body_budget)
+    max_buffered_body_bytes: Annotated[int, Field(ge=1024, le=1 << 40)] = 64 * MIB
+    #: cleartext HTTP/2 (h2c: the preface or Upgrade: h2c); off unless set
+    allow_h2c: bool = False
 
     @model_validator(mode="after")
     def _list_limits(self) -> Limits:
@@ -143,7 +149,6 @@ def _key_path(loc: tuple[int | str, ...]) -> str:
 #: Keys of the contract that nothing implements yet, and what will: a file that sets
 #: one is refused naming it, so no setting is ever silently ignored.
 UNIMPLEMENTED: dict[str, str] = {
-    "limits.max_connections": "connection limits",
     "limits.scratch_lease_s": "the serving router",
     "store": "the serving router's model registry",
     "webhooks": "webhooks",

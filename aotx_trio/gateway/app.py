@@ -26,6 +26,7 @@ from aotx_trio.client import DeviceClient
 from aotx_trio.config import GatewayConfig
 from aotx_trio.gateway import chat, media, shared_routes
 from aotx_trio.gateway.auth import Authenticator, PrincipalEntry
+from aotx_trio.gateway.budget import BodyBudget
 from aotx_trio.gateway.errors import handle_any
 from aotx_trio.gateway.fast import FastMutations
 from aotx_trio.gateway.framing import guard
@@ -42,7 +43,8 @@ def create_app(client: DeviceClient, principals: Iterable[PrincipalEntry], *,
                list_limit_max: int = 500, retry_after_s: int = 1,
                sse_queue_depth: int = 256, sse_keepalive_s: float = 15.0,
                max_media_bytes: int = DEFAULT_MAX_MEDIA_BYTES,
-               fast_mutations: bool = True, rate: RateLimiter | None = None) -> QuartTrio:
+               fast_mutations: bool = True, rate: RateLimiter | None = None,
+               body_budget: int | None = None) -> QuartTrio:
     app = QuartTrio("aotx_trio.gateway", static_folder=None)
     app.request_class = media.request_class(max_media_bytes)
     app.config.update(
@@ -109,6 +111,10 @@ def create_app(client: DeviceClient, principals: Iterable[PrincipalEntry], *,
             app.asgi_app, client, auth, max_body_bytes=max_body_bytes,
             body_timeout=float(app.config["BODY_TIMEOUT"]), retry_after_s=retry_after_s,
             rate=rate)
+    if body_budget is not None:
+        app.asgi_app = BodyBudget(  # type: ignore[method-assign]
+            app.asgi_app, budget=body_budget, max_body_bytes=max(max_body_bytes, max_media_bytes),
+            retry_after_s=retry_after_s)
     app.asgi_app = own_metrics.wrap(guard(app.asgi_app))  # type: ignore[method-assign,assignment]
     return app
 
@@ -125,4 +131,5 @@ def make_app_from_config(config: GatewayConfig, client: DeviceClient, *,
                       list_limit_max=lim.list_limit_max, retry_after_s=lim.retry_after_s,
                       sse_queue_depth=lim.sse_queue_depth, sse_keepalive_s=lim.sse_keepalive_s,
                       max_media_bytes=lim.max_media_bytes, fast_mutations=fast_mutations,
-                      rate=RateLimiter(lim.requests_per_second, lim.request_burst))
+                      rate=RateLimiter(lim.requests_per_second, lim.request_burst),
+                      body_budget=lim.max_buffered_body_bytes)

@@ -26,6 +26,7 @@ from aotx_trio._process import on_signal, run_trio, setup_logging
 from aotx_trio.client import DeviceClient, SocketClient
 from aotx_trio.config import GatewayConfig, load_gateway_config
 from aotx_trio.gateway.app import make_app_from_config
+from aotx_trio.gateway.listen import configure
 
 log = logging.getLogger("aotx.gateway")
 
@@ -38,6 +39,8 @@ def hypercorn_config(config: GatewayConfig) -> HyperConfig:
     hc.errorlog = logging.getLogger("hypercorn.error")
     hc.graceful_timeout = 5.0
     hc.h11_max_incomplete_size = 64 * 1024
+    configure(hc, max_connections=config.limits.max_connections,
+              h2c=config.limits.allow_h2c)
     return hc
 
 
