@@ -20,7 +20,7 @@ from typing import Any, Protocol
 import trio
 
 from aotx_trio import errors, native, vocab
-from aotx_trio.device import Device, Receipt, Request
+from aotx_trio.device import Device, Participant, Receipt, Request
 from aotx_trio.journal import SaveState
 from aotx_trio.runtime import conv_events, history, render, validate
 from aotx_trio.runtime.executor import Executor, Job
@@ -225,7 +225,11 @@ class ServiceHandler:
         cursor, limit = validate.cursor(params)
         await self._saved_for(key, [("space", space)])
         rows, nxt = self.device.members(grants, key, space, cursor, limit)
-        items = [render.render_member(r, self.device.participant(grants, key, r.participant),
+        # another member's counters are never shown, and its row may name a principal
+        # that has not registered: only the caller's own row reads its participant
+        items = [render.render_member(r, self.device.participant(grants, key, r.participant)
+                                      if r.participant == key else
+                                      Participant(r.participant, True, None, None),
                                       self.lineage) for r in rows]
         return render.render_page(items, nxt)
 
