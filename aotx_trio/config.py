@@ -27,7 +27,7 @@ from pydantic import (
     model_validator,
 )
 
-from aotx_trio._fs import atomic_write_text
+from aotx_trio._fs import atomic_write_text, refuse_writable_by_others
 from aotx_trio.errors import ConfigError
 from aotx_trio.vocab import ACTIONS, Action  # noqa: F401  (re-exported)
 
@@ -183,6 +183,7 @@ def parse_gateway_config(data: Any, source: str = "gateway.json") -> GatewayConf
 def load_gateway_config(path: str | os.PathLike[str]) -> GatewayConfig:
     """Read, validate and resolve ``gateway.json``."""
     p = Path(path)
+    refuse_writable_by_others(p)
     try:
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError:

@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from aotx_trio._fs import atomic_write_text
+from aotx_trio._fs import atomic_write_text, refuse_writable_by_others
 from aotx_trio.config import GatewayConfig, Limits, load_gateway_config
 from aotx_trio.errors import ConfigError
 from aotx_trio.vocab import ACTIONS, HEX32, Action, principal_key
@@ -116,6 +116,7 @@ def write_grants(config: GatewayConfig, out_dir: str | os.PathLike[str]) -> Path
 def load_grants(grants_dir: str | os.PathLike[str]) -> Grants:
     """Read and validate ``grants_dir/grants.json``; unknown fields are refused."""
     p = Path(grants_dir) / FILE_NAME
+    refuse_writable_by_others(p)
     try:
         data = json.loads(p.read_text(encoding="utf-8"))
     except FileNotFoundError:

@@ -60,6 +60,7 @@ def create_app(client: DeviceClient, principals: Iterable[PrincipalEntry], *,
     )
     app.config["BODY_TIMEOUT"] = 30
     auth = Authenticator(principals)
+    app.config["AOTX_AUTH"] = auth      # reloaded in place on SIGHUP (gateway/serve.py)
 
     run = getattr(client, "run", None)
     if run is not None:
