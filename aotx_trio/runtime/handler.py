@@ -255,6 +255,7 @@ class ServiceHandler:
         grants, key = self._caller(params)
         con = validate.parse_id("conversation", params.get("conversation"), self.lineage)
         cursor, limit = validate.cursor(params)
+        await self._saved_for(key, [])   # events are saved inputs; rights may be unsaved
         return conv_events.page(self.device, grants, key, con, cursor, limit, self.lineage)
 
     async def _watch_conversation(self, params: Mapping[str, Any],
