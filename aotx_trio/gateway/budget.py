@@ -5,11 +5,12 @@ to the body timeout (30 s) to arrive; without a global bound, many slow
 uploads together could hold that much memory each.  :class:`BodyBudget` is an
 ASGI wrapper in front of both the fast path and Quart: before the app sees a
 request with a body it reserves the body's declared ``Content-Length`` (or
-``max_body_bytes`` for a chunked body, whose length is unknown) out of
+the largest body limit for a chunked body, whose length is unknown: the
+larger of ``max_body_bytes`` and ``max_media_bytes``) out of
 ``limits.max_buffered_body_bytes``, and gives it back when the app has
 answered.  A request that does not fit is answered at once, before any body
 byte is read, 503 ``body_budget_exhausted`` with ``Retry-After`` and
-``Connection: close``.  A declared length over ``max_body_bytes`` reserves
+``Connection: close``.  A declared length over that largest limit reserves
 nothing: the app answers it 413 without reading it.
 """
 
