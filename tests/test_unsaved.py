@@ -27,3 +27,10 @@ def test_an_admission_that_changes_nothing_visible_is_not_kept() -> None:
     u.add(3, "eve", [])
     assert len(u) == 0
     assert u.blocking(0, "bob", [("space", "x")]) is None
+
+
+def test_adding_drops_what_is_saved_even_when_nothing_reads() -> None:
+    u = Unsaved()
+    for record in range(1000):
+        u.add(record, "eve", [("space", f"s{record}")], saved_records=record)
+    assert len(u) == 1                        # only the newest is not saved yet

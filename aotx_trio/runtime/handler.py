@@ -355,7 +355,8 @@ class ServiceHandler:
         created = not receipt.retry
         if created:
             self.quotas.admitted(key, receipt)
-            self.unsaved.add(receipt.admission_record, key, _changes(req, receipt))
+            self.unsaved.add(receipt.admission_record, key, _changes(req, receipt),
+                            self.saver.saved_records)
         self.saver.wake()
         with trio.move_on_after(self.save_timeout) as waited:
             await self.saver.wait_saved(receipt.admission_record)

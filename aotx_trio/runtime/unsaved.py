@@ -40,8 +40,12 @@ class Unsaved:
     def __len__(self) -> int:
         return len(self._order)
 
-    def add(self, record: int, actor: str, keys: Iterable[Key]) -> None:
-        """An admission whose last record is ``record``, made by ``actor``."""
+    def add(self, record: int, actor: str, keys: Iterable[Key], saved_records: int = 0,
+            ) -> None:
+        """An admission whose last record is ``record``, made by ``actor``; entries
+        already saved (below ``saved_records``) leave first, so the index stays as
+        small as the unsaved tail even when nothing reads."""
+        self.prune(saved_records)
         ks = tuple(keys)
         if not ks:
             return
