@@ -135,3 +135,27 @@ async def test_request_rate_is_per_principal(tmp_path: Path, fast: bool) -> None
         _ok(await alice.get("/participant"))
         await trio.sleep(1.1)                                        # one token back
         _ok(await bob.get("/participant"))
+
+
+def test_the_token_bucket_refills_at_its_rate() -> None:
+    from aotx_trio import errors
+    from aotx_trio.gateway.quota import RateLimiter
+
+    now = [0.0]
+    rate = RateLimiter(2.0, 3, clock=lambda: now[0])
+    for _ in range(3):
+        rate.take("bob")
+    with pytest.raises(errors.Refusal) as info:
+        rate.take("bob")
+    assert info.value.code == "over_quota" and info.value.fields["retry_after"] == 1
+    rate.take("alice")                    # another principal's bucket is its own
+    now[0] = 0.5                          # one token back (2 per second)
+    rate.take("bob")
+    with pytest.raises(errors.Refusal):
+        rate.take("bob")
+    now[0] = 100.0                        # never more than the burst
+    for _ in range(3):
+        rate.take("bob")
+    with pytest.raises(errors.Refusal):
+        rate.take("bob")
+    RateLimiter(0, 1).take("anyone")      # rate 0: no limit
