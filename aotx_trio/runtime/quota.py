@@ -7,7 +7,8 @@ principal may hold at most ``quotas.receipts`` receipts that are not retired
 can be freed).  The limits come from the grant file (``quotas``, written from
 ``gateway.json``'s ``limits.max_*_per_principal``), so both gateway paths and
 every transport meet the same check.  Registration, retirement (the way out of
-the receipt quota) and exact retries of known sequences are never refused here.
+the receipt quota) and exact retries of known sequences are never refused here;
+a cancellation may pass the receipt quota by :data:`CANCEL_MARGIN`.
 
 Space and conversation counts are counted once per principal from the device
 (the spaces it owns, the conversations it created in the spaces it can read)
@@ -22,6 +23,9 @@ from aotx_trio import errors, vocab
 from aotx_trio.device import Device, Receipt, Request
 
 PAGE = 256
+#: cancellations may pass the receipt quota by this many, so a principal at its quota
+#: can still cancel its own running inputs (whose receipts it cannot retire yet)
+CANCEL_MARGIN = 8
 _ALL = vocab.grant_mask(["shared_read", "shared_write", "shared_manage"])
 
 
@@ -54,7 +58,8 @@ class Quotas:
         if not p.registered or p.next_sequence is None or p.retry_floor is None \
                 or req.sequence < p.next_sequence:
             return      # the device answers (an exact retry, a conflict, unregistered)
-        if p.next_sequence - p.retry_floor >= limits.receipts:
+        held = p.next_sequence - p.retry_floor
+        if held >= limits.receipts + (CANCEL_MARGIN if kind == vocab.Kind.CANCEL else 0):
             raise over_quota("receipts", limits.receipts,
                              f"the principal holds {limits.receipts} receipts that are not "
                              "retired; retire some (participant.retire) first")
