@@ -32,6 +32,7 @@
 
 #include "aotx_kernels.h"
 #include "cpu_internal.h"
+#include "quant_tiles_internal.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -59,6 +60,30 @@ enum { KQ_Q4_K, KQ_Q5_K, KQ_Q6_K };  /* and of the Q8_K family */
 #undef QX86_VNNI
 #pragma GCC pop_options
 
+/* AVX2: every n_tok runs the register tiles of quant_avx2_tiles.c (batch invariant). */
+#define QX86_TILE2(NAME, FN, KIND)                                                             \
+    static void NAME(const uint8_t *w, size_t rb, int64_t nb, const uint8_t *act, size_t as,    \
+                     int64_t n_tok, float *y, int64_t ldy, int64_t r0, int64_t r1) {             \
+        FN(KIND, w, rb, nb, act, as, n_tok, y, ldy, r0, r1);                                     \
+    }
+QX86_TILE2(t2_q4_0, aotx_avx2_q8fam_tiles, AOTX_TK_Q4_0)
+QX86_TILE2(t2_q5_0, aotx_avx2_q8fam_tiles, AOTX_TK_Q5_0)
+QX86_TILE2(t2_q8_0, aotx_avx2_q8fam_tiles, AOTX_TK_Q8_0)
+QX86_TILE2(t2_q4_k, aotx_avx2_k_tiles, AOTX_TK_Q4_K)
+QX86_TILE2(t2_q6_k, aotx_avx2_k_tiles, AOTX_TK_Q6_K)
+#undef QX86_TILE2
+
+static aotx_mm_fn qx86_pick_tiles2(int type) {
+    switch (type) {
+    case AOTX_T_Q4_0: return t2_q4_0;
+    case AOTX_T_Q5_0: return t2_q5_0;
+    case AOTX_T_Q8_0: return t2_q8_0;
+    case AOTX_T_Q4_K: return t2_q4_k;
+    case AOTX_T_Q6_K: return t2_q6_k;
+    default: return NULL;
+    }
+}
+
 int aotx_x86_level(void) {
     int avx2 = aotx_cpu_has(AOTX_CPU_AVX2_FMA | AOTX_CPU_F16C);
     int vnni = avx2 && aotx_cpu_has(AOTX_CPU_AVX512 | AOTX_CPU_AVX512VNNI);
@@ -85,7 +110,8 @@ void aotx_x86_pick(int type, int max_level, aotx_mm_fn *mm, const char **mm_name
         *dq = qx86_pick_dq_vnni(type);
         *dq_name = *dq ? "avx512vnni" : NULL;
     } else if (level >= AOTX_LEVEL_AVX2) {
-        *mm = qx86_pick_avx2(type);
+        *mm = qx86_pick_tiles2(type);
+        if (!*mm) *mm = qx86_pick_avx2(type);
         *mm_name = "avx2";
     }
     if (!*mm) *mm_name = NULL;
