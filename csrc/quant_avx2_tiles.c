@@ -12,15 +12,16 @@
  *     (|sum| <= 8 * 31 * 127 < 32768) and the offset comes back as a per-token seed
  *     -c * sum(x_q), c = 8 / 16: the block's integer sum is the reference's exactly.
  *   Q8_0: maddubs(|w|, sign(x_q, w)) (|pair| <= 2 * 128 * 127 < 32768), one madd each.
- *   Q4_K: per 32-element sub-block 8 maddubs in int16 (<= 16 * 15 * 127), then
- *     F += sum * (d * sc); the mins as madd(m, bsum pairs), exact, times dmin.
- *   Q6_K: per 16-element sub-block two int16 pairs of maddubs (<= 4 * 63 * 127), then
- *     F += sum * (d * sc); the -32 offset as 32 d * sum sc * bsum (madd, exact).
+ *   Q4_K: per 32-element sub-block 8 maddubs in int16 (<= 16 * 15 * 127), times its
+ *     scale by madd: the super-block's sum S exact in int32; the mins M = sum m * bsum
+ *     pairs (madd, exact); float: S * (d dx) - M * (dmin dx) in one fused step.
+ *   Q6_K: per 16-element sub-block two int16 pairs of maddubs (<= 4 * 63 * 127), times
+ *     the int8 scale by madd; the -32 offset as 32 sum sc * bsum: S - 32 M exact in int32.
  * Reduction order per row (the same for every n_tok and every token position):
  *   Q8_0 family: f = fma(sum_b, d_w * d_x, f) over the blocks of each K slab of 32
  *     blocks in order; y = f for the first slab, y + f for each later one.
- *   k-quants: per super-block in order, y = (F - mins * dmin) * d_x, plus y after the
- *     first.
+ *   k-quants: per super-block in order (see ktile_dot); n_tok == 1 runs k_row1, rows as
+ *     stored with the same integer sums and float steps.
  */
 #include "aotx_kernels.h"
 #include "quant_tiles_internal.h"
@@ -348,9 +349,10 @@ void aotx_avx2_q8fam_tiles(int kind, const uint8_t *w, size_t rb, int64_t nb, co
 
 typedef struct {
     __m256i q[64];                  /* [element dword][row lane] unsigned quants */
-    __m256 dsc[KSL][16];            /* [sb][sub-block] d * sc per row */
+    __m256i sc[KSL][16];            /* [sb][sub-block] (sc, sc) int16 pairs per row */
     __m256i mm[KSL][8];             /* [sb][bsum pair] int16 pairs per row */
-    __m256 dmin[KSL];               /* [sb] Q4_K dmin, Q6_K 32 * d per row */
+    __m256 d[KSL];                  /* [sb] d per row */
+    __m256 dmin[KSL];               /* [sb] Q4_K dmin per row */
 } ktiles8;                          /* ~10 KiB */
 
 /* Scales of the chunk's rows (row r at rows[0] + vidx[r], each at super-block k0),
@@ -367,18 +369,19 @@ static void ktile_scales(int kind, const uint8_t *row0, __m256i vidx, int64_t kn
                 __m256i sc[4];  /* the four int8 scales of this dword, sign-extended */
                 for (int c = 0; c < 4; c++) {
                     sc[c] = _mm256_srai_epi32(_mm256_sllv_epi32(S, _mm256_set1_epi32(24 - 8 * c)), 24);
-                    kb->dsc[i][4 * a + c] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(sc[c]));
+                    kb->sc[i][4 * a + c] = _mm256_or_si256(_mm256_and_si256(sc[c], lo16),
+                                                           _mm256_slli_epi32(sc[c], 16));
                 }
                 kb->mm[i][2 * a] = _mm256_or_si256(_mm256_and_si256(sc[0], lo16), _mm256_slli_epi32(sc[1], 16));
                 kb->mm[i][2 * a + 1] = _mm256_or_si256(_mm256_and_si256(sc[2], lo16),
                                                        _mm256_slli_epi32(sc[3], 16));
             }
-            kb->dmin[i] = _mm256_mul_ps(_mm256_set1_ps(32.0f), d);
+            kb->d[i] = d;
             continue;
         }
         const uint8_t *p = row0 + (size_t)i * sizeof(aotx_block_q4_k);
         const __m256i G = gather4(p, vidx);
-        const __m256 d = half_to_ps(G, 0);
+        kb->d[i] = half_to_ps(G, 0);
         kb->dmin[i] = half_to_ps(G, 1);
         const __m256i Q0 = gather4(p + 4, vidx), Q1 = gather4(p + 8, vidx), Q2 = gather4(p + 12, vidx);
         const __m256i c3f = _mm256_set1_epi8(0x3f), c0f = _mm256_set1_epi8(0x0f), c30 = _mm256_set1_epi8(0x30);
@@ -396,7 +399,7 @@ static void ktile_scales(int kind, const uint8_t *row0, __m256i vidx, int64_t kn
             const __m128i sh = _mm_cvtsi32_si128(8 * (j & 3));
             __m256i sc = _mm256_and_si256(_mm256_srl_epi32(sv[j >> 2], sh), ff);
             __m256i m = _mm256_and_si256(_mm256_srl_epi32(mv[j >> 2], sh), ff);
-            kb->dsc[i][j] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(sc));
+            kb->sc[i][j] = _mm256_or_si256(sc, _mm256_slli_epi32(sc, 16));
             kb->mm[i][j] = _mm256_or_si256(m, _mm256_slli_epi32(m, 16));
         }
     }
@@ -444,20 +447,22 @@ static void ktile_quants(int kind, const uint8_t *const *rows, int64_t i, ktiles
     }
 }
 
-/* Super-block i (slab entry si) x tokens [t0, t0 + nt): y rows [0, nr). */
+/* Super-block i (slab entry si) x tokens [t0, t0 + nt): y rows [0, nr).  The whole
+ * super-block's sum is exact in int32 (scales applied by madd), so the float steps are
+ * per super-block only (see k_row1, which must do the same):
+ *   Q4_K: r = S * (d * dx) - M * (dmin * dx) (one fused step), y = r or y + r;
+ *   Q6_K: r = S - 32 M (int), y = r * (d * dx) or fma(r, d * dx, y). */
 AI void ktile_dot(int kind, const ktiles8 *kb, int64_t si, int64_t i, const uint8_t *act, size_t as,
                   int64_t t0, int nt, float *y, int64_t ldy, int nr, int accum) {
-    const __m256i ones = _mm256_set1_epi16(1);
     const aotx_block_q8_k *xb[TT];
-    __m256 F[TT];
+    __m256i A[TT];
     for (int t = 0; t < nt; t++) {
         xb[t] = (const aotx_block_q8_k *)(act + (size_t)(t0 + t) * as) + i;
-        F[t] = _mm256_setzero_ps();
+        A[t] = _mm256_setzero_si256();
     }
     if (kind == AOTX_TK_Q6_K) {
         for (int j = 0; j < 16; j++) {  /* 16 elements: dwords 4j .. 4j + 3 */
-            __m256i a[TT];
-            for (int t = 0; t < nt; t++) a[t] = _mm256_setzero_si256();
+            const __m256i sc = kb->sc[si][j];
             for (int h = 0; h < 2; h++) {
                 __m256i s16[TT];
                 for (int t = 0; t < nt; t++) s16[t] = _mm256_setzero_si256();
@@ -467,10 +472,8 @@ AI void ktile_dot(int kind, const ktiles8 *kb, int64_t si, int64_t i, const uint
                         s16[t] = _mm256_add_epi16(
                             s16[t], _mm256_maddubs_epi16(wv, bcast4(xb[t]->qs + 4 * g)));
                 }
-                for (int t = 0; t < nt; t++) a[t] = _mm256_add_epi32(a[t], _mm256_madd_epi16(s16[t], ones));
+                for (int t = 0; t < nt; t++) A[t] = _mm256_add_epi32(A[t], _mm256_madd_epi16(s16[t], sc));
             }
-            for (int t = 0; t < nt; t++)
-                F[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a[t]), kb->dsc[si][j], F[t]);
         }
     } else {
         for (int j = 0; j < 8; j++) {  /* 32 elements: dwords 8j .. 8j + 7 */
@@ -482,9 +485,8 @@ AI void ktile_dot(int kind, const ktiles8 *kb, int64_t si, int64_t i, const uint
                     s16[t] = _mm256_add_epi16(s16[t],
                                               _mm256_maddubs_epi16(wv, bcast4(xb[t]->qs + 4 * g)));
             }
-            for (int t = 0; t < nt; t++)
-                F[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(s16[t], ones)),
-                                       kb->dsc[si][j], F[t]);
+            const __m256i sc = kb->sc[si][j];
+            for (int t = 0; t < nt; t++) A[t] = _mm256_add_epi32(A[t], _mm256_madd_epi16(s16[t], sc));
         }
     }
     const __m256i m = row_mask(nr);
@@ -495,16 +497,22 @@ AI void ktile_dot(int kind, const ktiles8 *kb, int64_t si, int64_t i, const uint
             memcpy(&b2, xb[t]->bsums + 2 * k, 4);
             mn = _mm256_add_epi32(mn, _mm256_madd_epi16(kb->mm[si][k], _mm256_set1_epi32(b2)));
         }
-        __m256 r = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mn), kb->dmin[si], F[t]);
         float *yt = y + (t0 + t) * ldy;
         const __m256 dx = _mm256_set1_ps(xb[t]->d);
-        if (nr == TR) {
-            r = accum ? _mm256_fmadd_ps(r, dx, _mm256_loadu_ps(yt)) : _mm256_mul_ps(r, dx);
-            _mm256_storeu_ps(yt, r);
+        const __m256 yv = !accum ? _mm256_setzero_ps()
+                          : nr == TR ? _mm256_loadu_ps(yt) : _mm256_maskload_ps(yt, m);
+        __m256 r;
+        if (kind == AOTX_TK_Q6_K) {
+            const __m256 s = _mm256_cvtepi32_ps(_mm256_sub_epi32(A[t], _mm256_slli_epi32(mn, 5)));
+            const __m256 ddx = _mm256_mul_ps(kb->d[si], dx);
+            r = accum ? _mm256_fmadd_ps(s, ddx, yv) : _mm256_mul_ps(s, ddx);
         } else {
-            r = accum ? _mm256_fmadd_ps(r, dx, _mm256_maskload_ps(yt, m)) : _mm256_mul_ps(r, dx);
-            _mm256_maskstore_ps(yt, m, r);
+            const __m256 tm = _mm256_mul_ps(_mm256_cvtepi32_ps(mn), _mm256_mul_ps(kb->dmin[si], dx));
+            r = _mm256_fmsub_ps(_mm256_cvtepi32_ps(A[t]), _mm256_mul_ps(kb->d[si], dx), tm);
+            if (accum) r = _mm256_add_ps(yv, r);
         }
+        if (nr == TR) _mm256_storeu_ps(yt, r);
+        else _mm256_maskstore_ps(yt, m, r);
     }
 }
 
@@ -553,9 +561,68 @@ AI void k_tiles(int kind, const uint8_t *w, size_t rb, int64_t nb, const uint8_t
 }
 #undef KCASE
 
+AI int32_t hsum_i32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+}
+
+/* n_tok == 1 for Q6_K (decode): one row at a time, as stored (no transpose).  The
+ * super-block's integer sums S and M (exact: madd with the scales, then a horizontal int
+ * add) and then ktile_dot's float steps, scalar, in its order: bit for bit the tiles'
+ * results at any n_tok. */
+static void q6_k_row1(const uint8_t *w, size_t rb, int64_t nb, const uint8_t *act, float *y,
+                      int64_t r0, int64_t r1) {
+    const aotx_block_q8_k *xa = (const aotx_block_q8_k *)act;
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *wr = w + (size_t)r * rb;
+        float yr = 0.0f;
+        for (int64_t i = 0; i < nb; i++) {
+            const aotx_block_q8_k *xb = xa + i;
+            const __m256i bs = _mm256_loadu_si256((const __m256i *)xb->bsums);
+            const float dx = xb->d;
+            {
+                const aotx_block_q6_k *b = (const aotx_block_q6_k *)wr + i;
+                for (size_t off = 0; off < sizeof(*b); off += 64)
+                    _mm_prefetch((const char *)b + 3072 + off, _MM_HINT_T0);
+                __m256i acc = _mm256_setzero_si256();
+                for (int h = 0; h < 2; h++) {
+                    const __m256i A = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h));
+                    const __m256i B = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h + 32));
+                    const __m256i H = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * h));
+                    __m256i q[4];
+                    q[0] = _mm256_or_si256(_mm256_and_si256(A, m4), _mm256_and_si256(_mm256_slli_epi16(H, 4), m30));
+                    q[1] = _mm256_or_si256(_mm256_and_si256(B, m4), _mm256_and_si256(_mm256_slli_epi16(H, 2), m30));
+                    q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(A, 4), m4), _mm256_and_si256(H, m30));
+                    q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(B, 4), m4),
+                                           _mm256_and_si256(_mm256_srli_epi16(H, 2), m30));
+                    for (int k = 0; k < 4; k++) {  /* elements 128h + 32k .. : groups 8h + 2k, +1 */
+                        const int g = 8 * h + 2 * k;
+                        const __m256i sc = _mm256_set_m128i(_mm_set1_epi16(b->scales[g + 1]),
+                                                            _mm_set1_epi16(b->scales[g]));
+                        const __m256i xv = _mm256_loadu_si256((const __m256i *)(xb->qs + 128 * h + 32 * k));
+                        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(q[k], xv), sc));
+                    }
+                }
+                const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales));
+                const int32_t M = hsum_i32(_mm256_madd_epi16(bs, sc16));
+                const float s = (float)(hsum_i32(acc) - 32 * M);
+                const float ddx = _cvtsh_ss(b->d) * dx;
+                yr = i > 0 ? __builtin_fmaf(s, ddx, yr) : s * ddx;
+            }
+        }
+        y[r] = yr;
+    }
+}
+
 void aotx_avx2_k_tiles(int kind, const uint8_t *w, size_t rb, int64_t nb, const uint8_t *act,
                        size_t as, int64_t n_tok, float *y, int64_t ldy, int64_t r0, int64_t r1) {
-    if (kind == AOTX_TK_Q6_K) k_tiles(AOTX_TK_Q6_K, w, rb, nb, act, as, n_tok, y, ldy, r0, r1);
+    /* n_tok == 1: Q6_K's transpose costs more than its dot, so rows as stored; Q4_K's
+     * tile is the faster (measured), and both give the same bits */
+    if (n_tok == 1 && kind == AOTX_TK_Q6_K) q6_k_row1(w, rb, nb, act, y, r0, r1);
+    else if (kind == AOTX_TK_Q6_K) k_tiles(AOTX_TK_Q6_K, w, rb, nb, act, as, n_tok, y, ldy, r0, r1);
     else k_tiles(AOTX_TK_Q4_K, w, rb, nb, act, as, n_tok, y, ldy, r0, r1);
 }
 
