@@ -13,9 +13,11 @@
  * Buffers: W as mapped from the GGUF (2-byte aligned at least; tensor data is
  * 32-aligned); act and X 4-byte aligned (64 recommended).  No call allocates;
  * aotx_matmul_rows with n_tok > 1 uses up to 50 KiB of the caller's stack (16-row
- * chunks unpacked / transposed once, then reused for every token).  With n_tok > 1
- * the float results of different blocks may be summed in another order than with
- * n_tok == 1 (the per-block integer sums are the same).
+ * chunks unpacked / transposed once, then reused for every token).  The reference and
+ * AVX2 kernels are batch invariant (a token's results do not depend on n_tok, its
+ * position or the row range); the AVX-512 ones only with aotx_kernel_invariant(1) /
+ * AOTX_INVARIANT=1, else with n_tok > 1 the float results of different blocks may be
+ * summed in another order than with n_tok == 1 (the per-block integer sums are the same).
  * Same act for all weights of one family: a Q8_0-family act serves Q4_0, Q5_0 and
  * Q8_0 weights of the same cols; a Q8_K act serves Q4_K, Q5_K and Q6_K.
  */

@@ -22,7 +22,10 @@
  * int32 lanes) x up to 8 tokens: a 16-row chunk is transposed once per step into
  * unsigned quant dwords per row lane, the activation quants are broadcast 4 at a
  * time, so each block costs 8 vpdpbusd (512 multiply-adds) plus 3 float ops per
- * token (see mm_q8fam_tiles / mm_k_tiles).  Otherwise (AVX2, Q5_K, F16/BF16)
+ * token (see mm_q8fam_tiles / mm_k_tiles); with aotx_kernel_invariant(1) n_tok == 1
+ * runs them too (Q8_0: q8_0_rows1), so that results do not depend on the batch.
+ * AVX2 runs Q4_0/Q5_0/Q8_0/Q4_K/Q6_K as the register tiles of quant_avx2_tiles.c at
+ * every n_tok.  Otherwise (Q5_K, F16/BF16, and the unused AVX2 row kernels below)
  * n_tok > 1 walks chunks of QX86_ROWS rows x groups of QX86_NT tokens (8 with
  * AVX-512, 4 with AVX2) so that each unpacked weight block serves QX86_NT tokens.
  * Activation quantization (Q8_0 pairs, Q8_K) also has an AVX-512 version here
