@@ -345,7 +345,10 @@ def run_child(side: str, a: argparse.Namespace, ids: list[int] | None) -> dict[s
             str(a.model), "--threads", str(a.threads), "--page-tokens", str(a.page_tokens)]
     if ids is not None:
         argv += ["--ids", ",".join(map(str, ids))]
-    p = subprocess.run(argv, capture_output=True, text=True, check=False)
+    # numpy's OpenBLAS threads spin in every child (4 % of a decode profile) and take
+    # CPU from both sides' compute threads: one BLAS thread, both sides alike
+    env = {"OPENBLAS_NUM_THREADS": "1", **os.environ}
+    p = subprocess.run(argv, capture_output=True, text=True, check=False, env=env)
     if p.returncode != 0:
         tail = (p.stderr or p.stdout).strip().splitlines()[-3:]
         return {"error": f"exit {p.returncode}: " + " / ".join(tail)}

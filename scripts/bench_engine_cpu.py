@@ -102,7 +102,9 @@ def vs_peer(a: argparse.Namespace) -> int:
                 str(a.model), "--page-tokens", str(a.page_tokens)]
         if ids is not None:
             argv += ["--ids", ",".join(map(str, ids))]
-        p = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=900)
+        env = {"OPENBLAS_NUM_THREADS": "1", **os.environ}
+        p = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=900,
+                           env=env)
         if p.returncode != 0:
             raise SystemExit(f"{name} failed: {(p.stderr or p.stdout).strip()[-400:]}")
         doc: dict[str, object] = json.loads(p.stdout.strip().splitlines()[-1])
