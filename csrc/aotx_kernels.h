@@ -13,9 +13,11 @@
  * Buffers: W as mapped from the GGUF (2-byte aligned at least; tensor data is
  * 32-aligned); act and X 4-byte aligned (64 recommended).  No call allocates;
  * aotx_matmul_rows with n_tok > 1 uses up to 50 KiB of the caller's stack (16-row
- * chunks unpacked / transposed once, then reused for every token).  With n_tok > 1
- * the float results of different blocks may be summed in another order than with
- * n_tok == 1 (the per-block integer sums are the same).
+ * chunks unpacked / transposed once, then reused for every token).  The reference and
+ * AVX2 kernels are batch invariant (a token's results do not depend on n_tok, its
+ * position or the row range); the AVX-512 ones only with aotx_kernel_invariant(1) /
+ * AOTX_INVARIANT=1, else with n_tok > 1 the float results of different blocks may be
+ * summed in another order than with n_tok == 1 (the per-block integer sums are the same).
  * Same act for all weights of one family: a Q8_0-family act serves Q4_0, Q5_0 and
  * Q8_0 weights of the same cols; a Q8_K act serves Q4_K, Q5_K and Q6_K.
  */
@@ -64,6 +66,14 @@ const char *aotx_dequant_impl(int type);
  * or "auto" = the best this CPU runs).  For tests and benchmarks: not safe while
  * other threads run kernels.  AOTX_E_UNSUPPORTED if the CPU lacks that level. */
 int aotx_kernel_force(const char *impl);
+/* Batch invariance: with it, a token's results are bit-identical whatever else shares the
+ * call (n_tok, its position) and however rows are split (one reduction order per row).
+ * The reference and AVX2 kernels always are; the AVX-512 ones only in this mode (~10%
+ * slower single-token decode).  On by AOTX_INVARIANT=1 in the environment (read once);
+ * aotx_kernel_invariant(on) switches it (tests, benchmarks: not while kernels run). */
+int aotx_kernel_invariant(int on);
+/* 1 when the kernels this process runs now are batch invariant. */
+int aotx_kernel_is_invariant(void);
 /* CDEF-END */
 
 /* ---- GGUF block layouts (public facts of the ggml formats; little-endian) ----
@@ -150,8 +160,10 @@ void aotx_x86_pick_act(int max_level, aotx_act8_fn *q8_0, aotx_act8k_fn *q8_k);
 enum { AOTX_LEVEL_REF = 0, AOTX_LEVEL_AVX2 = 1, AOTX_LEVEL_AVX512VNNI = 2 };
 /* The highest level this CPU runs. */
 int aotx_x86_level(void);
-void aotx_x86_pick(int type, int max_level, aotx_mm_fn *mm, const char **mm_name, aotx_dq_fn *dq,
-                   const char **dq_name);
+/* invariant: batch-invariant kernels even where they cost speed (AVX-512: n_tok == 1 in
+ * the tiles' float order); the AVX2 and reference kernels always are. */
+void aotx_x86_pick(int type, int max_level, int invariant, aotx_mm_fn *mm, const char **mm_name,
+                   aotx_dq_fn *dq, const char **dq_name);
 
 static inline float aotx_fp16_to_f32(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;

@@ -393,6 +393,45 @@ static void attend_block(att_job *a, int32_t t0, int32_t nb, int32_t h, float *s
     vacc4(out, sc, stride, vr, plast - base + 1, vd);
 }
 
+/* One token (decode) against the ATT_BLOCK query heads h0.. that share one KV head
+ * (GQA): every key and value row is read once for all of them, not once per head.
+ * Per head the arithmetic is attend()'s (vdot4 / vacc4 sum each query like vdot /
+ * vaxpy), so the results are the same bits whichever path a token takes. */
+static void attend_heads(att_job *a, int32_t t, int32_t h0, float *sc, const float **vr) {
+    const aotx_attn_batch *b = a->b;
+    int64_t hd = b->head_dim, vd = b->v_dim;
+    int32_t kvh = h0 / (b->n_heads / b->n_kv_heads);
+    int32_t p = b->pos[t];
+    int32_t lo = b->window > 0 ? p - b->window + 1 : 0;
+    if (lo < 0) lo = 0;
+    int64_t stride = (int64_t)a->be->p.max_ctx + ATT_BLOCK;
+    const float *q[ATT_BLOCK];
+    float *out[ATT_BLOCK], mx[ATT_BLOCK], d[ATT_BLOCK];
+    for (int i = 0; i < ATT_BLOCK; i++) {
+        q[i] = b->q + ((int64_t)t * b->n_heads + h0 + i) * hd;
+        out[i] = b->out + ((int64_t)t * b->n_heads + h0 + i) * vd;
+        mx[i] = -INFINITY;
+    }
+    aotx_kv_view w;
+    aotx_kv_view_get(a->kv, b->seq[t], b->layer, &w);
+    for (int32_t s = lo; s <= p; s++) {
+        vdot4(q, page_of(a->st, &w, s) + w.k_off + (s % w.page_tokens) * w.k_tok + kvh * hd, hd, d);
+        for (int i = 0; i < ATT_BLOCK; i++) {
+            float v = d[i] * b->scale;
+            sc[i * stride + (s - lo)] = v;
+            if (v > mx[i]) mx[i] = v;
+        }
+    }
+    for (int i = 0; i < ATT_BLOCK; i++) {
+        float *r = sc + i * stride;
+        float inv = 1.0f / vexp_sum(r, p - lo + 1, mx[i]);
+        for (int32_t k = 0; k <= p - lo; k++) r[k] *= inv;
+    }
+    for (int32_t s = lo; s <= p; s++)
+        vr[s - lo] = page_of(a->st, &w, s) + w.v_off + (s % w.page_tokens) * w.v_tok + kvh * vd;
+    vacc4(out, sc, stride, vr, p - lo + 1, vd);
+}
+
 static void att_fn(void *ctx, int32_t ith, int32_t nth) {
     att_job *a = ctx;
     aotx_backend *be = a->be;
@@ -407,7 +446,12 @@ static void att_fn(void *ctx, int32_t ith, int32_t nth) {
         if (i >= n) break;
         int32_t k = (int32_t)(i / b->n_heads), h = (int32_t)(i % b->n_heads);
         int32_t t0 = be->blk_start[k], nb = be->blk_start[k + 1] - t0;
-        if (nb == 1 || b->v_dim > ATT_MAX_VD) {
+        const int32_t group = b->n_heads / b->n_kv_heads;
+        if (nb == 1 && group % ATT_BLOCK == 0) {
+            /* a lone token: heads h .. h + ATT_BLOCK - 1 of one KV head in one pass (the
+             * other heads' items of this group are left empty) */
+            if (h % ATT_BLOCK == 0) attend_heads(a, t0, h, sc, vr);
+        } else if (nb == 1 || b->v_dim > ATT_MAX_VD) {
             for (int32_t t = t0; t < t0 + nb; t++) attend(a, t, h, sc);
         } else {
             attend_block(a, t0, nb, h, sc, vr);

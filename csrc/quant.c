@@ -207,8 +207,11 @@ static const char *dq_name[N_TYPES];
 static aotx_act8_fn act8_fast;
 static aotx_act8k_fn act8k_fast;
 static pthread_once_t pick_once = PTHREAD_ONCE_INIT;
+static int cur_level;     /* the level pick_level last ran */
+static int invariant;     /* AOTX_INVARIANT=1 / aotx_kernel_invariant */
 
 static void pick_level(int max_level) {
+    cur_level = max_level;
     act8_fast = NULL;
     act8k_fast = NULL;
 #if defined(__x86_64__)
@@ -224,7 +227,7 @@ static void pick_level(int max_level) {
         aotx_mm_fn mm = NULL;
         aotx_dq_fn dq = NULL;
         const char *mn = NULL, *dn = NULL;
-        aotx_x86_pick(t, max_level, &mm, &mn, &dq, &dn);
+        aotx_x86_pick(t, max_level, invariant, &mm, &mn, &dq, &dn);
         if (mm) { mm_fast[t] = mm; mm_name[t] = mn; }
         if (dq) { dq_fast[t] = dq; dq_name[t] = dn; }
 #endif
@@ -240,6 +243,8 @@ static int best_level(void) {
 }
 
 static void pick_kernels(void) {
+    const char *inv = getenv("AOTX_INVARIANT");
+    invariant = inv && strcmp(inv, "1") == 0;
     int cap = aotx_cpu_kernel_cap(), level = best_level();
     if (cap == AOTX_KERNELS_REF) level = AOTX_LEVEL_REF;
     else if (cap == AOTX_KERNELS_AVX2 && level > AOTX_LEVEL_AVX2) level = AOTX_LEVEL_AVX2;
@@ -261,6 +266,18 @@ int aotx_kernel_force(const char *impl) {
     if (rc != AOTX_OK) return rc;
     pick_level(level);
     return AOTX_OK;
+}
+
+int aotx_kernel_invariant(int on) {
+    pthread_once(&pick_once, pick_kernels);
+    invariant = on != 0;
+    pick_level(cur_level);
+    return AOTX_OK;
+}
+
+int aotx_kernel_is_invariant(void) {
+    pthread_once(&pick_once, pick_kernels);
+    return cur_level < AOTX_LEVEL_AVX512VNNI || invariant;
 }
 
 static inline int type_ok(int type) {

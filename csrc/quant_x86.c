@@ -22,7 +22,10 @@
  * int32 lanes) x up to 8 tokens: a 16-row chunk is transposed once per step into
  * unsigned quant dwords per row lane, the activation quants are broadcast 4 at a
  * time, so each block costs 8 vpdpbusd (512 multiply-adds) plus 3 float ops per
- * token (see mm_q8fam_tiles / mm_k_tiles).  Otherwise (AVX2, Q5_K, F16/BF16)
+ * token (see mm_q8fam_tiles / mm_k_tiles); with aotx_kernel_invariant(1) n_tok == 1
+ * runs them too (Q8_0: q8_0_rows1), so that results do not depend on the batch.
+ * AVX2 runs Q4_0/Q5_0/Q8_0/Q4_K/Q6_K as the register tiles of quant_avx2_tiles.c at
+ * every n_tok.  Otherwise (Q5_K, F16/BF16, and the unused AVX2 row kernels below)
  * n_tok > 1 walks chunks of QX86_ROWS rows x groups of QX86_NT tokens (8 with
  * AVX-512, 4 with AVX2) so that each unpacked weight block serves QX86_NT tokens.
  * Activation quantization (Q8_0 pairs, Q8_K) also has an AVX-512 version here
@@ -32,6 +35,7 @@
 
 #include "aotx_kernels.h"
 #include "cpu_internal.h"
+#include "quant_tiles_internal.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -59,6 +63,30 @@ enum { KQ_Q4_K, KQ_Q5_K, KQ_Q6_K };  /* and of the Q8_K family */
 #undef QX86_VNNI
 #pragma GCC pop_options
 
+/* AVX2: every n_tok runs the register tiles of quant_avx2_tiles.c (batch invariant). */
+#define QX86_TILE2(NAME, FN, KIND)                                                             \
+    static void NAME(const uint8_t *w, size_t rb, int64_t nb, const uint8_t *act, size_t as,    \
+                     int64_t n_tok, float *y, int64_t ldy, int64_t r0, int64_t r1) {             \
+        FN(KIND, w, rb, nb, act, as, n_tok, y, ldy, r0, r1);                                     \
+    }
+QX86_TILE2(t2_q4_0, aotx_avx2_q8fam_tiles, AOTX_TK_Q4_0)
+QX86_TILE2(t2_q5_0, aotx_avx2_q8fam_tiles, AOTX_TK_Q5_0)
+QX86_TILE2(t2_q8_0, aotx_avx2_q8fam_tiles, AOTX_TK_Q8_0)
+QX86_TILE2(t2_q4_k, aotx_avx2_k_tiles, AOTX_TK_Q4_K)
+QX86_TILE2(t2_q6_k, aotx_avx2_k_tiles, AOTX_TK_Q6_K)
+#undef QX86_TILE2
+
+static aotx_mm_fn qx86_pick_tiles2(int type) {
+    switch (type) {
+    case AOTX_T_Q4_0: return t2_q4_0;
+    case AOTX_T_Q5_0: return t2_q5_0;
+    case AOTX_T_Q8_0: return t2_q8_0;
+    case AOTX_T_Q4_K: return t2_q4_k;
+    case AOTX_T_Q6_K: return t2_q6_k;
+    default: return NULL;
+    }
+}
+
 int aotx_x86_level(void) {
     int avx2 = aotx_cpu_has(AOTX_CPU_AVX2_FMA | AOTX_CPU_F16C);
     int vnni = avx2 && aotx_cpu_has(AOTX_CPU_AVX512 | AOTX_CPU_AVX512VNNI);
@@ -71,7 +99,7 @@ void aotx_x86_pick_act(int max_level, aotx_act8_fn *q8_0, aotx_act8k_fn *q8_k) {
     *q8_k = vnni ? act8k_row_vnni : NULL;
 }
 
-void aotx_x86_pick(int type, int max_level, aotx_mm_fn *mm, const char **mm_name,
+void aotx_x86_pick(int type, int max_level, int invariant, aotx_mm_fn *mm, const char **mm_name,
                    aotx_dq_fn *dq, const char **dq_name) {
     *mm = NULL;
     *dq = NULL;
@@ -80,12 +108,14 @@ void aotx_x86_pick(int type, int max_level, aotx_mm_fn *mm, const char **mm_name
     int level = aotx_x86_level();
     if (level > max_level) level = max_level;
     if (level >= AOTX_LEVEL_AVX512VNNI) {
-        *mm = qx86_pick_vnni(type);
+        *mm = invariant ? qx86_pick_inv_vnni(type) : NULL;
+        if (!*mm) *mm = qx86_pick_vnni(type);
         *mm_name = "avx512vnni";
         *dq = qx86_pick_dq_vnni(type);
         *dq_name = *dq ? "avx512vnni" : NULL;
     } else if (level >= AOTX_LEVEL_AVX2) {
-        *mm = qx86_pick_avx2(type);
+        *mm = qx86_pick_tiles2(type);
+        if (!*mm) *mm = qx86_pick_avx2(type);
         *mm_name = "avx2";
     }
     if (!*mm) *mm_name = NULL;
@@ -453,6 +483,67 @@ static void SFX(mm_q8fam_tiles)(int kind, const uint8_t *w, size_t rb, int64_t n
     }
 }
 #undef QX86_TCASE
+
+/* lane r = the sum of v[r]'s 8 lanes (integer: exact in any order) */
+AI __m256i SFX(reduce8)(const __m256i *v) {
+    __m256i h01 = _mm256_hadd_epi32(v[0], v[1]), h23 = _mm256_hadd_epi32(v[2], v[3]);
+    __m256i h45 = _mm256_hadd_epi32(v[4], v[5]), h67 = _mm256_hadd_epi32(v[6], v[7]);
+    __m256i a = _mm256_hadd_epi32(h01, h23), b = _mm256_hadd_epi32(h45, h67);
+    return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
+}
+
+/* n_tok == 1 for Q8_0 (the output head of a decode step): 16 rows straight from memory,
+ * no transpose.  Per row and block vpdpbusd(w xor 0x80, x_q) leaves 8 partial sums of
+ * (w + 128) x_q; hadd trees reduce them into lanes = rows, and -128 sum x_q makes them
+ * the tile's exact block sums.  The float steps are mm_q8fam_tiles' in its order (K
+ * slabs of QX86_KB blocks), so the results are bit for bit the tiles' at any n_tok. */
+static void SFX(q8_0_rows1)(const uint8_t *w, size_t rb, int64_t nb, const uint8_t *act, float *y,
+                            int64_t r0, int64_t r1) {
+    const __m256i c80 = _mm256_set1_epi8((char)0x80);
+    const size_t bb = sizeof(aotx_block_q8_0);
+    for (int64_t rc = r0; rc < r1; rc += QX86_TR) {
+        const int64_t nr = r1 - rc < QX86_TR ? r1 - rc : QX86_TR;
+        const uint8_t *rows[QX86_TR];
+        for (int r = 0; r < QX86_TR; r++) rows[r] = w + (size_t)(rc + (r < nr ? r : 0)) * rb;
+        const int64_t pa = rc + QX86_PFC * QX86_TR;
+        const int64_t nn = r1 - pa < QX86_TR ? r1 - pa : QX86_TR;
+        const uint8_t *next = w + (size_t)pa * rb;
+        const size_t next_bytes = nn > 0 ? (size_t)nn * rb : 0;
+        const size_t pf_step = (next_bytes / (size_t)nb + 63) / 64 * 64;
+        const __mmask16 m = (__mmask16)((1u << nr) - 1u);
+        float *yc = y + rc;
+        for (int64_t k0 = 0; k0 < nb; k0 += QX86_KB) {
+            const int64_t ke = nb - k0 < QX86_KB ? nb : k0 + QX86_KB;
+            __m512 f = _mm512_setzero_ps();
+            for (int64_t b = k0; b < ke; b++) {
+                for (size_t o = 0, pf = (size_t)b * pf_step; o < pf_step && pf + o < next_bytes; o += 64)
+                    _mm_prefetch((const char *)next + pf + o, _MM_HINT_T0);
+                const __m256i xu = _mm256_loadu_si256((const __m256i *)aotx_act8_xu(act, b));
+                const __m256i xs = _mm256_xor_si256(xu, c80);
+                __m256i s4 = _mm256_sad_epu8(xu, _mm256_setzero_si256());  /* sum (x_q + 128) */
+                __m128i s2 = _mm_add_epi64(_mm256_castsi256_si128(s4), _mm256_extracti128_si256(s4, 1));
+                const int32_t sx = (int32_t)(_mm_cvtsi128_si32(s2) + _mm_extract_epi32(s2, 2)) - 32 * 128;
+                const size_t off = (size_t)b * bb;
+                __m256i v[QX86_TR];
+                uint16_t d16[QX86_TR];
+                for (int r = 0; r < QX86_TR; r++) {
+                    const __m256i wu = _mm256_xor_si256(
+                        _mm256_loadu_si256((const __m256i *)(rows[r] + off + 2)), c80);
+                    v[r] = _mm256_dpbusd_epi32(_mm256_setzero_si256(), wu, xs);
+                    memcpy(&d16[r], rows[r] + off, 2);
+                }
+                __m512i S = _mm512_inserti64x4(_mm512_castsi256_si512(SFX(reduce8)(v)),
+                                               SFX(reduce8)(v + 8), 1);
+                S = _mm512_add_epi32(S, _mm512_set1_epi32(-128 * sx));
+                const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)d16));
+                f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S),
+                                    _mm512_mul_ps(dw, _mm512_set1_ps(*aotx_act8_dx(act, b))), f);
+            }
+            if (k0 > 0) f = _mm512_add_ps(f, _mm512_maskz_loadu_ps(m, yc));
+            _mm512_mask_storeu_ps(yc, m, f);
+        }
+    }
+}
 #else
 /* AVX2: maddubs(x_q + 128, w_s) - maddubs(128, w_s) per int16 pair (no saturation for
  * |w_s| <= 16); Q8_0 uses the sign trick maddubs(|w|, sign(x_q, w)) instead. */
@@ -1028,6 +1119,15 @@ QX86_DEFINE_MM(mm_q8_0, ROW_Q8_0)
             SFX(BASE)(w, rb, nb, act, as, n_tok, y, ldy, r0, r1);                                \
         else                                                                                     \
             SFX(mm_q8fam_tiles)(KIND, w, rb, nb, act, as, n_tok, y, ldy, r0, r1);                \
+    }                                                                                            \
+    /* batch invariant: n_tok == 1 in the tiles' float order too */                             \
+    static void SFX(mmi_##NAME)(const uint8_t *w, size_t rb, int64_t nb, const uint8_t *act,    \
+                                size_t as, int64_t n_tok, float *y, int64_t ldy, int64_t r0,     \
+                                int64_t r1) {                                                    \
+        if (KIND == K_Q8_0 && n_tok == 1)                                                        \
+            SFX(q8_0_rows1)(w, rb, nb, act, y, r0, r1);                                          \
+        else                                                                                     \
+            SFX(mm_q8fam_tiles)(KIND, w, rb, nb, act, as, n_tok, y, ldy, r0, r1);                \
     }
 QX86_DEFINE_MM_BUF(mmb_q4_0, K_Q4_0, mm_q4_0)
 QX86_DEFINE_MM_BUF(mmb_q5_0, K_Q5_0, mm_q5_0)
@@ -1235,6 +1335,28 @@ static void SFX(mmt_q6_k)(const uint8_t *w, size_t rb, int64_t nb, const uint8_t
                           int64_t n_tok, float *y, int64_t ldy, int64_t r0, int64_t r1) {
     if (n_tok == 1) SFX(mm_q6_k)(w, rb, nb, act, as, n_tok, y, ldy, r0, r1);
     else SFX(mm_k_tiles)(KQ_Q6_K, w, rb, nb, act, as, n_tok, y, ldy, r0, r1);
+}
+
+/* batch invariant (AOTX_INVARIANT=1): the tiles at every n_tok */
+static void SFX(mmi_q4_k)(const uint8_t *w, size_t rb, int64_t nb, const uint8_t *act, size_t as,
+                          int64_t n_tok, float *y, int64_t ldy, int64_t r0, int64_t r1) {
+    SFX(mm_k_tiles)(KQ_Q4_K, w, rb, nb, act, as, n_tok, y, ldy, r0, r1);
+}
+
+static void SFX(mmi_q6_k)(const uint8_t *w, size_t rb, int64_t nb, const uint8_t *act, size_t as,
+                          int64_t n_tok, float *y, int64_t ldy, int64_t r0, int64_t r1) {
+    SFX(mm_k_tiles)(KQ_Q6_K, w, rb, nb, act, as, n_tok, y, ldy, r0, r1);
+}
+
+static aotx_mm_fn SFX(qx86_pick_inv)(int type) {
+    switch (type) {
+    case AOTX_T_Q4_0: return SFX(mmi_mmb_q4_0);
+    case AOTX_T_Q5_0: return SFX(mmi_mmb_q5_0);
+    case AOTX_T_Q8_0: return SFX(mmi_mmb_q8_0);
+    case AOTX_T_Q4_K: return SFX(mmi_q4_k);
+    case AOTX_T_Q6_K: return SFX(mmi_q6_k);
+    default: return NULL;
+    }
 }
 #define QX86_MM_Q4_K SFX(mmt_q4_k)
 #define QX86_MM_Q6_K SFX(mmt_q6_k)

@@ -452,6 +452,53 @@ def test_matmul_zero_and_extreme_activations(t: GT, impl: str) -> None:
     assert np.all(np.abs(y_fast - y_ref) <= 1e-5 * mag + 1e-30)
 
 
+@pytest.fixture(params=["ref", "avx2", "avx512vnni"])
+def path(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Every kernel path this CPU runs (the reference included)."""
+    name = str(request.param)
+    rc = lib.aotx_kernel_force(name.encode())
+    if rc == lib.AOTX_E_UNSUPPORTED:
+        pytest.skip(f"this CPU does not run {name}")
+    assert rc == 0
+    # ref and avx2 are always batch invariant; avx512vnni only in the invariant mode
+    assert lib.aotx_kernel_is_invariant() == (name != "avx512vnni")
+    assert lib.aotx_kernel_invariant(1) == 0
+    assert lib.aotx_kernel_is_invariant() == 1
+    yield name
+    assert lib.aotx_kernel_invariant(0) == 0
+    assert lib.aotx_kernel_force(b"auto") == 0
+
+
+@pytest.mark.parametrize("t", ALL_TYPES, ids=lambda t: t.name)
+def test_matmul_batch_invariant(t: GT, path: str) -> None:
+    """A token's outputs are bit-identical whether it is alone (n_tok = 1), in a batch of
+    4 at any position, or of 9, and whatever row ranges the rows are split into (thread
+    chunks start at multiples of 16): one fixed reduction order per row (on AVX-512 in
+    the invariant mode, AOTX_INVARIANT=1)."""
+    rng = np.random.default_rng(77)
+    be = block_elems(t)
+    n_blocks = 70 if be == 32 else 9 if be == 256 else 1
+    cols = be * n_blocks if be > 1 else 2240 + 5
+    rows, n_tok = 45, 9
+    w = weights(t, rows, cols, rng, "random" if be > 1 else "quantize")
+    x = rng.standard_normal((n_tok, cols)).astype(np.float32)
+    alone = np.stack([matmul(t, w, cols, prepare(t, x[i:i + 1]), 1, rows, 0, rows, rows,
+                             ref=False)[0] for i in range(n_tok)])
+    assert np.all(np.isfinite(alone))
+    bits = alone.view(np.uint32)
+    full = matmul(t, w, cols, prepare(t, x), n_tok, rows, 0, rows, rows, ref=False)
+    assert np.array_equal(full.view(np.uint32), bits), (t.name, path, "batch of 9")
+    for at in range(n_tok - 3):  # batches of 4, the token at every position
+        y = matmul(t, w, cols, prepare(t, x[at:at + 4]), 4, rows, 0, rows, rows, ref=False)
+        assert np.array_equal(y.view(np.uint32), bits[at:at + 4]), (t.name, path, at)
+    split = np.full((n_tok, rows), np.nan, np.float32)
+    act = prepare(t, x)
+    for r0, r1 in ((0, 16), (16, 32), (32, rows)):  # two threads' chunks
+        part = matmul(t, w, cols, act, n_tok, rows, r0, r1, rows, ref=False)
+        split[:, r0:r1] = part[:, r0:r1]
+    assert np.array_equal(split.view(np.uint32), bits), (t.name, path, "row split")
+
+
 def test_threads_on_disjoint_row_ranges_match_one_call() -> None:
     from concurrent.futures import ThreadPoolExecutor
 

@@ -1,0 +1,630 @@
+/* quant_avx2_tiles.c -- AVX2 + FMA register tiles for Q4_0 / Q5_0 / Q8_0 (x Q8_0
+ * activations) and Q4_K / Q6_K (x Q8_K), every n_tok.  Compiled under its own
+ * `#pragma GCC target`; quant_x86.c picks them when the CPU runs AVX2 (and the cap
+ * allows no more).
+ *
+ * Lanes = rows: a chunk of 8 weight rows is transposed once per K slab into one
+ * 256-bit vector per 4 quants (dword g of each row in lane r), and a token's
+ * activation quants are broadcast 4 at a time, so that maddubs (unsigned weight x
+ * signed activation, pairs summed in int16) + madd(1) give all 8 rows' sums at once.
+ * Per block and token the float work is one conversion and one FMA for 8 rows.
+ *   Q4_0 / Q5_0: u = the raw quant (0..15 / 0..31); four maddubs are summed in int16
+ *     (|sum| <= 8 * 31 * 127 < 32768) and the offset comes back as a per-token seed
+ *     -c * sum(x_q), c = 8 / 16: the block's integer sum is the reference's exactly.
+ *   Q8_0: maddubs(|w|, sign(x_q, w)) (|pair| <= 2 * 128 * 127 < 32768), one madd each.
+ *   Q4_K: per 32-element sub-block 8 maddubs in int16 (<= 16 * 15 * 127), times its
+ *     scale by madd: the super-block's sum S exact in int32; the mins M = sum m * bsum
+ *     pairs (madd, exact); float: S * (d dx) - M * (dmin dx) in one fused step.
+ *   Q6_K: per 16-element sub-block two int16 pairs of maddubs (<= 4 * 63 * 127), times
+ *     the int8 scale by madd; the -32 offset as 32 sum sc * bsum: S - 32 M exact in int32.
+ * Reduction order per row (the same for every n_tok and every token position):
+ *   Q8_0 family: f = fma(sum_b, d_w * d_x, f) over the blocks of each K slab of 32
+ *     blocks in order; y = f for the first slab, y + f for each later one.
+ *   k-quants: per super-block in order (see ktile_dot); n_tok == 1 runs k_row1, rows as
+ *     stored with the same integer sums and float steps.
+ */
+#include "aotx_kernels.h"
+#include "quant_tiles_internal.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#include <string.h>
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+
+#define AI static inline __attribute__((always_inline))
+#define TR 8                /* rows per tile: the 8 int32 lanes */
+#define TT 4                /* tokens per tile (16 vector registers) */
+#define KB 32               /* blocks per K slab (1024 columns) */
+#define ACTB (20 * 1024)    /* bytes of signed activation quants per slab */
+#define PFC 2               /* weight prefetch distance in 8-row chunks */
+#define KSL 8               /* super-blocks per scale staging slab */
+
+typedef struct {
+    __m256i q[KB][8];       /* [block][dword g] lane r: 4 unsigned quants of row r */
+    __m256i s[KB][8];       /* Q8_0: the signed weights (their signs) */
+    __m256 dw[KB];          /* [block] weight scales per row */
+    uint16_t d16[KB][TR];   /* staging: fp16 scales (gathers are slow on Zen) */
+    uint32_t qh[KB][TR];    /* staging: Q5_0 high bits */
+    int8_t xq[ACTB];        /* [token][block][32] signed x_q */
+    int32_t sd[ACTB / 32];  /* [token][block] seed -c * sum x_q */
+    float dx[ACTB / 32];    /* [token][block] activation scale */
+} tiles8;                   /* ~44 KiB, on the caller's stack */
+
+AI __m256i row_mask(int nr) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(nr), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+AI __m256i bcast4(const int8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+}
+
+/* Lane r = the dword at base + vidx[r] (rows rb apart: one gather, no staging). */
+AI __m256i gather4(const uint8_t *base, __m256i vidx) {
+    return _mm256_i32gather_epi32((const int *)(const void *)base, vidx, 1);
+}
+
+/* The low (hi = 0) or high (hi = 1) fp16 of each dword lane, as float. */
+AI __m256 half_to_ps(__m256i g, int hi) {
+    const __m256i pick = hi ? _mm256_setr_epi8(2, 3, 6, 7, 10, 11, 14, 15, -1, -1, -1, -1, -1, -1, -1, -1,
+                                               2, 3, 6, 7, 10, 11, 14, 15, -1, -1, -1, -1, -1, -1, -1, -1)
+                            : _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1,
+                                               0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1);
+    __m256i p = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(g, pick), 0x08);
+    return _mm256_cvtph_ps(_mm256_castsi256_si128(p));
+}
+
+/* Byte offsets of the chunk's rows from row 0 (missing rows repeat row 0). */
+AI __m256i row_index(size_t rb, int64_t nr) {
+    int32_t ix[TR];
+    for (int r = 0; r < TR; r++) ix[r] = r < nr ? (int32_t)((size_t)r * rb) : 0;
+    return _mm256_loadu_si256((const __m256i *)ix);
+}
+
+/* out[g] lane r = dword g of the 16 bytes at rows[r] + off (g < 4). */
+AI void tr8x4(const uint8_t *const *rows, size_t off, __m256i *out) {
+    __m256i z[4];
+    for (int i = 0; i < 4; i++)
+        z[i] = _mm256_inserti128_si256(
+            _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(rows[i] + off))),
+            _mm_loadu_si128((const __m128i *)(rows[i + 4] + off)), 1);
+    /* z[i] = [row i | row i + 4]: a 4x4 dword transpose in each 128-bit half */
+    __m256i t0 = _mm256_unpacklo_epi32(z[0], z[1]), t1 = _mm256_unpackhi_epi32(z[0], z[1]);
+    __m256i t2 = _mm256_unpacklo_epi32(z[2], z[3]), t3 = _mm256_unpackhi_epi32(z[2], z[3]);
+    out[0] = _mm256_unpacklo_epi64(t0, t2);
+    out[1] = _mm256_unpackhi_epi64(t0, t2);
+    out[2] = _mm256_unpacklo_epi64(t1, t3);
+    out[3] = _mm256_unpackhi_epi64(t1, t3);
+}
+
+/* ------------------------------------------------------- Q4_0 / Q5_0 / Q8_0 */
+
+/* The slab's activations: tokens [0, ts) x blocks [k0, k0 + kn). */
+static void tile_act(const uint8_t *act, size_t as, int64_t ts, int64_t k0, int64_t kn, int32_t c,
+                     tiles8 *tb) {
+    const __m256i c80 = _mm256_set1_epi8((char)0x80);
+    for (int64_t t = 0; t < ts; t++) {
+        const uint8_t *row = act + (size_t)t * as;
+        for (int64_t b = 0; b < kn; b++) {
+            __m256i xu = _mm256_loadu_si256((const __m256i *)aotx_act8_xu(row, k0 + b));
+            __m256i s4 = _mm256_sad_epu8(xu, _mm256_setzero_si256());  /* sum (x_q + 128) */
+            __m128i s2 = _mm_add_epi64(_mm256_castsi256_si128(s4), _mm256_extracti128_si256(s4, 1));
+            int32_t sum = (int32_t)(_mm_cvtsi128_si32(s2) + _mm_extract_epi32(s2, 2)) - 32 * 128;
+            _mm256_storeu_si256((__m256i *)(tb->xq + (t * kn + b) * 32), _mm256_xor_si256(xu, c80));
+            tb->sd[t * kn + b] = -c * sum;
+            tb->dx[t * kn + b] = *aotx_act8_dx(row, k0 + b);
+        }
+    }
+}
+
+/* Rows rows[0..7] (pointers to each row's block k0), kn blocks: transpose into tb. */
+static void tile_weights(int kind, size_t bbytes, const uint8_t *const *rows, int64_t kn,
+                         const uint8_t *next, size_t next_bytes, tiles8 *tb) {
+    for (int r = 0; r < TR; r++) {
+        const uint8_t *p = rows[r];
+        for (int64_t b = 0; b < kn; b++, p += bbytes) {
+            memcpy(&tb->d16[b][r], p, 2);
+            if (kind == AOTX_TK_Q5_0) memcpy(&tb->qh[b][r], p + 2, 4);
+        }
+    }
+    const __m256i m4 = _mm256_set1_epi8(0x0f), c10 = _mm256_set1_epi8(0x10);
+    const __m256i rep0 = _mm256_setr_epi8(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12,
+                                          0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12);
+    const __m256i bit_lo = _mm256_set1_epi32(0x08040201), bit_hi = _mm256_set1_epi32((int)0x80402010u);
+    const size_t pf_step = (next_bytes / (size_t)kn + 63) / 64 * 64;
+    for (int64_t b = 0; b < kn; b++) {
+        const size_t off = (size_t)b * bbytes;
+        for (size_t o = 0, pf = (size_t)b * pf_step; o < pf_step && pf + o < next_bytes; o += 64)
+            _mm_prefetch((const char *)next + pf + o, _MM_HINT_T0);
+        tb->dw[b] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)tb->d16[b]));
+        __m256i *q = tb->q[b];
+        if (kind == AOTX_TK_Q8_0) {
+            __m256i *s = tb->s[b];
+            tr8x4(rows, off + 2, s);
+            tr8x4(rows, off + 18, s + 4);
+            for (int g = 0; g < 8; g++) q[g] = _mm256_abs_epi8(s[g]);
+            continue;
+        }
+        /* packed byte j: low nibble = element j, high = element j + 16 */
+        __m256i p[4];
+        tr8x4(rows, off + (kind == AOTX_TK_Q5_0 ? 6 : 2), p);
+        for (int g = 0; g < 4; g++) {
+            q[g] = _mm256_and_si256(p[g], m4);
+            q[g + 4] = _mm256_and_si256(_mm256_srli_epi16(p[g], 4), m4);
+        }
+        if (kind == AOTX_TK_Q5_0) {
+            /* byte i of dword g (element 4g + i) gets bit 4g + i of the row's qh:
+             * byte g / 2 of qh, bit 4 (g & 1) + i */
+            const __m256i h = _mm256_loadu_si256((const __m256i *)tb->qh[b]);
+            for (int g = 0; g < 8; g++) {
+                __m256i rep = _mm256_shuffle_epi8(h, _mm256_add_epi8(rep0, _mm256_set1_epi8((char)(g / 2))));
+                const __m256i bits = (g & 1) ? bit_hi : bit_lo;
+                __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(rep, bits), bits);
+                q[g] = _mm256_or_si256(q[g], _mm256_and_si256(set, c10));
+            }
+        }
+    }
+}
+
+/* One tile: 8 rows (lanes) x nt tokens over the slab's kn blocks, y rows [0, nr). */
+AI void tile_dot(int kind, const tiles8 *tb, int64_t kn, int64_t t0, int nt, float *y, int64_t ldy,
+                 int nr, int accum) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 f[TT];
+    for (int t = 0; t < nt; t++) f[t] = _mm256_setzero_ps();
+    const size_t ts = (size_t)kn * 32;  /* bytes between two tokens' quants */
+    for (int64_t b = 0; b < kn; b++) {
+        const int8_t *xq = tb->xq + (t0 * kn + b) * 32;
+        __m256i a[TT];
+        for (int t = 0; t < nt; t++) a[t] = _mm256_set1_epi32(tb->sd[(t0 + t) * kn + b]);
+        if (kind == AOTX_TK_Q8_0) {
+            for (int g = 0; g < 8; g++) {
+                const __m256i wa = _mm256_load_si256(&tb->q[b][g]);
+                const __m256i ws = _mm256_load_si256(&tb->s[b][g]);
+                for (int t = 0; t < nt; t++) {
+                    __m256i p = _mm256_maddubs_epi16(wa, _mm256_sign_epi8(bcast4(xq + t * ts + 4 * g), ws));
+                    a[t] = _mm256_add_epi32(a[t], _mm256_madd_epi16(p, ones));
+                }
+            }
+        } else {
+            for (int h = 0; h < 2; h++) {
+                __m256i s16[TT];
+                for (int t = 0; t < nt; t++) s16[t] = _mm256_setzero_si256();
+                for (int g = 4 * h; g < 4 * h + 4; g++) {
+                    const __m256i wv = _mm256_load_si256(&tb->q[b][g]);
+                    for (int t = 0; t < nt; t++)
+                        s16[t] = _mm256_add_epi16(s16[t],
+                                                  _mm256_maddubs_epi16(wv, bcast4(xq + t * ts + 4 * g)));
+                }
+                for (int t = 0; t < nt; t++) a[t] = _mm256_add_epi32(a[t], _mm256_madd_epi16(s16[t], ones));
+            }
+        }
+        const __m256 dw = tb->dw[b];
+        for (int t = 0; t < nt; t++)
+            f[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a[t]),
+                                   _mm256_mul_ps(dw, _mm256_set1_ps(tb->dx[(t0 + t) * kn + b])), f[t]);
+    }
+    const __m256i m = row_mask(nr);
+    for (int t = 0; t < nt; t++) {
+        float *yt = y + (t0 + t) * ldy;
+        if (nr == TR) {
+            if (accum) f[t] = _mm256_add_ps(f[t], _mm256_loadu_ps(yt));
+            _mm256_storeu_ps(yt, f[t]);
+        } else {
+            if (accum) f[t] = _mm256_add_ps(f[t], _mm256_maskload_ps(yt, m));
+            _mm256_maskstore_ps(yt, m, f[t]);
+        }
+    }
+}
+
+#define TCASE(K, n) case n: tile_dot(K, tb, kn, tg, n, yc, ldy, (int)nr, accum); break;
+#define TSWITCH(K)                                                                    \
+    switch (ts - tg < TT ? ts - tg : TT) {                                            \
+    TCASE(K, 4) TCASE(K, 3) TCASE(K, 2) default: tile_dot(K, tb, kn, tg, 1, yc, ldy, (int)nr, accum); \
+    }
+
+AI void q8fam_tiles(int kind, const uint8_t *w, size_t rb, int64_t nb, const uint8_t *act,
+                    size_t as, int64_t n_tok, float *y, int64_t ldy, int64_t r0, int64_t r1) {
+    tiles8 tiles, *tb = &tiles;
+    const size_t bbytes = rb / (size_t)nb;
+    const int32_t c = kind == AOTX_TK_Q5_0 ? 16 : kind == AOTX_TK_Q4_0 ? 8 : 0;
+    for (int64_t k0 = 0; k0 < nb; k0 += KB) {
+        const int64_t kn = nb - k0 < KB ? nb - k0 : KB;
+        const int64_t ts_max = ACTB / (kn * 32);
+        for (int64_t s0 = 0; s0 < n_tok; s0 += ts_max) {
+            const int64_t ts = n_tok - s0 < ts_max ? n_tok - s0 : ts_max;
+            tile_act(act + (size_t)s0 * as, as, ts, k0, kn, c, tb);
+            for (int64_t rc = r0; rc < r1; rc += TR) {
+                const int64_t nr = r1 - rc < TR ? r1 - rc : TR;
+                const uint8_t *rows[TR];
+                for (int r = 0; r < TR; r++)  /* missing rows repeat the first */
+                    rows[r] = w + (size_t)(rc + (r < nr ? r : 0)) * rb + (size_t)k0 * bbytes;
+                const int64_t pa = rc + PFC * TR;
+                const int64_t nn = r1 - pa < TR ? r1 - pa : TR;
+                tile_weights(kind, bbytes, rows, kn, w + (size_t)pa * rb + (size_t)k0 * bbytes,
+                             nn > 0 ? (size_t)nn * rb : 0, tb);
+                const int accum = k0 > 0;
+                float *yc = y + s0 * ldy + rc;
+                for (int64_t tg = 0; tg < ts; tg += TT) {
+                    if (kind == AOTX_TK_Q8_0) {
+                        TSWITCH(AOTX_TK_Q8_0)
+                    } else {
+                        TSWITCH(AOTX_TK_Q4_0)  /* Q4_0 and Q5_0: the same dot */
+                    }
+                }
+            }
+        }
+    }
+}
+#undef TSWITCH
+#undef TCASE
+
+/* lane r = the sum of v[r]'s 8 lanes (exact: integer adds in any order) */
+AI __m256i reduce8(const __m256i *v) {
+    __m256i h01 = _mm256_hadd_epi32(v[0], v[1]), h23 = _mm256_hadd_epi32(v[2], v[3]);
+    __m256i h45 = _mm256_hadd_epi32(v[4], v[5]), h67 = _mm256_hadd_epi32(v[6], v[7]);
+    __m256i a = _mm256_hadd_epi32(h01, h23), b = _mm256_hadd_epi32(h45, h67);
+    /* a = [row 0..3 low-half sums | row 0..3 high-half sums], b the same for rows 4..7 */
+    return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
+}
+
+AI uint16_t ld16(const uint8_t *p) {
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return v;
+}
+
+/* n_tok == 1 for Q8_0 (the output head of a decode step): 8 rows straight from memory,
+ * no transpose.  Per row and block maddubs(|w|, sign(x_q, w)) + madd(1) leave 8 partial
+ * sums, which a hadd tree reduces into lanes = rows: the tile's exact block sums, then
+ * the tile's float steps in the tile's order (K slabs of KB blocks), so the results
+ * are bit for bit those of q8fam_tiles at any n_tok. */
+static void q8_0_rows1(const uint8_t *w, size_t rb, int64_t nb, const uint8_t *act, float *y,
+                       int64_t r0, int64_t r1) {
+    const __m256i c80 = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1);
+    const size_t bb = sizeof(aotx_block_q8_0);
+    for (int64_t rc = r0; rc < r1; rc += TR) {
+        const int64_t nr = r1 - rc < TR ? r1 - rc : TR;
+        const uint8_t *rows[TR];
+        for (int r = 0; r < TR; r++) rows[r] = w + (size_t)(rc + (r < nr ? r : 0)) * rb;
+        /* the chunk PFC chunks ahead, spread over this chunk's blocks */
+        const int64_t pa = rc + PFC * TR;
+        const int64_t nn = r1 - pa < TR ? r1 - pa : TR;
+        const uint8_t *next = w + (size_t)pa * rb;
+        const size_t next_bytes = nn > 0 ? (size_t)nn * rb : 0;
+        const size_t pf_step = (next_bytes / (size_t)nb + 63) / 64 * 64;
+        const __m256i m = row_mask((int)nr);
+        float *yc = y + rc;
+        for (int64_t k0 = 0; k0 < nb; k0 += KB) {
+            const int64_t ke = nb - k0 < KB ? nb : k0 + KB;
+            __m256 f = _mm256_setzero_ps();
+            for (int64_t b = k0; b < ke; b++) {
+                for (size_t o = 0, pf = (size_t)b * pf_step; o < pf_step && pf + o < next_bytes; o += 64)
+                    _mm_prefetch((const char *)next + pf + o, _MM_HINT_T0);
+                const __m256i xs = _mm256_xor_si256(
+                    _mm256_loadu_si256((const __m256i *)aotx_act8_xu(act, b)), c80);
+                const size_t off = (size_t)b * bb;
+                __m256i v[TR];
+                for (int r = 0; r < TR; r++) {
+                    const __m256i wv = _mm256_loadu_si256((const __m256i *)(rows[r] + off + 2));
+                    v[r] = _mm256_madd_epi16(
+                        _mm256_maddubs_epi16(_mm256_abs_epi8(wv), _mm256_sign_epi8(xs, wv)), ones);
+                }
+                const __m128i d16 = _mm_setr_epi16(
+                    (short)ld16(rows[0] + off), (short)ld16(rows[1] + off), (short)ld16(rows[2] + off),
+                    (short)ld16(rows[3] + off), (short)ld16(rows[4] + off), (short)ld16(rows[5] + off),
+                    (short)ld16(rows[6] + off), (short)ld16(rows[7] + off));
+                const __m256 dw = _mm256_cvtph_ps(d16);
+                f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(reduce8(v)),
+                                    _mm256_mul_ps(dw, _mm256_set1_ps(*aotx_act8_dx(act, b))), f);
+            }
+            if (nr == TR) {
+                if (k0 > 0) f = _mm256_add_ps(f, _mm256_loadu_ps(yc));
+                _mm256_storeu_ps(yc, f);
+            } else {
+                if (k0 > 0) f = _mm256_add_ps(f, _mm256_maskload_ps(yc, m));
+                _mm256_maskstore_ps(yc, m, f);
+            }
+        }
+    }
+}
+
+void aotx_avx2_q8fam_tiles(int kind, const uint8_t *w, size_t rb, int64_t nb, const uint8_t *act,
+                           size_t as, int64_t n_tok, float *y, int64_t ldy, int64_t r0,
+                           int64_t r1) {
+    switch (kind) {  /* one instantiation per kind: the kind folds into constants */
+    case AOTX_TK_Q4_0: q8fam_tiles(AOTX_TK_Q4_0, w, rb, nb, act, as, n_tok, y, ldy, r0, r1); break;
+    case AOTX_TK_Q5_0: q8fam_tiles(AOTX_TK_Q5_0, w, rb, nb, act, as, n_tok, y, ldy, r0, r1); break;
+    default:
+        if (n_tok == 1) q8_0_rows1(w, rb, nb, act, y, r0, r1);
+        else q8fam_tiles(AOTX_TK_Q8_0, w, rb, nb, act, as, n_tok, y, ldy, r0, r1);
+        break;
+    }
+}
+
+/* ----------------------------------------------------------- Q4_K / Q6_K */
+
+typedef struct {
+    __m256i q[64];                  /* [element dword][row lane] unsigned quants */
+    __m256i sc[KSL][16];            /* [sb][sub-block] (sc, sc) int16 pairs per row */
+    __m256i mm[KSL][8];             /* [sb][bsum pair] int16 pairs per row */
+    __m256 d[KSL];                  /* [sb] d per row */
+    __m256 dmin[KSL];               /* [sb] Q4_K dmin per row */
+} ktiles8;                          /* ~10 KiB */
+
+/* Scales of the chunk's rows (row r at rows[0] + vidx[r], each at super-block k0),
+ * super-blocks [0, kn): gathered per super-block, unpacked in vectors. */
+static void ktile_scales(int kind, const uint8_t *row0, __m256i vidx, int64_t kn, ktiles8 *kb) {
+    const __m256i lo16 = _mm256_set1_epi32(0xffff);
+    for (int64_t i = 0; i < kn; i++) {
+        if (kind == AOTX_TK_Q6_K) {
+            const uint8_t *p = row0 + (size_t)i * sizeof(aotx_block_q6_k);
+            /* bytes 206..209: d is the high half (a dword at 208 would pass the block) */
+            const __m256 d = half_to_ps(gather4(p + 206, vidx), 1);
+            for (int a = 0; a < 4; a++) {
+                const __m256i S = gather4(p + 192 + 4 * a, vidx);
+                __m256i sc[4];  /* the four int8 scales of this dword, sign-extended */
+                for (int c = 0; c < 4; c++) {
+                    sc[c] = _mm256_srai_epi32(_mm256_sllv_epi32(S, _mm256_set1_epi32(24 - 8 * c)), 24);
+                    kb->sc[i][4 * a + c] = _mm256_or_si256(_mm256_and_si256(sc[c], lo16),
+                                                           _mm256_slli_epi32(sc[c], 16));
+                }
+                kb->mm[i][2 * a] = _mm256_or_si256(_mm256_and_si256(sc[0], lo16), _mm256_slli_epi32(sc[1], 16));
+                kb->mm[i][2 * a + 1] = _mm256_or_si256(_mm256_and_si256(sc[2], lo16),
+                                                       _mm256_slli_epi32(sc[3], 16));
+            }
+            kb->d[i] = d;
+            continue;
+        }
+        const uint8_t *p = row0 + (size_t)i * sizeof(aotx_block_q4_k);
+        const __m256i G = gather4(p, vidx);
+        kb->d[i] = half_to_ps(G, 0);
+        kb->dmin[i] = half_to_ps(G, 1);
+        const __m256i Q0 = gather4(p + 4, vidx), Q1 = gather4(p + 8, vidx), Q2 = gather4(p + 12, vidx);
+        const __m256i c3f = _mm256_set1_epi8(0x3f), c0f = _mm256_set1_epi8(0x0f), c30 = _mm256_set1_epi8(0x30);
+        /* the 6-bit packing: sc[j] / m[j] (j < 4) in bytes of Q0 / Q1; sc[j + 4] and
+         * m[j + 4] take their low nibble from Q2 and their top two bits from Q0 / Q1 */
+        const __m256i sv[2] = {
+            _mm256_and_si256(Q0, c3f),
+            _mm256_or_si256(_mm256_and_si256(Q2, c0f), _mm256_and_si256(_mm256_srli_epi32(Q0, 2), c30))};
+        const __m256i mv[2] = {
+            _mm256_and_si256(Q1, c3f),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(Q2, 4), c0f),
+                            _mm256_and_si256(_mm256_srli_epi32(Q1, 2), c30))};
+        const __m256i ff = _mm256_set1_epi32(0xff);
+        for (int j = 0; j < 8; j++) {
+            const __m128i sh = _mm_cvtsi32_si128(8 * (j & 3));
+            __m256i sc = _mm256_and_si256(_mm256_srl_epi32(sv[j >> 2], sh), ff);
+            __m256i m = _mm256_and_si256(_mm256_srl_epi32(mv[j >> 2], sh), ff);
+            kb->sc[i][j] = _mm256_or_si256(sc, _mm256_slli_epi32(sc, 16));
+            kb->mm[i][j] = _mm256_or_si256(m, _mm256_slli_epi32(m, 16));
+        }
+    }
+}
+
+/* 32 bytes at rows[r] + off: out[g] lane r = dword g (g < 8). */
+AI void tr8x8(const uint8_t *const *rows, size_t off, __m256i *out) {
+    tr8x4(rows, off, out);
+    tr8x4(rows, off + 16, out + 4);
+}
+
+/* Quants of super-block i of rows[0..7] into kb->q. */
+static void ktile_quants(int kind, const uint8_t *const *rows, int64_t i, ktiles8 *kb) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
+    __m256i *q = kb->q;
+    if (kind == AOTX_TK_Q6_K) {
+        const size_t base = (size_t)i * sizeof(aotx_block_q6_k);
+        for (int h = 0; h < 2; h++) {  /* element e = 128h + 32k + 4g + byte */
+            __m256i A[8], B[8], H[8];
+            tr8x8(rows, base + 64 * h, A);
+            tr8x8(rows, base + 64 * h + 32, B);
+            tr8x8(rows, base + 128 + 32 * h, H);
+            for (int g = 0; g < 8; g++) {
+                __m256i *o = q + 32 * h + g;
+                o[0] = _mm256_or_si256(_mm256_and_si256(A[g], m4),
+                                       _mm256_and_si256(_mm256_slli_epi16(H[g], 4), m30));
+                o[8] = _mm256_or_si256(_mm256_and_si256(B[g], m4),
+                                       _mm256_and_si256(_mm256_slli_epi16(H[g], 2), m30));
+                o[16] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(A[g], 4), m4),
+                                        _mm256_and_si256(H[g], m30));
+                o[24] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(B[g], 4), m4),
+                                        _mm256_and_si256(_mm256_srli_epi16(H[g], 2), m30));
+            }
+        }
+        return;
+    }
+    const size_t base = (size_t)i * sizeof(aotx_block_q4_k) + 16;
+    for (int p = 0; p < 4; p++) {  /* bytes 32p..: low nibbles sub-block 2p, high 2p+1 */
+        __m256i T[8];
+        tr8x8(rows, base + 32 * p, T);
+        for (int g = 0; g < 8; g++) {
+            q[16 * p + g] = _mm256_and_si256(T[g], m4);
+            q[16 * p + 8 + g] = _mm256_and_si256(_mm256_srli_epi16(T[g], 4), m4);
+        }
+    }
+}
+
+/* Super-block i (slab entry si) x tokens [t0, t0 + nt): y rows [0, nr).  The whole
+ * super-block's sum is exact in int32 (scales applied by madd), so the float steps are
+ * per super-block only (see k_row1, which must do the same):
+ *   Q4_K: r = S * (d * dx) - M * (dmin * dx) (one fused step), y = r or y + r;
+ *   Q6_K: r = S - 32 M (int), y = r * (d * dx) or fma(r, d * dx, y). */
+AI void ktile_dot(int kind, const ktiles8 *kb, int64_t si, int64_t i, const uint8_t *act, size_t as,
+                  int64_t t0, int nt, float *y, int64_t ldy, int nr, int accum) {
+    const aotx_block_q8_k *xb[TT];
+    __m256i A[TT];
+    for (int t = 0; t < nt; t++) {
+        xb[t] = (const aotx_block_q8_k *)(act + (size_t)(t0 + t) * as) + i;
+        A[t] = _mm256_setzero_si256();
+    }
+    if (kind == AOTX_TK_Q6_K) {
+        for (int j = 0; j < 16; j++) {  /* 16 elements: dwords 4j .. 4j + 3 */
+            const __m256i sc = kb->sc[si][j];
+            for (int h = 0; h < 2; h++) {
+                __m256i s16[TT];
+                for (int t = 0; t < nt; t++) s16[t] = _mm256_setzero_si256();
+                for (int g = 4 * j + 2 * h; g < 4 * j + 2 * h + 2; g++) {
+                    const __m256i wv = _mm256_load_si256(&kb->q[g]);
+                    for (int t = 0; t < nt; t++)
+                        s16[t] = _mm256_add_epi16(
+                            s16[t], _mm256_maddubs_epi16(wv, bcast4(xb[t]->qs + 4 * g)));
+                }
+                for (int t = 0; t < nt; t++) A[t] = _mm256_add_epi32(A[t], _mm256_madd_epi16(s16[t], sc));
+            }
+        }
+    } else {
+        for (int j = 0; j < 8; j++) {  /* 32 elements: dwords 8j .. 8j + 7 */
+            __m256i s16[TT];
+            for (int t = 0; t < nt; t++) s16[t] = _mm256_setzero_si256();
+            for (int g = 8 * j; g < 8 * j + 8; g++) {
+                const __m256i wv = _mm256_load_si256(&kb->q[g]);
+                for (int t = 0; t < nt; t++)
+                    s16[t] = _mm256_add_epi16(s16[t],
+                                              _mm256_maddubs_epi16(wv, bcast4(xb[t]->qs + 4 * g)));
+            }
+            const __m256i sc = kb->sc[si][j];
+            for (int t = 0; t < nt; t++) A[t] = _mm256_add_epi32(A[t], _mm256_madd_epi16(s16[t], sc));
+        }
+    }
+    const __m256i m = row_mask(nr);
+    for (int t = 0; t < nt; t++) {
+        __m256i mn = _mm256_setzero_si256();
+        for (int k = 0; k < 8; k++) {
+            int32_t b2;
+            memcpy(&b2, xb[t]->bsums + 2 * k, 4);
+            mn = _mm256_add_epi32(mn, _mm256_madd_epi16(kb->mm[si][k], _mm256_set1_epi32(b2)));
+        }
+        float *yt = y + (t0 + t) * ldy;
+        const __m256 dx = _mm256_set1_ps(xb[t]->d);
+        const __m256 yv = !accum ? _mm256_setzero_ps()
+                          : nr == TR ? _mm256_loadu_ps(yt) : _mm256_maskload_ps(yt, m);
+        __m256 r;
+        if (kind == AOTX_TK_Q6_K) {
+            const __m256 s = _mm256_cvtepi32_ps(_mm256_sub_epi32(A[t], _mm256_slli_epi32(mn, 5)));
+            const __m256 ddx = _mm256_mul_ps(kb->d[si], dx);
+            r = accum ? _mm256_fmadd_ps(s, ddx, yv) : _mm256_mul_ps(s, ddx);
+        } else {
+            const __m256 tm = _mm256_mul_ps(_mm256_cvtepi32_ps(mn), _mm256_mul_ps(kb->dmin[si], dx));
+            r = _mm256_fmsub_ps(_mm256_cvtepi32_ps(A[t]), _mm256_mul_ps(kb->d[si], dx), tm);
+            if (accum) r = _mm256_add_ps(yv, r);
+        }
+        if (nr == TR) _mm256_storeu_ps(yt, r);
+        else _mm256_maskstore_ps(yt, m, r);
+    }
+}
+
+#define KCASE(K, n) case n: ktile_dot(K, kb, i - k0, i, act, as, tg, n, yc, ldy, (int)nr, accum); break;
+
+AI void k_tiles(int kind, const uint8_t *w, size_t rb, int64_t nb, const uint8_t *act, size_t as,
+                int64_t n_tok, float *y, int64_t ldy, int64_t r0, int64_t r1) {
+    ktiles8 ktiles, *kb = &ktiles;
+    for (int64_t rc = r0; rc < r1; rc += TR) {
+        const int64_t nr = r1 - rc < TR ? r1 - rc : TR;
+        const uint8_t *rows[TR];
+        for (int r = 0; r < TR; r++)  /* missing rows repeat the first */
+            rows[r] = w + (size_t)(rc + (r < nr ? r : 0)) * rb;
+        const __m256i vidx = row_index(rb, nr);
+        float *yc = y + rc;
+        /* the chunk PFC chunks ahead, prefetched over this chunk's super-blocks */
+        const int64_t pa = rc + PFC * TR;
+        const uint8_t *next = w + (size_t)pa * rb;
+        const int64_t nn = r1 - pa < TR ? r1 - pa : TR;
+        const size_t next_bytes = nn > 0 ? (size_t)nn * rb : 0;
+        const size_t pf_step = (next_bytes / (size_t)nb + 63) / 64 * 64;
+        for (int64_t k0 = 0; k0 < nb; k0 += KSL) {
+            const int64_t kn = nb - k0 < KSL ? nb - k0 : KSL;
+            ktile_scales(kind, rows[0] + (size_t)k0 * (rb / (size_t)nb), vidx, kn, kb);
+            for (int64_t i = k0; i < k0 + kn; i++) {
+                for (size_t o = 0, pf = (size_t)i * pf_step; o < pf_step && pf + o < next_bytes; o += 64)
+                    _mm_prefetch((const char *)next + pf + o, _MM_HINT_T0);
+                ktile_quants(kind, rows, i, kb);
+                const int accum = i > 0;
+                for (int64_t tg = 0; tg < n_tok; tg += TT) {
+                    if (kind == AOTX_TK_Q6_K) {
+                        switch (n_tok - tg < TT ? n_tok - tg : TT) {
+                        KCASE(AOTX_TK_Q6_K, 4) KCASE(AOTX_TK_Q6_K, 3) KCASE(AOTX_TK_Q6_K, 2)
+                        default: KCASE(AOTX_TK_Q6_K, 1)
+                        }
+                    } else {
+                        switch (n_tok - tg < TT ? n_tok - tg : TT) {
+                        KCASE(AOTX_TK_Q4_K, 4) KCASE(AOTX_TK_Q4_K, 3) KCASE(AOTX_TK_Q4_K, 2)
+                        default: KCASE(AOTX_TK_Q4_K, 1)
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+#undef KCASE
+
+AI int32_t hsum_i32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+}
+
+/* n_tok == 1 for Q6_K (decode): one row at a time, as stored (no transpose).  The
+ * super-block's integer sums S and M (exact: madd with the scales, then a horizontal int
+ * add) and then ktile_dot's float steps, scalar, in its order: bit for bit the tiles'
+ * results at any n_tok. */
+static void q6_k_row1(const uint8_t *w, size_t rb, int64_t nb, const uint8_t *act, float *y,
+                      int64_t r0, int64_t r1) {
+    const aotx_block_q8_k *xa = (const aotx_block_q8_k *)act;
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *wr = w + (size_t)r * rb;
+        float yr = 0.0f;
+        for (int64_t i = 0; i < nb; i++) {
+            const aotx_block_q8_k *xb = xa + i;
+            const __m256i bs = _mm256_loadu_si256((const __m256i *)xb->bsums);
+            const float dx = xb->d;
+            {
+                const aotx_block_q6_k *b = (const aotx_block_q6_k *)wr + i;
+                for (size_t off = 0; off < sizeof(*b); off += 64)
+                    _mm_prefetch((const char *)b + 3072 + off, _MM_HINT_T0);
+                __m256i acc = _mm256_setzero_si256();
+                for (int h = 0; h < 2; h++) {
+                    const __m256i A = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h));
+                    const __m256i B = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h + 32));
+                    const __m256i H = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * h));
+                    __m256i q[4];
+                    q[0] = _mm256_or_si256(_mm256_and_si256(A, m4), _mm256_and_si256(_mm256_slli_epi16(H, 4), m30));
+                    q[1] = _mm256_or_si256(_mm256_and_si256(B, m4), _mm256_and_si256(_mm256_slli_epi16(H, 2), m30));
+                    q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(A, 4), m4), _mm256_and_si256(H, m30));
+                    q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(B, 4), m4),
+                                           _mm256_and_si256(_mm256_srli_epi16(H, 2), m30));
+                    for (int k = 0; k < 4; k++) {  /* elements 128h + 32k .. : groups 8h + 2k, +1 */
+                        const int g = 8 * h + 2 * k;
+                        const __m256i sc = _mm256_set_m128i(_mm_set1_epi16(b->scales[g + 1]),
+                                                            _mm_set1_epi16(b->scales[g]));
+                        const __m256i xv = _mm256_loadu_si256((const __m256i *)(xb->qs + 128 * h + 32 * k));
+                        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(q[k], xv), sc));
+                    }
+                }
+                const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales));
+                const int32_t M = hsum_i32(_mm256_madd_epi16(bs, sc16));
+                const float s = (float)(hsum_i32(acc) - 32 * M);
+                const float ddx = _cvtsh_ss(b->d) * dx;
+                yr = i > 0 ? __builtin_fmaf(s, ddx, yr) : s * ddx;
+            }
+        }
+        y[r] = yr;
+    }
+}
+
+void aotx_avx2_k_tiles(int kind, const uint8_t *w, size_t rb, int64_t nb, const uint8_t *act,
+                       size_t as, int64_t n_tok, float *y, int64_t ldy, int64_t r0, int64_t r1) {
+    /* n_tok == 1: Q6_K's transpose costs more than its dot, so rows as stored; Q4_K's
+     * tile is the faster (measured), and both give the same bits */
+    if (n_tok == 1 && kind == AOTX_TK_Q6_K) q6_k_row1(w, rb, nb, act, y, r0, r1);
+    else if (kind == AOTX_TK_Q6_K) k_tiles(AOTX_TK_Q6_K, w, rb, nb, act, as, n_tok, y, ldy, r0, r1);
+    else k_tiles(AOTX_TK_Q4_K, w, rb, nb, act, as, n_tok, y, ldy, r0, r1);
+}
+
+#pragma GCC pop_options
+#endif /* __x86_64__ */

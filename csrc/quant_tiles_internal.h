@@ -1,0 +1,24 @@
+/* quant_tiles_internal.h -- the AVX2 register-tile kernels (csrc/quant_avx2_tiles.c)
+ * as quant_x86.c's picker uses them.  Not part of the cffi surface.
+ *
+ * Both run every n_tok (1 included): a row's float reduction order is fixed by the
+ * row and K alone (per block or sub-block in order, K slabs of 32 blocks / one
+ * super-block at a time), never by how many tokens share the call or where a token
+ * sits in it, so a sequence's results do not depend on the batch (batch invariance). */
+#ifndef AOTX_QUANT_TILES_INTERNAL_H
+#define AOTX_QUANT_TILES_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum { AOTX_TK_Q4_0 = 0, AOTX_TK_Q5_0 = 1, AOTX_TK_Q8_0 = 2 };  /* Q8_0-activation family */
+enum { AOTX_TK_Q4_K = 0, AOTX_TK_Q6_K = 1 };                    /* Q8_K family */
+
+/* The aotx_mm_fn contract (aotx_kernels.h) plus the weight kind. */
+void aotx_avx2_q8fam_tiles(int kind, const uint8_t *w, size_t rb, int64_t nb, const uint8_t *act,
+                           size_t as, int64_t n_tok, float *y, int64_t ldy, int64_t r0,
+                           int64_t r1);
+void aotx_avx2_k_tiles(int kind, const uint8_t *w, size_t rb, int64_t nb, const uint8_t *act,
+                       size_t as, int64_t n_tok, float *y, int64_t ldy, int64_t r0, int64_t r1);
+
+#endif
