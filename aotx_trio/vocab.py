@@ -45,6 +45,8 @@ KINDS_BY_NAME: dict[str, Kind] = {name: kind for kind, name in KIND_NAMES.items(
 
 #: Space scopes, indexed by AOTX_SCOPE_* (0, 1, 2).
 SCOPES: tuple[str, ...] = ("private", "room", "instance")
+#: Memory row kinds by their device code (docs/formats/device.md, "Memory rows").
+MEMORY_KINDS: tuple[str, ...] = ("", "text", "embedding")
 Scope = Literal["private", "room", "instance"]
 
 #: Space rights; bit i of a rights mask is PERMISSIONS[i] (AOTX_RIGHT_*).
@@ -119,7 +121,7 @@ def grant_mask(actions: tuple[str, ...] | list[str] | frozenset[str]) -> int:
 
 #: Resource id prefixes: ``{prefix}-{lineage}-{32 hex}``.
 PREFIXES: dict[str, str] = {"participant": "par", "space": "spc", "conversation": "con",
-                            "operation": "op"}
+                            "operation": "op", "memory": "mem"}
 HEX32 = r"^[0-9a-f]{32}$"
 _HEX32 = re.compile(r"[0-9a-f]{32}")
 

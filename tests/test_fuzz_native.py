@@ -128,7 +128,7 @@ def _real_transfers() -> list[tuple[int, bytes]]:
 
 REAL_TRANSFERS = _real_transfers()
 KINDS = st.sampled_from((J.XFER_ADMISSION, J.XFER_COMPLETION, J.XFER_LEASE, J.XFER_OUTPUT,
-                         J.XFER_RETIREMENT, 0, 7, 200, 255))
+                         J.XFER_RETIREMENT, J.XFER_MEMORY, 0, 8, 200, 255))
 
 
 @st.composite
