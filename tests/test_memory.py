@@ -48,8 +48,15 @@ def _auth(who: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token_for(who)}"}
 
 
+async def _json(r: Any) -> Any:
+    """The JSON body of an httpx or a Quart test-client response."""
+    return await r.get_json() if hasattr(r, "get_json") else r.json()
+
+
 class Client:
-    def __init__(self, http: httpx.AsyncClient) -> None:
+    """Sequenced calls over httpx (a real hypercorn) or Quart's test client."""
+
+    def __init__(self, http: Any) -> None:
         self.http = http
         self.seq: dict[str, int] = {}
 
@@ -58,15 +65,16 @@ class Client:
         body = {"schema": SCHEMA, "lineage": LINEAGE, "operation_key": f"{seq:030x}{len(who):02x}",
                 "sequence": str(seq), **fields}
         r = await self.http.post(BASE + path, headers=_auth(who), json=body)
-        assert r.status_code == 202, r.text
+        out: dict[str, Any] = await _json(r)
+        assert r.status_code == 202, out
         self.seq[who] = seq + 1
-        out: dict[str, Any] = r.json()
         return out
 
     async def get(self, who: str, path: str, status: int = 200) -> Any:
         r = await self.http.get(BASE + path, headers=_auth(who))
-        assert r.status_code == status, r.text
-        return r.json()
+        out = await _json(r)
+        assert r.status_code == status, out
+        return out
 
     async def settled(self, who: str, op: str) -> dict[str, Any]:
         """The receipt once its terminal result is saved (the memory transfer, enqueued
@@ -177,8 +185,83 @@ def test_render_recalled_keeps_rank_order_within_the_byte_limit() -> None:
     block = memory.render_recalled(items, limit=300)
     assert block.startswith(memory.RECALL_HEADER)
     lines = block[len(memory.RECALL_HEADER):].split(b"\n")
-    assert lines[0] == b"- pabababab: first line still first"
-    assert lines[1].startswith(b"- pabababab: third <image:")    # the link stays text
+    assert lines[0] == b"- first line still first"
+    assert lines[1].startswith(b"- third <image:")                # the link stays text
     assert len(block) <= 300 and b"x" * 100 not in block
     assert memory.render_recalled([(_row(), 0.9, b"y" * 2000)], limit=300) == b""
     assert memory.render_recalled([]) == b""
+
+
+async def test_memory_survives_a_restart(tmp_path: Path, ccir: Path) -> None:
+    from _gateway_env import embedded, short_dir
+
+    folder = short_dir()
+    people = {"alice": ALL}
+    try:
+        async with embedded(tmp_path, people, ccir=ccir, folder=folder) as env:
+            c = Client(env.client)
+            await c.post("alice", "/participant")
+            space = (await c.post("alice", "/spaces"))["resource"]
+            con = (await c.post("alice", f"/spaces/{space}/conversations"))["resource"]
+            op = (await c.post("alice", f"/conversations/{con}/inputs", text="durable note",
+                               model=TINY_MODEL, max_output_tokens=2))["operation"]
+            await c.settled("alice", op)
+            before = await c.get("alice", f"/spaces/{space}/memory")
+        async with embedded(tmp_path, people, ccir=ccir, folder=folder) as env:
+            c = Client(env.client)
+            assert await c.get("alice", f"/spaces/{space}/memory") == before
+            one = await c.get("alice", f"/spaces/{space}/memory/{before['items'][0]['object']}")
+            assert one["text"] == "durable note"
+    finally:
+        import shutil
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+async def test_recall_puts_the_answer_into_the_context_with_the_real_models(
+        tmp_path: Path) -> None:
+    """The real Gemma 3 270M and MiniLM: a note retained in one conversation is recalled
+    into another conversation of the space (the greedy answer repeats its code), not
+    into a conversation of another space, and not twice into its own conversation."""
+    from _real import real_gguf
+
+    rt = tmp_path / "real.aotxccir"
+    pack.pack(rt, models=[real_gguf()], embedding=real_embedding_dir(), shared=True,
+              lineage=LINEAGE, progress=False)
+    async with served(tmp_path, {"alice": ALL}, ccir=rt) as srv, \
+            httpx.AsyncClient(base_url=srv.url, timeout=120) as http:
+        c = Client(http)
+        caps = await c.get("alice", "/capabilities")
+        model = next(m["name"] for m in caps["models"] if m["kind"] == "text")
+        await c.post("alice", "/participant")
+        space = (await c.post("alice", "/spaces", scope="room"))["resource"]
+        con = (await c.post("alice", f"/spaces/{space}/conversations"))["resource"]
+        con2 = (await c.post("alice", f"/spaces/{space}/conversations"))["resource"]
+        other = (await c.post("alice", "/spaces", scope="room"))["resource"]
+        con3 = (await c.post("alice", f"/spaces/{other}/conversations"))["resource"]
+        note = (await c.post("alice", f"/conversations/{con}/inputs",
+                             text="Note: the code for the blue vault is 7391.", model=model,
+                             max_output_tokens=4))["operation"]
+        await c.settled("alice", note)
+        prompts: dict[str, bytes] = {}
+        ex = srv.handler.executor
+        assert ex is not None
+        ex.on_complete = lambda job, status: prompts.__setitem__(
+            job.conversation, job.model.engine.detokenize(job.prompt))
+        answers = {}
+        for cc in (con2, con3, con):
+            op = (await c.post("alice", f"/conversations/{cc}/inputs",
+                               text="What is the code for the blue vault?", model=model,
+                               max_output_tokens=24))["operation"]
+            await c.settled("alice", op)
+            answers[cc] = (await c.get("alice", f"/operations/{op}/result"))["text"]
+    ids = {cc: cc.rsplit("-", 1)[1] for cc in (con, con2, con3)}
+    block = memory.RECALL_HEADER + b"- Note: the code for the blue vault is 7391.\n\n"
+    assert block in prompts[ids[con2]]
+    assert memory.RECALL_HEADER not in prompts[ids[con3]]      # another space
+    # its own conversation: the note is in its history, never recalled a second time
+    # (the other conversation's question is recalled: space memory, similar)
+    own = prompts[ids[con]]
+    assert own.count(b"the code for the blue vault is 7391") == 1
+    assert b"- What is the code for the blue vault?" in own
+    assert "7391" in answers[con2]
+    assert "7391" not in answers[con3]

@@ -31,7 +31,6 @@ import trio
 from aotx_trio import errors, vocab
 from aotx_trio.device import Device, MemoryRow
 from aotx_trio.runtime import render
-from aotx_trio.runtime.history import label_of
 from aotx_trio.runtime.models import EmbeddingModel
 from aotx_trio.vocab import ALL_GRANTS, format_id
 
@@ -40,7 +39,7 @@ log = logging.getLogger("aotx.memory")
 RECALL_ROWS = 8              # candidates the device ranks
 RECALL_BYTES = 1024          # the recalled block's byte limit in a context
 MIN_SIMILARITY = 0.3         # cosine below this is not recalled
-RECALL_HEADER = b"Memory recalled from this space (notes, most relevant first):\n"
+RECALL_HEADER = b"Notes recalled from this space:\n"
 
 
 class MemoryService:
@@ -138,14 +137,14 @@ def recall(device: Device, actor: str, conversation: str, query: Any, exclude: s
 def render_recalled(items: list[tuple[MemoryRow, float, bytes]],
                     limit: int = RECALL_BYTES) -> bytes:
     """The recalled block that opens the input's user turn: a header, then one line per
-    memory (``- {participant label}: {text}``) in rank order while the block stays
-    within ``limit`` bytes (a memory that does not fit whole is left out); empty when
-    nothing fits."""
+    memory (``- {text}``, newlines as spaces) in rank order while the block stays
+    within ``limit`` bytes (a memory that does not fit whole is left out), then a blank
+    line; empty when nothing fits.  (No participant labels: with them the default
+    270M model echoes the label instead of the note.)"""
     block = bytearray(RECALL_HEADER)
     lines = 0
-    for row, _, text in items:
-        line = b"- " + label_of(row.actor).encode() + b": " + \
-            text.replace(b"\n", b" ") + b"\n"
+    for _, _, text in items:
+        line = b"- " + text.replace(b"\n", b" ") + b"\n"
         if len(block) + len(line) + 1 > limit:
             continue
         block += line
