@@ -109,6 +109,8 @@ class Request:
     media: tuple[tuple[str, str], ...] = ()  # (type, sha256 hex)
     target_sequence: int = 0
     retry_floor: int = 0
+    object: str | None = None       # PUBLISH: the memory object (destination: ``space``)
+    source_version: int = 0
 
 
 def _u64(value: int, name: str) -> int:
@@ -176,6 +178,9 @@ def _fill(req: Request) -> Any:
                                       field="media") from None
     c.target_sequence = _u64(req.target_sequence, "target_sequence")
     c.retry_floor = _u64(req.retry_floor, "retry_floor")
+    if req.object is not None:
+        ffi.memmove(c.object, _hex16(req.object, "object"), 16)
+    c.source_version = _u64(req.source_version, "source_version")
     return c
 
 
@@ -200,8 +205,11 @@ def decode_canonical(data: bytes) -> Request:
         fields["id"] = _hex(c.id)
     if kind == Kind.SPACE_CREATE:
         fields["scope"] = SCOPES[c.scope]
-    if kind in (Kind.MEMBER_SET, Kind.CONVERSATION_CREATE):
+    if kind in (Kind.MEMBER_SET, Kind.CONVERSATION_CREATE, Kind.PUBLISH):
         fields["space"] = _hex(c.space)
+    if kind == Kind.PUBLISH:
+        fields["object"] = _hex(c.object)
+        fields["source_version"] = int(c.source_version)
     if kind == Kind.MEMBER_SET:
         fields["participant"] = _hex(c.participant)
         fields["permissions"] = rights_names(c.rights)
@@ -332,6 +340,7 @@ class MemoryRow:
     kind: str                       # text | embedding
     scope: str                      # the owning space's scope
     mode: int                       # retention mode
+    origin: str                     # retained (from an input) | published (a copy)
     byte_length: int
     owner: str                      # the memory owner: the owning space's id
     room: str | None                # the room space id (room scope), else None
@@ -346,7 +355,9 @@ def _memory_row(v: Any) -> MemoryRow:
     room = _hex(v.room)
     return MemoryRow(object=_hex(v.object), version=int(v.version),
                      kind=MEMORY_KINDS[v.kind] if v.kind < len(MEMORY_KINDS) else str(v.kind),
-                     scope=SCOPES[v.scope], mode=int(v.mode), byte_length=int(v.byte_length),
+                     scope=SCOPES[v.scope], mode=int(v.mode),
+                     origin={1: "retained", 2: "published"}.get(int(v.origin), str(v.origin)),
+                     byte_length=int(v.byte_length),
                      owner=_hex(v.owner), room=None if room == "0" * 32 else room,
                      source=_hex(v.source), actor=_hex(v.actor),
                      conversation=_hex(v.conversation),

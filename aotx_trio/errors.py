@@ -310,6 +310,8 @@ NATIVE: dict[str, _Entry] = {
     "memory_retained": _e(Conflict),
     "memory_not_found": _e(NotFound),
     "embedding_invalid": _e(InvalidInput),
+    "version_conflict": _e(Conflict),
+    "publication_unsupported": _e(Conflict),
     "receipt_table_full": _e(ReceiptTableFull),
     "command_too_large": _e(InvalidInput),
     "result_too_large": _e(InvalidInput),

@@ -29,6 +29,7 @@ class Kind(enum.IntEnum):
     INPUT = 5
     CANCEL = 6
     RETIRE = 7
+    PUBLISH = 8
 
 
 #: The wire name of each kind (receipts' ``kind``, the service's ``mutation.submit``).
@@ -40,6 +41,7 @@ KIND_NAMES: dict[Kind, str] = {
     Kind.INPUT: "input",
     Kind.CANCEL: "cancellation",
     Kind.RETIRE: "participant.retire",
+    Kind.PUBLISH: "publication",
 }
 KINDS_BY_NAME: dict[str, Kind] = {name: kind for kind, name in KIND_NAMES.items()}
 

@@ -27,6 +27,7 @@ enum {
     AOTX_KIND_INPUT = 5,
     AOTX_KIND_CANCEL = 6,
     AOTX_KIND_RETIRE = 7,
+    AOTX_KIND_PUBLISH = 8,     /* copy a retained text memory into another space */
 
     AOTX_SCOPE_PRIVATE = 0,
     AOTX_SCOPE_ROOM = 1,
@@ -70,6 +71,8 @@ enum {
     AOTX_MEMORY_TEXT = 1,            /* an input's retained source text (UTF-8) */
     AOTX_MEMORY_EMBEDDING = 2,       /* its embedding: dim little-endian float32 */
     AOTX_RETENTION_MODE_1 = 1,       /* source text + embedding */
+    AOTX_MEMORY_RETAINED = 1,        /* origin: retained from an input (source: its operation) */
+    AOTX_MEMORY_PUBLISHED = 2,       /* origin: a publication's copy (source: the object copied) */
     AOTX_MEMORY_ROW_BYTES = 128,
     AOTX_MEMORY_HEADER = 8,          /* memory transfer header */
     AOTX_MEMORY_MAX_DIM = 512,       /* embedding dimensions a row can hold */
@@ -130,7 +133,9 @@ enum {
     AOTX_E_RETRY_FLOOR_INVALID = -142,
     AOTX_E_COMMAND_TOO_LARGE = -143,      /* canonical bytes over the per-receipt command bytes */
     AOTX_E_RESULT_TOO_LARGE = -144,       /* result over the per-receipt result bytes */
-    AOTX_E_EMBEDDING_INVALID = -145       /* embedding dim 0 or over 512, or a non-finite value */
+    AOTX_E_EMBEDDING_INVALID = -145,      /* embedding dim 0 or over 512, or a non-finite value */
+    AOTX_E_VERSION_CONFLICT = -146,       /* PUBLISH: source_version is not the object's current one */
+    AOTX_E_PUBLICATION_UNSUPPORTED = -147 /* PUBLISH: the source object's kind cannot be published */
 };
 
 typedef struct aotx_device aotx_device;
@@ -178,6 +183,9 @@ typedef struct aotx_request {
     uint64_t target_sequence;
     /* RETIRE */
     uint64_t retry_floor;
+    /* PUBLISH (the destination is `space`) */
+    uint8_t object[16];
+    uint64_t source_version;
 } aotx_request;
 
 typedef struct aotx_receipt_view {
@@ -331,7 +339,7 @@ typedef struct aotx_memory_row {
     uint8_t kind;               /* AOTX_MEMORY_TEXT / _EMBEDDING */
     uint8_t scope;              /* the owning space's scope */
     uint8_t mode;               /* retention mode (1) */
-    uint8_t reserved0;
+    uint8_t origin;             /* AOTX_MEMORY_RETAINED / _PUBLISHED */
     uint32_t byte_length;       /* payload bytes */
     uint8_t owner[16];          /* the memory owner: the owning space's id */
     uint8_t room[16];           /* the room space id (room scope), else zero */

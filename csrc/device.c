@@ -38,6 +38,8 @@ const aotx_code_entry aotx_device_codes[] = {
     {AOTX_E_MEMORY_RETAINED, "memory_retained", "the input's memory is retained already"},
     {AOTX_E_MEMORY_NOT_FOUND, "memory_not_found", "no such memory object, or it is not visible to the caller"},
     {AOTX_E_EMBEDDING_INVALID, "embedding_invalid", "the embedding must have 1..512 finite values"},
+    {AOTX_E_VERSION_CONFLICT, "version_conflict", "source_version is not the memory object's current version"},
+    {AOTX_E_PUBLICATION_UNSUPPORTED, "publication_unsupported", "only retained text memory can be published"},
     {AOTX_E_KIND_INVALID, "kind_invalid", "unknown mutation kind"},
     {AOTX_E_OPERATION_KEY_INVALID, "operation_key_invalid", "operation_key must be a nonzero 16-byte value"},
     {AOTX_E_SCOPE_INVALID, "scope_invalid", "scope must be private, room or instance"},
@@ -292,6 +294,9 @@ static void result_json(const aotx_device *d, dev_plan *pl, bool was_running) {
     case AOTX_KIND_RETIRE:
         n = snprintf(o, cap, "{\"retry_floor\":\"%llu\"}", (unsigned long long)q->retry_floor);
         break;
+    case AOTX_KIND_PUBLISH:   /* written by dev_publish_prepare */
+        n = (int)pl->result_len;
+        break;
     default:
         n = 0;
         break;
@@ -370,6 +375,15 @@ static int prepare_kind(aotx_device *d, uint32_t grants, dev_plan *pl, const dev
         pl->target_receipt = find_receipt_seq(d, pl->actor, q->target_sequence);
         if (pl->target_receipt == DEV_NONE) return AOTX_E_TARGET_NOT_FOUND;
         memcpy(pl->resource_id, d->receipts[pl->target_receipt].op_id, 16);
+        break;
+    case AOTX_KIND_PUBLISH:
+        pl->space = dev_find_space(d, q->space);
+        rc = space_access(d, grants, pl->actor, pl->space, AOTX_RIGHT_MANAGE,
+                          AOTX_E_SPACE_NOT_FOUND);
+        if (rc) return rc;
+        rc = dev_publish_prepare(d, grants, pl);
+        if (rc) return rc;
+        memcpy(pl->resource_id, q->space, 16);
         break;
     case AOTX_KIND_RETIRE: {
         if (q->retry_floor > q->sequence || q->retry_floor < p->retry_floor)
@@ -527,6 +541,9 @@ void dev_apply(aotx_device *d, const dev_plan *pl, uint64_t record) {
         if (!terminal_status(t->status)) t->cancel_requested = 1;
         break;
     }
+    case AOTX_KIND_PUBLISH:
+        dev_publish_apply(d, pl, record);
+        break;
     case AOTX_KIND_RETIRE:
         for (uint32_t i = 0; i < DEV_RECEIPT_SLOTS; i++) {
             dev_receipt *r = &d->receipts[i];

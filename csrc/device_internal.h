@@ -131,6 +131,7 @@ typedef struct dev_plan {
     uint32_t member_row;        /* existing row or DEV_NONE */
     uint32_t member_participant;
     uint32_t target_receipt;    /* CANCEL */
+    uint32_t memory_src;        /* PUBLISH: the source text row */
     uint32_t slot;              /* receipt slot for the new receipt */
     uint64_t admission_number;
     uint8_t op_id[16];
@@ -177,6 +178,8 @@ size_t dev_completion_encode(const uint8_t op_id[16], const dev_completion *c, u
 
 /* device_memory.c */
 uint32_t dev_memory_promised(const aotx_device *d);
+int dev_publish_prepare(const aotx_device *d, uint32_t grants, dev_plan *pl);
+void dev_publish_apply(aotx_device *d, const dev_plan *pl, uint64_t record);
 int dev_memory_replay(aotx_device *d, const uint8_t *data, uint32_t len, uint64_t record);
 int dev_memory_retain_locked(aotx_device *d, const uint8_t op_id[16], const float *embedding,
                              uint32_t dim, aotx_memory_row *out, uint32_t *out_rows);

@@ -5,6 +5,7 @@
 #include "device_internal.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stddef.h>
 #include <stdlib.h>
 
@@ -60,6 +61,7 @@ static void row_encode(const aotx_memory_row *r, uint8_t *b) {
     b[24] = r->kind;
     b[25] = r->scope;
     b[26] = r->mode;
+    b[27] = r->origin;
     dev_le32(b + 28, r->byte_length);
     memcpy(b + 32, r->owner, 16);
     memcpy(b + 48, r->room, 16);
@@ -110,6 +112,7 @@ static int plan_retention(const aotx_device *d, uint32_t slot, const uint8_t *ve
         m->kind = k == 0 ? AOTX_MEMORY_TEXT : AOTX_MEMORY_EMBEDDING;
         m->scope = sp->scope;
         m->mode = AOTX_RETENTION_MODE_1;
+        m->origin = AOTX_MEMORY_RETAINED;
         memcpy(m->owner, sp->id, 16);
         if (sp->scope == AOTX_SCOPE_ROOM) memcpy(m->room, sp->id, 16);
         memcpy(m->actor, d->participants[r->actor].key, 16);
@@ -210,6 +213,78 @@ int dev_memory_replay(aotx_device *d, const uint8_t *data, uint32_t len, uint64_
     if (rc == AOTX_OK) apply_retention(d, slot, mp, record);
     free(mp);
     return rc;
+}
+
+/* ---- publication (a PUBLISH admission) ------------------------------------ */
+
+static void res_id(const aotx_device *d, const char *prefix, const uint8_t id[16], char *out) {
+    char l[33], h[33];
+    dev_hex(d->lineage, 16, l);
+    dev_hex(id, 16, h);
+    snprintf(out, 80, "%s-%s-%s", prefix, l, h);
+}
+
+/* The source of a publication: a saved TEXT row (with its EMBEDDING row next to it)
+ * the actor may read, at the named version; then room for two rows; the result. */
+int dev_publish_prepare(const aotx_device *d, uint32_t grants, dev_plan *pl) {
+    const aotx_request *q = pl->req;
+    uint32_t src = DEV_NONE;
+    for (uint32_t i = 0; i < d->n_memory; i++)
+        if (memcmp(d->memory[i].row.object, q->object, 16) == 0) { src = i; break; }
+    if (src == DEV_NONE || !(d->memory[src].record < dev_saved_records(d)))
+        return AOTX_E_MEMORY_NOT_FOUND;
+    const aotx_memory_row *row = &d->memory[src].row;
+    uint32_t owner = dev_find_space(d, row->owner);
+    if (!(dev_resolved_rights(d, owner, pl->actor) & grants & AOTX_RIGHT_READ))
+        return AOTX_E_MEMORY_NOT_FOUND;   /* the source is not visible to the publisher */
+    if (row->kind != AOTX_MEMORY_TEXT || src + 1 >= d->n_memory ||
+        d->memory[src + 1].row.kind != AOTX_MEMORY_EMBEDDING ||
+        memcmp(d->memory[src + 1].row.source, row->object, 16) != 0)
+        return AOTX_E_PUBLICATION_UNSUPPORTED;
+    if (row->version != q->source_version) return AOTX_E_VERSION_CONFLICT;
+    if ((uint64_t)d->n_memory + 2u * dev_memory_promised(d) + 2u > AOTX_MAX_MEMORY)
+        return AOTX_R_MEMORY_FULL;
+    pl->memory_src = src;
+    uint8_t a[16], b[16];
+    memory_id(d, (uint64_t)d->n_memory + 1, a);
+    memory_id(d, (uint64_t)d->n_memory + 2, b);
+    char sp[80], t[80], e[80], s[80];
+    res_id(d, "spc", q->space, sp);
+    res_id(d, "mem", a, t);
+    res_id(d, "mem", b, e);
+    res_id(d, "mem", row->object, s);
+    int n = snprintf((char *)pl->result, sizeof pl->result,
+                     "{\"space\":\"%s\",\"objects\":[\"%s\",\"%s\"],\"source\":\"%s\","
+                     "\"source_version\":\"%llu\"}",
+                     sp, t, e, s, (unsigned long long)row->version);
+    pl->result_len = n > 0 && (size_t)n < sizeof pl->result ? (uint32_t)n : 0;
+    return AOTX_OK;
+}
+
+/* Copies of the source text row and its embedding row, owned by the destination
+ * space; the copies' `record` is the admission's, so they read once it is saved. */
+void dev_publish_apply(aotx_device *d, const dev_plan *pl, uint64_t record) {
+    const dev_space *dst = &d->spaces[pl->space];
+    uint8_t text_id[16];
+    for (uint32_t k = 0; k < 2; k++) {
+        const dev_memory *from = &d->memory[pl->memory_src + k];
+        dev_memory *m = &d->memory[d->n_memory];
+        m->row = from->row;
+        memory_id(d, (uint64_t)d->n_memory + 1, m->row.object);
+        m->row.version = 1;
+        m->row.origin = AOTX_MEMORY_PUBLISHED;
+        m->row.scope = dst->scope;
+        memcpy(m->row.owner, dst->id, 16);
+        memset(m->row.room, 0, 16);
+        if (dst->scope == AOTX_SCOPE_ROOM) memcpy(m->row.room, dst->id, 16);
+        /* provenance: the text copy names its source object; the embedding copy its text */
+        memcpy(m->row.source, k == 0 ? from->row.object : text_id, 16);
+        if (k == 0) memcpy(text_id, m->row.object, 16);
+        m->row.admission_number = pl->admission_number;
+        memcpy(m->payload, from->payload, from->row.byte_length);
+        m->record = record;
+        d->n_memory++;
+    }
 }
 
 /* ---- reads -------------------------------------------------------------- */

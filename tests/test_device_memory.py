@@ -81,7 +81,7 @@ def test_retention_writes_one_memory_transfer_with_the_documented_bytes() -> Non
     assert data[:8] == bytes([1, 2, 0, 0, 0, 0, 0, 0])
     r0 = data[8:136]
     assert r0[0:16] == bytes.fromhex(memory_id(1))
-    assert struct.unpack_from("<QBBBBI", r0, 16) == (1, 1, 0, 1, 0, 13)
+    assert struct.unpack_from("<QBBBBI", r0, 16) == (1, 1, 0, 1, 1, 13)
     assert r0[32:48] == bytes.fromhex(space) and r0[48:64] == bytes(16)
     assert r0[64:80] == bytes.fromhex(inp.op_id) and r0[80:96] == bytes.fromhex(A)
     assert r0[96:112] == bytes.fromhex(conv)
@@ -374,3 +374,76 @@ def test_memory_full_is_refused_at_admission(memory_build: Path) -> None:
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "CHILD-OK" in proc.stdout
+
+
+# ---- publication ----------------------------------------------------------------------
+
+
+def test_publication_copies_text_and_embedding_into_the_destination(rig: Rig) -> None:
+    rig.register(A, B)
+    mine = rig.space(A)                                  # private
+    conv = rig.conversation(A, mine)
+    inp = rig.input(A, conv, text="publish me")
+    rig.journal.save()
+    text, emb = rig.dev.memory_retain(inp.op_id, VEC)
+    room = rig.space(A, "room")
+    rig.do(A, D.Kind.MEMBER_SET, space=room, participant=B, permissions=("read",))
+    rig.journal.save()
+    # refusals, each changing nothing
+    before = rig.dev.usage()
+    refused("version_conflict", rig.do, A, D.Kind.PUBLISH, space=room, object=text.object,
+            source_version=2)
+    refused("publication_unsupported", rig.do, A, D.Kind.PUBLISH, space=room,
+            object=emb.object, source_version=1)
+    refused("memory_not_found", rig.do, A, D.Kind.PUBLISH, space=room, object="77" * 16,
+            source_version=1)
+    # B may read the room but has no manage right there: forbidden
+    refused("forbidden", rig.do, B, D.Kind.PUBLISH, space=room, object=text.object,
+            source_version=1)
+    # B manages its own room but cannot see A's private memory: not found
+    b_room = rig.space(B, "room")
+    refused("memory_not_found", rig.do, B, D.Kind.PUBLISH, space=b_room, object=text.object,
+            source_version=1)
+    before = rig.dev.usage()
+    assert rig.dev.usage() == before
+    # not visible in the room before the publication
+    assert rig.dev.memory_list(ALL, B, room) == ([], 0)
+    receipt = rig.do(A, D.Kind.PUBLISH, space=room, object=text.object, source_version=1)
+    assert receipt.status == "succeeded" and receipt.resource_id == room
+    result = rig.dev.result(ALL, A, receipt.op_id)[0].decode()
+    assert result == (f'{{"space":"spc-{L}-{room}","objects":["mem-{L}-{memory_id(3)}",'
+                      f'"mem-{L}-{memory_id(4)}"],"source":"mem-{L}-{text.object}",'
+                      f'"source_version":"1"}}')
+    assert rig.dev.memory_list(ALL, B, room) == ([], 0)          # not saved yet
+    rig.journal.save()
+    rows, _ = rig.dev.memory_list(ALL, B, room)
+    assert [(r.kind, r.origin, r.scope, r.owner, r.room) for r in rows] == [
+        ("text", "published", "room", room, room), ("embedding", "published", "room", room,
+                                                    room)]
+    assert rows[0].source == text.object and rows[1].source == rows[0].object
+    assert rows[0].actor == A and rows[0].admission_number == receipt.admission_number
+    assert rig.dev.memory_read(ALL, B, room, rows[0].object)[1] == b"publish me"
+    assert rig.dev.memory_read(ALL, B, room, rows[1].object)[1] == \
+        rig.dev.memory_read(ALL, A, mine, emb.object)[1]
+    # the originals keep their scope: B still cannot read the private space
+    refused("space_not_found", rig.dev.memory_list, ALL, B, mine)
+    assert [r.scope for r in rig.dev.memory_list(ALL, A, mine)[0]] == ["private", "private"]
+    # recall in the room finds the copy
+    assert [r.object for r, _ in rig.dev.memory_recall(B, room, VEC)] == [rows[0].object]
+    # the admission record defines it all: recovery rebuilds the copies alike
+    _j, dev2, _k = recover_from(bytes(rig.journal.file))
+    try:
+        assert dev2.memory_list(ALL, B, room) == rig.dev.memory_list(ALL, B, room)
+        assert dev2.memory_read(ALL, B, room, rows[0].object)[1] == b"publish me"
+    finally:
+        dev2.close()
+
+
+def test_publication_canonical_bytes_round_trip() -> None:
+    req = D.Request(D.Kind.PUBLISH, L, "11" * 16, 9, space="22" * 16, object="33" * 16,
+                    source_version=7)
+    data = D.encode_canonical(req)
+    assert len(data) == 48 + 40 and data[1] == 8
+    assert data[48:64] == bytes.fromhex("22" * 16) and data[64:80] == bytes.fromhex("33" * 16)
+    assert struct.unpack_from("<Q", data, 80)[0] == 7
+    assert D.decode_canonical(data) == req

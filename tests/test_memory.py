@@ -175,8 +175,9 @@ async def test_cancellation_after_retention_keeps_memory(tmp_path: Path, ccir: P
 
 def _row(actor: str = "ab" * 16, source: str = "01" * 16) -> MemoryRow:
     return MemoryRow(object="02" * 16, version=1, kind="text", scope="private", mode=1,
-                     byte_length=4, owner="03" * 16, room=None, source=source, actor=actor,
-                     conversation="04" * 16, admission_number=1, dim=0)
+                     origin="retained", byte_length=4, owner="03" * 16, room=None,
+                     source=source, actor=actor, conversation="04" * 16, admission_number=1,
+                     dim=0)
 
 
 def test_render_recalled_keeps_rank_order_within_the_byte_limit() -> None:
@@ -265,3 +266,54 @@ async def test_recall_puts_the_answer_into_the_context_with_the_real_models(
     assert b"- What is the code for the blue vault?" in own
     assert "7391" in answers[con2]
     assert "7391" not in answers[con3]
+
+
+async def test_publication_over_http(tmp_path: Path, ccir: Path) -> None:
+    people = {"alice": ALL, "bob": ALL, "writer": ("shared_read", "shared_write")}
+    async with served(tmp_path, people, ccir=ccir) as srv, \
+            httpx.AsyncClient(base_url=srv.url) as http:
+        c = Client(http)
+        for who in people:
+            await c.post(who, "/participant")
+        mine = (await c.post("alice", "/spaces"))["resource"]
+        con = (await c.post("alice", f"/spaces/{mine}/conversations"))["resource"]
+        op = (await c.post("alice", f"/conversations/{con}/inputs", text="shared fact",
+                           model=TINY_MODEL, max_output_tokens=2))["operation"]
+        await c.settled("alice", op)
+        text_row, emb_row = (await c.get("alice", f"/spaces/{mine}/memory"))["items"]
+        room = (await c.post("alice", "/spaces", scope="room"))["resource"]
+        await c.post("alice", f"/spaces/{room}/members",
+                     participant=f"par-{LINEAGE}-{principal_key('bob')}",
+                     permissions=["read"])
+        assert (await c.get("bob", f"/spaces/{room}/memory"))["items"] == []
+
+        async def publish(who: str, obj: str, version: str, status: int) -> Any:
+            seq = c.seq[who]
+            body = {"schema": SCHEMA, "lineage": LINEAGE, "operation_key": f"{seq:031x}f",
+                    "sequence": str(seq), "object": obj, "source_version": version}
+            r = await http.post(f"{BASE}/spaces/{room}/publications", headers=_auth(who),
+                                json=body)
+            assert r.status_code == status, r.text
+            if status == 202:
+                c.seq[who] = seq + 1
+            return r.json()
+
+        assert (await publish("alice", text_row["object"], "2", 409))["error"]["code"] == \
+            "version_conflict"
+        assert (await publish("alice", emb_row["object"], "1", 409))["error"]["code"] == \
+            "publication_unsupported"
+        assert (await publish("writer", text_row["object"], "1", 403))["error"]["code"] == \
+            "forbidden"
+        receipt = await publish("alice", text_row["object"], "1", 202)
+        assert receipt["kind"] == "publication" and receipt["resource"] == room
+        result = await c.get("alice", f"/operations/{receipt['operation']}/result")
+        objects = __import__("json").loads(result["text"])["objects"]
+        rows = (await c.get("bob", f"/spaces/{room}/memory"))["items"]
+        assert [r["object"] for r in rows] == objects
+        assert [(r["kind"], r["origin"], r["owner"]) for r in rows] == [
+            ("text", "published", room), ("embedding", "published", room)]
+        assert rows[0]["source"] == text_row["object"]
+        one = await c.get("bob", f"/spaces/{room}/memory/{objects[0]}")
+        assert one["text"] == "shared fact"
+        # the original stays private
+        await c.get("bob", f"/spaces/{mine}/memory", 404)

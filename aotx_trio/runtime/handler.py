@@ -168,7 +168,7 @@ class ServiceHandler:
                        "media_link_bytes": vocab.MEDIA_LINK_BYTES},
             "models": self.models.describe(),
             "features": {"inputs": runs, "events": runs, "cancellations": runs,
-                         "memory": runs and self.memory.enabled, "publications": False,
+                         "memory": runs and self.memory.enabled, "publications": True,
                          "media": self.media is not None},
             "save": render.render_save(self.save_state()),
         }

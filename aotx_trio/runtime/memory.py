@@ -81,8 +81,8 @@ class MemoryService:
 def render_row(row: MemoryRow, lineage: str) -> dict[str, Any]:
     """A memory row as JSON (ids in their resource forms)."""
     space = vocab.PREFIXES["space"]
-    source_prefix = vocab.PREFIXES["operation"] if row.kind == "text" \
-        else vocab.PREFIXES["memory"]
+    source_prefix = vocab.PREFIXES["operation"] \
+        if row.kind == "text" and row.origin == "retained" else vocab.PREFIXES["memory"]
     return {"object": format_id(vocab.PREFIXES["memory"], lineage, row.object),
             "version": str(row.version), "kind": row.kind, "scope": row.scope,
             "owner": format_id(space, lineage, row.owner),
@@ -92,7 +92,7 @@ def render_row(row: MemoryRow, lineage: str) -> dict[str, Any]:
             "actor": format_id(vocab.PREFIXES["participant"], lineage, row.actor),
             "conversation": format_id(vocab.PREFIXES["conversation"], lineage,
                                       row.conversation),
-            "retention_mode": row.mode, "dim": row.dim or None}
+            "retention_mode": row.mode, "origin": row.origin, "dim": row.dim or None}
 
 
 def render_object(row: MemoryRow, offset: int, data: bytes, lineage: str) -> dict[str, Any]:
