@@ -355,6 +355,36 @@ static float vec_at(const uint8_t *p, uint32_t i) {
     return f;
 }
 
+/* dot(payload, q) and |payload|^2 of a stored little-endian float32 vector: eight
+ * float lanes (the compiler vectorises them), summed in double at the end. */
+static void row_dot(const uint8_t *payload, const float *q, uint32_t dim, double *dot,
+                    double *norm) {
+    float v[AOTX_MEMORY_MAX_DIM];
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    memcpy(v, payload, 4 * (size_t)dim);
+#else
+    for (uint32_t k = 0; k < dim; k++) v[k] = vec_at(payload, k);
+#endif
+    float d[8] = {0}, n[8] = {0};
+    uint32_t k = 0;
+    for (; k + 8 <= dim; k += 8)
+        for (int l = 0; l < 8; l++) {
+            d[l] += v[k + l] * q[k + l];
+            n[l] += v[k + l] * v[k + l];
+        }
+    double ds = 0, ns = 0;
+    for (int l = 0; l < 8; l++) {
+        ds += d[l];
+        ns += n[l];
+    }
+    for (; k < dim; k++) {
+        ds += (double)v[k] * q[k];
+        ns += (double)v[k] * v[k];
+    }
+    *dot = ds;
+    *norm = ns;
+}
+
 int dev_memory_recall_locked(aotx_device *d, const uint8_t actor[16], const uint8_t space[16],
                              const float *query, uint32_t dim, const uint8_t *exclude,
                              uint32_t limit, aotx_memory_row *out, float *out_score,
@@ -383,12 +413,8 @@ int dev_memory_recall_locked(aotx_device *d, const uint8_t actor[16], const uint
             !saved(d, e))
             continue;
         if (exclude && memcmp(t->row.source, exclude, 16) == 0) continue;
-        double dot = 0, en = 0;
-        for (uint32_t k = 0; k < dim; k++) {
-            double v = vec_at(e->payload, k);
-            dot += v * query[k];
-            en += v * v;
-        }
+        double dot, en;
+        row_dot(e->payload, query, dim, &dot, &en);
         if (!(en > 0)) continue;
         float sc = (float)(dot / (sqrt(qn) * sqrt(en)));
         uint32_t at;   /* insertion into the sorted top list */

@@ -105,6 +105,7 @@ class ServiceHandler:
             "memory.get": self._memory_get,
         }
         self._embed_limiter = trio.CapacityLimiter(1)
+        self.memory.limiter = self._embed_limiter   # one encoder run at a time, all callers
         self._load_lock = trio.Lock()
         self._streams: dict[str, StreamMethod] = {"save.watch": self._watch_saves,
                                                   "operation.watch": self._watch_operation,
