@@ -169,6 +169,16 @@ class DeviceClient:
         return await self._p("media.put", principal, actions, content_type=content_type,
                              data=base64.b64encode(data).decode("ascii"))
 
+    async def memory_list(self, principal: str, actions: Sequence[str], space: str,
+                          cursor: str | None, limit: int) -> dict[str, Any]:
+        return await self._p("memory.list", principal, actions, space=space, cursor=cursor,
+                             limit=limit)
+
+    async def memory_get(self, principal: str, actions: Sequence[str], space: str, obj: str,
+                         offset: int) -> dict[str, Any]:
+        return await self._p("memory.get", principal, actions, space=space, object=obj,
+                             offset=offset)
+
     async def operation(self, principal: str, actions: Sequence[str],
                         operation: str) -> dict[str, Any]:
         return await self._p("operation.get", principal, actions, operation=operation)

@@ -30,6 +30,7 @@ from aotx_trio.vocab import (  # noqa: F401  (re-exported: the device's vocabula
     MAX_MODEL_NAME,
     MAX_TEXT_BYTES,
     MEDIA_TYPES,
+    MEMORY_KINDS,
     SCOPES,
     STATUSES,
     Kind,
@@ -108,6 +109,8 @@ class Request:
     media: tuple[tuple[str, str], ...] = ()  # (type, sha256 hex)
     target_sequence: int = 0
     retry_floor: int = 0
+    object: str | None = None       # PUBLISH: the memory object (destination: ``space``)
+    source_version: int = 0
 
 
 def _u64(value: int, name: str) -> int:
@@ -175,6 +178,9 @@ def _fill(req: Request) -> Any:
                                       field="media") from None
     c.target_sequence = _u64(req.target_sequence, "target_sequence")
     c.retry_floor = _u64(req.retry_floor, "retry_floor")
+    if req.object is not None:
+        ffi.memmove(c.object, _hex16(req.object, "object"), 16)
+    c.source_version = _u64(req.source_version, "source_version")
     return c
 
 
@@ -199,8 +205,11 @@ def decode_canonical(data: bytes) -> Request:
         fields["id"] = _hex(c.id)
     if kind == Kind.SPACE_CREATE:
         fields["scope"] = SCOPES[c.scope]
-    if kind in (Kind.MEMBER_SET, Kind.CONVERSATION_CREATE):
+    if kind in (Kind.MEMBER_SET, Kind.CONVERSATION_CREATE, Kind.PUBLISH):
         fields["space"] = _hex(c.space)
+    if kind == Kind.PUBLISH:
+        fields["object"] = _hex(c.object)
+        fields["source_version"] = int(c.source_version)
     if kind == Kind.MEMBER_SET:
         fields["participant"] = _hex(c.participant)
         fields["permissions"] = rights_names(c.rights)
@@ -319,6 +328,40 @@ class Usage:
     members: int
     receipts: int
     admissions: int
+    memory: int = 0
+
+
+@dataclass(frozen=True)
+class MemoryRow:
+    """One 128-byte memory row (docs/formats/device.md, "Memory rows"); ids are 32 hex."""
+
+    object: str
+    version: int
+    kind: str                       # text | embedding
+    scope: str                      # the owning space's scope
+    mode: int                       # retention mode
+    origin: str                     # retained (from an input) | published (a copy)
+    byte_length: int
+    owner: str                      # the memory owner: the owning space's id
+    room: str | None                # the room space id (room scope), else None
+    source: str                     # text: the input's operation id; embedding: the text object
+    actor: str                      # principal key of the input's participant
+    conversation: str
+    admission_number: int
+    dim: int                        # embedding: float32 count; text: 0
+
+
+def _memory_row(v: Any) -> MemoryRow:
+    room = _hex(v.room)
+    return MemoryRow(object=_hex(v.object), version=int(v.version),
+                     kind=MEMORY_KINDS[v.kind] if v.kind < len(MEMORY_KINDS) else str(v.kind),
+                     scope=SCOPES[v.scope], mode=int(v.mode),
+                     origin={1: "retained", 2: "published"}.get(int(v.origin), str(v.origin)),
+                     byte_length=int(v.byte_length),
+                     owner=_hex(v.owner), room=None if room == "0" * 32 else room,
+                     source=_hex(v.source), actor=_hex(v.actor),
+                     conversation=_hex(v.conversation),
+                     admission_number=int(v.admission_number), dim=int(v.dim))
 
 
 def _receipt(v: Any) -> Receipt:
@@ -515,7 +558,64 @@ class Device:
         lib.aotx_device_usage_get(self._handle, u)
         return Usage(participants=u.participants, spaces=u.spaces,
                      conversations=u.conversations, members=u.members, receipts=u.receipts,
-                     admissions=int(u.admissions))
+                     admissions=int(u.admissions), memory=int(u.memory))
+
+    # -- memory --
+    def memory_retain(self, op_id: str, embedding: Any) -> list[MemoryRow]:
+        """Retain an input's source text and its embedding (float32 values; mode 1) as
+        two memory rows, journaled in one MEMORY transfer; [] for a text-less input."""
+        vec = [float(x) for x in embedding]
+        buf = ffi.new("float[]", max(len(vec), 1))
+        for i, x in enumerate(vec):
+            buf[i] = x
+        out = ffi.new("aotx_memory_row[2]")
+        n = ffi.new("uint32_t *")
+        check(lib.aotx_device_memory_retain(self._handle, _hex16(op_id, "op_id"), buf, len(vec),
+                                            out, n))
+        return [_memory_row(out[i]) for i in range(n[0])]
+
+    def memory_list(self, grants: int, actor: str, space: str, cursor: int = 0,
+                    limit: int = 100) -> tuple[list[MemoryRow], int]:
+        """Saved memory rows of ``space`` (read right on it), from table position
+        ``cursor``; (rows, next cursor or 0)."""
+        out = ffi.new("aotx_memory_row[]", max(limit, 1))
+        n = ffi.new("uint32_t *")
+        nxt = ffi.new("uint64_t *")
+        check(lib.aotx_device_memory_list(self._handle, grants, _hex16(actor, "actor"),
+                                          _hex16(space, "space"), _u64(cursor, "cursor"),
+                                          _u32(limit, "limit"), out, n, nxt))
+        return [_memory_row(out[i]) for i in range(n[0])], int(nxt[0])
+
+    def memory_read(self, grants: int, actor: str, space: str, obj: str, offset: int = 0,
+                    limit: int = 65536) -> tuple[MemoryRow, bytes]:
+        """(row, payload bytes from ``offset``) of one saved memory object of ``space``."""
+        buf = ffi.new("uint8_t[]", max(limit, 1))
+        row = ffi.new("aotx_memory_row *")
+        n = lib.aotx_device_memory_read(self._handle, grants, _hex16(actor, "actor"),
+                                        _hex16(space, "space"), _hex16(obj, "object"),
+                                        _u64(offset, "offset"), buf, limit, row)
+        if n < 0:
+            check(int(n))
+        return _memory_row(row), bytes(ffi.buffer(buf, n))
+
+    def memory_recall(self, actor: str, space: str, query: Any, limit: int = 8,
+                      exclude: str | None = None) -> list[tuple[MemoryRow, float]]:
+        """The runtime's own read: saved text memories of ``space`` that ``actor`` may
+        read, ranked by cosine similarity of their embeddings to ``query``, best first
+        (at most ``limit``, 64 at most); ``exclude`` an operation id whose memory is
+        skipped (the input's own)."""
+        vec = [float(x) for x in query]
+        q = ffi.new("float[]", max(len(vec), 1))
+        for i, x in enumerate(vec):
+            q[i] = x
+        out = ffi.new("aotx_memory_row[]", max(limit, 1))
+        score = ffi.new("float[]", max(limit, 1))
+        n = ffi.new("uint32_t *")
+        skip = ffi.NULL if exclude is None else _hex16(exclude, "exclude")
+        check(lib.aotx_device_memory_recall(self._handle, _hex16(actor, "actor"),
+                                            _hex16(space, "space"), q, len(vec), skip,
+                                            _u32(limit, "limit"), out, score, n))
+        return [(_memory_row(out[i]), float(score[i])) for i in range(n[0])]
 
     # -- recovery --
     def recover(self, reader: JournalReader) -> None:

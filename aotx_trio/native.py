@@ -67,4 +67,4 @@ def capacities() -> dict[str, int]:
     lib.aotx_capacities_get(c)
     return {name: int(getattr(c, name)) for name in (
         "participants", "spaces", "conversations", "members", "receipts",
-        "command_bytes", "result_bytes")}
+        "command_bytes", "result_bytes", "memory")}

@@ -29,6 +29,7 @@ class Kind(enum.IntEnum):
     INPUT = 5
     CANCEL = 6
     RETIRE = 7
+    PUBLISH = 8
 
 
 #: The wire name of each kind (receipts' ``kind``, the service's ``mutation.submit``).
@@ -40,11 +41,14 @@ KIND_NAMES: dict[Kind, str] = {
     Kind.INPUT: "input",
     Kind.CANCEL: "cancellation",
     Kind.RETIRE: "participant.retire",
+    Kind.PUBLISH: "publication",
 }
 KINDS_BY_NAME: dict[str, Kind] = {name: kind for kind, name in KIND_NAMES.items()}
 
 #: Space scopes, indexed by AOTX_SCOPE_* (0, 1, 2).
 SCOPES: tuple[str, ...] = ("private", "room", "instance")
+#: Memory row kinds by their device code (docs/formats/device.md, "Memory rows").
+MEMORY_KINDS: tuple[str, ...] = ("", "text", "embedding")
 Scope = Literal["private", "room", "instance"]
 
 #: Space rights; bit i of a rights mask is PERMISSIONS[i] (AOTX_RIGHT_*).
@@ -119,7 +123,7 @@ def grant_mask(actions: tuple[str, ...] | list[str] | frozenset[str]) -> int:
 
 #: Resource id prefixes: ``{prefix}-{lineage}-{32 hex}``.
 PREFIXES: dict[str, str] = {"participant": "par", "space": "spc", "conversation": "con",
-                            "operation": "op"}
+                            "operation": "op", "memory": "mem"}
 HEX32 = r"^[0-9a-f]{32}$"
 _HEX32 = re.compile(r"[0-9a-f]{32}")
 

@@ -38,6 +38,9 @@
 #ifndef AOTX_MAX_RECEIPTS
 #define AOTX_MAX_RECEIPTS 1024
 #endif
+#ifndef AOTX_MAX_MEMORY
+#define AOTX_MAX_MEMORY 4096
+#endif
 #ifndef AOTX_MAX_COMMAND_BYTES
 #define AOTX_MAX_COMMAND_BYTES 8192
 #endif
@@ -67,6 +70,7 @@ typedef struct aotx_capacities {
     uint32_t receipts;
     uint32_t command_bytes;   /* canonical command bytes per receipt */
     uint32_t result_bytes;    /* result bytes per receipt */
+    uint32_t memory;          /* memory rows (a retained input takes two: text + embedding) */
 } aotx_capacities;
 
 /* The library version, "MAJOR.MINOR.PATCH". */

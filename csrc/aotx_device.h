@@ -27,6 +27,7 @@ enum {
     AOTX_KIND_INPUT = 5,
     AOTX_KIND_CANCEL = 6,
     AOTX_KIND_RETIRE = 7,
+    AOTX_KIND_PUBLISH = 8,     /* copy a retained text memory into another space */
 
     AOTX_SCOPE_PRIVATE = 0,
     AOTX_SCOPE_ROOM = 1,
@@ -66,6 +67,17 @@ enum {
     AOTX_ADMISSION_HEADER = 72,
     AOTX_COMPLETION_HEADER = 32,
 
+    /* memory (docs/formats/device.md, "Memory rows") */
+    AOTX_MEMORY_TEXT = 1,            /* an input's retained source text (UTF-8) */
+    AOTX_MEMORY_EMBEDDING = 2,       /* its embedding: dim little-endian float32 */
+    AOTX_RETENTION_MODE_1 = 1,       /* source text + embedding */
+    AOTX_MEMORY_RETAINED = 1,        /* origin: retained from an input (source: its operation) */
+    AOTX_MEMORY_PUBLISHED = 2,       /* origin: a publication's copy (source: the object copied) */
+    AOTX_MEMORY_ROW_BYTES = 128,
+    AOTX_MEMORY_HEADER = 8,          /* memory transfer header */
+    AOTX_MEMORY_MAX_DIM = 512,       /* embedding dimensions a row can hold */
+    AOTX_MEMORY_PAYLOAD_MAX = 2048,  /* per row: max(text 2048, 512 float32) */
+
     /* codes: 1xx.  A code >0 is a refusal a later retry of the same call may
      * get past (a table or the receipt table full, a retirement waiting for
      * saves, execution waiting for a saved admission); a code <0 is an error:
@@ -80,6 +92,7 @@ enum {
     AOTX_R_RECEIPT_TABLE_FULL = 105,
     AOTX_R_RETIREMENT_BLOCKED = 106,      /* a receipt below the floor has no saved terminal result yet */
     AOTX_R_ADMISSION_UNSAVED = 107,       /* start before the admission is saved */
+    AOTX_R_MEMORY_FULL = 108,             /* the memory table (with rows promised to admitted inputs) is full */
     /* errors (<0) */
     AOTX_E_RECOVERY_DAMAGE = -101,        /* a journal transfer contradicts the replayed state */
     AOTX_E_DEVICE_STATE = -102,           /* call out of order (recover on a used device) */
@@ -93,6 +106,7 @@ enum {
     AOTX_E_SPACE_ID_CONFLICT = -116,
     AOTX_E_CONVERSATION_ID_CONFLICT = -117,
     AOTX_E_ALREADY_TERMINAL = -118,       /* complete/start on a finished receipt */
+    AOTX_E_MEMORY_RETAINED = -119,        /* the input's memory is retained already (never twice) */
     /* not found, forbidden */
     AOTX_E_PARTICIPANT_NOT_FOUND = -120,
     AOTX_E_SPACE_NOT_FOUND = -121,
@@ -102,6 +116,7 @@ enum {
     AOTX_E_TARGET_NOT_FOUND = -125,       /* CANCEL target sequence has no live receipt */
     AOTX_E_FORBIDDEN = -126,              /* space right missing on a visible resource */
     AOTX_E_GRANT_FORBIDDEN = -127,        /* current principal grant missing */
+    AOTX_E_MEMORY_NOT_FOUND = -128,       /* no such saved memory object visible in the space */
     /* malformed or out-of-range fields */
     AOTX_E_KIND_INVALID = -130,
     AOTX_E_OPERATION_KEY_INVALID = -131,  /* all-zero key */
@@ -117,7 +132,10 @@ enum {
     AOTX_E_RESERVED_TOKEN_INVALID = -141, /* text holds a reserved media control token */
     AOTX_E_RETRY_FLOOR_INVALID = -142,
     AOTX_E_COMMAND_TOO_LARGE = -143,      /* canonical bytes over the per-receipt command bytes */
-    AOTX_E_RESULT_TOO_LARGE = -144        /* result over the per-receipt result bytes */
+    AOTX_E_RESULT_TOO_LARGE = -144,       /* result over the per-receipt result bytes */
+    AOTX_E_EMBEDDING_INVALID = -145,      /* embedding dim 0 or over 512, or a non-finite value */
+    AOTX_E_VERSION_CONFLICT = -146,       /* PUBLISH: source_version is not the object's current one */
+    AOTX_E_PUBLICATION_UNSUPPORTED = -147 /* PUBLISH: the source object's kind cannot be published */
 };
 
 typedef struct aotx_device aotx_device;
@@ -165,6 +183,9 @@ typedef struct aotx_request {
     uint64_t target_sequence;
     /* RETIRE */
     uint64_t retry_floor;
+    /* PUBLISH (the destination is `space`) */
+    uint8_t object[16];
+    uint64_t source_version;
 } aotx_request;
 
 typedef struct aotx_receipt_view {
@@ -310,6 +331,55 @@ int aotx_device_conversation_inputs(aotx_device *d, uint32_t grants, const uint8
 int aotx_device_canonical(aotx_device *d, const uint8_t op_id[16], uint8_t *buf, size_t cap,
                           uint32_t *out_len);
 
+/* One memory row as the device stores and journals it (128 bytes on disk,
+ * docs/formats/device.md "Memory rows"); ids are raw 16-byte values. */
+typedef struct aotx_memory_row {
+    uint8_t object[16];
+    uint64_t version;
+    uint8_t kind;               /* AOTX_MEMORY_TEXT / _EMBEDDING */
+    uint8_t scope;              /* the owning space's scope */
+    uint8_t mode;               /* retention mode (1) */
+    uint8_t origin;             /* AOTX_MEMORY_RETAINED / _PUBLISHED */
+    uint32_t byte_length;       /* payload bytes */
+    uint8_t owner[16];          /* the memory owner: the owning space's id */
+    uint8_t room[16];           /* the room space id (room scope), else zero */
+    uint8_t source[16];         /* TEXT: the input's operation id; EMBEDDING: the text object */
+    uint8_t actor[16];          /* principal key of the input's participant */
+    uint8_t conversation[16];   /* the input's conversation */
+    uint64_t admission_number;  /* of the source input */
+    uint32_t dim;               /* EMBEDDING: float32 count; TEXT: 0 */
+    uint32_t reserved1;
+} aotx_memory_row;
+
+/* Executor, before generation: retain the input's source text and its
+ * embedding (mode 1) as two memory rows of its conversation's space, in one
+ * MEMORY transfer enqueued in the journal (cancellation cannot undo it).  The
+ * input must be a live, non-terminal INPUT with saved admission whose memory
+ * is not retained yet (memory_retained); text-less inputs retain nothing
+ * (returns 0 with *out_rows = 0).  out[2] receives the rows. */
+int aotx_device_memory_retain(aotx_device *d, const uint8_t op_id[16], const float *embedding,
+                              uint32_t dim, aotx_memory_row *out, uint32_t *out_rows);
+/* Saved memory rows of `space` the caller may read (read right on the space),
+ * from table position `cursor`; *out_next = the next cursor (0 at the end). */
+int aotx_device_memory_list(aotx_device *d, uint32_t grants, const uint8_t actor[16],
+                            const uint8_t space[16], uint64_t cursor, uint32_t limit,
+                            aotx_memory_row *out, uint32_t *out_n, uint64_t *out_next);
+/* One saved memory object of `space`: its row and min(cap, length - offset)
+ * payload bytes from `offset` (the count is returned; 0 at or past the end). */
+int64_t aotx_device_memory_read(aotx_device *d, uint32_t grants, const uint8_t actor[16],
+                                const uint8_t space[16], const uint8_t object[16],
+                                uint64_t offset, uint8_t *buf, size_t cap,
+                                aotx_memory_row *row);
+/* Recall (the runtime's own read): the saved TEXT rows of `space` that
+ * participant `actor` may read (resolved read right), ranked by cosine
+ * similarity of their embeddings to `query` (dim floats), best first, at most
+ * `limit`; rows retained by `exclude` (an operation id, may be NULL) are
+ * skipped.  out_score[i] is row i's similarity. */
+int aotx_device_memory_recall(aotx_device *d, const uint8_t actor[16], const uint8_t space[16],
+                              const float *query, uint32_t dim, const uint8_t *exclude,
+                              uint32_t limit, aotx_memory_row *out, float *out_score,
+                              uint32_t *out_n);
+
 /* Table usage (tests, capabilities). */
 typedef struct aotx_device_usage {
     uint32_t participants;
@@ -317,7 +387,7 @@ typedef struct aotx_device_usage {
     uint32_t conversations;
     uint32_t members;
     uint32_t receipts;          /* occupied slots, retiring ones included */
-    uint32_t reserved;
+    uint32_t memory;            /* memory rows */
     uint64_t admissions;        /* admission counter */
 } aotx_device_usage;
 void aotx_device_usage_get(aotx_device *d, aotx_device_usage *out);

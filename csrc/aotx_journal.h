@@ -53,7 +53,8 @@ enum {
     AOTX_XFER_OUTPUT = 4,        /* device: output bytes of an execution */
     AOTX_XFER_COMPLETION = 5,    /* device: terminal result of an operation */
     AOTX_XFER_RETIREMENT = 6,    /* device: retry-floor advance and freed receipts */
-    AOTX_XFER_MAX_KIND = 6,
+    AOTX_XFER_MEMORY = 7,        /* device: memory rows retained by an input (docs/formats/device.md) */
+    AOTX_XFER_MAX_KIND = 7,
 
     /* part header flag bits */
     AOTX_JOURNAL_FLAG_FIRST = 1, /* part index 0 */

@@ -16,6 +16,7 @@ void aotx_capacities_get(aotx_capacities *out) {
     out->receipts = AOTX_MAX_RECEIPTS;
     out->command_bytes = AOTX_MAX_COMMAND_BYTES;
     out->result_bytes = AOTX_MAX_RESULT_BYTES;
+    out->memory = AOTX_MAX_MEMORY;
 }
 
 static const aotx_code_entry common_codes[] = {

@@ -34,6 +34,12 @@ const aotx_code_entry aotx_device_codes[] = {
     {AOTX_E_RESULT_TOO_LARGE, "result_too_large", "the result exceeds the per-receipt result bytes"},
     {AOTX_E_ALREADY_TERMINAL, "already_terminal", "the operation already has a terminal result"},
     {AOTX_R_ADMISSION_UNSAVED, "admission_unsaved", "execution waits for a saved admission"},
+    {AOTX_R_MEMORY_FULL, "memory_full", "the memory table is full"},
+    {AOTX_E_MEMORY_RETAINED, "memory_retained", "the input's memory is retained already"},
+    {AOTX_E_MEMORY_NOT_FOUND, "memory_not_found", "no such memory object, or it is not visible to the caller"},
+    {AOTX_E_EMBEDDING_INVALID, "embedding_invalid", "the embedding must have 1..512 finite values"},
+    {AOTX_E_VERSION_CONFLICT, "version_conflict", "source_version is not the memory object's current version"},
+    {AOTX_E_PUBLICATION_UNSUPPORTED, "publication_unsupported", "only retained text memory can be published"},
     {AOTX_E_KIND_INVALID, "kind_invalid", "unknown mutation kind"},
     {AOTX_E_OPERATION_KEY_INVALID, "operation_key_invalid", "operation_key must be a nonzero 16-byte value"},
     {AOTX_E_SCOPE_INVALID, "scope_invalid", "scope must be private, room or instance"},
@@ -83,6 +89,8 @@ void aotx_device_free(aotx_device *d) {
     free(d->members);
     free(d->conversations);
     free(d->receipts);
+    free(d->memory);
+    free(d->memory_store);
     free(d->canon_store);
     free(d->result_store);
     free(d->scratch);
@@ -107,6 +115,8 @@ int aotx_device_new(const aotx_device_params *p, const uint8_t lineage[16], aotx
     d->members = calloc(AOTX_MAX_MEMBERS, sizeof *d->members);
     d->conversations = calloc(AOTX_MAX_CONVERSATIONS, sizeof *d->conversations);
     d->receipts = calloc(DEV_RECEIPT_SLOTS, sizeof *d->receipts);
+    d->memory = calloc(AOTX_MAX_MEMORY, sizeof *d->memory);
+    d->memory_store = calloc(AOTX_MAX_MEMORY, AOTX_MEMORY_PAYLOAD_MAX);
     d->canon_store = calloc(DEV_RECEIPT_SLOTS, DEV_CANON_STRIDE);
     d->result_store = calloc(DEV_RECEIPT_SLOTS, DEV_RESULT_STRIDE);
     d->scratch_cap = AOTX_COMPLETION_HEADER + (size_t)AOTX_MAX_RESULT_BYTES;
@@ -118,7 +128,7 @@ int aotx_device_new(const aotx_device_params *p, const uint8_t lineage[16], aotx
     d->replay_pending_adm = calloc(DEV_RECEIPT_SLOTS, sizeof *d->replay_pending_adm);
     d->mu_ready = pthread_mutex_init(&d->mu, NULL) == 0;
     if (!d->mu_ready || !d->participants || !d->spaces || !d->members || !d->conversations || !d->receipts ||
-        !d->canon_store || !d->result_store || !d->scratch || !d->plan || !d->replay_pending ||
+        !d->memory || !d->memory_store || !d->canon_store || !d->result_store || !d->scratch || !d->plan || !d->replay_pending ||
         !d->replay_pending_adm) {
         aotx_device_free(d);
         return AOTX_E_NOMEM;
@@ -127,6 +137,8 @@ int aotx_device_new(const aotx_device_params *p, const uint8_t lineage[16], aotx
         d->receipts[i].canon = d->canon_store + (size_t)i * DEV_CANON_STRIDE;
         d->receipts[i].result = d->result_store + (size_t)i * DEV_RESULT_STRIDE;
     }
+    for (uint32_t i = 0; i < AOTX_MAX_MEMORY; i++)
+        d->memory[i].payload = d->memory_store + (size_t)i * AOTX_MEMORY_PAYLOAD_MAX;
     /* keep saved records in the journal's ring until their receipts copied
      * the identity of their save (dev_stamp_saves) */
     aotx_journal_retain(j, 0);
@@ -144,6 +156,7 @@ void dev_usage_get_locked(aotx_device *d, aotx_device_usage *out) {
     out->conversations = d->n_conversations;
     out->members = d->n_members;
     out->receipts = d->n_receipts;
+    out->memory = d->n_memory;
     out->admissions = d->admissions;
 }
 
@@ -281,6 +294,9 @@ static void result_json(const aotx_device *d, dev_plan *pl, bool was_running) {
     case AOTX_KIND_RETIRE:
         n = snprintf(o, cap, "{\"retry_floor\":\"%llu\"}", (unsigned long long)q->retry_floor);
         break;
+    case AOTX_KIND_PUBLISH:   /* written by dev_publish_prepare */
+        n = (int)pl->result_len;
+        break;
     default:
         n = 0;
         break;
@@ -348,6 +364,11 @@ static int prepare_kind(aotx_device *d, uint32_t grants, dev_plan *pl, const dev
                                                        : d->conversations[pl->conversation].space,
                           AOTX_RIGHT_WRITE, AOTX_E_CONVERSATION_NOT_FOUND);
         if (rc) return rc;
+        /* two memory rows (text + embedding) are promised to every input with text,
+         * so retention before generation never finds the table full */
+        if (q->text_len > 0 && (uint64_t)d->n_memory + 2u * dev_memory_promised(d) + 2u >
+                                   AOTX_MAX_MEMORY)
+            return AOTX_R_MEMORY_FULL;
         memcpy(pl->resource_id, q->conversation, 16);
         break;
     case AOTX_KIND_CANCEL:
@@ -355,6 +376,15 @@ static int prepare_kind(aotx_device *d, uint32_t grants, dev_plan *pl, const dev
         pl->target_receipt = find_receipt_seq(d, pl->actor, q->target_sequence);
         if (pl->target_receipt == DEV_NONE) return AOTX_E_TARGET_NOT_FOUND;
         memcpy(pl->resource_id, d->receipts[pl->target_receipt].op_id, 16);
+        break;
+    case AOTX_KIND_PUBLISH:
+        pl->space = dev_find_space(d, q->space);
+        rc = space_access(d, grants, pl->actor, pl->space, AOTX_RIGHT_MANAGE,
+                          AOTX_E_SPACE_NOT_FOUND);
+        if (rc) return rc;
+        rc = dev_publish_prepare(d, grants, pl);
+        if (rc) return rc;
+        memcpy(pl->resource_id, q->space, 16);
         break;
     case AOTX_KIND_RETIRE: {
         if (q->retry_floor > q->sequence || q->retry_floor < p->retry_floor)
@@ -512,6 +542,9 @@ void dev_apply(aotx_device *d, const dev_plan *pl, uint64_t record) {
         if (!terminal_status(t->status)) t->cancel_requested = 1;
         break;
     }
+    case AOTX_KIND_PUBLISH:
+        dev_publish_apply(d, pl, record);
+        break;
     case AOTX_KIND_RETIRE:
         for (uint32_t i = 0; i < DEV_RECEIPT_SLOTS; i++) {
             dev_receipt *r = &d->receipts[i];
@@ -544,7 +577,10 @@ void dev_apply(aotx_device *d, const dev_plan *pl, uint64_t record) {
         r->has_terminal_record = 1;
         r->terminal_record = record;
     }
-    if (q->kind == AOTX_KIND_INPUT) r->input_index = d->conversations[pl->conversation].inputs;
+    if (q->kind == AOTX_KIND_INPUT) {
+        r->input_index = d->conversations[pl->conversation].inputs;
+        r->retains = q->text_len > 0;
+    }
     r->canon_len = pl->canon_len;
     memcpy(r->canon, pl->canon, pl->canon_len);
     r->result_len = pl->result_len;

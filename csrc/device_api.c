@@ -108,6 +108,37 @@ int aotx_device_canonical(aotx_device *d, const uint8_t op_id[16], uint8_t *buf,
     LOCKED(dev_canonical_locked(d, op_id, buf, cap, out_len));
 }
 
+int aotx_device_memory_retain(aotx_device *d, const uint8_t op_id[16], const float *embedding,
+                              uint32_t dim, aotx_memory_row *out, uint32_t *out_rows) {
+    if (!d) return AOTX_E_INVALID_ARGUMENT;
+    LOCKED(d->failed ? AOTX_E_DEVICE_STATE
+                     : dev_memory_retain_locked(d, op_id, embedding, dim, out, out_rows));
+}
+
+int aotx_device_memory_list(aotx_device *d, uint32_t grants, const uint8_t actor[16],
+                            const uint8_t space[16], uint64_t cursor, uint32_t limit,
+                            aotx_memory_row *out, uint32_t *out_n, uint64_t *out_next) {
+    if (!d) return AOTX_E_INVALID_ARGUMENT;
+    LOCKED(dev_memory_list_locked(d, grants, actor, space, cursor, limit, out, out_n, out_next));
+}
+
+int64_t aotx_device_memory_read(aotx_device *d, uint32_t grants, const uint8_t actor[16],
+                                const uint8_t space[16], const uint8_t object[16],
+                                uint64_t offset, uint8_t *buf, size_t cap,
+                                aotx_memory_row *row) {
+    if (!d) return AOTX_E_INVALID_ARGUMENT;
+    LOCKED(dev_memory_read_locked(d, grants, actor, space, object, offset, buf, cap, row));
+}
+
+int aotx_device_memory_recall(aotx_device *d, const uint8_t actor[16], const uint8_t space[16],
+                              const float *query, uint32_t dim, const uint8_t *exclude,
+                              uint32_t limit, aotx_memory_row *out, float *out_score,
+                              uint32_t *out_n) {
+    if (!d) return AOTX_E_INVALID_ARGUMENT;
+    LOCKED(dev_memory_recall_locked(d, actor, space, query, dim, exclude, limit, out, out_score,
+                                    out_n));
+}
+
 int aotx_device_recover(aotx_device *d, aotx_journal_reader *r, uint64_t *out_bad_record) {
     if (!d) return AOTX_E_INVALID_ARGUMENT;
     LOCKED(dev_recover_locked(d, r, out_bad_record));

@@ -89,7 +89,7 @@ static bool holds_reserved_token(const uint8_t *s, size_t n) {
 }
 
 int dev_validate_request(const aotx_request *req) {
-    if (req->kind < AOTX_KIND_REGISTER || req->kind > AOTX_KIND_RETIRE) return AOTX_E_KIND_INVALID;
+    if (req->kind < AOTX_KIND_REGISTER || req->kind > AOTX_KIND_PUBLISH) return AOTX_E_KIND_INVALID;
     if (dev_is_zero(req->operation_key, 16)) return AOTX_E_OPERATION_KEY_INVALID;
     switch (req->kind) {
     case AOTX_KIND_SPACE_CREATE:
@@ -127,6 +127,9 @@ int dev_validate_request(const aotx_request *req) {
     case AOTX_KIND_RETIRE:
         if (req->retry_floor == 0) return AOTX_E_RETRY_FLOOR_INVALID;
         break;
+    case AOTX_KIND_PUBLISH:
+        if (req->source_version == 0) return AOTX_E_VERSION_CONFLICT;
+        break;
     default:
         break;
     }
@@ -141,6 +144,7 @@ static uint32_t body_len(const aotx_request *req) {
     case AOTX_KIND_INPUT: return 48 + 33 * req->n_media + req->model_len + req->text_len;
     case AOTX_KIND_CANCEL:
     case AOTX_KIND_RETIRE: return 8;
+    case AOTX_KIND_PUBLISH: return 40;
     default: return 0;
     }
 }
@@ -200,6 +204,11 @@ int aotx_canonical_encode(const aotx_request *req, uint8_t *buf, size_t cap, uin
         break;
     case AOTX_KIND_RETIRE:
         dev_le64(b, req->retry_floor);
+        break;
+    case AOTX_KIND_PUBLISH:
+        memcpy(b, req->space, 16);
+        memcpy(b + 16, req->object, 16);
+        dev_le64(b + 32, req->source_version);
         break;
     default:
         break;
@@ -272,6 +281,12 @@ int aotx_canonical_decode(const uint8_t *buf, size_t len, aotx_request *out) {
     case AOTX_KIND_RETIRE:
         if (blen != 8) return AOTX_E_INVALID_ARGUMENT;
         r.retry_floor = dev_rd64(b);
+        break;
+    case AOTX_KIND_PUBLISH:
+        if (blen != 40) return AOTX_E_INVALID_ARGUMENT;
+        memcpy(r.space, b, 16);
+        memcpy(r.object, b + 16, 16);
+        r.source_version = dev_rd64(b + 32);
         break;
     default:
         return AOTX_E_KIND_INVALID;

@@ -74,11 +74,19 @@ typedef struct dev_receipt {
     uint32_t input_tokens, output_tokens;
     uint8_t finish;             /* AOTX_FINISH_* */
     uint64_t input_index;       /* INPUT: 1-based place in its conversation's input order */
+    uint8_t retains;            /* INPUT with text: two memory rows are promised to it */
+    uint8_t retained;           /* its memory rows are retained (never again) */
     uint32_t canon_len;
     uint32_t result_len;
     uint8_t *canon;             /* [DEV_CANON_STRIDE] */
     uint8_t *result;            /* [DEV_RESULT_STRIDE] */
 } dev_receipt;
+
+typedef struct dev_memory {
+    aotx_memory_row row;
+    uint64_t record;            /* last record of its MEMORY transfer: saved once below saved_records */
+    uint8_t *payload;           /* [AOTX_MEMORY_PAYLOAD_MAX] */
+} dev_memory;
 
 struct aotx_device {
     aotx_device_params params;
@@ -101,6 +109,9 @@ struct aotx_device {
     dev_member *members;               /* [AOTX_MAX_MEMBERS] */
     dev_conversation *conversations;   /* [AOTX_MAX_CONVERSATIONS] */
     dev_receipt *receipts;             /* [DEV_RECEIPT_SLOTS] */
+    uint32_t n_memory;
+    dev_memory *memory;                /* [AOTX_MAX_MEMORY] rows, appended in retention order */
+    uint8_t *memory_store;             /* [AOTX_MAX_MEMORY][AOTX_MEMORY_PAYLOAD_MAX] */
     uint8_t *canon_store;              /* [DEV_RECEIPT_SLOTS][DEV_CANON_STRIDE] */
     uint8_t *result_store;             /* [DEV_RECEIPT_SLOTS][DEV_RESULT_STRIDE] */
     uint8_t *scratch;                  /* [scratch_cap] admission/completion encode buffer */
@@ -119,6 +130,7 @@ typedef struct dev_plan {
     uint32_t conversation;      /* target conversation index */
     uint32_t member_row;        /* existing row or DEV_NONE */
     uint32_t target_receipt;    /* CANCEL */
+    uint32_t memory_src;        /* PUBLISH: the source text row */
     uint32_t slot;              /* receipt slot for the new receipt */
     uint64_t admission_number;
     uint8_t op_id[16];
@@ -162,6 +174,24 @@ int dev_complete_check(const aotx_device *d, uint32_t slot, const dev_completion
 void dev_complete_apply(aotx_device *d, uint32_t slot, const dev_completion *c, uint64_t record);
 size_t dev_completion_encode(const uint8_t op_id[16], const dev_completion *c, uint8_t *buf);
 
+
+/* device_memory.c */
+uint32_t dev_memory_promised(const aotx_device *d);
+int dev_publish_prepare(const aotx_device *d, uint32_t grants, dev_plan *pl);
+void dev_publish_apply(aotx_device *d, const dev_plan *pl, uint64_t record);
+int dev_memory_replay(aotx_device *d, const uint8_t *data, uint32_t len, uint64_t record);
+int dev_memory_retain_locked(aotx_device *d, const uint8_t op_id[16], const float *embedding,
+                             uint32_t dim, aotx_memory_row *out, uint32_t *out_rows);
+int dev_memory_list_locked(aotx_device *d, uint32_t grants, const uint8_t actor[16],
+                           const uint8_t space[16], uint64_t cursor, uint32_t limit,
+                           aotx_memory_row *out, uint32_t *out_n, uint64_t *out_next);
+int64_t dev_memory_read_locked(aotx_device *d, uint32_t grants, const uint8_t actor[16],
+                               const uint8_t space[16], const uint8_t object[16],
+                               uint64_t offset, uint8_t *buf, size_t cap, aotx_memory_row *row);
+int dev_memory_recall_locked(aotx_device *d, const uint8_t actor[16], const uint8_t space[16],
+                             const float *query, uint32_t dim, const uint8_t *exclude,
+                             uint32_t limit, aotx_memory_row *out, float *out_score,
+                             uint32_t *out_n);
 
 /* The bodies of the public calls (device_api.c takes the mutex around them). */
 void dev_usage_get_locked(aotx_device *d, aotx_device_usage *out);

@@ -97,6 +97,12 @@ static int recover_failed(aotx_device *d, int rc) {
         r->canon = canon;
         r->result = result;
     }
+    for (uint32_t i = 0; i < d->n_memory; i++) {
+        memset(&d->memory[i].row, 0, sizeof d->memory[i].row);
+        d->memory[i].record = 0;
+        memset(d->memory[i].payload, 0, AOTX_MEMORY_PAYLOAD_MAX);
+    }
+    d->n_memory = 0;
     d->n_participants = d->n_spaces = d->n_conversations = d->n_members = d->n_receipts = 0;
     d->admissions = 0;
     d->n_replay_pending = 0;
@@ -152,6 +158,9 @@ int dev_recover_locked(aotx_device *d, aotx_journal_reader *r, uint64_t *out_bad
             break;
         case AOTX_XFER_COMPLETION:
             rc = replay_completion(d, data, len, last);
+            break;
+        case AOTX_XFER_MEMORY:
+            rc = dev_memory_replay(d, data, len, last);
             break;
         default:
             rc = AOTX_E_RECOVERY_DAMAGE;

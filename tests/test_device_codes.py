@@ -11,7 +11,7 @@ from aotx_trio import native
 RETRYABLE = frozenset({
     "busy",
     "participants_full", "spaces_full", "conversations_full", "members_full",
-    "receipt_table_full", "retirement_blocked", "admission_unsaved",
+    "receipt_table_full", "retirement_blocked", "admission_unsaved", "memory_full",
     "journal_hold", "journal_nothing",
     "kv_pages_exhausted", "kv_seqs_exhausted", "kv_prefix_released",
     "embed_batch_full",
@@ -35,6 +35,8 @@ DEVICE_NAMES = frozenset({
     "rights_invalid", "text_invalid", "model_invalid", "media_invalid", "sampling_invalid",
     "status_invalid", "cursor_invalid", "target_sequence_invalid", "reserved_token_invalid",
     "recovery_damage", "device_out_of_order",
+    "memory_full", "memory_retained", "memory_not_found", "embedding_invalid",
+    "version_conflict", "publication_unsupported",
 })
 
 

@@ -95,7 +95,8 @@ def _save(j: J.Journal, file: bytearray) -> None:
 
 
 def _real_transfers() -> list[tuple[int, bytes]]:
-    """Every transfer a real device session writes (admissions of each kind, completions)."""
+    """Every transfer a real device session writes (admissions of each kind, memory,
+    completions)."""
     j = _lineage_journal()
     dev = D.Device(j, L)
     n = 0
@@ -112,23 +113,27 @@ def _real_transfers() -> list[tuple[int, bytes]]:
     conv = do(A, D.Kind.CONVERSATION_CREATE, space=space).resource_id
     do(A, D.Kind.MEMBER_SET, space=space, participant=B, permissions=("read", "write"))
     done = do(A, D.Kind.INPUT, conversation=conv, model="m", text="hello \u00e9")
+    file = bytearray(j.header())
+    _save(j, file)
+    text_row, _ = dev.memory_retain(done.op_id, [0.5, -1.0, 2.0])
     dev.complete(done.op_id, "succeeded", b"answer bytes", 3, 4)
+    _save(j, file)
+    do(A, D.Kind.PUBLISH, space=space, object=text_row.object, source_version=1)
     do(B, D.Kind.INPUT, conversation=conv, model="m", text="x" * 300,
        media=(("image", "ab" * 32),))
     do(B, D.Kind.CANCEL, target_sequence=2)
-    file = bytearray(j.header())
     _save(j, file)
     do(A, D.Kind.RETIRE, retry_floor=2)
     _save(j, file)
     transfers = [(t.kind, t.data) for t in J.JournalReader(bytes(file))]
     dev.close()
-    assert {k for k, _ in transfers} >= {J.XFER_ADMISSION, J.XFER_COMPLETION}
+    assert {k for k, _ in transfers} >= {J.XFER_ADMISSION, J.XFER_COMPLETION, J.XFER_MEMORY}
     return transfers
 
 
 REAL_TRANSFERS = _real_transfers()
 KINDS = st.sampled_from((J.XFER_ADMISSION, J.XFER_COMPLETION, J.XFER_LEASE, J.XFER_OUTPUT,
-                         J.XFER_RETIREMENT, 0, 7, 200, 255))
+                         J.XFER_RETIREMENT, J.XFER_MEMORY, 0, 8, 200, 255))
 
 
 @st.composite

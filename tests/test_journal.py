@@ -183,7 +183,7 @@ def test_boot_is_queued_first_and_begin_boot_is_idempotent() -> None:
     assert j2.save_state().boot == 1
 
 
-@pytest.mark.parametrize("kind", [0, XFER_BOOT, 7, 255])
+@pytest.mark.parametrize("kind", [0, XFER_BOOT, 8, 255])
 def test_enqueue_refuses_bad_kind(kind: int) -> None:
     j = make()
     with pytest.raises(errors.InvalidInput):

@@ -24,7 +24,7 @@ from quart_trio import QuartTrio
 from aotx_trio import errors
 from aotx_trio.client import DeviceClient
 from aotx_trio.config import GatewayConfig
-from aotx_trio.gateway import chat, media, router_routes, shared_routes
+from aotx_trio.gateway import chat, embeddings, media, router_routes, shared_routes
 from aotx_trio.gateway.auth import Authenticator, PrincipalEntry
 from aotx_trio.gateway.budget import BodyBudget
 from aotx_trio.gateway.errors import handle_any
@@ -105,6 +105,10 @@ def create_app(client: DeviceClient, principals: Iterable[PrincipalEntry], *,
     @app.post("/v1/chat/completions")
     async def _chat() -> Response:
         return await chat.chat_completions(client, auth)
+
+    @app.post("/v1/embeddings")
+    async def _embeddings() -> Response:
+        return await embeddings.create_embeddings(client, auth)
 
     @app.get("/v1/models")
     async def _models() -> Response:

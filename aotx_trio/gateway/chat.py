@@ -1,4 +1,6 @@
-"""OpenAI-compatible ``POST /v1/chat/completions`` and ``GET /v1/models``.
+"""OpenAI-compatible ``POST /v1/chat/completions`` and ``GET /v1/models`` (the ready
+text models and the embedding model, which ``POST /v1/embeddings`` serves:
+gateway/embeddings.py).
 
 The temporary request contract of ``shared-api.md``: nothing persists; a
 completion runs on the runtime's executor (the ``chat.generate`` stream of
@@ -41,6 +43,9 @@ NEUTRAL = {"frequency_penalty": 0, "presence_penalty": 0, "logprobs": False,
            "parallel_tool_calls": None}
 KNOWN = {"model", "messages", "stream", "max_tokens", "max_completion_tokens",
          "temperature", "top_p", "seed", "stop", "n"} | IGNORED | set(NEUTRAL)
+#: The id of the runtime's embedding model in the OpenAI routes (the name the runtime's
+#: ``embed`` call answers with; capabilities names its weights file, also accepted).
+EMBEDDING_ID = "embedding"
 FINISH = {"stop": "stop", "length": "length", "deadline_exceeded": "length",
           "cancelled": "stop", "error": "stop"}
 
@@ -159,6 +164,7 @@ async def list_models(client: DeviceClient, auth: Authenticator) -> Response:
     if "models_read" not in principal.actions:
         principal.require("models_invoke")
     caps = await client.capabilities()
-    data = [{"id": m["name"], "object": "model", "created": 0, "owned_by": "aotx"}
-            for m in caps.get("models", []) if m.get("kind") == "text" and m.get("ready")]
+    data = [{"id": m["name"] if m.get("kind") == "text" else EMBEDDING_ID, "object": "model",
+             "created": 0, "owned_by": "aotx"}
+            for m in caps.get("models", []) if m.get("ready")]   # text and embedding
     return json_response({"object": "list", "data": data}, 200)

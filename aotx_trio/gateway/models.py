@@ -95,6 +95,13 @@ class Cancellation(Mutation):
     target_sequence: Sequence_
 
 
+class Publication(Mutation):
+    """Copy the retained text memory ``object`` (at ``source_version``) into the space."""
+
+    object: Annotated[str, Field(pattern=r"^mem-[0-9a-f]{32}-[0-9a-f]{32}$")]
+    source_version: Counter
+
+
 class MediaRef(_Body):
     type: Literal["image", "audio"]
     sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]

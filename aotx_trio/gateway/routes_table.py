@@ -66,6 +66,8 @@ MUTATION_ROUTES: tuple[MutationRoute, ...] = (
                   "shared_write", models.CreateInput),
     MutationRoute("cancellation_create", "/participant/cancellations", "cancellation",
                   "shared_write", models.Cancellation),
+    MutationRoute("publication_create", "/spaces/<space>/publications", "publication",
+                  "shared_manage", models.Publication),
 )
 
 

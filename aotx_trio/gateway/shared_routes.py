@@ -14,8 +14,9 @@ fast path answers from too); the plain reads from :data:`READ_ROUTES`.
 
 ``GET /operations/{op}/events`` and ``GET /conversations/{con}/events?stream=true``
 stream server-sent events (:mod:`aotx_trio.gateway.events`); without
-``stream=true`` the conversation's events are one JSON page.  Publications,
-media and memory belong to later work and are not routed (404).
+``stream=true`` the conversation's events are one JSON page.
+``GET /spaces/{space}/memory[/{object}]`` read shared memory (runtime/memory.py).
+Publications belong to later work and are not routed (404).
 """
 
 from __future__ import annotations
@@ -105,6 +106,7 @@ READ_ROUTES: tuple[ReadRoute, ...] = (
     ReadRoute("conversations_list", "/spaces/<space>/conversations", "conversations",
               paged=True),
     ReadRoute("conversation_get", "/conversations/<conversation>", "conversation"),
+    ReadRoute("memory_list", "/spaces/<space>/memory", "memory_list", paged=True),
     ReadRoute("operation_get", "/operations/<operation>", "operation"),
 )
 
@@ -132,6 +134,16 @@ async def operation_result(operation: str) -> Response:
     if not is_decimal(raw):
         raise errors.InvalidInput("offset must be a non-negative byte offset", field="offset")
     return _ok(await _client().operation_result(p.name, p.actions, operation, int(raw)))
+
+
+@bp.get("/spaces/<space>/memory/<object>")
+async def memory_get(space: str, **params: str) -> Response:
+    p = _principal("shared_read")
+    raw = request.args.get("offset", "0")
+    if not is_decimal(raw):
+        raise errors.InvalidInput("offset must be a non-negative byte offset", field="offset")
+    return _ok(await _client().memory_get(p.name, p.actions, space, params["object"],
+                                          int(raw)))
 
 
 @bp.get("/conversations/<conversation>/events")

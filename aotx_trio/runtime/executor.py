@@ -38,7 +38,7 @@ from aotx_trio import errors
 from aotx_trio.config import DEFAULT_DEADLINE_S
 from aotx_trio.device import Device
 from aotx_trio.engine import Engine, EngineSequence
-from aotx_trio.runtime import history
+from aotx_trio.runtime import history, memory
 from aotx_trio.runtime.models import TextModel
 from aotx_trio.runtime.prompt import Turn, render
 from aotx_trio.runtime.resident import ResidentCache, common_prefix
@@ -78,6 +78,8 @@ class Job:
     finish: str | None = None   # stop | length | cancelled | deadline_exceeded | error
     abandoned: bool = False     # ephemeral, and nobody waits for its end any more
     input_index: int = 0        # its place in the conversation's input order (device)
+    actor: str = ""             # its participant's key
+    query: Any = None           # its retained embedding: the recall query (runtime/memory.py)
 
 
 class Executor:
@@ -237,7 +239,9 @@ class Executor:
             budget = max(1, room - job.max_output)
             earlier = history.before(self.device, job.conversation, job.input_index,
                                      self.result_cap, budget)
-            job.prompt = render(eng, earlier, job.turn, budget)
+            recalled = memory.recall_block(self.device, job.actor, job.conversation,
+                                           job.query, job.op_id)
+            job.prompt = render(eng, earlier, job.turn, budget, recalled)
         job.max_output = min(job.max_output, context - len(job.prompt))
         if job.max_output < 1:
             self._finish(job, "failed", "the input alone does not fit the model's context")

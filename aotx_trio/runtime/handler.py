@@ -26,6 +26,7 @@ from aotx_trio.router.identity import build_commit, descriptor_sha256
 from aotx_trio.runtime import conv_events, history, render, validate
 from aotx_trio.runtime.executor import Executor, Job
 from aotx_trio.runtime.media import MediaStore
+from aotx_trio.runtime.memory import MemoryService, render_object, render_row
 from aotx_trio.runtime.models import ModelSet, TextModel
 from aotx_trio.runtime.prompt import Turn, render_chat
 from aotx_trio.runtime.quota import Quotas
@@ -84,6 +85,8 @@ class ServiceHandler:
         self.quotas = Quotas(device)   # per-principal quotas (the grant file's limits)
         self.state: RuntimeState | None = None   # set by boot (tests, tools)
         self.media: MediaStore | None = None     # set by boot: the journal folder's media
+        self.memory = MemoryService(device, self.models.embedding)
+        self._handing: set[str] = set()          # inputs being retained and handed over
         # principal name -> (device key, deployed actions) of the grant table self.grants
         self._principals: dict[str, tuple[str, frozenset[str]]] = {}
         self._principals_of: GrantTable = grants
@@ -102,12 +105,15 @@ class ServiceHandler:
             "conversation.events": self._conversation_events,
             "operation.get": self._operation,
             "operation.result": self._result,
-            "media.put": self._media_put,
             "identity": self._identity,
             "embed": self._embed,
+            "media.put": self._media_put,
             "model.load": self._load_model,
+            "memory.list": self._memory_list,
+            "memory.get": self._memory_get,
         }
         self._embed_limiter = trio.CapacityLimiter(1)
+        self.memory.limiter = self._embed_limiter   # one encoder run at a time, all callers
         self._load_lock = trio.Lock()
         self._streams: dict[str, StreamMethod] = {"save.watch": self._watch_saves,
                                                   "operation.watch": self._watch_operation,
@@ -159,7 +165,7 @@ class ServiceHandler:
         caps = native.capacities()
         usage = self.device.usage()
         runs = self.executor is not None and bool(self.models.text)
-        tables = ("participants", "spaces", "conversations", "members", "receipts")
+        tables = ("participants", "spaces", "conversations", "members", "receipts", "memory")
         return {
             "lineage": self.lineage,
             "schema": vocab.SCHEMA,
@@ -171,7 +177,7 @@ class ServiceHandler:
                        "media_link_bytes": vocab.MEDIA_LINK_BYTES},
             "models": self.models.describe(),
             "features": {"inputs": runs, "events": runs, "cancellations": runs,
-                         "memory": False, "publications": False,
+                         "memory": runs and self.memory.enabled, "publications": True,
                          "media": self.media is not None},
             "save": render.render_save(self.save_state()),
         }
@@ -440,15 +446,41 @@ class ServiceHandler:
         if req.kind == vocab.Kind.CANCEL and self.executor is not None:
             self.executor.cancel(receipt.resource_id)   # the target operation
         if model is not None and self.executor is not None and receipt.status == "admitted" \
-                and not self.executor.knows(receipt.op_id):
-            # saved now: hand it to the executor (once; an exact retry after a save
-            # that timed out hands it over here)
+                and not self.executor.knows(receipt.op_id) and receipt.op_id not in self._handing:
+            # saved now: retain its memory, then hand it to the executor (once; an exact
+            # retry after a save that timed out hands it over here)
             text = req.text if isinstance(req.text, bytes) else req.text.encode("utf-8")
-            self.executor.submit(Job(
-                receipt.op_id, str(req.conversation), model,
-                Turn(history.label_of(receipt.participant), text), req.max_output_tokens,
-                req.temperature, req.top_p, input_index=receipt.input_index))
+            self._handing.add(receipt.op_id)
+            try:
+                with trio.CancelScope(shield=True):   # retained and handed over, or neither
+                    query = await self.memory.retain(receipt.op_id, text)
+                    self.executor.submit(Job(
+                        receipt.op_id, str(req.conversation), model,
+                        Turn(history.label_of(receipt.participant), text),
+                        req.max_output_tokens, req.temperature, req.top_p,
+                        input_index=receipt.input_index, actor=receipt.participant,
+                        query=query))
+            finally:
+                self._handing.discard(receipt.op_id)
         return {"receipt": render.render_receipt(receipt, self.lineage), "created": created}
+
+    async def _memory_list(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """``memory.list``: the space's saved memory rows (read right on the space)."""
+        grants, key = self._caller(params)
+        space = validate.parse_id("space", params.get("space"), self.lineage)
+        cursor, limit = validate.cursor(params)
+        rows, nxt = self.device.memory_list(grants, key, space, cursor, limit)
+        return render.render_page([render_row(r, self.lineage) for r in rows], nxt)
+
+    async def _memory_get(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """``memory.get``: one saved memory object of the space and its payload bytes
+        from ``offset``."""
+        grants, key = self._caller(params)
+        space = validate.parse_id("space", params.get("space"), self.lineage)
+        obj = validate.parse_id("memory", params.get("object"), self.lineage)
+        offset = validate.offset(params)
+        row, data = self.device.memory_read(grants, key, space, obj, offset, READ_CHUNK)
+        return render_object(row, offset, data, self.lineage)
 
     async def _media_put(self, params: Mapping[str, Any]) -> dict[str, Any]:
         """``media.put``: store ``data`` (base64) as the caller's media; answers once it is

@@ -43,19 +43,21 @@ def _plain(engine: Engine, data: bytes) -> list[int]:
     return engine.tokenize(data, add_bos=False, parse_special=False) if data else []
 
 
-def render(engine: Engine, history: list[Turn], current: Turn, budget: int) -> list[int]:
+def render(engine: Engine, history: list[Turn], current: Turn, budget: int,
+           memory: bytes = b"") -> list[int]:
     """The tokens of ``current``'s context within ``budget`` tokens (prompt only: the
-    caller keeps room for the output)."""
+    caller keeps room for the output).  ``memory`` (recalled memory, runtime/memory.py)
+    opens the current user turn, as caller text."""
     user, end, model = _markers(engine)
     bos = [engine.info.bos_id] if engine.info.bos_id >= 0 else []
 
-    def block(turn: Turn) -> list[int]:
-        out = user + _plain(engine, turn.label.encode() + b": " + turn.text) + end
+    def block(turn: Turn, lead: bytes = b"") -> list[int]:
+        out = user + _plain(engine, lead + turn.label.encode() + b": " + turn.text) + end
         if turn.output is not None and turn is not current:
             out += model + _plain(engine, turn.output) + end
         return out
 
-    tail = block(current) + model
+    tail = block(current, memory) + model
     blocks: list[list[int]] = []
     used = len(bos) + len(tail)
     for turn in reversed(history):

@@ -22,6 +22,7 @@ RESOURCE_PREFIX: dict[Kind, str] = {
     Kind.REGISTER: PREFIXES["participant"], Kind.SPACE_CREATE: PREFIXES["space"],
     Kind.MEMBER_SET: PREFIXES["space"], Kind.CONVERSATION_CREATE: PREFIXES["conversation"],
     Kind.INPUT: PREFIXES["conversation"], Kind.CANCEL: PREFIXES["operation"],
+    Kind.PUBLISH: PREFIXES["space"],
 }
 ZERO16 = "0" * 32
 

@@ -190,6 +190,10 @@ def build_request(kind: str, body: Mapping[str, Any], lineage: str) -> Request:
         fields.update(_input_fields(body, lineage))
     elif code == Kind.CANCEL:
         fields["target_sequence"] = _decimal(body.get("target_sequence"), "target_sequence")
+    elif code == Kind.PUBLISH:
+        fields["space"] = parse_id("space", body.get("space"), lineage)
+        fields["object"] = parse_id("memory", body.get("object"), lineage)
+        fields["source_version"] = _decimal(body.get("source_version"), "source_version")
     return Request(kind=code, lineage=lineage, operation_key=str(key), sequence=seq,
                    **fields)
 

@@ -1,0 +1,96 @@
+"""OpenAI-compatible ``POST /v1/embeddings`` on the runtime's embedding model.
+
+Bearer auth with the ``models_invoke`` action.  Accepted: ``model`` (the name
+``GET /v1/models`` lists for the embedding model: ``embedding``), ``input`` (a
+string or a list of 1..256 strings), ``encoding_format`` (``float``, the
+default, or ``base64``: the little-endian float32 bytes, which the official
+``openai`` client asks for and decodes itself), ``dimensions`` (only the
+model's own) and ``user`` (ignored).  Token-id inputs and anything else are 400
+naming the parameter.  One runtime ``embed`` call runs every text (our C
+encoder, mean pooled and L2-normalised); nothing persists.  Answer:
+``{"object": "list", "data": [{"object": "embedding", "index", "embedding"}],
+"model", "usage": {"prompt_tokens", "total_tokens"}}``.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import numpy as np
+from quart import Response, request
+
+from aotx_trio import errors
+from aotx_trio.client import DeviceClient
+from aotx_trio.gateway.auth import Authenticator
+from aotx_trio.gateway.chat import EMBEDDING_ID, _bad, _openai
+from aotx_trio.gateway.errors import json_response
+from aotx_trio.gateway.routes_table import decode_json
+
+KNOWN = {"model", "input", "encoding_format", "dimensions", "user"}
+MAX_INPUTS = 256
+
+
+def _texts(body: dict[str, Any]) -> list[str]:
+    raw = body.get("input")
+    texts = [raw] if isinstance(raw, str) else raw
+    if not isinstance(texts, list) or not 1 <= len(texts) <= MAX_INPUTS or \
+            not all(isinstance(t, str) for t in texts):
+        raise _bad(f"input must be a string or a list of 1..{MAX_INPUTS} strings (token "
+                   "ids are not supported)", "input")
+    return texts
+
+
+async def _embedding_models(client: DeviceClient) -> set[str]:
+    """The names the ready embedding model answers to: ``embedding`` (what
+    ``GET /v1/models`` lists) and the name capabilities gives it."""
+    caps = await client.capabilities()
+    names = {str(m["name"]) for m in caps.get("models", [])
+             if m.get("kind") == "embedding" and m.get("ready")}
+    return names | {EMBEDDING_ID} if names else set()
+
+
+async def create_embeddings(client: DeviceClient, auth: Authenticator) -> Response:
+    principal = auth.authenticate(request.headers.get("Authorization"))
+    principal.require("models_invoke")
+    raw = await request.get_data(cache=False, as_text=False, parse_form_data=False)
+    body = decode_json(raw)
+    if not isinstance(body, dict):
+        raise _bad("the body must be a JSON object", "")
+    for key in body:
+        if key not in KNOWN:
+            raise _bad(f"unsupported parameter {key!r}", key, "unsupported_parameter")
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise _bad("model must be a string", "model")
+    fmt = body.get("encoding_format") or "float"
+    if fmt not in ("float", "base64"):
+        raise _bad("encoding_format must be float or base64", "encoding_format")
+    texts = _texts(body)
+    known = await _embedding_models(client)
+    if model not in known:
+        raise errors.NotFound(f"no embedding model {model!r}", code="model_not_found",
+                              type="invalid_request_error", param="model")
+    try:
+        out = await client.call("embed", {"principal": principal.name,
+                                          "actions": list(principal.actions),
+                                          "model": model, "texts": texts})
+    except errors.InvalidInput as exc:
+        field = str(exc.fields.get("field") or "")
+        raise _bad(exc.message, "input" if field.startswith("texts") else field,
+                   exc.code) from exc
+    except errors.AotxError as exc:
+        raise _openai(exc) from exc
+    dim = int(out["dim"])
+    dims = body.get("dimensions")
+    if dims is not None and dims != dim:
+        raise _bad(f"dimensions must be {dim} (the model's own)", "dimensions",
+                   "unsupported_parameter")
+    data = []
+    for i, b64 in enumerate(out["vectors_b64"]):
+        vec: Any = b64 if fmt == "base64" else \
+            np.frombuffer(base64.b64decode(b64), "<f4").astype(float).tolist()
+        data.append({"object": "embedding", "index": i, "embedding": vec})
+    tokens = sum(int(t) for t in out.get("tokens", []))
+    return json_response({"object": "list", "data": data, "model": model,
+                          "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}, 200)

@@ -1,0 +1,122 @@
+"""kill -9 between retention and generation: a real ``aotx boot`` process (the real
+Gemma 3 270M and MiniLM) retains an input's memory, is killed while the input runs,
+and boots again: the memory rows are there, alike; the input reads ``interrupted``;
+its memory input is never repeated (still two rows, and no third retention)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+from _gateway_env import ALL, LINEAGE, make_config, short_dir
+from _real import real_embedding_dir, real_gguf
+
+from aotx_trio.client import SocketClient
+from aotx_trio.runtime import pack
+from aotx_trio.runtime.socket_server import SOCKET_NAME
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def _boot(ccir: Path, folder: Path) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "aotx_trio", "boot", "--ccir", str(ccir), "--journal",
+         str(folder / "journal"), "--service-grants", str(folder / "grants")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+    sock = folder / "journal" / SOCKET_NAME
+    deadline = time.monotonic() + 120
+    while not sock.exists():
+        assert proc.poll() is None, proc.communicate(timeout=30)
+        assert time.monotonic() < deadline, "runtime did not start"
+        time.sleep(0.05)
+    return proc
+
+
+def _body(kind: str, seq: int, **fields: Any) -> dict[str, Any]:
+    return {"principal": "alice", "actions": list(ALL), "kind": kind,
+            "body": {"schema": "aotx.shared.mutation.v1", "lineage": LINEAGE,
+                     "operation_key": f"{seq:032x}", "sequence": str(seq), **fields}}
+
+
+def test_kill9_between_retention_and_generation(tmp_path: Path) -> None:
+    ccir = tmp_path / "real.aotxccir"
+    pack.pack(ccir, models=[real_gguf()], embedding=real_embedding_dir(), shared=True,
+              lineage=LINEAGE, progress=False)
+    folder = short_dir()
+    try:
+        make_config(folder, {"alice": ALL})
+        sock = str(folder / "journal" / SOCKET_NAME)
+        who = {"principal": "alice", "actions": list(ALL)}
+        state: dict[str, Any] = {}
+
+        async def first() -> None:
+            client = SocketClient(sock)
+            async with trio.open_nursery() as n:
+                await n.start(client.run)
+                caps = await client.call("capabilities", {})
+                model = next(m["name"] for m in caps["models"] if m["kind"] == "text")
+                await client.call("mutation.submit", _body("participant.register", 1))
+                r = await client.call("mutation.submit", _body("space.create", 2))
+                space = r["receipt"]["resource"]
+                r = await client.call("mutation.submit", _body("conversation.create", 3,
+                                                               space=space))
+                con = r["receipt"]["resource"]
+                r = await client.call("mutation.submit", _body(
+                    "input", 4, conversation=con, model=model, max_output_tokens=2000,
+                    text="Write a very long story about the sea."))
+                op = r["receipt"]["operation"]
+                with trio.fail_after(60):
+                    while True:   # retained and saved, and generating
+                        rows = await client.call("memory.list", {**who, "space": space})
+                        st = (await client.call("operation.get",
+                                                {**who, "operation": op}))["status"]
+                        if len(rows["items"]) == 2 and st == "running":
+                            break
+                        await trio.sleep(0.02)
+                state.update(space=space, op=op, rows=rows["items"])
+                n.cancel_scope.cancel()
+
+        proc = _boot(ccir, folder)
+        try:
+            trio.run(first)
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        assert proc.returncode == -signal.SIGKILL
+
+        async def second() -> None:
+            client = SocketClient(sock)
+            async with trio.open_nursery() as n:
+                await n.start(client.run)
+                rows = await client.call("memory.list", {**who, "space": state["space"]})
+                assert rows["items"] == state["rows"]
+                r = await client.call("operation.get", {**who, "operation": state["op"]})
+                assert r["status"] == "interrupted"
+                caps = await client.call("capabilities", {})
+                assert caps["usage"]["memory"] == 2
+                text = await client.call("memory.get", {**who, "space": state["space"],
+                                                        "object": rows["items"][0]["object"],
+                                                        "offset": 0})
+                assert text["text"] == "Write a very long story about the sea."
+                n.cancel_scope.cancel()
+
+        proc = _boot(ccir, folder)
+        try:
+            trio.run(second)
+            proc.send_signal(signal.SIGTERM)
+            proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
