@@ -23,6 +23,7 @@ both transports.  This module imports nothing from ``runtime`` or ``gateway``.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import itertools
 import logging
@@ -160,6 +161,13 @@ class DeviceClient:
                                   limit: int) -> dict[str, Any]:
         return await self._p("conversation.events", principal, actions,
                              conversation=conversation, cursor=cursor, limit=limit)
+
+    async def media_put(self, principal: str, actions: Sequence[str], content_type: str,
+                        data: bytes) -> dict[str, Any]:
+        """Store media bytes as the principal's (answers once durable):
+        ``{"media": {"type", "sha256", "content_type", "bytes"}, "created"}``."""
+        return await self._p("media.put", principal, actions, content_type=content_type,
+                             data=base64.b64encode(data).decode("ascii"))
 
     async def operation(self, principal: str, actions: Sequence[str],
                         operation: str) -> dict[str, Any]:

@@ -61,6 +61,9 @@ class Limits(_Strict):
     """Resource limits the gateway enforces itself (hypercorn does not)."""
 
     max_body_bytes: Annotated[int, Field(ge=1024, le=1024 * MIB)] = MIB
+    #: ``POST /media`` bodies (the service socket's 4 MiB frames carry them as base64,
+    #: so at most 3 MiB)
+    max_media_bytes: Annotated[int, Field(ge=1024, le=3 * MIB)] = 2 * MIB
     sse_queue_depth: Annotated[int, Field(ge=1, le=65536)] = 256
     sse_keepalive_s: Annotated[float, Field(gt=0, le=3600)] = 15.0
     list_limit_default: Annotated[int, Field(ge=1, le=10000)] = 50
@@ -165,7 +168,6 @@ def _key_path(loc: tuple[int | str, ...]) -> str:
 #: Keys of the contract that nothing implements yet, and what will: a file that sets
 #: one is refused naming it, so no setting is ever silently ignored.
 UNIMPLEMENTED: dict[str, str] = {
-    "limits.max_media_bytes": "media uploads",
     "limits.max_connections": "connection limits",
     "limits.scratch_lease_s": "the serving router",
     "webhooks": "webhooks",

@@ -76,6 +76,14 @@ def finish_of(status: str, code: int) -> str | None:
 #: Media row types (AOTX_MEDIA_*).
 MEDIA_TYPES: dict[str, int] = {"image": 1, "audio": 2}
 
+
+def media_kind(content_type: str) -> str | None:
+    """The media row type of an upload's Content-Type (``image/png; x=y`` -> ``image``),
+    or None when it is neither image/* nor audio/*."""
+    top = content_type.split(";", 1)[0].strip().lower()
+    kind, slash, sub = top.partition("/")
+    return kind if slash and sub and kind in MEDIA_TYPES else None
+
 MAX_TEXT_BYTES = 2048       # text + device-added media links
 MEDIA_LINK_BYTES = 73       # per media row, separator included
 MAX_MEDIA = 8

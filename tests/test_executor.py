@@ -175,6 +175,9 @@ async def test_the_page_budget_queues_instead_of_failing(tmp_path: Path) -> None
                     assert (await _finished(env, who, op))["status"] == "succeeded"
                 assert executor.page_waits > 0          # some waited for pages ...
                 assert executor.completed == 3          # ... and none failed for it
+                # the conversation's last sequence stays resident for its next input
+                assert len(executor.resident) == 1
+                executor.resident.clear()
                 assert eng.kv_stats().free_pages == eng.kv_stats().n_pages
                 # an input that needs more pages than the whole pool fails, naming it
                 status, body = await _input(env, "alice", con, "a city " * 40,

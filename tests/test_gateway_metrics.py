@@ -64,8 +64,12 @@ async def test_metrics_count_requests_and_the_runtime(tmp_path: Path) -> None:
     assert got[("aotx_http_requests_total",
                 (("method", "POST"), route, ("status", "202")))] == 1
     assert got[("aotx_kv_pages", (("model", TINY_MODEL), ("state", "total")))] > 0
-    assert got[("aotx_kv_pages", (("model", TINY_MODEL), ("state", "free")))] == \
-        got[("aotx_kv_pages", (("model", TINY_MODEL), ("state", "total")))]
+    pages = {s: got[("aotx_kv_pages", (("model", TINY_MODEL), ("state", s)))]
+             for s in ("total", "free", "used")}
+    # the conversation's pages stay resident for its next input
+    assert pages["free"] + pages["used"] == pages["total"] and pages["used"] >= 1
+    assert got[("aotx_resident_sequences", ())] == 1
+    assert got[("aotx_engine_reused_tokens_total", ())] == 0
     assert got[("aotx_inputs_finished_total", (("status", "succeeded"),))] == 1
     assert 1 <= got[("aotx_engine_output_tokens_total", ())] <= 5
     assert got[("aotx_engine_prefill_tokens_total", ())] > 0

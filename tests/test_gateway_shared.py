@@ -299,7 +299,7 @@ async def test_not_found_404(env: Env) -> None:
     await _error(await _get(env, "alice", f"/conversations/{con}/events"), 404,
                  "conversation_not_found")                 # served: an unknown one
     for method, path in [("GET", f"/spaces/{private}/memory"),
-                         ("POST", f"/spaces/{private}/publications"), ("POST", "/media")]:
+                         ("POST", f"/spaces/{private}/publications")]:
         resp = await env.client.open(BASE + path, method=method, headers=env.auth("alice"))
         await _error(resp, 404, "not_found")
 

@@ -24,7 +24,7 @@ from quart_trio import QuartTrio
 from aotx_trio import errors
 from aotx_trio.client import DeviceClient
 from aotx_trio.config import GatewayConfig
-from aotx_trio.gateway import chat, router_routes, shared_routes
+from aotx_trio.gateway import chat, media, router_routes, shared_routes
 from aotx_trio.gateway.auth import Authenticator, PrincipalEntry
 from aotx_trio.gateway.errors import handle_any
 from aotx_trio.gateway.fast import FastMutations
@@ -34,16 +34,20 @@ from aotx_trio.gateway.routes_table import BASE, admit
 from aotx_trio.router.service import RouterService, Settings
 
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
+DEFAULT_MAX_MEDIA_BYTES = 2 * 1024 * 1024
 
 
 def create_app(client: DeviceClient, principals: Iterable[PrincipalEntry], *,
                max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, list_limit_default: int = 50,
                list_limit_max: int = 500, retry_after_s: int = 1,
                sse_queue_depth: int = 256, sse_keepalive_s: float = 15.0,
+               max_media_bytes: int = DEFAULT_MAX_MEDIA_BYTES,
                fast_mutations: bool = True, router: RouterService | None = None,
                ) -> QuartTrio:
     app = QuartTrio("aotx_trio.gateway", static_folder=None)
+    app.request_class = media.request_class(max_media_bytes)
     app.config.update(
+        AOTX_MAX_MEDIA_BYTES=max_media_bytes,
         AOTX_CLIENT=client,
         MAX_CONTENT_LENGTH=max_body_bytes,
         PROVIDE_AUTOMATIC_OPTIONS=False,
@@ -75,12 +79,20 @@ def create_app(client: DeviceClient, principals: Iterable[PrincipalEntry], *,
     async def _authenticate() -> None:
         if not request.path.startswith(BASE + "/") and request.path != BASE:
             return
+        limit = max_media_bytes if request.path == media.PATH else max_body_bytes
         g.principal = admit(auth, request.headers.get("Authorization"),
-                            request.content_length, max_body_bytes)
+                            request.content_length, limit)
 
     @app.after_request
     async def _no_store(resp: Response) -> Response:
         resp.headers["Cache-Control"] = "no-store"
+        has_body = request.content_length or "Transfer-Encoding" in request.headers
+        body = request.body          # Quart has no public flags for these two
+        if has_body and (not body._complete.is_set() or body._must_raise is not None):
+            # answered before the whole body was read (an early 4xx, or one over the
+            # limit): the unread bytes cannot carry another request, so the
+            # connection closes after this response
+            resp.headers["Connection"] = "close"
         return resp
 
     own_metrics = GatewayMetrics()
@@ -102,6 +114,7 @@ def create_app(client: DeviceClient, principals: Iterable[PrincipalEntry], *,
     router_routes.mount(app, auth, router)
     app.register_error_handler(Exception, handle_any)
     app.register_blueprint(shared_routes.bp)
+    app.add_url_rule(media.PATH, "media_upload", media.upload, methods=["POST"])
     if fast_mutations:
         app.asgi_app = app.config["AOTX_FAST"] = FastMutations(  # type: ignore[method-assign]
             app.asgi_app, client, auth, max_body_bytes=max_body_bytes,
@@ -139,4 +152,5 @@ def make_app_from_config(config: GatewayConfig, client: DeviceClient) -> QuartTr
                       list_limit_default=lim.list_limit_default,
                       list_limit_max=lim.list_limit_max, retry_after_s=lim.retry_after_s,
                       sse_queue_depth=lim.sse_queue_depth, sse_keepalive_s=lim.sse_keepalive_s,
+                      max_media_bytes=lim.max_media_bytes,
                       router=router_from_config(config, client))

@@ -86,8 +86,16 @@ class FastMutations:
         if length is not None and length < 0:
             await self.app(scope, receive, send)   # odd Content-Length: Quart decides
             return
+        read = False
+
+        async def tracked() -> Any:   # notes when the whole body has arrived
+            nonlocal read
+            message = await receive()
+            read = message["type"] == "http.request" and not message.get("more_body", False)
+            return message
+
         try:
-            status, body, headers = await self._mutate(found, authorization, length, receive)
+            status, body, headers = await self._mutate(found, authorization, length, tracked)
         except _Disconnected:
             return
         except errors.AotxError as exc:
@@ -97,6 +105,10 @@ class FastMutations:
         except Exception as exc:
             log.error("unhandled error", exc_info=exc)
             status, body, headers = 500, INTERNAL_ERROR, {}
+        if (length or chunked) and not read:
+            # answered before the body was read: close after this response (as the
+            # Quart path does), the unread bytes cannot carry another request
+            headers = {**headers, "Connection": "close"}
         self.answered += 1
         await respond(send, status, body, headers)
 

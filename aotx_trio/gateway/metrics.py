@@ -134,8 +134,13 @@ class _Snapshot(Collector):
                                     value=ex["running"])
             for key, help_ in (("steps", "engine steps (batched groups)"),
                                ("prefill_tokens", "prompt tokens fed"),
-                               ("output_tokens", "tokens generated")):
+                               ("output_tokens", "tokens generated"),
+                               ("reused_tokens", "prompt positions reused from a "
+                                                 "conversation's resident KV pages")):
                 yield CounterMetricFamily(f"aotx_engine_{key}", help_, value=ex[key])
+            yield GaugeMetricFamily("aotx_resident_sequences",
+                                    "conversations whose KV pages stay between turns",
+                                    value=ex["resident_sequences"])
             ended = CounterMetricFamily("aotx_inputs_finished", "inputs ended, by status",
                                         labels=["status"])
             for status, n in sorted(ex["finished"].items()):

@@ -81,6 +81,7 @@ async def capabilities() -> Response:
         caps["usage"] = None    # deployment-wide counts are for managers only
     limits = dict(caps.get("limits", {}))
     limits["max_body_bytes"] = current_app.config["MAX_CONTENT_LENGTH"]
+    limits["max_media_bytes"] = current_app.config["AOTX_MAX_MEDIA_BYTES"]
     caps["limits"] = limits
     return _ok(caps)
 

@@ -40,6 +40,7 @@ from aotx_trio.runtime.ccir import RuntimeFile
 from aotx_trio.runtime.emitter import Emitter, open_journal_file
 from aotx_trio.runtime.executor import Executor
 from aotx_trio.runtime.handler import ServiceHandler
+from aotx_trio.runtime.media import MediaStore
 from aotx_trio.runtime.models import ModelSet
 from aotx_trio.runtime.socket_server import SOCKET_NAME, serve_socket
 from aotx_trio.runtime.state import RuntimeState
@@ -131,6 +132,7 @@ async def run_runtime(ccir: str | Path, journal: str | Path, grants_dir: str | P
                                          state.journal_file.journal.save_state, state.lineage,
                                          grants, models=models, executor=executor)
                 handler.state = state
+                handler.media = MediaStore(journal_dir / "media")
                 async with trio.open_nursery() as nursery:
                     await nursery.start(state.emitter.run)
                     await nursery.start(executor.run)

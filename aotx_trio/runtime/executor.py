@@ -13,6 +13,9 @@ run in a worker thread (the GIL is released for the step).
 
 A finished input is completed on the device (status, result bytes, token
 counts), which journals the completion; the emitter is woken to save it.
+Its engine sequence stays resident for the conversation's next input, which
+forks it and prefills only what it does not share (runtime/resident.py);
+resident sequences are freed whenever an input needs their pages.
 An input still running ``deadline_s`` after it started (the execution
 deadline, ``limits.execution_deadline_s``) ends ``deadline_exceeded``
 before its next step, keeping the bytes it produced.  The runtime restarts
@@ -34,10 +37,11 @@ import trio
 from aotx_trio import errors
 from aotx_trio.config import DEFAULT_DEADLINE_S
 from aotx_trio.device import Device
-from aotx_trio.engine import EngineSequence
+from aotx_trio.engine import Engine, EngineSequence
 from aotx_trio.runtime import history
 from aotx_trio.runtime.models import TextModel
 from aotx_trio.runtime.prompt import Turn, render
+from aotx_trio.runtime.resident import ResidentCache, common_prefix
 from aotx_trio.runtime.stats import Histogram
 
 log = logging.getLogger("aotx.executor")
@@ -98,6 +102,7 @@ class Executor:
         self.output_tokens = 0
         self.finished: dict[str, int] = {}            # status -> inputs ended so far
         self.ttft = Histogram()                       # start of execution -> first token
+        self.resident = ResidentCache()               # conversations' pages between turns
         self.max_group = 0            # the most inputs one step has run together
         self.page_waits = 0           # times an input waited for KV pages
         self.on_complete: Callable[[Job, str], None] | None = None  # tests, metrics
@@ -160,6 +165,8 @@ class Executor:
                 "running": sum(len(g) for g in self._running.values()),
                 "steps": self.steps, "prefill_tokens": self.prefill_tokens,
                 "output_tokens": self.output_tokens, "finished": dict(self.finished),
+                "reused_tokens": self.resident.reused_tokens,
+                "resident_sequences": len(self.resident),
                 "time_to_first_token_seconds": self.ttft.snapshot()}
 
     # -- the task ----------------------------------------------------------------------
@@ -234,15 +241,8 @@ class Executor:
         if job.max_output < 1:
             self._finish(job, "failed", "the input alone does not fit the model's context")
             return True    # done with (failed), not waiting any more
-        seed = job.seed if job.seed is not None else int(job.op_id[:8], 16)
-        try:
-            seq = eng.add_sequence(seed=seed)
-        except errors.OverCapacity:
-            return False
-        try:
-            eng.reserve(seq, len(job.prompt) + job.max_output)
-        except errors.OverCapacity:
-            eng.release(seq)
+        seq = self._sequence(job, eng)
+        if seq is None:
             return False
         job.seq = seq
         job.started = self.clock()
@@ -251,6 +251,44 @@ class Executor:
             self.device.start(job.op_id)
             self.saver.wake()
         return True
+
+    def _sequence(self, job: Job, eng: Engine) -> EngineSequence | None:
+        """A sequence for ``job`` with its positions reserved, forked from its
+        conversation's resident sequence when they share a prefix (``job.fed`` = the
+        positions it shares); resident sequences in the way are freed first.  None:
+        no room even then (the input waits)."""
+        seed = job.seed if job.seed is not None else int(job.op_id[:8], 16)
+        res = None if job.ephemeral else self.resident.get(job.conversation, eng)
+        while True:
+            n = 0 if res is None else min(common_prefix(res.tokens, job.prompt),
+                                          len(job.prompt) - 1)
+            try:
+                if res is not None and n > 0:
+                    seq, shared = eng.fork_sequence(res.seq, n, seed=seed)
+                else:
+                    seq, shared = eng.add_sequence(seed=seed), 0
+                try:
+                    eng.reserve(seq, len(job.prompt) + job.max_output)
+                except errors.OverCapacity:
+                    eng.release(seq)
+                    raise
+            except errors.OverCapacity:
+                if not self.resident.make_room(eng, spare=res):
+                    return None
+                if res is not None:
+                    res = self.resident.get(job.conversation, eng)
+                continue
+            except errors.Refusal:
+                # the resident no longer holds what the prefix needs (a sliding-window
+                # layer dropped its older pages): start afresh
+                self.resident.drop(job.conversation)
+                res = None
+                continue
+            if res is not None:
+                self.resident.drop(job.conversation)   # the new sequence supersedes it
+            job.fed = shared
+            self.resident.reused_tokens += shared
+            return seq
 
     async def _step(self, group: list[Job]) -> None:
         eng = group[0].model.engine
@@ -325,7 +363,11 @@ class Executor:
         if job.seq is not None:
             if job.finish != "stop" or not job.stop:   # a cut at a stop sequence stays cut
                 job.out += eng.detok_flush(job.seq)
-            eng.release(job.seq)
+            if job.ephemeral or status == "failed":
+                eng.release(job.seq)
+            else:   # the conversation's next input may reuse these pages
+                self.resident.keep(job.conversation, eng, job.seq,
+                                   job.prompt + job.out_tokens)
             job.seq = None
         if job.finish is None:
             job.finish = {"failed": "error"}.get(status, status)

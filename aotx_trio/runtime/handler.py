@@ -25,6 +25,7 @@ from aotx_trio.journal import SaveState
 from aotx_trio.router.identity import build_commit, descriptor_sha256
 from aotx_trio.runtime import conv_events, history, render, validate
 from aotx_trio.runtime.executor import Executor, Job
+from aotx_trio.runtime.media import MediaStore
 from aotx_trio.runtime.models import ModelSet, TextModel
 from aotx_trio.runtime.prompt import Turn, render_chat
 from aotx_trio.runtime.state import RuntimeState
@@ -73,6 +74,7 @@ class ServiceHandler:
         self.executor = executor
         self.save_timeout = save_timeout
         self.state: RuntimeState | None = None   # set by boot (tests, tools)
+        self.media: MediaStore | None = None     # set by boot: the journal folder's media
         # principal name -> (device key, deployed actions) of the grant table self.grants
         self._principals: dict[str, tuple[str, frozenset[str]]] = {}
         self._principals_of: GrantTable = grants
@@ -93,6 +95,7 @@ class ServiceHandler:
             "operation.result": self._result,
             "identity": self._identity,
             "embed": self._embed,
+            "media.put": self._media_put,
         }
         self._embed_limiter = trio.CapacityLimiter(1)
         self._streams: dict[str, StreamMethod] = {"save.watch": self._watch_saves,
@@ -157,7 +160,8 @@ class ServiceHandler:
                        "media_link_bytes": vocab.MEDIA_LINK_BYTES},
             "models": self.models.describe(),
             "features": {"inputs": runs, "events": runs, "cancellations": runs,
-                         "memory": False, "publications": False, "media": False},
+                         "memory": False, "publications": False,
+                         "media": self.media is not None},
             "save": render.render_save(self.save_state()),
         }
 
@@ -316,6 +320,7 @@ class ServiceHandler:
         model = None
         if req.kind == vocab.Kind.INPUT:
             model = self._input_model(req.model, req.max_output_tokens)
+            self._check_media(key, req.media, model)
         receipt = self.device.submit(grants, key, req)
         created = not receipt.retry
         self.saver.wake()
@@ -343,6 +348,40 @@ class ServiceHandler:
                 Turn(history.label_of(receipt.participant), text), req.max_output_tokens,
                 req.temperature, req.top_p, input_index=receipt.input_index))
         return {"receipt": render.render_receipt(receipt, self.lineage), "created": created}
+
+    async def _media_put(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """``media.put``: store ``data`` (base64) as the caller's media; answers once it is
+        durable (runtime/media.py)."""
+        grants, key = self._caller(params)
+        if not grants & vocab.GRANT_WRITE:
+            raise errors.Forbidden("uploading media needs the shared_write grant",
+                                   reason="deployment_grant", action="shared_write")
+        if self.media is None:
+            raise errors.NotReady("this runtime stores no media", missing="media")
+        try:
+            data = base64.b64decode(str(params.get("data", "")), validate=True)
+        except ValueError:
+            raise errors.InvalidInput("data must be base64", field="data") from None
+        if not data:
+            raise errors.InvalidInput("an upload needs at least one byte", field="body")
+        media, created = await self.media.put(key, str(params.get("content_type", "")), data)
+        return {"media": {"type": media.type, "sha256": media.sha256,
+                          "content_type": media.content_type, "bytes": media.bytes},
+                "created": created}
+
+    def _check_media(self, key: str, media: tuple[tuple[str, str], ...], model: TextModel,
+                     ) -> None:
+        """An input's media rows: each one the actor's own upload of that type (else 404
+        ``media_not_found``, whoever else uploaded it), then a model that takes them."""
+        for i, (kind, sha) in enumerate(media):
+            owned = None if self.media is None else self.media.owned(key, sha)
+            if owned is None or owned.type != kind:
+                raise errors.NotFound(f"no {kind} media {sha} uploaded by the caller",
+                                      code="media_not_found", field=f"media[{i}]")
+        if media:
+            raise errors.InvalidInput(f"model {validate.shown(model.name)} takes text only",
+                                      code="media_unsupported", field="media",
+                                      model=model.name)
 
     def _input_model(self, name: str, max_output_tokens: int) -> TextModel:
         """The loaded text model an input names, and its output limit checked against
