@@ -60,7 +60,7 @@ def mount(app: QuartTrio, auth: Authenticator, hooks: WebhookService | None) -> 
         _query(())
         return json_response(svc.signing_key(), 200)
 
-    @app.delete("/webhooks/<uid>", endpoint="webhooks_disable")
-    async def _disable(uid: str) -> Response:
+    @app.delete("/webhooks/<uuid>", endpoint="webhooks_disable")
+    async def _disable(uuid: str) -> Response:
         svc = service()
-        return json_response(await svc.disable(uid, _query(("why",)).get("why")), 200)
+        return json_response(await svc.disable(uuid, _query(("why",)).get("why")), 200)
