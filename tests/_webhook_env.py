@@ -32,6 +32,8 @@ class Receiver:
     refused: int = 0                                               # bad signatures
     on_post: Callable[[dict[str, Any]], None] | None = None
     heads: list[dict[str, str]] = field(default_factory=list)
+    #: how long each answer takes (a slow consumer)
+    delay_s: float = 0.0
     #: (the URL's query, op id) of each 2xx: which subscription accepted what
     by_query: list[tuple[str, str]] = field(default_factory=list)
 
@@ -73,6 +75,8 @@ class Receiver:
             body = json.loads(raw)
             status = self.answer(len(self.posts), body)
             self.posts.append(body)
+            if self.delay_s:
+                await trio.sleep(self.delay_s)
             if 200 <= status < 300:
                 self.accepted.append(body["operation_id"])
                 self.by_query.append((scope["query_string"].decode(), body["operation_id"]))

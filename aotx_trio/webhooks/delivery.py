@@ -140,6 +140,8 @@ async def _pump(ctx: Context, uid: str) -> None:
                 return   # disabled meanwhile
             sub = await _advance(ctx, uid, ev, delivered=True)
             skipped = None
+            if sub.state != "active":
+                return   # disabled by another router meanwhile
         if skipped is not None:
             sub = await _advance(ctx, uid, skipped, delivered=False)
 
@@ -169,9 +171,11 @@ async def _post_until_accepted(ctx: Context, sub: Subscription, ev: dict[str, An
     s = ctx.settings
     body = canonical(post_body(ev))
     pol = policy(s.allow_insecure_targets, s.timeout_s, s.ca_file)
-    target = check_url(sub.url, s.allow_insecure_targets)
+    shown = "the subscription's URL"
     while True:
         try:
+            target = check_url(sub.url, s.allow_insecure_targets)   # the settings may change
+            shown = target.shown()
             addresses = await vet(target, pol)
             status = await post(target, addresses, body,
                                 signing.sign(ctx.key, int(ctx.now()), body), pol)
@@ -180,10 +184,10 @@ async def _post_until_accepted(ctx: Context, sub: Subscription, ev: dict[str, An
             why = f"status {status}"
         except PostFailed as exc:
             why = str(exc)
-        except AotxError as exc:    # the host now resolves to a refused address
-            why = exc.fields.get("rule", exc.code)
+        except AotxError as exc:    # refused by the URL rules or the address policy now
+            why = str(exc.fields.get("rule", exc.code))
         log.warning("webhook %s: post of seq %d to %s failed (%s); retrying in %g s",
-                    sub.uuid, ev["seq"], target.shown(), why, s.retry_interval_s)
+                    sub.uuid, ev["seq"], shown, why, s.retry_interval_s)
         await trio.sleep(s.retry_interval_s)
         if not await _active(ctx, sub.uuid):
             return False

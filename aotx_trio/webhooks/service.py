@@ -140,16 +140,18 @@ class WebhookService:
             return
         ctx = Context(self.store, self.key, self.settings, self.holder, self.now, _in_thread)
         async with trio.open_nursery() as nursery:
-            await self._sync(ctx, nursery)
-            task_status.started()
+            first = True
             while True:
+                try:
+                    await self._sync(ctx, nursery)
+                except (errors.AotxError, OSError) as exc:   # the store is down: next time
+                    log.warning("webhooks: listing subscriptions failed: %s", exc)
+                if first:
+                    task_status.started()
+                    first = False
                 with trio.move_on_after(self.settings.sync_s):
                     await self._wake.wait()
                 self._wake = trio.Event()
-                try:
-                    await self._sync(ctx, nursery)
-                except (errors.AotxError, OSError) as exc:
-                    log.warning("webhooks: listing subscriptions failed: %s", exc)
 
     async def _sync(self, ctx: Context, nursery: trio.Nursery) -> None:
         subs = [load(b, "?") for b in await _in_thread(self.store.hook_list)]
