@@ -97,6 +97,9 @@ class Router(_Strict):
     max_inflight_invokes: Annotated[int, Field(ge=1, le=65536)] = 64
     #: where upload delivery may PUT (aotx_trio.router.upload.UploadPolicy.from_config)
     upload: dict[str, Any] | None = None
+    #: a folder the runtime can read: GGUF artifacts it has not loaded are exported
+    #: there and loaded on demand (``None``: never; invoke answers not_ready)
+    artifact_cache: Path | None = None
 
 
 class Webhooks(_Strict):
@@ -171,6 +174,8 @@ class GatewayConfig(_Strict):
                  if (v := fix(getattr(self.webhooks, k))) is not None}
         if hooks:
             update["webhooks"] = self.webhooks.model_copy(update=hooks)
+        if (cache := fix(self.router.artifact_cache)) is not None:
+            update["router"] = self.router.model_copy(update={"artifact_cache": cache})
         return self.model_copy(update=update)
 
 

@@ -13,6 +13,7 @@ The data folder (``--data``, default ``./aotx-data``)::
                          every start
     journal/             journal.aotxj and service.sock (journal/models/: the embedding
                          model's files, extracted once from the runtime file)
+    artifacts/           GGUF artifacts exported for on-demand loading (router.artifact_cache)
     registry/            the serving router's folder store (gateway.json ``store``
                          defaults to the data folder); on every start the default
                          models are registered if missing (``default/text``,
@@ -36,6 +37,7 @@ import trio
 from aotx_trio._process import on_signal, run_trio, setup_logging
 from aotx_trio.client import InProcessClient
 from aotx_trio.config import GatewayConfig, load_gateway_config, write_gateway_config
+from aotx_trio.errors import AotxError
 from aotx_trio.gateway.auth import hash_token, new_token
 from aotx_trio.gateway.serve import serve_gateway
 from aotx_trio.grants import write_grants
@@ -86,6 +88,9 @@ def ensure_config(data: Path, bind: str) -> tuple[GatewayConfig, str | None]:
     update: dict[str, Any] = {"bind": bind}
     if config.store is None:     # the embedded default: the folder store in the data folder
         update["store"] = str(data.resolve())
+    if config.router.artifact_cache is None:   # GGUFs loaded on demand are exported here
+        update["router"] = config.router.model_copy(
+            update={"artifact_cache": (data / "artifacts").resolve()})
     return config.model_copy(update=update), token
 
 
@@ -170,8 +175,11 @@ async def serve_embedded(data: Path, bind: str, *,
         handler = await outer.start(functools.partial(
             run_runtime, runtime, data / "journal", data / "grants",
             execution_deadline_s=config.limits.execution_deadline_s, journal_limits=limits))
-        for model_id in await register_default_models(config, runtime, handler):
-            log.info("default model %s", model_id)
+        try:
+            for model_id in await register_default_models(config, runtime, handler):
+                log.info("default model %s", model_id)
+        except AotxError as exc:   # e.g. a PostgreSQL store that is down: serve anyway
+            log.error("the default models were not registered: %s", exc.message)
         async with trio.open_nursery() as gateway:
             binds = await gateway.start(serve_gateway, config, InProcessClient(handler),
                                         shutdown)

@@ -15,7 +15,10 @@ with the router on a loopback hypercorn, then:
 * ``GET /models``: 10,000 index rows (synthetic entries put straight into the
   index: the route serves only from it), ``--requests`` sequential requests, p50/p99;
 * ``GET /aliases/bench/l3``: a 4-level chain (levels 3..0) onto the default text
-  model, read and verified from the store on every request, p50/p99.
+  model, read and verified from the store on every request, p50/p99;
+* store latency without HTTP (``Registry`` calls): a keyed model read and a
+  4-level alias resolution on a fresh folder store and, with ``--pg-url``, on an
+  empty PostgreSQL database.
 """
 
 from __future__ import annotations
@@ -147,12 +150,69 @@ async def bench(args: argparse.Namespace) -> None:
         shutil.rmtree(root, ignore_errors=True)
 
 
+async def store_latency(reg: object, n: int) -> str:
+    """p50/p99 of a keyed model read and of a 4-level alias resolution on one store."""
+    from aotx_trio.router.aliases import resolve_alias
+    from aotx_trio.router.artifacts import store_artifact
+    from aotx_trio.router.records import Descriptor
+    from aotx_trio.router.registry import Registry
+
+    assert isinstance(reg, Registry)
+    commit = "0" * 40
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "m.gguf"
+        path.write_bytes(b"GGUF" + bytes(1024))
+        art = await reg.run(store_artifact, reg.store, path)
+    await reg.mint_release("lat-r1", art, Descriptor(), commit)
+    mid = "bench/lat/model.json"
+    await reg.publish(mid, {"model_type": "textgen", "artifact": art.model_dump(mode="json"),
+                            "serving": {"runtime_release": {"name": "lat-r1",
+                                                            "source_commit": commit},
+                                        "spec": {"spec_dsl": 2, "params": [],
+                                                 "results": {"fields": []}}}})
+    await set_alias(reg, "lat/l0", mid, 0)
+    for lvl in (1, 2, 3):
+        await set_alias(reg, f"lat/l{lvl}", f"lat/l{lvl - 1}", lvl)
+    out = []
+    for what, call in (("model read", lambda: reg.get_model(mid)),
+                       ("4-level alias", lambda: resolve_alias(reg, "lat/l3"))):
+        lat = []
+        for _ in range(n):
+            t = time.perf_counter()
+            await call()
+            lat.append(time.perf_counter() - t)
+        out.append(f"{what} p50 {1000 * statistics.median(lat):.2f} ms, "
+                   f"p99 {1000 * pct(lat, 0.99):.2f} ms")
+    return "; ".join(out)
+
+
+async def stores(args: argparse.Namespace) -> None:
+    from aotx_trio.router.backends import open_store
+    from aotx_trio.router.registry import Registry
+
+    with tempfile.TemporaryDirectory(dir="/tmp") as tmp:
+        folder = Registry(open_store(data=tmp))
+        print(f"folder store: {await store_latency(folder, args.requests)}")
+        await folder.aclose()
+    if args.pg_url:
+        pg = Registry(open_store(url=args.pg_url))
+        print(f"PostgreSQL store: {await store_latency(pg, args.requests)}")
+        await pg.aclose()
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--tokens", type=int, default=64)
     p.add_argument("--runs", type=int, default=5)
     p.add_argument("--requests", type=int, default=300)
-    trio.run(bench, p.parse_args())
+    p.add_argument("--pg-url", help="also measure store latency on this (empty) PostgreSQL "
+                   "database")
+    p.add_argument("--stores-only", action="store_true",
+                   help="only the store latency (folder, and --pg-url)")
+    args = p.parse_args()
+    if not args.stores_only:
+        trio.run(bench, args)
+    trio.run(stores, args)
     return 0
 
 

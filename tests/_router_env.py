@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -96,6 +96,8 @@ async def router_served(tmp_path: Path, *, store_url: str | None = None,
                         principals: Mapping[str, Sequence[str]] = PRINCIPALS,
                         handler: ServiceHandler | None = None,
                         upload: UploadPolicy | None = None, socket: bool = False,
+                        cache_dir: Path | None = None,
+                        now: Callable[[], float] | None = None,
                         ) -> AsyncIterator[RouterEnv]:
     """Runtime + gateway (with the router) on hypercorn; the store is PostgreSQL at
     ``store_url`` or a folder (``store_dir``, default under ``tmp_path``).  With
@@ -118,8 +120,10 @@ async def router_served(tmp_path: Path, *, store_url: str | None = None,
             client: DeviceClient = InProcessClient(handler)
             if socket:      # the split deployment's transport: the runtime's service socket
                 client = SocketClient(str(folder / "journal" / SOCKET_NAME))
-            router = RouterService(Registry(store), client,
-                                   settings or Settings(index_refresh_s=0.1), upload)
+            reg = Registry(store) if now is None else Registry(store, now=now)
+            router = RouterService(reg, client,
+                                   settings or Settings(index_refresh_s=0.1), upload,
+                                   cache_dir)
             app = create_app(client, cfg.principals, router=router)
             shutdown, stopped = trio.Event(), trio.Event()
 

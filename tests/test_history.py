@@ -56,3 +56,44 @@ async def test_the_history_survives_a_restart(tmp_path: Path) -> None:
             assert len(prompts[0]) > len(render(eng, [], bob, 10_000))
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_only_turns_that_could_fit_are_read() -> None:
+    """history.before reads turns newest first and stops once they hold more bytes than
+    the token budget could take (BYTES_PER_TOKEN per token): a long conversation's
+    old turns are never read for a context they cannot enter."""
+    from test_device import A, Rig
+
+    from aotx_trio import device as D
+    from aotx_trio.runtime import history
+
+    rig = Rig()
+    try:
+        rig.register(A)
+        space = rig.space(A, "private")
+        conv = rig.conversation(A, space)
+        ops = [rig.input(A, conv, text=f"{i:03d}" + "x" * 97).op_id for i in range(40)]
+        rig.journal.save()
+        rig.dev.complete(ops[0], "succeeded", b"first answer", 1, 2, finish="stop")
+        every = history.before(rig.dev, conv, 41, 65536)
+        assert [t.text[:3] for t in every] == [f"{i:03d}".encode() for i in range(40)]
+        assert every[0].output == b"first answer" and every[1].output is None
+        assert all(t.label == history.label_of(A) for t in every)
+        reads: list[str] = []
+        real = D.Device.canonical
+
+        def counted(self: D.Device, op_id: str) -> bytes:
+            reads.append(op_id)
+            return real(self, op_id)
+
+        D.Device.canonical = counted  # type: ignore[method-assign]
+        try:
+            newest = history.before(rig.dev, conv, 41, 65536, budget_tokens=3)
+        finally:
+            D.Device.canonical = real  # type: ignore[method-assign]
+        # 3 tokens x 64 bytes = 192 bytes: two turns of ~110 bytes pass it
+        assert [t.text[:3] for t in newest] == [b"038", b"039"]
+        assert len(reads) == 2
+        assert history.before(rig.dev, conv, 5, 65536, budget_tokens=3)[-1].text[:3] == b"003"
+    finally:
+        rig.dev.close()

@@ -201,3 +201,15 @@ def test_gateway_json_store_and_router_keys(tmp_path: Path) -> None:
         router_from_config(parse_gateway_config({"store": str(tmp_path),
                                                  "router": {"upload": {"nope": 1}}}),
                            None)  # type: ignore[arg-type]
+
+
+def test_metrics_route_templates_of_the_router() -> None:
+    from aotx_trio.gateway.metrics import route_template
+    assert route_template("/models") == "/models"
+    assert route_template("/models/runs/a/b.json") == "/models/{target}"
+    assert route_template("/models/runs/a/b.json/invoke") == "/models/{target}/invoke"
+    assert route_template("/aliases/default/text") == "/aliases/{name}"
+    assert route_template("/scratch-sessions") == "/scratch-sessions"
+    assert route_template("/scratch-sessions/" + "0" * 36 + "/invoke") == \
+        "/scratch-sessions/{session_id}/invoke"
+    assert route_template("/modelsx") == "other"

@@ -205,3 +205,17 @@ async def test_scratch_routes_need_models_read(tmp_path: Path) -> None:
 
 
 
+
+
+async def test_expired_then_closed_over_http(tmp_path: Path) -> None:
+    clock = ManualClock()
+    async with router_served(tmp_path, now=clock) as env:
+        sid = await _session(env.reg, tiny_gguf(tmp_path), lease_s=60)
+        clock.t = T0 + 61
+        e = fail(await env.post(f"/scratch-sessions/{sid}/invoke", PROMPT), 410,
+                 "scratch_expired")
+        assert e["expired_at"] == rfc3339(T0 + 60)
+        await env.router.scratch.reap()          # what the reaper task does each interval
+        e = fail(await env.post(f"/scratch-sessions/{sid}/invoke", PROMPT), 410,
+                 "scratch_closed")
+        assert e["reason"] == "expired" and e["promoted_to"] is None

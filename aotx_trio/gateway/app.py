@@ -146,7 +146,7 @@ def router_from_config(config: GatewayConfig, client: DeviceClient) -> RouterSer
     return RouterService(Registry(store), client, Settings(
         index_refresh_s=r.index_refresh_s, rescan_interval_s=r.rescan_interval_s,
         reap_interval_s=r.reap_interval_s, max_inflight_invokes=r.max_inflight_invokes),
-        upload)
+        upload, r.artifact_cache)
 
 
 def webhooks_from_config(config: GatewayConfig, router: RouterService | None,

@@ -48,8 +48,25 @@ Scope = Any   # an ASGI scope (a dict)
 ASGIApp = Callable[[Any, Any, Any], Awaitable[None]]
 
 
+_ROUTER = {"models": "/models/{target}", "aliases": "/aliases/{name}",
+           "scratch-sessions": "/scratch-sessions/{session_id}"}
+
+
+def _router_template(path: str) -> str | None:
+    """The serving router's routes (model ids and aliases may hold slashes)."""
+    root, slash, rest = path[1:].partition("/")
+    if root not in _ROUTER:
+        return None
+    if not slash:
+        return path
+    invoke = rest.endswith("/invoke") and root != "aliases"
+    return _ROUTER[root] + ("/invoke" if invoke else "")
+
+
 def route_template(path: str) -> str:
     """``/aotx/v1/shared/spaces/spc-.../members`` -> ``.../spaces/{space}/members``."""
+    if (router := _router_template(path)) is not None:
+        return router
     if not any(path == r or path.startswith(r + "/") for r in _KNOWN_ROOTS):
         return "other"
     parts = [(_NAMES[m.group(1)] if (m := _ID.match(p)) else p) for p in path.split("/")]

@@ -4,7 +4,7 @@
     service            RouterService: every route's answer; index + rescan + reaper tasks
     index              the GET /models index, refreshed from the event feed
     contract dispatch  invoke envelope + spec/upload; running it on the runtime
-    identity           build commit, descriptor/tree digests, the attestation check
+    identity  deploy   build commit, digests, the attestation check; readiness, on-demand load
     defaults           the default models ``aotx serve`` registers
     cli  cli_args      ``aotx registry`` (arguments stay argparse-only for ``--help``)
     scratch            scratch sessions: numbered verified revisions, sliding lease

@@ -19,8 +19,9 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import trio
@@ -29,6 +30,7 @@ import aotx_trio
 from aotx_trio import errors
 from aotx_trio.router import contract, feed
 from aotx_trio.router.aliases import Resolution, resolve, resolve_alias
+from aotx_trio.router.deploy import Deployments
 from aotx_trio.router.dispatch import DISPATCH, Caller, RuntimeLink, checker
 from aotx_trio.router.index import ModelIndex
 from aotx_trio.router.records import Revision
@@ -59,13 +61,15 @@ class Settings:
 
 class RouterService:
     def __init__(self, reg: Registry, link: RuntimeLink, settings: Settings | None = None,
-                 upload: UploadPolicy | None = None) -> None:
+                 upload: UploadPolicy | None = None, cache_dir: Path | None = None,
+                 ) -> None:
         self.reg = reg
         self.link = link
         self.settings = settings or Settings()
         self.index = ModelIndex(reg, interval_s=self.settings.index_refresh_s)
         self.scratch = Scratch(reg)
         self.upload = upload or UploadPolicy()
+        self.deploy = Deployments(reg, link, cache_dir)
         self.inflight = 0
         self._specs: dict[str, Spec] = {}
 
@@ -108,36 +112,14 @@ class RouterService:
             raise _bad("model_type must be textgen or embedding", "model_type", "enum")
         return {"models": self.index.list(model_type, state)}
 
-    async def _identity(self) -> dict[str, Any] | None:
-        try:
-            out: dict[str, Any] = await self.link.call("identity", {})
-        except errors.AotxError as exc:
-            log.warning("runtime identity unavailable: %s", exc.message)
-            return None
-        return out
-
-    @staticmethod
-    def _not_ready(model_type: str, artifact_sha256: str, engine_set: str | None,
-                   ident: Mapping[str, Any] | None) -> tuple[list[str], str | None]:
-        """(what is missing, the runtime's model name for the artifact)."""
-        if ident is None:
-            return ["deployment"], None
-        missing = []
-        if engine_set is not None and engine_set not in (ident.get("engine_sets") or []):
-            missing.append(f"engine_set({engine_set})")
-        name = next((str(a["name"]) for a in ident.get("artifacts") or []
-                     if a.get("artifact_sha256") == artifact_sha256
-                     and a.get("kind") == model_type), None)
-        if name is None:
-            missing.append("deployment")
-        return missing, name
-
     async def detail(self, target: str) -> dict[str, Any]:
         view, res = await resolve(self.reg, target)
         rel = await self._release(view)
-        missing, _ = self._not_ready(view.manifest.model_type, rel.release.artifact.sha256,
-                                     rel.release.engine_set.name if rel.release.engine_set
-                                     else None, await self._identity())
+        release = rel.release
+        missing, _ = self.deploy.not_ready(
+            view.manifest.model_type, release.artifact.sha256,
+            release.engine_set.name if release.engine_set else None,
+            await self.deploy.identity(), release.descriptor_sha256)
         servable = not missing and view.state != "disabled" and rel.state != "disabled"
         out: dict[str, Any] = {"model_id": view.model_id,
                                "manifest": view.manifest.model_dump(mode="json"),
@@ -218,9 +200,10 @@ class RouterService:
         request = spec.effective(envelope.request)
         targets = await spec.targets(envelope, request)
         release = rel.release
-        missing, name = self._not_ready(view.manifest.model_type, release.artifact.sha256,
-                                        release.engine_set.name if release.engine_set
-                                        else None, await self._identity())
+        missing, name = await self.deploy.deployed(
+            view.manifest.model_type, release.artifact,
+            release.engine_set.name if release.engine_set else None, release.descriptor,
+            caller)
         if missing or name is None:
             raise errors.NotReady(f"model {view.model_id!r} is not ready here",
                                   missing=missing)
@@ -253,8 +236,7 @@ class RouterService:
         spec = self._contract(rev.spec_sha256, rev.spec)
         request = spec.effective(envelope.request)
         targets = await spec.targets(envelope, request)
-        missing, name = self._not_ready(model_type, rev.artifact.sha256, None,
-                                        await self._identity())
+        missing, name = await self.deploy.deployed(model_type, rev.artifact, None, None, caller)
         if missing or name is None:
             raise errors.NotReady("the scratch revision's artifact is not loaded here",
                                   code="scratch_not_ready", missing=missing)
@@ -276,9 +258,10 @@ class RouterService:
         return {"ok": True, "error": None, "results": wire, "identity": identity}
 
 
-def _ids(n: int, t0: float, clock: Callable[[], float] = time.monotonic) -> dict[str, Any]:
+def _ids(n: int, t0: float) -> dict[str, Any]:
+    """request_id, one result id per result (aligned by index), timing_ms since ``t0``."""
     return {"request_id": str(uuid.uuid4()), "result_ids": [str(uuid.uuid4()) for _ in range(n)],
-            "timing_ms": round((clock() - t0) * 1000)}
+            "timing_ms": round((time.monotonic() - t0) * 1000)}
 
 
 def _alias_fields(target: str, res: Resolution) -> dict[str, Any]:

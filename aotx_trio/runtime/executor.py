@@ -234,9 +234,10 @@ class Executor:
         # slack for rounding), so an input alone never waits for pages that cannot be
         room = min(context, (kv.n_pages - 1) * kv.page_tokens)
         if not job.ephemeral:
+            budget = max(1, room - job.max_output)
             earlier = history.before(self.device, job.conversation, job.input_index,
-                                     self.result_cap)
-            job.prompt = render(eng, earlier, job.turn, max(1, room - job.max_output))
+                                     self.result_cap, budget)
+            job.prompt = render(eng, earlier, job.turn, budget)
         job.max_output = min(job.max_output, context - len(job.prompt))
         if job.max_output < 1:
             self._finish(job, "failed", "the input alone does not fit the model's context")

@@ -34,6 +34,7 @@ from aotx_trio.vocab import TERMINAL, format_id, grant_mask, principal_key
 
 READ_CHUNK = 65536
 EMBED_QUEUE = 64        # embed calls waiting for the encoder; one more is over_capacity
+MAX_LOADED_ON_DEMAND = 4   # GGUF models model.load may add
 MAX_CACHED_PRINCIPALS = 4096
 
 
@@ -93,11 +94,13 @@ class ServiceHandler:
             "conversation.events": self._conversation_events,
             "operation.get": self._operation,
             "operation.result": self._result,
+            "media.put": self._media_put,
             "identity": self._identity,
             "embed": self._embed,
-            "media.put": self._media_put,
+            "model.load": self._load_model,
         }
         self._embed_limiter = trio.CapacityLimiter(1)
+        self._load_lock = trio.Lock()
         self._streams: dict[str, StreamMethod] = {"save.watch": self._watch_saves,
                                                   "operation.watch": self._watch_operation,
                                                   "conversation.watch": self._watch_conversation,
@@ -196,6 +199,33 @@ class ServiceHandler:
         return {"model": model.name, "dim": embedder.dim, "vectors_b64": rows,
                 "tokens": tokens, "identity": self._ran(model.artifact_sha256,
                                                         model.descriptor)}
+
+    async def _load_model(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """``model.load``: load a GGUF file (the router exported it from its store) for a
+        release or scratch revision this runtime has not loaded; its identity row."""
+        actions, _ = self._actions(params)
+        if "models_invoke" not in actions:
+            raise errors.Forbidden("the principal lacks the models_invoke action",
+                                   action="models_invoke", reason="deployment_grant")
+        path, sha, descriptor = validate.model_load(params)
+        async with self._load_lock:
+            for row in self.models.identity():
+                if row["artifact_sha256"] == sha and row["kind"] == "textgen" and (
+                        descriptor is None
+                        or row["descriptor_sha256"] == descriptor_sha256(descriptor)):
+                    return row
+            loaded = [m for m in self.models if m.name.startswith("artifact-")]
+            if len(loaded) >= MAX_LOADED_ON_DEMAND:
+                raise errors.OverCapacity(f"{len(loaded)} models are loaded on demand (the "
+                                          "limit)", retry_after=60)
+            model = await trio.to_thread.run_sync(self.models.load_gguf, path, sha,
+                                                  descriptor)
+            if model.name in self.models.text:
+                model.engine.close()
+                raise errors.Conflict("another descriptor of this artifact is loaded",
+                                      code="artifact_loaded", field="descriptor")
+            self.models.text[model.name] = model
+        return next(r for r in self.models.identity() if r["name"] == model.name)
 
     async def _metrics(self, params: Mapping[str, Any]) -> dict[str, Any]:
         """The runtime's numbers for the gateway's ``/metrics`` (no principal: the

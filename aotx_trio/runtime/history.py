@@ -20,6 +20,10 @@ from aotx_trio.vocab import ALL_GRANTS
 #: statuses whose result bytes are model output
 OUTPUT_STATUSES = frozenset({"succeeded", "cancelled", "deadline_exceeded"})
 PAGE = 128
+#: A token stands for at most this many bytes (a bound on vocabulary pieces), so
+#: turns holding ``budget * BYTES_PER_TOKEN`` bytes hold at least ``budget`` tokens:
+#: older turns cannot fit in the context and are not read at all.
+BYTES_PER_TOKEN = 64
 
 
 def label_of(participant_key: str) -> str:
@@ -40,16 +44,26 @@ def turn_of(device: Device, receipt: Receipt, result_cap: int) -> Turn:
 
 
 def before(device: Device, conversation: str, input_index: int, result_cap: int,
-           ) -> list[Turn]:
-    """The live inputs of ``conversation`` before ``input_index``, oldest first."""
-    turns: list[Turn] = []
+           budget_tokens: int | None = None) -> list[Turn]:
+    """The live inputs of ``conversation`` before ``input_index``, oldest first; with
+    ``budget_tokens``, only the newest ones that could still fit that many tokens
+    (their bytes are read newest first until they pass ``budget * BYTES_PER_TOKEN``)."""
+    rows: list[Receipt] = []
     cursor = 0
     while True:
-        rows, nxt, _floor = device.conversation_inputs(0, None, conversation, cursor, PAGE)
-        for row in rows:
-            if row.input_index >= input_index:
-                return turns
-            turns.append(turn_of(device, row, result_cap))
-        if not nxt:
-            return turns
+        page, nxt, _floor = device.conversation_inputs(0, None, conversation, cursor, PAGE)
+        rows += [r for r in page if r.input_index < input_index]
+        if not nxt or (page and page[-1].input_index >= input_index):
+            break
         cursor = nxt
+    limit = None if budget_tokens is None else budget_tokens * BYTES_PER_TOKEN
+    turns: list[Turn] = []
+    held = 0
+    for row in reversed(rows):
+        if limit is not None and held >= limit:
+            break
+        turn = turn_of(device, row, result_cap)
+        held += len(turn.text) + len(turn.output or b"") + len(turn.label) + 8
+        turns.append(turn)
+    turns.reverse()
+    return turns

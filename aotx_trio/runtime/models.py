@@ -18,6 +18,7 @@ it was loaded with) are what the runtime reports as its identity
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import shutil
@@ -97,6 +98,9 @@ class EmbeddingModel:
 def _extract(rf: RuntimeFile, root: Path, artifact: str) -> Path:
     """The embedding folder under ``root`` (extracted and verified once; reused)."""
     dest = root / f"embedding-{artifact[:16]}"
+    for old in root.glob("embedding-*"):     # another runtime file's model: not ours now
+        if old != dest:
+            shutil.rmtree(old, ignore_errors=True)
     if (dest / ".complete").is_file():
         return dest
     tmp = root / f".embedding-{artifact[:16]}.tmp-{os.getpid()}"
@@ -183,6 +187,31 @@ class ModelSet:
                 row.update(dim=e.embedder.dim, max_tokens=e.embedder.max_len)
             out.append(row)
         return out
+
+    def load_gguf(self, path: Path, sha256: str, descriptor: dict[str, Any] | None, *,
+                  max_seqs: int = MAX_SEQS) -> TextModel:
+        """Load the GGUF file at ``path`` on demand (blocking: a worker thread) after
+        checking its bytes hash to ``sha256``; the descriptor's settings (None: the
+        engine's defaults).  The caller adds it to :attr:`text`."""
+        digest = hashlib.sha256()
+        with path.open("rb") as f:
+            while chunk := f.read(1 << 20):
+                digest.update(chunk)
+        if digest.hexdigest() != sha256:
+            raise errors.InvalidInput(f"{path.name} does not hash to the artifact sha256",
+                                      code="artifact_mismatch", field="artifact_sha256")
+        d = descriptor or {}
+        if d.get("backend", "cpu") != "cpu":
+            raise errors.InvalidInput("this runtime has only the cpu backend",
+                                      code="backend_unavailable", field="descriptor.backend")
+        threads = int(d.get("threads", 0))
+        eng = Engine.load(path, threads=threads, max_seqs=max_seqs,
+                          max_tokens=int(d.get("context", 0)),
+                          page_tokens=int(d.get("kv_page_tokens", 16)))
+        name = f"artifact-{sha256[:16]}"
+        log.info("model %s loaded on demand: %s, context %d", name, eng.info.arch,
+                 eng.info.max_tokens)
+        return TextModel(name, sha256, eng, threads)
 
     def identity(self) -> list[dict[str, Any]]:
         """Every loaded artifact: name, kind, artifact_sha256, descriptor (+ sha256)."""

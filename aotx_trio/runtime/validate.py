@@ -14,6 +14,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from aotx_trio import errors, vocab
@@ -266,3 +267,30 @@ def embed_texts(params: Mapping[str, Any]) -> list[str]:
             raise errors.InvalidInput(f"texts.{i} must be a string of at most "
                                       f"{MAX_EMBED_TEXT_BYTES} bytes", field=f"texts.{i}")
     return list(texts)
+
+
+def model_load(params: Mapping[str, Any]) -> tuple[Path, str, dict[str, Any] | None]:
+    """A ``model.load`` call's (absolute path of a regular file, sha256, descriptor)."""
+    raw = params.get("path")
+    path = Path(raw) if isinstance(raw, str) and raw else None
+    if path is None or not path.is_absolute() or not path.is_file():
+        raise errors.InvalidInput("path must be an absolute path of a GGUF file",
+                                  field="path")
+    sha = params.get("artifact_sha256")
+    if not isinstance(sha, str) or len(sha) != 64 or not all(c in "0123456789abcdef"
+                                                             for c in sha):
+        raise errors.InvalidInput("artifact_sha256 must be 64 lowercase hex digits",
+                                  field="artifact_sha256")
+    descriptor = params.get("descriptor")
+    if descriptor is not None:
+        keys = {"backend", "threads", "kv_page_tokens", "context"}
+        if not isinstance(descriptor, dict) or set(descriptor) - keys:
+            raise errors.InvalidInput(f"descriptor must be an object of {sorted(keys)}",
+                                      field="descriptor")
+        for key in ("threads", "kv_page_tokens", "context"):
+            v = descriptor.get(key, 0)
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= 1 << 20:
+                raise errors.InvalidInput(f"descriptor.{key} must be an integer",
+                                          field=f"descriptor.{key}")
+        descriptor = dict(descriptor)
+    return path, sha, descriptor

@@ -1,0 +1,87 @@
+"""On-demand loading (the stretch of issue 9): a release or scratch revision whose GGUF
+the runtime has not loaded is exported from the store into the router's artifact
+cache and loaded by the runtime's ``model.load`` call, then served with its identity;
+the runtime refuses a file that does not hash to the artifact."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+import synth_gguf as sg
+from _gateway_env import TINY
+from _router_env import TEXT_SPEC, publish, router_served
+
+from aotx_trio import errors
+from aotx_trio.router.artifacts import store_artifact
+from aotx_trio.router.identity import build_commit, descriptor_sha256
+from aotx_trio.router.scratch import Scratch
+
+pytestmark = pytest.mark.timeout(120)
+PROMPT = {"request": {"prompt": "hello", "max_tokens": 3}}
+DESC = {"backend": "cpu", "threads": 0, "kv_page_tokens": 16, "context": 512}
+
+
+def other_gguf(folder: Path, seed: int) -> Path:
+    """Another tiny model (other random weights): an artifact the runtime lacks."""
+    folder.mkdir(parents=True, exist_ok=True)
+    return sg.write_model(folder / f"other-{seed}.gguf", dataclasses.replace(TINY, seed=seed))
+
+
+async def test_a_release_is_loaded_on_demand(tmp_path: Path) -> None:
+    async with router_served(tmp_path, cache_dir=tmp_path / "cache") as env:
+        path = other_gguf(tmp_path / "o", 7)
+        await publish(env.reg, path, model_id="m/new", release="new-r1", descriptor=DESC)
+        assert (await env.get("/models/m/new")).json()["not_ready"] == "deployment"
+        r = await env.post("/models/m/new/invoke", PROMPT)
+        assert r.status_code == 200, r.text
+        att = r.json()["identity"]["attestation"]
+        assert att["descriptor_sha256"] == descriptor_sha256(DESC)
+        assert att["source_commit"] == build_commit()
+        # loaded now: the detail route says so, the runtime reports it, a second
+        # invoke loads nothing more
+        assert (await env.get("/models/m/new")).json()["servable"] is True
+        rows = [a for a in env.handler.models.identity() if a["name"].startswith("artifact-")]
+        assert [a["descriptor"] for a in rows] == [DESC]
+        assert (await env.post("/models/m/new/invoke", PROMPT)).status_code == 200
+        assert len([m for m in env.handler.models if m.name.startswith("artifact-")]) == 1
+        assert list((tmp_path / "cache").iterdir()) == [tmp_path / "cache" /
+                                                       f"{rows[0]['artifact_sha256']}.gguf"]
+
+
+async def test_a_scratch_revision_is_loaded_on_demand(tmp_path: Path) -> None:
+    async with router_served(tmp_path, cache_dir=tmp_path / "cache") as env:
+        sc = Scratch(env.reg)
+        s = await sc.open()
+        art = await env.reg.run(store_artifact, env.reg.store, other_gguf(tmp_path / "o", 9))
+        await sc.revise(s.session_id, spec=TEXT_SPEC, artifact=art, draft_manifest={
+            "model_type": "textgen", "serving": {"runtime_release": {
+                "name": "scratch", "source_commit": build_commit()}}})
+        r = await env.post(f"/scratch-sessions/{s.session_id}/invoke", PROMPT)
+        assert r.status_code == 200, r.text
+        assert r.json()["identity"]["attestation"]["source_sha256"] == art.sha256
+
+
+async def test_without_a_cache_nothing_is_loaded(tmp_path: Path) -> None:
+    async with router_served(tmp_path) as env:
+        await publish(env.reg, other_gguf(tmp_path / "o", 7), model_id="m/new",
+                      release="new-r1", descriptor=DESC)
+        r = await env.post("/models/m/new/invoke", PROMPT)
+        assert r.status_code == 503 and r.json()["error"]["missing"] == ["deployment"]
+
+
+async def test_the_runtime_checks_what_it_loads(tmp_path: Path) -> None:
+    async with router_served(tmp_path) as env:
+        path = other_gguf(tmp_path / "o", 7)
+        params = {"principal": "invoker", "actions": ["models_invoke"], "path": str(path),
+                  "artifact_sha256": "0" * 64, "descriptor": DESC}
+        with pytest.raises(errors.InvalidInput) as got:
+            await env.handler.call("model.load", params)
+        assert got.value.code == "artifact_mismatch"
+        for bad in ({"path": "relative.gguf"}, {"descriptor": {"threads": "x"}},
+                    {"descriptor": {"gpu": 1}}, {"artifact_sha256": "XYZ"}):
+            with pytest.raises(errors.InvalidInput):
+                await env.handler.call("model.load", {**params, **bad})
+        with pytest.raises(errors.Forbidden):
+            await env.handler.call("model.load", {**params, "principal": "reader"})
