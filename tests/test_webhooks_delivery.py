@@ -8,6 +8,7 @@ two routers on one PostgreSQL store lose and reorder nothing."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -214,3 +215,43 @@ async def test_two_routers_on_postgres_lose_and_reorder_nothing(
     assert rx.refused == 0
     for i in range(2):          # per subscription: nothing lost, nothing reordered
         assert first_seen(rx.accepted_for(f"s={i}")) == ops
+
+
+async def test_real_changes_and_a_healed_event(tmp_path: Path, store: StoreBackend,
+                                               consumer: Any) -> None:
+    """A registry change posts its feed event as is; a change whose event append was
+    lost is re-emitted by the rescan at the head and posted with the heal time."""
+    from _gateway_env import make_runtime_file
+    from _router_env import tiny_gguf
+
+    from aotx_trio.router import feed
+    from aotx_trio.router.artifacts import store_artifact
+    from aotx_trio.router.records import Descriptor, parse_time
+    from aotx_trio.router.registry import Registry
+
+    rx, url, ca = consumer
+    reg = Registry(store)
+    svc = WebhookService(store, KEY, fast(ca))
+    async with trio.open_nursery() as nursery:
+        await started(nursery, svc)
+        await svc.create({"url": url, "events": ["release.minted"]})
+        make_runtime_file(tmp_path / "rt")
+        art = await reg.run(store_artifact, store, tiny_gguf(tmp_path))
+        await reg.mint_release("tiny-r1", art, Descriptor(), "a" * 40)
+        await until(lambda: len(rx.accepted) >= 1)
+        # the same release document written without its event (a lost append)
+        body = store.get("releases", "tiny-r1")
+        assert body is not None
+        lost = body.replace(b'"tiny-r1"', b'"tiny-r2"')
+        store.create("releases", "tiny-r2", lost)
+        t = time.time()
+        assert len(feed.heal(store, t)) == 1
+        await until(lambda: len(rx.accepted) >= 2)
+        nursery.cancel_scope.cancel()
+    minted, healed = rx.posts
+    assert minted["type"] == "release.minted" and minted["subject"] == "tiny-r1"
+    assert minted["payload"]["source_commit"] == "a" * 40 and "healed" not in minted["payload"]
+    assert healed["subject"] == "tiny-r2" and healed["payload"]["healed"] is True
+    assert abs(parse_time(healed["at"]) - t) < 1e-3            # the heal time
+    assert healed["operation_id"] == feed.operation_id("release.minted", "tiny-r2",
+                                                       healed["object_sha256"])
