@@ -49,9 +49,13 @@ class Settings:
     #: how often the supervisor lists the subscriptions (another router's new ones)
     sync_s: float = 5.0
     batch: int = 100
+    #: how often a run of successful posts writes the cursor (the rest: a retry wait
+    #: or a batch's end); a crash re-posts at most this much
+    advance_s: float = 0.25
 
     def __post_init__(self) -> None:
-        for name in ("retry_interval_s", "timeout_s", "lease_s", "poll_s", "sync_s"):
+        for name in ("retry_interval_s", "timeout_s", "lease_s", "poll_s", "sync_s",
+                     "advance_s"):
             v = getattr(self, name)
             if not (v > 0 and math.isfinite(v)):
                 raise ValueError(f"webhooks {name} must be a positive number of seconds")
@@ -117,7 +121,9 @@ async def _renew(ctx: Context, uid: str, scope: trio.CancelScope, lost: list[boo
 
 
 async def _pump(ctx: Context, uid: str) -> None:
-    """Post events after the cursor until the subscription is disabled."""
+    """Post events after the cursor until the subscription is disabled.  The cursor
+    write (an fsync on the folder store) is coalesced: at most every ``advance_s``
+    while posts succeed, and always before a retry wait and at a batch's end."""
     s = ctx.settings
     while True:
         body = await ctx.call(ctx.store.hook_get, uid)
@@ -131,19 +137,27 @@ async def _pump(ctx: Context, uid: str) -> None:
         if not events:
             await trio.sleep(s.poll_s)
             continue
-        skipped: dict[str, Any] | None = None
+        pending: dict[str, Any] | None = None     # passed, cursor not yet written
+        delivered = False
+        written = trio.current_time()
         for ev in events:
-            if not sub.wants(ev["type"]):
-                skipped = ev
-                continue
-            if not await _post_until_accepted(ctx, sub, ev):
-                return   # disabled meanwhile
-            sub = await _advance(ctx, uid, ev, delivered=True)
-            skipped = None
-            if sub.state != "active":
-                return   # disabled by another router meanwhile
-        if skipped is not None:
-            sub = await _advance(ctx, uid, skipped, delivered=False)
+            if sub.wants(ev["type"]):
+                while not await _post_once(ctx, sub, ev):
+                    if pending is not None:
+                        sub = await _advance(ctx, uid, pending, delivered)
+                        pending, delivered = None, False
+                    await trio.sleep(s.retry_interval_s)
+                    if not await _active(ctx, uid):
+                        return
+                delivered = True
+            pending = ev
+            if delivered and trio.current_time() - written >= s.advance_s:
+                sub = await _advance(ctx, uid, pending, delivered)
+                pending, delivered, written = None, False, trio.current_time()
+                if sub.state != "active":
+                    return   # disabled by another router meanwhile
+        if pending is not None:
+            await _advance(ctx, uid, pending, delivered)
 
 
 async def _advance(ctx: Context, uid: str, ev: dict[str, Any], delivered: bool,
@@ -166,28 +180,26 @@ async def _advance(ctx: Context, uid: str, ev: dict[str, Any], delivered: bool,
     return load(new, uid)
 
 
-async def _post_until_accepted(ctx: Context, sub: Subscription, ev: dict[str, Any]) -> bool:
-    """Post ``ev`` until a 2xx (True), or until the subscription is disabled (False)."""
+async def _post_once(ctx: Context, sub: Subscription, ev: dict[str, Any]) -> bool:
+    """One post of ``ev``: True on a 2xx; anything else is logged (never the URL's
+    path or query) and False."""
     s = ctx.settings
     body = canonical(post_body(ev))
     pol = policy(s.allow_insecure_targets, s.timeout_s, s.ca_file)
     shown = "the subscription's URL"
-    while True:
-        try:
-            target = check_url(sub.url, s.allow_insecure_targets)   # the settings may change
-            shown = target.shown()
-            addresses = await vet(target, pol)
-            status = await post(target, addresses, body,
-                                signing.sign(ctx.key, int(ctx.now()), body), pol)
-            if 200 <= status < 300:
-                return True
-            why = f"status {status}"
-        except PostFailed as exc:
-            why = str(exc)
-        except AotxError as exc:    # refused by the URL rules or the address policy now
-            why = str(exc.fields.get("rule", exc.code))
-        log.warning("webhook %s: post of seq %d to %s failed (%s); retrying in %g s",
-                    sub.uuid, ev["seq"], shown, why, s.retry_interval_s)
-        await trio.sleep(s.retry_interval_s)
-        if not await _active(ctx, sub.uuid):
-            return False
+    try:
+        target = check_url(sub.url, s.allow_insecure_targets)   # the settings may change
+        shown = target.shown()
+        addresses = await vet(target, pol)
+        status = await post(target, addresses, body,
+                            signing.sign(ctx.key, int(ctx.now()), body), pol)
+        if 200 <= status < 300:
+            return True
+        why = f"status {status}"
+    except PostFailed as exc:
+        why = str(exc)
+    except AotxError as exc:    # refused by the URL rules or the address policy now
+        why = str(exc.fields.get("rule", exc.code))
+    log.warning("webhook %s: post of seq %d to %s failed (%s); retrying in %g s",
+                sub.uuid, ev["seq"], shown, why, s.retry_interval_s)
+    return False
