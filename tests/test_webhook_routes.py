@@ -128,3 +128,18 @@ async def test_auth_and_unconfigured(tmp_path: Path) -> None:
         r = await http.get("/webhooks/signing-key", headers=auth())
         assert r.status_code == 503 and r.json()["error"]["code"] == "webhooks_unconfigured"
         assert (await http.get("/webhooks", headers=auth())).json() == {"webhooks": []}
+
+
+async def test_without_a_store_the_routes_are_not_ready(tmp_path: Path) -> None:
+    from aotx_trio.gateway.app import create_app
+
+    _, cfg = make_config(tmp_path / "cfg", PRINCIPALS)
+    app = create_app(InProcessClient(None), cfg.principals)  # type: ignore[arg-type]
+    client = app.test_client()
+    for method, path in (("GET", "/webhooks"), ("POST", "/webhooks"),
+                         ("GET", "/webhooks/signing-key"),
+                         ("DELETE", "/webhooks/0b7e1f39-3d4e-4b7f-9c1a-2f3e4d5c6b7a")):
+        r = await client.open(path, method=method, headers=auth(), json={})
+        assert r.status_code == 503, path
+        err = (await r.get_json())["error"]
+        assert err["code"] == "not_ready" and err["missing"] == ["store"]

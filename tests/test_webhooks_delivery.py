@@ -255,3 +255,19 @@ async def test_real_changes_and_a_healed_event(tmp_path: Path, store: StoreBacke
     assert abs(parse_time(healed["at"]) - t) < 1e-3            # the heal time
     assert healed["operation_id"] == feed.operation_id("release.minted", "tiny-r2",
                                                        healed["object_sha256"])
+
+
+async def test_a_corrupt_subscription_stops_only_itself(store: StoreBackend,
+                                                        consumer: Any,
+                                                        caplog: pytest.LogCaptureFixture,
+                                                        ) -> None:
+    rx, url, ca = consumer
+    store.hook_create("00000000-0000-4000-8000-000000000000", b'{"not": "a subscription"}')
+    svc = WebhookService(store, KEY, fast(ca))
+    async with trio.open_nursery() as nursery:
+        await started(nursery, svc)
+        await svc.create({"url": url})
+        ops = append_events(store, 2)
+        await until(lambda: len(rx.accepted) >= 2)
+        nursery.cancel_scope.cancel()
+    assert rx.accepted == ops and "is corrupt" in caplog.text

@@ -257,7 +257,7 @@ class FolderStore:
 
     def hook_create(self, uuid: str, body: bytes) -> bytes | None:
         path = self._hook(uuid, ".json")
-        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{id(body):x}")
+        tmp = path.with_name(f".{path.name}.tmp-{os.urandom(8).hex()}")
         self._write_tmp(tmp, [body])
         if _link_once(tmp, path):
             return None

@@ -154,8 +154,15 @@ class WebhookService:
                 self._wake = trio.Event()
 
     async def _sync(self, ctx: Context, nursery: trio.Nursery) -> None:
-        subs = [load(b, "?") for b in await _in_thread(self.store.hook_list)]
-        active = {x.uuid for x in subs if x.state == "active"}
+        active: set[str] = set()
+        for raw in await _in_thread(self.store.hook_list):
+            try:
+                sub = load(raw, "(listed)")
+            except errors.FormatError as exc:     # one corrupt document stops only itself
+                log.warning("webhooks: %s", exc.message)
+                continue
+            if sub.state == "active":
+                active.add(sub.uuid)
         for uid, scope in list(self._tasks.items()):
             if uid not in active:
                 scope.cancel()
