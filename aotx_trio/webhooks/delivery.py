@@ -81,20 +81,37 @@ class _LeaseLost(Exception):
     pass
 
 
+@dataclass
+class _Hold:
+    """Until when this router surely holds the lease (the time before the last
+    successful take or renewal, plus ``lease_s``)."""
+
+    until: float = 0.0
+
+    def budget(self, ctx: Context) -> float:
+        """How long a post may still take: it must end before the lease could have
+        passed to another router (else that router's re-post of an earlier event
+        could arrive after this one's later event)."""
+        return self.until - ctx.now() - 0.1 * ctx.settings.lease_s
+
+
 async def deliver(ctx: Context, uid: str) -> None:
     """Deliver until the subscription is disabled (or gone); cancel to stop."""
     s = ctx.settings
     while True:
-        if not await ctx.call(ctx.store.hook_lease, uid, ctx.holder, ctx.now(), s.lease_s):
+        hold = _Hold()
+        t0 = ctx.now()
+        if not await ctx.call(ctx.store.hook_lease, uid, ctx.holder, t0, s.lease_s):
             if not await _active(ctx, uid):
                 return
             await trio.sleep(s.lease_s / 3)
             continue
+        hold.until = t0 + s.lease_s
         lost: list[bool] = []
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(_renew, ctx, uid, nursery.cancel_scope, lost)
+            nursery.start_soon(_renew, ctx, uid, nursery.cancel_scope, lost, hold)
             try:
-                await _pump(ctx, uid)
+                await _pump(ctx, uid, hold)
             except _LeaseLost:
                 lost.append(True)
             nursery.cancel_scope.cancel()
@@ -110,17 +127,20 @@ async def _active(ctx: Context, uid: str) -> bool:
     return body is not None and load(body, uid).state == "active"
 
 
-async def _renew(ctx: Context, uid: str, scope: trio.CancelScope, lost: list[bool]) -> None:
+async def _renew(ctx: Context, uid: str, scope: trio.CancelScope, lost: list[bool],
+                 hold: _Hold) -> None:
     s = ctx.settings
     while True:
         await trio.sleep(s.lease_s / 3)
-        if not await ctx.call(ctx.store.hook_lease, uid, ctx.holder, ctx.now(), s.lease_s):
+        t0 = ctx.now()
+        if not await ctx.call(ctx.store.hook_lease, uid, ctx.holder, t0, s.lease_s):
             lost.append(True)
             scope.cancel()
             return
+        hold.until = t0 + s.lease_s
 
 
-async def _pump(ctx: Context, uid: str) -> None:
+async def _pump(ctx: Context, uid: str, hold: _Hold) -> None:
     """Post events after the cursor until the subscription is disabled.  The cursor
     write (an fsync on the folder store) is coalesced: at most every ``advance_s``
     while posts succeed, and always before a retry wait and at a batch's end."""
@@ -142,7 +162,7 @@ async def _pump(ctx: Context, uid: str) -> None:
         written = trio.current_time()
         for ev in events:
             if sub.wants(ev["type"]):
-                while not await _post_once(ctx, sub, ev):
+                while not await _post_once(ctx, sub, ev, hold):
                     if pending is not None:
                         sub = await _advance(ctx, uid, pending, delivered)
                         pending, delivered = None, False
@@ -180,12 +200,17 @@ async def _advance(ctx: Context, uid: str, ev: dict[str, Any], delivered: bool,
     return load(new, uid)
 
 
-async def _post_once(ctx: Context, sub: Subscription, ev: dict[str, Any]) -> bool:
+async def _post_once(ctx: Context, sub: Subscription, ev: dict[str, Any], hold: _Hold,
+                     ) -> bool:
     """One post of ``ev``: True on a 2xx; anything else is logged (never the URL's
-    path or query) and False."""
+    path or query) and False.  Its time is bounded by ``timeout_s`` and by the
+    lease (:class:`_Hold`); no time left is :class:`_LeaseLost` (take it again)."""
     s = ctx.settings
     body = canonical(post_body(ev))
-    pol = policy(s.allow_insecure_targets, s.timeout_s, s.ca_file)
+    budget = min(s.timeout_s, hold.budget(ctx))
+    if budget <= 0:
+        raise _LeaseLost
+    pol = policy(s.allow_insecure_targets, budget, s.ca_file)
     shown = "the subscription's URL"
     try:
         target = check_url(sub.url, s.allow_insecure_targets)   # the settings may change
