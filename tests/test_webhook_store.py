@@ -15,6 +15,8 @@ from _postgres import postgres_server, postgres_url  # noqa: F401  (fixtures)
 from aotx_trio.router.backends import open_store
 from aotx_trio.router.store import StoreBackend
 
+pytestmark = pytest.mark.timeout(120)
+
 
 @pytest.fixture(params=["folder", "postgresql"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Any:

@@ -16,6 +16,8 @@ from aotx_trio.errors import ConfigError, InvalidInput
 from aotx_trio.webhooks import signing
 from aotx_trio.webhooks.targets import check_url
 
+pytestmark = pytest.mark.timeout(120)
+
 
 def test_key_file_and_consumer_check(tmp_path: Path) -> None:
     path = signing.create_key(tmp_path / "k")
@@ -100,3 +102,15 @@ def test_serve_creates_the_key_once(tmp_path: Path) -> None:
     again, token2 = ensure_config(tmp_path, "127.0.0.1:0")
     assert token2 is None and key.read_bytes() == seed
     assert again.webhooks.signing_key_file == cfg.webhooks.signing_key_file
+
+
+async def test_private_addresses_refused_unless_allowed() -> None:
+    from aotx_trio.webhooks.targets import policy, vet
+
+    for url in ("https://localhost:8443/hook", "https://127.0.0.1/hook",
+                "https://[::1]/hook", "https://10.1.2.3/hook", "https://169.254.169.254/x"):
+        with pytest.raises(InvalidInput) as exc:
+            await vet(check_url(url, False), policy(False, 5.0, None))
+        assert exc.value.fields["rule"] == "address", url
+    assert await vet(check_url("http://127.0.0.1:9/x", True), policy(True, 5.0, None)) == \
+        ("127.0.0.1",)
