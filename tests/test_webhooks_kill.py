@@ -26,9 +26,15 @@ from aotx_trio.config import token_sha256
 from aotx_trio.router.backends import open_store
 from aotx_trio.webhooks import signing
 
-pytestmark = pytest.mark.timeout(120)
 EVENTS = int(os.environ.get("AOTX_WEBHOOK_KILL_EVENTS", "120"))
 KILLS = int(os.environ.get("AOTX_WEBHOOK_KILL_KILLS", "4"))
+pytestmark = pytest.mark.timeout(120 + EVENTS // 15)
+
+
+def _die_with_parent() -> None:
+    """The child gets SIGKILL when the test process dies (no orphan routers)."""
+    import ctypes
+    ctypes.CDLL(None).prctl(1, signal.SIGKILL)   # PR_SET_PDEATHSIG
 
 
 def free_port() -> int:
@@ -62,7 +68,8 @@ async def _start(data: Path, ccir: Path) -> tuple[trio.Process, str]:
     with (data / "serve.log").open("ab") as log:   # the child keeps its own descriptor
         proc = await trio.lowlevel.open_process(
             [sys.executable, "-m", "aotx_trio", "serve", "--data", str(data), "--bind",
-             f"127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT)
+             f"127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT,
+            preexec_fn=_die_with_parent)
     base = f"http://127.0.0.1:{port}"
     async with httpx.AsyncClient() as http:
         with trio.fail_after(60):
@@ -99,7 +106,8 @@ async def test_kill_9_either_router_loses_and_reorders_nothing(
             ops: list[str] = []
             per = EVENTS // (KILLS + 1)
             for k in range(KILLS + 1):
-                ops += append_events(store, per, start=per * k)
+                ops += await trio.to_thread.run_sync(
+                    lambda k=k: append_events(store, per, start=per * k))
                 await trio.sleep(0.25)      # mid-delivery: each post takes >= 20 ms
                 if k < KILLS:
                     victim = k % 2
