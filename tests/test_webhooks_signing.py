@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import json
 import stat
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 import nacl.signing
 import pytest
@@ -114,3 +117,31 @@ async def test_private_addresses_refused_unless_allowed() -> None:
         assert exc.value.fields["rule"] == "address", url
     assert await vet(check_url("http://127.0.0.1:9/x", True), policy(True, 5.0, None)) == \
         ("127.0.0.1",)
+
+
+def test_the_consumer_example_in_the_docs_refuses_what_it_must() -> None:
+    """docs/webhooks.md's own ``verified`` (the first python block), run as written."""
+    import re
+
+    text = (Path(__file__).parent.parent / "docs" / "webhooks.md").read_text()
+    code = re.findall(r"```python\n(.*?)```", text, re.S)[0]
+    key = nacl.signing.SigningKey.generate()
+    ns: dict[str, object] = {}
+    exec(code.replace("<hex from GET /webhooks/signing-key>", signing.public_hex(key)), ns)
+    verified = cast(Callable[..., bool], ns["verified"])
+    handle = cast(Callable[..., int], ns["handle"])
+    body = b'{"operation_id":"op_1","schema":1,"type":"alias.moved"}'
+    now = 1_800_000_000
+    h = signing.sign(key, now, body)
+    assert verified(h, body, now=now + 299)
+    assert not verified(h, body + b" ", now=now)
+    assert not verified(signing.sign(nacl.signing.SigningKey.generate(), now, body), body,
+                        now=now)
+    assert not verified(h, body, now=now + 301)
+    assert not verified({}, body, now=now)
+    applied: list[str] = []
+    ns["apply"] = lambda event: applied.append(event["operation_id"])
+    fresh = signing.sign(key, int(time.time()), body)
+    assert handle(fresh, body) == 204 and handle(fresh, body) == 204
+    assert applied == ["op_1"]                                               # deduplicated
+    assert handle({}, body) == 401
