@@ -31,11 +31,6 @@ KILLS = int(os.environ.get("AOTX_WEBHOOK_KILL_KILLS", "4"))
 pytestmark = pytest.mark.timeout(120 + EVENTS // 15)
 
 
-def _die_with_parent() -> None:
-    """The child gets SIGKILL when the test process dies (no orphan routers)."""
-    import ctypes
-    ctypes.CDLL(None).prctl(1, signal.SIGKILL)   # PR_SET_PDEATHSIG
-
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -68,8 +63,7 @@ async def _start(data: Path, ccir: Path) -> tuple[trio.Process, str]:
     with (data / "serve.log").open("ab") as log:   # the child keeps its own descriptor
         proc = await trio.lowlevel.open_process(
             [sys.executable, "-m", "aotx_trio", "serve", "--data", str(data), "--bind",
-             f"127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT,
-            preexec_fn=_die_with_parent)
+             f"127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     async with httpx.AsyncClient() as http:
         with trio.fail_after(60):
