@@ -11,9 +11,12 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
+
+from aotx_trio.errors import ConfigError
 
 
 def flock_nb(path: str | os.PathLike[str], *, shared: bool, create: bool = False) -> int | None:
@@ -31,6 +34,21 @@ def flock_nb(path: str | os.PathLike[str], *, shared: bool, create: bool = False
         os.close(fd)
         raise
     return fd
+
+
+def refuse_writable_by_others(path: str | os.PathLike[str]) -> None:
+    """Raise :class:`aotx_trio.errors.ConfigError` (code ``file_permissions``) naming
+    ``path`` when its group or others may write it: whoever can rewrite a file of
+    credentials or grants can give themselves any action.  A missing file is left to
+    the caller's own message."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return
+    if mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise ConfigError(f"{path}: group or others may write it (mode "
+                          f"{stat.S_IMODE(mode):04o}); refusing to use it: chmod go-w {path}",
+                          code="file_permissions", key="(file)", path=str(path))
 
 
 def fsync_dir(path: str | os.PathLike[str]) -> None:

@@ -38,6 +38,20 @@ async def on_signal(action: Callable[[], object], *,
             return
 
 
+async def on_reload(action: Callable[[], object], *,
+                    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    """Call ``action`` on every SIGHUP (reload credentials and grants), for the life of
+    the task; an error of ours in it is logged and the old state kept."""
+    with trio.open_signal_receiver(signal.SIGHUP) as signals:
+        task_status.started()
+        async for _ in signals:
+            log.info("signal SIGHUP: reloading")
+            try:
+                action()
+            except errors.AotxError as exc:
+                log.error("reload refused, keeping the running configuration: %s", exc)
+
+
 def leaves(exc: BaseException) -> Iterator[BaseException]:
     """The exceptions inside ``exc`` (itself when it is no group)."""
     if isinstance(exc, BaseExceptionGroup):

@@ -50,6 +50,9 @@ def _parser() -> argparse.ArgumentParser:
     s = sub.add_parser("serve", help="embedded default: runtime + gateway in one process")
     s.add_argument("--data", default="./aotx-data", help="data folder (created on first run)")
     s.add_argument("--bind", default="127.0.0.1:8080", help="HOST:PORT to listen on")
+    s.add_argument("--service-socket", action="store_true",
+                   help="also open the runtime's service socket (<data>/journal/service.sock);"
+                   " off by default: the gateway runs in-process")
     _journal_flags(s, "limits.journal_max_bytes of gateway.json",
                    "limits.journal_min_free_bytes of gateway.json")
 

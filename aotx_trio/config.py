@@ -27,7 +27,7 @@ from pydantic import (
     model_validator,
 )
 
-from aotx_trio._fs import atomic_write_text
+from aotx_trio._fs import atomic_write_text, refuse_writable_by_others
 from aotx_trio.errors import ConfigError
 from aotx_trio.vocab import ACTIONS, Action  # noqa: F401  (re-exported)
 
@@ -76,6 +76,21 @@ class Limits(_Strict):
     journal_max_bytes: Annotated[int, Field(ge=0, le=1 << 60)] = 64 * GIB
     #: free space the journal's file system keeps: below it writes hold (0 = no floor)
     journal_min_free_bytes: Annotated[int, Field(ge=0, le=1 << 60)] = 64 * MIB
+    #: per-principal quotas (429 over_quota): receipts not yet retired, spaces and
+    #: conversations created (the runtime counts them; written into grants.json), and a
+    #: token bucket of API requests (the gateway; 0 = no rate limit).  The defaults
+    #: leave the 1024-slot receipt table room for 8 principals at full use.
+    max_receipts_per_principal: Annotated[int, Field(ge=1, le=1 << 20)] = 120
+    max_spaces_per_principal: Annotated[int, Field(ge=1, le=1 << 20)] = 120
+    max_conversations_per_principal: Annotated[int, Field(ge=1, le=1 << 20)] = 480
+    requests_per_second: Annotated[float, Field(ge=0, le=1e6)] = 200.0
+    request_burst: Annotated[int, Field(ge=1, le=1 << 20)] = 400
+    #: connections served at once; one more is answered 503 too_many_connections, closed
+    max_connections: Annotated[int, Field(ge=1, le=1 << 20)] = 512
+    #: request-body bytes buffered across all connections at once (503 body_budget)
+    max_buffered_body_bytes: Annotated[int, Field(ge=1024, le=1 << 40)] = 64 * MIB
+    #: cleartext HTTP/2 (h2c: the preface or Upgrade: h2c); off unless set
+    allow_h2c: bool = False
 
     @model_validator(mode="after")
     def _list_limits(self) -> Limits:
@@ -196,7 +211,6 @@ def _key_path(loc: tuple[int | str, ...]) -> str:
 #: Keys of the contract that nothing implements yet, and what will: a file that sets
 #: one is refused naming it, so no setting is ever silently ignored.
 UNIMPLEMENTED: dict[str, str] = {
-    "limits.max_connections": "connection limits",
     "limits.scratch_lease_s": "the serving router",
 }
 
@@ -229,6 +243,7 @@ def parse_gateway_config(data: Any, source: str = "gateway.json") -> GatewayConf
 def load_gateway_config(path: str | os.PathLike[str]) -> GatewayConfig:
     """Read, validate and resolve ``gateway.json``."""
     p = Path(path)
+    refuse_writable_by_others(p)
     try:
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError:

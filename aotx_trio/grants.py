@@ -19,8 +19,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from aotx_trio._fs import atomic_write_text
-from aotx_trio.config import GatewayConfig, load_gateway_config
+from aotx_trio._fs import atomic_write_text, refuse_writable_by_others
+from aotx_trio.config import GatewayConfig, Limits, load_gateway_config
 from aotx_trio.errors import ConfigError
 from aotx_trio.vocab import ACTIONS, HEX32, Action, principal_key
 
@@ -49,6 +49,17 @@ class GrantPrincipal(BaseModel):
         return self
 
 
+class Quotas(BaseModel):
+    """Per-principal quotas the runtime enforces (``limits.max_*_per_principal`` of
+    ``gateway.json``); a file without them gets the defaults."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    receipts: Annotated[int, Field(ge=1)] = Limits().max_receipts_per_principal
+    spaces: Annotated[int, Field(ge=1)] = Limits().max_spaces_per_principal
+    conversations: Annotated[int, Field(ge=1)] = Limits().max_conversations_per_principal
+
+
 class Grants(BaseModel):
     """The validated grant file."""
 
@@ -56,6 +67,7 @@ class Grants(BaseModel):
 
     schema_: Literal["aotx.grants.v1"] = Field(alias="schema")
     principals: tuple[GrantPrincipal, ...]
+    quotas: Quotas = Field(default_factory=Quotas)
 
     @model_validator(mode="after")
     def _unique(self) -> Grants:
@@ -87,6 +99,9 @@ def grants_document(config: GatewayConfig) -> dict[str, Any]:
              "actions": sorted(set(p.actions), key=ACTIONS.index)}
             for p in principals
         ],
+        "quotas": {"receipts": config.limits.max_receipts_per_principal,
+                   "spaces": config.limits.max_spaces_per_principal,
+                   "conversations": config.limits.max_conversations_per_principal},
     }
 
 
@@ -101,6 +116,7 @@ def write_grants(config: GatewayConfig, out_dir: str | os.PathLike[str]) -> Path
 def load_grants(grants_dir: str | os.PathLike[str]) -> Grants:
     """Read and validate ``grants_dir/grants.json``; unknown fields are refused."""
     p = Path(grants_dir) / FILE_NAME
+    refuse_writable_by_others(p)
     try:
         data = json.loads(p.read_text(encoding="utf-8"))
     except FileNotFoundError:

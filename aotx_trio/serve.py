@@ -40,7 +40,7 @@ from aotx_trio.config import GatewayConfig, load_gateway_config, write_gateway_c
 from aotx_trio.errors import AotxError
 from aotx_trio.gateway.auth import hash_token, new_token
 from aotx_trio.gateway.serve import serve_gateway
-from aotx_trio.grants import write_grants
+from aotx_trio.grants import load_grants, write_grants
 from aotx_trio.runtime.boot import JournalLimits, run_runtime
 from aotx_trio.runtime.ccir import RuntimeFile
 from aotx_trio.runtime.handler import ServiceHandler
@@ -161,8 +161,12 @@ async def serve_embedded(data: Path, bind: str, *,
                          task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
                          shutdown: trio.Event | None = None,
                          journal_max_bytes: int | None = None,
-                         journal_min_free_bytes: int | None = None) -> None:
-    """Flags given as None take gateway.json's ``limits.journal_*``."""
+                         journal_min_free_bytes: int | None = None,
+                         service_socket: bool = False) -> None:
+    """Flags given as None take gateway.json's ``limits.journal_*``.  The runtime's
+    service socket is opened only with ``service_socket`` (``--service-socket``).
+    SIGHUP re-reads gateway.json: the gateway's principals and the runtime's grants
+    (the grant file is rewritten from it) change without a restart."""
     runtime, config, token = await trio.to_thread.run_sync(prepare, data, bind)
     limits = JournalLimits.of(config.limits, journal_max_bytes, journal_min_free_bytes)
     if token is not None:
@@ -174,15 +178,22 @@ async def serve_embedded(data: Path, bind: str, *,
         outer.start_soon(on_signal, shutdown.set)
         handler = await outer.start(functools.partial(
             run_runtime, runtime, data / "journal", data / "grants",
-            execution_deadline_s=config.limits.execution_deadline_s, journal_limits=limits))
+            execution_deadline_s=config.limits.execution_deadline_s, journal_limits=limits,
+            socket=service_socket))
         try:
             for model_id in await register_default_models(config, runtime, handler):
                 log.info("default model %s", model_id)
         except AotxError as exc:   # e.g. a PostgreSQL store that is down: serve anyway
             log.error("the default models were not registered: %s", exc.message)
+
+        def reload(fresh: GatewayConfig) -> None:
+            write_grants(fresh, data / "grants")
+            handler.grants = load_grants(data / "grants")
+
         async with trio.open_nursery() as gateway:
-            binds = await gateway.start(serve_gateway, config, InProcessClient(handler),
-                                        shutdown)
+            binds = await gateway.start(functools.partial(
+                serve_gateway, config, InProcessClient(handler), shutdown,
+                config_path=data / CONFIG_NAME, on_reload=reload))
             print(f"aotx serve: lineage {handler.lineage}, listening on {' '.join(binds)}",
                   flush=True)
             task_status.started(binds)
@@ -202,6 +213,7 @@ def main(args: argparse.Namespace) -> int:
     setup_logging()
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     run_trio(functools.partial(serve_embedded, journal_max_bytes=args.journal_max_bytes,
-                               journal_min_free_bytes=args.journal_min_free_bytes),
+                               journal_min_free_bytes=args.journal_min_free_bytes,
+                               service_socket=args.service_socket),
              Path(args.data), args.bind)
     return 0

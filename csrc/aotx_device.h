@@ -98,7 +98,7 @@ enum {
     AOTX_E_SPACE_NOT_FOUND = -121,
     AOTX_E_CONVERSATION_NOT_FOUND = -122,
     AOTX_E_OPERATION_NOT_FOUND = -123,
-    AOTX_E_MEMBER_NOT_FOUND = -124,       /* MEMBER_SET names an unregistered participant */
+    AOTX_E_MEMBER_NOT_FOUND = -124,       /* kept for the ABI: MEMBER_SET accepts unregistered keys */
     AOTX_E_TARGET_NOT_FOUND = -125,       /* CANCEL target sequence has no live receipt */
     AOTX_E_FORBIDDEN = -126,              /* space right missing on a visible resource */
     AOTX_E_GRANT_FORBIDDEN = -127,        /* current principal grant missing */

@@ -164,9 +164,9 @@ uint32_t dev_find_conversation(const aotx_device *d, const uint8_t id[16]) {
         if (memcmp(d->conversations[i].id, id, 16) == 0) return i;
     return DEV_NONE;
 }
-uint32_t dev_find_member_row(const aotx_device *d, uint32_t space, uint32_t participant) {
+uint32_t dev_find_member_row(const aotx_device *d, uint32_t space, const uint8_t key[16]) {
     for (uint32_t i = 0; i < d->n_members; i++)
-        if (d->members[i].space == space && d->members[i].participant == participant) return i;
+        if (d->members[i].space == space && memcmp(d->members[i].key, key, 16) == 0) return i;
     return DEV_NONE;
 }
 /* A live (not retiring) receipt of `actor` at `sequence`. */
@@ -320,12 +320,13 @@ static int prepare_kind(aotx_device *d, uint32_t grants, dev_plan *pl, const dev
         rc = space_access(d, grants, pl->actor, pl->space, AOTX_RIGHT_MANAGE,
                           AOTX_E_SPACE_NOT_FOUND);
         if (rc) return rc;
-        pl->member_participant = dev_find_participant(d, q->participant);
-        if (pl->member_participant == DEV_NONE) return AOTX_E_MEMBER_NOT_FOUND;
+        /* A row may name a principal that is not registered (yet): the answer never
+         * tells whether a principal key is registered.  It applies once it registers. */
         /* the owner's rights are the owner's: a manager cannot reduce (or change) them */
-        if (pl->member_participant == d->spaces[pl->space].owner && pl->actor != d->spaces[pl->space].owner)
+        if (memcmp(q->participant, d->participants[d->spaces[pl->space].owner].key, 16) == 0 &&
+            pl->actor != d->spaces[pl->space].owner)
             return AOTX_E_FORBIDDEN;
-        pl->member_row = dev_find_member_row(d, pl->space, pl->member_participant);
+        pl->member_row = dev_find_member_row(d, pl->space, q->participant);
         if (pl->member_row == DEV_NONE && d->n_members >= AOTX_MAX_MEMBERS)
             return AOTX_R_MEMBERS_FULL;
         memcpy(pl->resource_id, q->space, 16);
@@ -489,7 +490,7 @@ void dev_apply(aotx_device *d, const dev_plan *pl, uint64_t record) {
         } else {
             dev_member *m = &d->members[d->n_members++];
             m->space = pl->space;
-            m->participant = pl->member_participant;
+            memcpy(m->key, q->participant, 16);
             m->rights = q->rights;
         }
         break;

@@ -41,7 +41,7 @@ typedef struct dev_space {
 
 typedef struct dev_member {
     uint32_t space;             /* space index */
-    uint32_t participant;       /* participant index */
+    uint8_t key[16];            /* the member's principal key (registered or not yet) */
     uint8_t rights;
 } dev_member;
 
@@ -118,7 +118,6 @@ typedef struct dev_plan {
     uint32_t space;             /* target space index */
     uint32_t conversation;      /* target conversation index */
     uint32_t member_row;        /* existing row or DEV_NONE */
-    uint32_t member_participant;
     uint32_t target_receipt;    /* CANCEL */
     uint32_t slot;              /* receipt slot for the new receipt */
     uint64_t admission_number;
@@ -201,7 +200,7 @@ int dev_recover_locked(aotx_device *d, aotx_journal_reader *r, uint64_t *out_bad
 uint32_t dev_find_participant(const aotx_device *d, const uint8_t key[16]);
 uint32_t dev_find_space(const aotx_device *d, const uint8_t id[16]);
 uint32_t dev_find_conversation(const aotx_device *d, const uint8_t id[16]);
-uint32_t dev_find_member_row(const aotx_device *d, uint32_t space, uint32_t participant);
+uint32_t dev_find_member_row(const aotx_device *d, uint32_t space, const uint8_t key[16]);
 uint64_t dev_saved_records(const aotx_device *d);
 uint8_t dev_resolved_rights(const aotx_device *d, uint32_t space, uint32_t participant);
 void dev_receipt_view(aotx_device *d, uint32_t slot, bool foreign, aotx_receipt_view *out);

@@ -9,7 +9,7 @@
  * participant; room and private: nothing). A zero-rights row blocks both. */
 uint8_t dev_resolved_rights(const aotx_device *d, uint32_t space, uint32_t participant) {
     if (space == DEV_NONE || participant == DEV_NONE) return 0;
-    uint32_t row = dev_find_member_row(d, space, participant);
+    uint32_t row = dev_find_member_row(d, space, d->participants[participant].key);
     if (row != DEV_NONE) return d->members[row].rights;
     const dev_space *s = &d->spaces[space];
     if (s->owner == participant) return AOTX_RIGHT_READ | AOTX_RIGHT_WRITE | AOTX_RIGHT_MANAGE;
@@ -207,7 +207,7 @@ int dev_members_locked(aotx_device *d, uint32_t grants, const uint8_t actor[16],
         const dev_member *m = &d->members[i];
         if (m->space != s) continue;
         memset(&out[n], 0, sizeof out[n]);
-        memcpy(out[n].participant, d->participants[m->participant].key, 16);
+        memcpy(out[n].participant, m->key, 16);
         out[n].rights = m->rights;
         n++;
     }

@@ -21,7 +21,7 @@ from quart_trio import QuartTrio
 
 from aotx_trio.client import InProcessClient
 from aotx_trio.config import GatewayConfig, write_gateway_config
-from aotx_trio.gateway.app import create_app, make_app_from_config
+from aotx_trio.gateway.app import make_app_from_config
 from aotx_trio.gateway.auth import hash_token
 from aotx_trio.grants import write_grants
 from aotx_trio.runtime import boot, pack
@@ -60,8 +60,9 @@ def token_for(name: str) -> str:
 
 def make_config(folder: Path, principals: Mapping[str, Sequence[str]], *,
                 socket: Path | None = None, max_body_bytes: int | None = None,
-                bind: str = "127.0.0.1:0") -> tuple[Path, GatewayConfig]:
-    limits: dict[str, Any] = {}
+                bind: str = "127.0.0.1:0", limits: Mapping[str, Any] | None = None,
+                ) -> tuple[Path, GatewayConfig]:
+    limits = dict(limits or {})
     if max_body_bytes is not None:
         limits["max_body_bytes"] = max_body_bytes
     cfg = GatewayConfig.model_validate({
@@ -149,10 +150,12 @@ class Served:
 @contextlib.asynccontextmanager
 async def served(tmp_path: Path, principals: Mapping[str, Sequence[str]], *,
                  fast_mutations: bool = True, max_body_bytes: int | None = None,
-                 ccir: Path | None = None) -> AsyncIterator[Served]:
+                 ccir: Path | None = None, limits: Mapping[str, Any] | None = None,
+                 ) -> AsyncIterator[Served]:
     """Runtime + app over a fresh journal, served by hypercorn (trio worker, the
     gateway's own hypercorn settings) on a free loopback port; ``fast_mutations`` as
-    in :func:`aotx_trio.gateway.app.create_app`.  Shut down gracefully on exit."""
+    in :func:`aotx_trio.gateway.app.create_app`; ``limits`` are gateway.json's.  Shut
+    down gracefully on exit."""
     from hypercorn.trio import serve as hypercorn_serve
 
     from aotx_trio.gateway.serve import hypercorn_config
@@ -161,15 +164,13 @@ async def served(tmp_path: Path, principals: Mapping[str, Sequence[str]], *,
     try:
         if ccir is None:
             ccir = make_runtime_file(tmp_path / "rt")
-        _, cfg = make_config(folder, principals, max_body_bytes=max_body_bytes)
-        lim = cfg.limits
+        _, cfg = make_config(folder, principals, max_body_bytes=max_body_bytes,
+                             limits=limits)
         async with trio.open_nursery() as nursery:
             handler = await nursery.start(boot.run_runtime, ccir, folder / "journal",
                                           folder / "grants")
-            app = create_app(InProcessClient(handler), cfg.principals,
-                             max_body_bytes=lim.max_body_bytes,
-                             list_limit_default=lim.list_limit_default,
-                             list_limit_max=lim.list_limit_max, fast_mutations=fast_mutations)
+            app = make_app_from_config(cfg, InProcessClient(handler),
+                                       fast_mutations=fast_mutations)
             shutdown, stopped = trio.Event(), trio.Event()
 
             async def http(task_status: trio.TaskStatus[list[str]]) -> None:

@@ -132,8 +132,8 @@ def test_unimplemented_keys_are_refused_by_name(key: str) -> None:
 
 def test_unimplemented_keys_are_refused_from_a_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
-        load_gateway_config(_write(tmp_path, _doc(limits={"max_connections": 1024})))
-    assert info.value.fields["key"] == "limits.max_connections"
+        load_gateway_config(_write(tmp_path, _doc(limits={"scratch_lease_s": 900.0})))
+    assert info.value.fields["key"] == "limits.scratch_lease_s"
     assert "g.json" in info.value.message
 
 

@@ -230,8 +230,6 @@ def test_every_refusal_changes_nothing(rig: Rig) -> None:
          ALL),
         ("conversation_not_found", B, rig.req(B, D.Kind.INPUT, conversation=conv, text="x",
                                            model="m"), ALL),
-        ("member_not_found", A, rig.req(A, D.Kind.MEMBER_SET, space=s, participant=C,
-                                     permissions=("read",)), ALL),
         ("forbidden", A, rig.req(A, D.Kind.MEMBER_SET, space=s, participant=B,
                               permissions=("read",)), D.GRANT_READ | D.GRANT_WRITE),
         ("target_not_found", A, rig.req(A, D.Kind.CANCEL, target_sequence=50), ALL),
@@ -399,6 +397,21 @@ def test_rights_matrix_per_scope(rig: Rig) -> None:
     rig.do(A, D.Kind.MEMBER_SET, space=room, participant=C, permissions=["manage", "read"])
     rig.do(C, D.Kind.MEMBER_SET, space=room, participant=B, permissions=["read"])
     assert rig.members(room)[B] == ("read",)
+
+
+def test_a_member_row_never_tells_whether_a_key_is_registered(rig: Rig) -> None:
+    """Issue 10 item 8: naming a registered non-member and an unregistered key answer
+    alike (a receipt, a row); the unregistered key's row applies once it registers."""
+    rig.register(A, B)
+    room = rig.space(A, "room")
+    got = [rig.do(A, D.Kind.MEMBER_SET, space=room, participant=who, permissions=("read",))
+           for who in (B, C)]
+    assert [(r.status, r.kind, r.resource_id) for r in got] == \
+        [("succeeded", D.Kind.MEMBER_SET, room)] * 2
+    assert rig.members(room) == {B: ("read",), C: ("read",)}
+    refused("space_not_found", rig.dev.space, ALL, C, room)     # C is not registered
+    rig.register(C)
+    assert rig.dev.space(ALL, C, room).rights == ("read",)
 
 
 def test_grants_intersect_stored_rights(rig: Rig) -> None:

@@ -252,8 +252,7 @@ class Model:
         if k == D.Kind.MEMBER_SET:
             self._space_access(grants, actor, req.space, 4, "space_not_found")
             assert req.participant is not None and req.space is not None
-            if req.participant not in self.parts:
-                raise Refused("member_not_found")
+            # a row may name an unregistered key: it applies once that key registers
             if req.participant == self.spaces[req.space][0] != actor:
                 raise Refused("forbidden")        # the owner's rights are the owner's
             if ((req.space, req.participant) not in self.members

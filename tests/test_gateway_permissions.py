@@ -126,3 +126,56 @@ async def test_only_the_owner_changes_the_owners_rights(tmp_path: Path,
                        env.body(22, 4, participant=env.par("alice"),
                                 permissions=["read", "manage"]))
         assert r.status_code == 202
+
+
+async def test_adding_a_member_never_reveals_whether_a_name_is_registered(
+        tmp_path: Path) -> None:
+    """Issue 10 item 8, through a real hypercorn: a manager adding a registered
+    non-member (bob) and a guessable name nobody registered (carol) gets the same status
+    and the same body but for the operation's own ids; carol's row applies once she
+    registers."""
+    import httpx
+    from _gateway_env import served, token_for
+
+    async with served(tmp_path, {"alice": ALL, "bob": ALL, "carol": ALL}) as srv, \
+            httpx.AsyncClient(base_url=srv.url, timeout=30) as http:
+        def body(key: int, seq: int, **fields: Any) -> dict[str, Any]:
+            return {"schema": "aotx.shared.mutation.v1", "lineage": srv.lineage,
+                    "operation_key": f"{key:032x}", "sequence": str(seq), **fields}
+
+        def auth(who: str) -> dict[str, str]:
+            return {"Authorization": f"Bearer {token_for(who)}"}
+
+        from aotx_trio.vocab import principal_key
+        par = {n: f"par-{srv.lineage}-{principal_key(n)}" for n in ("bob", "carol")}
+        assert (await http.post(f"{BASE}/participant", headers=auth("alice"),
+                                json=body(1, 1))).status_code == 202
+        assert (await http.post(f"{BASE}/participant", headers=auth("bob"),
+                                json=body(2, 1))).status_code == 202
+        room = (await http.post(f"{BASE}/spaces", headers=auth("alice"),
+                                json=body(3, 2, scope="room"))).json()["resource"]
+        answers = []
+        for seq, who in ((3, "bob"), (4, "carol")):
+            resp = await http.post(f"{BASE}/spaces/{room}/members", headers=auth("alice"),
+                                   json=body(10 + seq, seq, participant=par[who],
+                                             permissions=["read"]))
+            answers.append((resp.status_code, resp.json()))
+
+        def shape(receipt: dict[str, Any]) -> dict[str, Any]:
+            own = ("operation", "operation_key", "sequence", "device", "admission",
+                   "terminal", "save")
+            return {k: v for k, v in receipt.items() if k not in own}
+
+        (s1, r1), (s2, r2) = answers
+        assert s1 == s2 == 202, answers
+        assert shape(r1) == shape(r2)
+        assert set(r1) == set(r2)
+        listed = (await http.get(f"{BASE}/spaces/{room}/members",
+                                 headers=auth("alice"))).json()
+        assert {m["participant"] for m in listed["items"]} >= set(par.values())
+        assert (await http.get(f"{BASE}/spaces/{room}",
+                               headers=auth("carol"))).status_code == 404
+        assert (await http.post(f"{BASE}/participant", headers=auth("carol"),
+                                json=body(5, 1))).status_code == 202
+        got = await http.get(f"{BASE}/spaces/{room}", headers=auth("carol"))
+        assert got.status_code == 200 and got.json()["permissions"] == ["read"]

@@ -26,10 +26,12 @@ from aotx_trio.client import DeviceClient
 from aotx_trio.config import GatewayConfig
 from aotx_trio.gateway import chat, media, router_routes, shared_routes, webhook_routes
 from aotx_trio.gateway.auth import Authenticator, PrincipalEntry
+from aotx_trio.gateway.budget import BodyBudget
 from aotx_trio.gateway.errors import handle_any
 from aotx_trio.gateway.fast import FastMutations
 from aotx_trio.gateway.framing import guard
 from aotx_trio.gateway.metrics import GatewayMetrics, metrics_response
+from aotx_trio.gateway.quota import RateLimiter
 from aotx_trio.gateway.routes_table import BASE, admit
 from aotx_trio.router.service import RouterService, Settings
 from aotx_trio.webhooks.service import WebhookService
@@ -44,6 +46,8 @@ def create_app(client: DeviceClient, principals: Iterable[PrincipalEntry], *,
                sse_queue_depth: int = 256, sse_keepalive_s: float = 15.0,
                max_media_bytes: int = DEFAULT_MAX_MEDIA_BYTES,
                fast_mutations: bool = True, router: RouterService | None = None,
+               rate: RateLimiter | None = None,
+               body_budget: int | None = None,
                webhooks: WebhookService | None = None) -> QuartTrio:
     app = QuartTrio("aotx_trio.gateway", static_folder=None)
     app.request_class = media.request_class(max_media_bytes)
@@ -60,6 +64,7 @@ def create_app(client: DeviceClient, principals: Iterable[PrincipalEntry], *,
     )
     app.config["BODY_TIMEOUT"] = 30
     auth = Authenticator(principals)
+    app.config["AOTX_AUTH"] = auth      # reloaded in place on SIGHUP (gateway/serve.py)
 
     run = getattr(client, "run", None)
     if run is not None:
@@ -87,7 +92,7 @@ def create_app(client: DeviceClient, principals: Iterable[PrincipalEntry], *,
             return
         limit = max_media_bytes if request.path == media.PATH else max_body_bytes
         g.principal = admit(auth, request.headers.get("Authorization"),
-                            request.content_length, limit)
+                            request.content_length, limit, rate)
 
     @app.after_request
     async def _no_store(resp: Response) -> Response:
@@ -125,7 +130,12 @@ def create_app(client: DeviceClient, principals: Iterable[PrincipalEntry], *,
     if fast_mutations:
         app.asgi_app = app.config["AOTX_FAST"] = FastMutations(  # type: ignore[method-assign]
             app.asgi_app, client, auth, max_body_bytes=max_body_bytes,
-            body_timeout=float(app.config["BODY_TIMEOUT"]), retry_after_s=retry_after_s)
+            body_timeout=float(app.config["BODY_TIMEOUT"]), retry_after_s=retry_after_s,
+            rate=rate)
+    if body_budget is not None:
+        app.asgi_app = BodyBudget(  # type: ignore[method-assign]
+            app.asgi_app, budget=body_budget, max_body_bytes=max(max_body_bytes, max_media_bytes),
+            retry_after_s=retry_after_s)
     app.asgi_app = own_metrics.wrap(guard(app.asgi_app))  # type: ignore[method-assign,assignment]
     return app
 
@@ -165,7 +175,8 @@ def webhooks_from_config(config: GatewayConfig, router: RouterService | None,
         ca_file=None if w.ca_file is None else str(w.ca_file), lease_s=w.lease_s))
 
 
-def make_app_from_config(config: GatewayConfig, client: DeviceClient) -> QuartTrio:
+def make_app_from_config(config: GatewayConfig, client: DeviceClient, *,
+                         fast_mutations: bool = True) -> QuartTrio:
     """The app for a loaded ``gateway.json`` (aotx_trio.config.GatewayConfig)."""
     principals = list(config.principals)
     if not principals:
@@ -176,5 +187,7 @@ def make_app_from_config(config: GatewayConfig, client: DeviceClient) -> QuartTr
                       list_limit_default=lim.list_limit_default,
                       list_limit_max=lim.list_limit_max, retry_after_s=lim.retry_after_s,
                       sse_queue_depth=lim.sse_queue_depth, sse_keepalive_s=lim.sse_keepalive_s,
-                      max_media_bytes=lim.max_media_bytes, router=router,
+                      max_media_bytes=lim.max_media_bytes, fast_mutations=fast_mutations,
+                      rate=RateLimiter(lim.requests_per_second, lim.request_burst),
+                      body_budget=lim.max_buffered_body_bytes, router=router,
                       webhooks=webhooks_from_config(config, router))

@@ -59,13 +59,20 @@ def new_token() -> str:
 class Authenticator:
     def __init__(self, principals: Iterable[PrincipalEntry]) -> None:
         self._table: list[tuple[bytes, Principal]] = []
+        self._known: dict[bytes, Principal] = {}
+        self.reload(principals)
+
+    def reload(self, principals: Iterable[PrincipalEntry]) -> None:
+        """Replace the principals (SIGHUP): a removed or changed token stops working
+        at once; every holder of this authenticator sees the new table."""
+        table: list[tuple[bytes, Principal]] = []
         for p in principals:
             digest = bytes.fromhex(p.token_sha256)
             if len(digest) != 32:
                 raise errors.ConfigError(f"principal {p.name!r}: token_sha256 must be 64 hex "
                                          "digits", field="token_sha256")
-            self._table.append((digest, Principal(p.name, tuple(p.actions))))
-        self._known: dict[bytes, Principal] = {}
+            table.append((digest, Principal(p.name, tuple(p.actions))))
+        self._table, self._known = table, {}
 
     def authenticate(self, authorization: str | None) -> Principal:
         if not authorization:

@@ -36,6 +36,7 @@ from aotx_trio import errors
 from aotx_trio.client import DeviceClient
 from aotx_trio.gateway.auth import Authenticator
 from aotx_trio.gateway.errors import INTERNAL_ERROR, error_parts, http_error_parts
+from aotx_trio.gateway.quota import RateLimiter
 from aotx_trio.gateway.routes_table import MutationRoute, admit, encode, match, submit
 
 log = logging.getLogger("aotx.gateway")
@@ -52,8 +53,9 @@ class FastMutations:
 
     def __init__(self, app: ASGIApp, client: DeviceClient, auth: Authenticator, *,
                  max_body_bytes: int, body_timeout: float = 30.0,
-                 retry_after_s: int = 1) -> None:
+                 retry_after_s: int = 1, rate: RateLimiter | None = None) -> None:
         self.app = app
+        self.rate = rate
         self.client = client
         self.auth = auth
         self.max_body_bytes = max_body_bytes
@@ -116,7 +118,7 @@ class FastMutations:
                       authorization: str | None, length: int | None, receive: Receive,
                       ) -> tuple[int, dict[str, Any], dict[str, str]]:
         route, params = found
-        principal = admit(self.auth, authorization, length, self.max_body_bytes)
+        principal = admit(self.auth, authorization, length, self.max_body_bytes, self.rate)
         return await submit(self.client, principal, route, params,
                             partial(self._read_body, receive))
 

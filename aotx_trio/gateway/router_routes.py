@@ -18,14 +18,14 @@ from typing import Any
 
 from quart import Response, current_app, request
 from quart_trio import QuartTrio
-from werkzeug.exceptions import HTTPException
+from werkzeug.exceptions import HTTPException, NotFound
 
 from aotx_trio import errors
 from aotx_trio.gateway.auth import Authenticator, Principal
-from aotx_trio.gateway.errors import error_parts, http_error_parts, json_response
+from aotx_trio.gateway.errors import error_parts, handle_any, http_error_parts, json_response
 from aotx_trio.gateway.routes_table import decode_json
 from aotx_trio.router.dispatch import Caller
-from aotx_trio.router.records import MAX_KEY_CHARS
+from aotx_trio.router.records import check_key
 from aotx_trio.router.service import RouterService
 
 SHOWN = 80
@@ -33,6 +33,13 @@ SHOWN = 80
 
 def _bad(message: str, param: str, rule: str) -> errors.InvalidInput:
     return errors.InvalidInput(message, code="invalid_params", param=param, rule=rule)
+
+
+def _envelope(exc: errors.AotxError) -> errors.InvalidInput:
+    """A body that is not JSON (or breaks the JSON bounds) is a transport-envelope
+    violation: 422 ``invalid_params`` with ``param: "body"`` and the shared API's code as
+    the ``rule`` (the router's table has no other code for it)."""
+    return _bad(exc.message, "body", exc.code)
 
 
 def _query(allowed: tuple[str, ...]) -> dict[str, str]:
@@ -46,10 +53,17 @@ def _query(allowed: tuple[str, ...]) -> dict[str, str]:
 
 
 def _key(value: str, code: str) -> str:
-    if len(value) > MAX_KEY_CHARS:
-        raise errors.NotFound(f"no such target {value[:SHOWN]!r}...", code=code,
-                              target=value[:SHOWN])
-    return value
+    """A target from the path: one that cannot be a key names nothing (404 ``code``)."""
+    try:
+        return check_key(value, "target")
+    except errors.InvalidInput:
+        raise errors.NotFound(f"no such target {value[:SHOWN]!r}", code=code,
+                              target=value[:SHOWN]) from None
+
+
+#: unmatched paths under a router prefix answer that prefix's not-found code
+NOT_FOUND_CODES = (("/models/", "model_not_found"), ("/aliases/", "alias_unresolved"),
+                   ("/scratch-sessions/", "scratch_not_found"))
 
 
 def mount(app: QuartTrio, auth: Authenticator, router: RouterService | None) -> None:
@@ -70,7 +84,11 @@ def mount(app: QuartTrio, auth: Authenticator, router: RouterService | None) -> 
             p = principal("models_invoke")
             svc = service()
             raw = await request.get_data(cache=False, as_text=False, parse_form_data=False)
-            body = await run(svc, decode_json(raw), Caller(p.name, p.actions))
+            try:
+                parsed = decode_json(raw)
+            except (errors.BadRequest, errors.InvalidInput) as exc:
+                raise _envelope(exc) from None
+            body = await run(svc, parsed, Caller(p.name, p.actions))
             return json_response(body, 200)
         except errors.AotxError as exc:
             status, env, headers = error_parts(
@@ -79,6 +97,14 @@ def mount(app: QuartTrio, auth: Authenticator, router: RouterService | None) -> 
             status, env, headers = http_error_parts(
                 exc, (current_app.config.get("MAX_CONTENT_LENGTH"),))
         return json_response({"ok": False, **env}, status, headers)
+
+    async def not_found(exc: Exception) -> Response:
+        for prefix, code in NOT_FOUND_CODES:
+            if request.path.startswith(prefix):
+                return await handle_any(errors.NotFound("no such target", code=code))
+        return await handle_any(exc)
+
+    app.register_error_handler(NotFound, not_found)
 
     @app.get("/models", endpoint="router_models")
     async def _models() -> Response:

@@ -34,6 +34,7 @@ from aotx_trio.errors import BadRequest, BodyTooLarge
 from aotx_trio.gateway import models
 from aotx_trio.gateway.auth import Authenticator, Principal
 from aotx_trio.gateway.errors import dumps
+from aotx_trio.gateway.quota import RateLimiter
 from aotx_trio.vocab import BASE_PATH, SCHEMA
 
 BASE = BASE_PATH
@@ -110,10 +111,13 @@ match = _Matcher(MUTATION_ROUTES)
 
 
 def admit(auth: Authenticator, authorization: str | None, length: int | None,
-          max_body_bytes: int) -> Principal:
-    """The checks before any route of the API: the bearer token (401), then a
-    declared ``Content-Length`` over the limit (413)."""
+          max_body_bytes: int, rate: RateLimiter | None = None) -> Principal:
+    """The checks before any route of the API: the bearer token (401), the principal's
+    request rate (429 ``over_quota``, :mod:`aotx_trio.gateway.quota`), then a declared
+    ``Content-Length`` over the limit (413)."""
     principal = auth.authenticate(authorization)
+    if rate is not None:
+        rate.take(principal.name)
     if length is not None and length > max_body_bytes:
         raise BodyTooLarge(f"request body of {length} bytes is over the limit of "
                            f"{max_body_bytes}", limit=max_body_bytes)

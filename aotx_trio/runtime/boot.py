@@ -31,7 +31,7 @@ import trio
 
 from aotx_trio import errors, native
 from aotx_trio._fs import flock_nb
-from aotx_trio._process import on_signal, run_trio, setup_logging
+from aotx_trio._process import on_reload, on_signal, run_trio, setup_logging
 from aotx_trio.config import DEFAULT_DEADLINE_S, Limits
 from aotx_trio.device import Device
 from aotx_trio.grants import load_grants
@@ -165,6 +165,11 @@ async def _boot(args: argparse.Namespace) -> None:
             run_runtime, args.ccir, args.journal, args.service_grants,
             execution_deadline_s=args.execution_deadline_s, journal_limits=limits))
         sock = Path(args.journal) / SOCKET_NAME
+
+        def reload() -> None:   # SIGHUP: the deployment grants, without a restart
+            handler.grants = load_grants(args.service_grants)
+
+        await nursery.start(on_reload, reload)
         print(f"aotx boot: lineage {handler.lineage}, serving {sock}", flush=True)
 
 

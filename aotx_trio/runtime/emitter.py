@@ -28,6 +28,7 @@ inject faults at the I/O edge.  Byte layout: ``docs/formats/journal.md``.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import heapq
 import itertools
@@ -182,7 +183,9 @@ class JournalFile:
 
 def _create(directory: Path, path: Path, header: bytes, ops: FileOps) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    fd = ops.open(str(tmp), os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o600)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(tmp)      # a leftover of a crash (or a planted link: never followed)
+    fd = ops.open(str(tmp), os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_WRONLY, 0o600)
     try:
         write_all(ops, fd, header, 0)
         ops.fsync(fd)

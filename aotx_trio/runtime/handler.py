@@ -20,7 +20,7 @@ from typing import Any, Protocol
 import trio
 
 from aotx_trio import errors, native, vocab
-from aotx_trio.device import Device
+from aotx_trio.device import Device, Participant, Receipt, Request
 from aotx_trio.journal import SaveState
 from aotx_trio.router.identity import build_commit, descriptor_sha256
 from aotx_trio.runtime import conv_events, history, render, validate
@@ -28,13 +28,18 @@ from aotx_trio.runtime.executor import Executor, Job
 from aotx_trio.runtime.media import MediaStore
 from aotx_trio.runtime.models import ModelSet, TextModel
 from aotx_trio.runtime.prompt import Turn, render_chat
+from aotx_trio.runtime.quota import Quotas
 from aotx_trio.runtime.state import RuntimeState
 from aotx_trio.runtime.stats import Histogram
+from aotx_trio.runtime.unsaved import Key, Unsaved
 from aotx_trio.vocab import TERMINAL, format_id, grant_mask, principal_key
 
 READ_CHUNK = 65536
 EMBED_QUEUE = 64        # embed calls waiting for the encoder; one more is over_capacity
 MAX_LOADED_ON_DEMAND = 4   # GGUF models model.load may add
+#: how long a read by another participant waits for the save of an admission it would
+#: show (then 503 save_pending; docs/reliability.md, "No dirty reads")
+READ_WAIT_S = 2.0
 MAX_CACHED_PRINCIPALS = 4096
 
 
@@ -74,6 +79,9 @@ class ServiceHandler:
         self.models = models or ModelSet({})
         self.executor = executor
         self.save_timeout = save_timeout
+        self.read_wait = READ_WAIT_S
+        self.unsaved = Unsaved()       # admissions others may not see yet
+        self.quotas = Quotas(device)   # per-principal quotas (the grant file's limits)
         self.state: RuntimeState | None = None   # set by boot (tests, tools)
         self.media: MediaStore | None = None     # set by boot: the journal folder's media
         # principal name -> (device key, deployed actions) of the grant table self.grants
@@ -266,20 +274,29 @@ class ServiceHandler:
     async def _space(self, params: Mapping[str, Any]) -> dict[str, Any]:
         grants, key = self._caller(params)
         space = validate.parse_id("space", params.get("space"), self.lineage)
+        await self._saved_for(key, [("space", space)])
         return render.render_space(self.device.space(grants, key, space), self.lineage)
 
     async def _spaces(self, params: Mapping[str, Any]) -> dict[str, Any]:
         grants, key = self._caller(params)
         cursor, limit = validate.cursor(params)
+        await self._saved_for(key, [("spaces", "*")])
         rows, nxt = self.device.spaces(grants, key, cursor, limit)
+        if await self._saved_for(key, [("space", r.id) for r in rows]):
+            rows, nxt = self.device.spaces(grants, key, cursor, limit)
         return render.render_page([render.render_space(r, self.lineage) for r in rows], nxt)
 
     async def _members(self, params: Mapping[str, Any]) -> dict[str, Any]:
         grants, key = self._caller(params)
         space = validate.parse_id("space", params.get("space"), self.lineage)
         cursor, limit = validate.cursor(params)
+        await self._saved_for(key, [("space", space)])
         rows, nxt = self.device.members(grants, key, space, cursor, limit)
-        items = [render.render_member(r, self.device.participant(grants, key, r.participant),
+        # another member's counters are never shown, and its row may name a principal
+        # that has not registered: only the caller's own row reads its participant
+        items = [render.render_member(r, self.device.participant(grants, key, r.participant)
+                                      if r.participant == key else
+                                      Participant(r.participant, True, None, None),
                                       self.lineage) for r in rows]
         return render.render_page(items, nxt)
 
@@ -287,13 +304,17 @@ class ServiceHandler:
         grants, key = self._caller(params)
         space = validate.parse_id("space", params.get("space"), self.lineage)
         cursor, limit = validate.cursor(params)
+        await self._saved_for(key, [("space", space)])
         rows, nxt = self.device.conversations(grants, key, space, cursor, limit)
+        if await self._saved_for(key, [("conversation", r.id) for r in rows]):
+            rows, nxt = self.device.conversations(grants, key, space, cursor, limit)
         return render.render_page(
             [render.render_conversation(r, self.lineage) for r in rows], nxt)
 
     async def _conversation(self, params: Mapping[str, Any]) -> dict[str, Any]:
         grants, key = self._caller(params)
         con = validate.parse_id("conversation", params.get("conversation"), self.lineage)
+        await self._saved_for(key, [("conversation", con)])
         return render.render_conversation(self.device.conversation(grants, key, con),
                                           self.lineage)
 
@@ -301,6 +322,7 @@ class ServiceHandler:
         grants, key = self._caller(params)
         con = validate.parse_id("conversation", params.get("conversation"), self.lineage)
         cursor, limit = validate.cursor(params)
+        await self._saved_for(key, [])   # events are saved inputs; rights may be unsaved
         return conv_events.page(self.device, grants, key, con, cursor, limit, self.lineage)
 
     async def _watch_conversation(self, params: Mapping[str, Any],
@@ -315,13 +337,13 @@ class ServiceHandler:
     async def _operation(self, params: Mapping[str, Any]) -> dict[str, Any]:
         grants, key = self._caller(params)
         op = validate.parse_id("operation", params.get("operation"), self.lineage)
-        return render.render_receipt(self.device.receipt(grants, key, op), self.lineage)
+        return render.render_receipt(await self._saved_receipt(grants, key, op), self.lineage)
 
     async def _result(self, params: Mapping[str, Any]) -> dict[str, Any]:
         grants, key = self._caller(params)
         op = validate.parse_id("operation", params.get("operation"), self.lineage)
         offset = validate.offset(params)
-        receipt = self.device.receipt(grants, key, op)
+        receipt = await self._saved_receipt(grants, key, op)
         if receipt.status == "deadline_exceeded":
             raise errors.DeadlineExceeded(
                 "the operation ran past its execution deadline", operation=format_id(
@@ -339,6 +361,48 @@ class ServiceHandler:
             "output_tokens": receipt.output_tokens,
         }
 
+    # -- no dirty reads -----------------------------------------------------------
+    async def _saved_for(self, reader: str, keys: list[Key]) -> bool:
+        """Wait until no other participant's unsaved admission changes what ``keys``
+        name; True when it waited (the caller reads again)."""
+        last = self.unsaved.blocking(self.saver.saved_records, reader,
+                                     [("spaces", reader), *keys])
+        if last is None:
+            return False
+        await self._wait_record(last)
+        return True
+
+    async def _wait_record(self, record: int) -> None:
+        self.saver.wake()
+        with trio.move_on_after(self.read_wait) as waited:
+            await self.saver.wait_saved(record)
+        if waited.cancelled_caught:
+            raise errors.SavePending(
+                "the read would show another participant's admission that is not saved "
+                "yet; retry once the journal saves it", reason="unsaved_state",
+                retry_after=1)
+
+    async def _saved_receipt(self, grants: int, key: str, op: str) -> Receipt:
+        """The receipt ``key`` may read; another participant's receipt only once its
+        admission (and its terminal result, when it has one) is saved."""
+        receipt = self.device.receipt(grants, key, op)
+        if receipt.participant == key:
+            return receipt
+        need: int | None = None
+        if not receipt.admission_saved:
+            need = receipt.admission_record
+        elif receipt.terminal and receipt.terminal_record is not None \
+                and not receipt.terminal_saved:
+            need = receipt.terminal_record
+        other = self.unsaved.blocking(self.saver.saved_records, key,
+                                      [("operation", op), ("spaces", key)])
+        if other is not None and (need is None or other > need):
+            need = other
+        if need is None:
+            return receipt
+        await self._wait_record(need)
+        return self.device.receipt(grants, key, op)
+
     # -- mutations ----------------------------------------------------------------
     async def _submit(self, params: Mapping[str, Any]) -> dict[str, Any]:
         grants, key = self._caller(params)
@@ -351,8 +415,15 @@ class ServiceHandler:
         if req.kind == vocab.Kind.INPUT:
             model = self._input_model(req.model, req.max_output_tokens)
             self._check_media(key, req.media, model)
+        limits = getattr(self.grants, "quotas", None)
+        if limits is not None:
+            self.quotas.check(limits, key, req)
         receipt = self.device.submit(grants, key, req)
         created = not receipt.retry
+        if created:
+            self.quotas.admitted(key, receipt)
+            self.unsaved.add(receipt.admission_record, key, _changes(req, receipt),
+                            self.saver.saved_records)
         self.saver.wake()
         with trio.move_on_after(self.save_timeout) as waited:
             await self.saver.wait_saved(receipt.admission_record)
@@ -456,7 +527,7 @@ class ServiceHandler:
         grants, key = self._caller(params)
         op = validate.parse_id("operation", params.get("operation"), self.lineage)
         offset = validate.offset(params)
-        first = self.device.receipt(grants, key, op)
+        first = await self._saved_receipt(grants, key, op)
         chunk = render.render_span
 
         async def items() -> AsyncIterator[dict[str, Any]]:
@@ -465,6 +536,7 @@ class ServiceHandler:
                 grants_now, _ = self._caller(params)
                 receipt = self.device.receipt(grants_now, key, op)
                 if receipt.status in TERMINAL:
+                    receipt = await self._saved_receipt(grants_now, key, op)
                     while True:
                         data, total = self.device.result(grants_now, key, op, pos, READ_CHUNK)
                         if data:
@@ -545,3 +617,23 @@ class ServiceHandler:
 
         return {"model": req.model, "id": job_id, "prompt_tokens": len(prompt),
                 "identity": self._ran(model.digest, model.descriptor)}, items()
+        return {"model": req.model, "id": job_id, "prompt_tokens": len(prompt)}, items()
+
+
+def _changes(req: Request, receipt: Receipt) -> list[Key]:
+    """What an admission changes, as :class:`aotx_trio.runtime.unsaved.Unsaved` keys."""
+    kind = req.kind
+    if kind == vocab.Kind.SPACE_CREATE:
+        keys: list[Key] = [("space", receipt.resource_id)]
+        if req.scope == "instance":
+            keys.append(("spaces", "*"))
+        return keys
+    if kind == vocab.Kind.MEMBER_SET:
+        return [("space", str(req.space)), ("spaces", str(req.participant))]
+    if kind == vocab.Kind.CONVERSATION_CREATE:
+        return [("space", str(req.space)), ("conversation", receipt.resource_id)]
+    if kind == vocab.Kind.INPUT:
+        return [("conversation", str(req.conversation))]
+    if kind == vocab.Kind.CANCEL:
+        return [("operation", receipt.resource_id)]
+    return []

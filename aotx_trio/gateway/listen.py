@@ -1,0 +1,176 @@
+"""What the gateway asks of hypercorn below the app: a connection limit, no h2c unless
+configured, and hypercorn's own error answers in the error envelope.
+
+hypercorn (0.18) has no connection limit, accepts cleartext HTTP/2 (the
+``PRI * HTTP/2.0`` preface and ``Upgrade: h2c``), and answers a request h11
+cannot parse with an empty 400.  Its trio worker builds one ``TCPServer`` per
+accepted connection and one ``H11Protocol`` per HTTP/1 connection, looked up
+by name in their modules; :func:`install` puts subclasses there that do
+exactly what the hypercorn :class:`~hypercorn.config.Config` they run under
+asks through the attributes :func:`configure` sets, and otherwise behave as
+hypercorn's own (a Config without them, e.g. another server in the same
+process, sees no change):
+
+* ``aotx_gate`` (:class:`ConnectionGate`): at most ``limit`` connections are
+  served at once; a connection accepted beyond it is answered at once with
+  503 ``too_many_connections`` (the envelope, ``Retry-After``,
+  ``Connection: close``) and closed, so an excess connection costs one
+  accept and one write, never a held slot.
+* ``aotx_h2c`` False: the HTTP/2 preface is answered 505
+  ``http2_not_enabled`` and the connection closed; an ``Upgrade: h2c`` header is
+  ignored (the request is served as HTTP/1.1, as RFC 9110 allows).
+* ``aotx_envelope`` True: h11's own 4xx (malformed request line or headers,
+  headers over ``h11_max_incomplete_size``) carry the error envelope.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import h11
+import hypercorn.protocol as hyper_protocol
+import hypercorn.trio.run as hyper_run
+import trio
+from hypercorn.config import Config as HyperConfig
+from hypercorn.protocol.h11 import H11Protocol
+from hypercorn.trio.tcp_server import TCPServer
+
+from aotx_trio.gateway.errors import dumps
+
+log = logging.getLogger("aotx.gateway")
+
+_CODES = {400: "bad_request", 405: "method_not_allowed", 413: "body_too_large",
+          414: "uri_too_long", 431: "headers_too_large", 501: "not_implemented",
+          503: "too_many_connections", 505: "http2_not_enabled"}
+_MESSAGES = {400: "malformed HTTP request", 431: "request headers are too large",
+             414: "request target is too long",
+             503: "too many connections; try again shortly",
+             505: "HTTP/2 without TLS (h2c) is not enabled on this gateway"}
+
+
+def envelope(status: int) -> bytes:
+    code = _CODES.get(status, f"http_{status}")
+    body: dict[str, Any] = {"code": code, "message": _MESSAGES.get(status, code)}
+    if status == 503:
+        body["retry_after"] = 1
+    return dumps({"error": body}).encode("utf-8")
+
+
+def raw_response(status: int, reason: bytes) -> bytes:
+    """A whole HTTP/1.1 error response with the envelope, closing the connection."""
+    body = envelope(status)
+    head = [b"HTTP/1.1 %d %s" % (status, reason), b"content-type: application/json",
+            b"cache-control: no-store", b"connection: close",
+            b"content-length: %d" % len(body)]
+    if status == 503:
+        head.append(b"retry-after: 1")
+    return b"\r\n".join(head) + b"\r\n\r\n" + body
+
+
+class ConnectionGate:
+    """At most ``limit`` connections at once (``limits.max_connections``)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.open = 0
+        self.refused = 0
+
+    def enter(self) -> bool:
+        if self.open >= self.limit:
+            self.refused += 1
+            return False
+        self.open += 1
+        return True
+
+    def leave(self) -> None:
+        self.open -= 1
+
+
+class _TCPServer(TCPServer):
+    async def run(self) -> None:
+        gate: ConnectionGate | None = getattr(self.config, "aotx_gate", None)
+        if gate is None:
+            await super().run()
+            return
+        if not gate.enter():
+            await _refuse(self.stream)
+            return
+        try:
+            await super().run()
+        finally:
+            gate.leave()
+
+    async def _read_data(self) -> None:
+        await super()._read_data()
+        if getattr(self.config, "aotx_gate", None) is not None:
+            # the client closed: hypercorn would keep the connection (and its slot)
+            # until the keep-alive timer ends; nothing can arrive any more
+            await self.idle_task.stop()
+
+
+async def _refuse(stream: Any) -> None:
+    with trio.move_on_after(2.0):
+        try:
+            await stream.send_all(raw_response(503, b"Service Unavailable"))
+            await stream.send_eof()
+            # read what the client already sent, briefly, so the close is not a reset
+            with trio.move_on_after(0.2):
+                while await stream.receive_some(65536):
+                    pass
+        except (trio.BrokenResourceError, trio.ClosedResourceError, AttributeError,
+                OSError):
+            pass
+    with trio.CancelScope(shield=True):
+        await stream.aclose()
+
+
+class _H11Protocol(H11Protocol):
+    async def _check_protocol(self, event: h11.Request) -> None:
+        if getattr(self.config, "aotx_h2c", True):
+            await super()._check_protocol(event)
+            return
+        # h2c off: the preface is refused below (the app never sees it: its method
+        # PRI reaches no route); an Upgrade: h2c header is simply not acted on
+        if event.method == b"PRI" and event.target == b"*":
+            await self._send_error_response(505)
+            raise _Refused
+
+    async def handle(self, event: Any) -> None:
+        try:
+            await super().handle(event)
+        except _Refused:
+            from hypercorn.events import Closed
+            await self.send(Closed())
+
+    async def _send_error_response(self, status_code: int) -> None:
+        if not getattr(self.config, "aotx_envelope", False):
+            await super()._send_error_response(status_code)
+            return
+        body = envelope(status_code)
+        headers = [(b"content-type", b"application/json"), (b"cache-control", b"no-store"),
+                   (b"content-length", str(len(body)).encode("ascii")),
+                   (b"connection", b"close"), *self.config.response_headers("h11")]
+        await self._send_h11_event(h11.Response(status_code=status_code, headers=headers))
+        await self._send_h11_event(h11.Data(data=body))
+        await self._send_h11_event(h11.EndOfMessage())
+
+
+class _Refused(Exception):
+    """The h2c preface was answered: close the connection."""
+
+
+def install() -> None:
+    """Put the subclasses where hypercorn's trio worker looks them up (idempotent)."""
+    vars(hyper_run)["TCPServer"] = _TCPServer
+    vars(hyper_protocol)["H11Protocol"] = _H11Protocol
+
+
+def configure(hc: HyperConfig, *, max_connections: int, h2c: bool) -> ConnectionGate:
+    """Ask the servers of ``hc`` for the limit, the h2c choice and the envelope."""
+    install()
+    gate = ConnectionGate(max_connections)
+    hc.aotx_gate = gate        # type: ignore[attr-defined]
+    hc.aotx_h2c = h2c          # type: ignore[attr-defined]
+    hc.aotx_envelope = True    # type: ignore[attr-defined]
+    return gate
