@@ -117,6 +117,24 @@ class Router(_Strict):
     artifact_cache: Path | None = None
 
 
+class Webhooks(_Strict):
+    """Webhook delivery (docs/configuration.md, ``webhooks``)."""
+
+    #: the router's Ed25519 key (hex seed, mode 0600; ``aotx serve`` creates one);
+    #: ``None``: registration is 503 webhooks_unconfigured and nothing is delivered
+    signing_key_file: Path | None = None
+    #: how long a failed post waits before the same event is posted again
+    retry_interval_s: Annotated[float, Field(gt=0, le=86400)] = 30.0
+    #: allow plain http and private/loopback addresses (tests and closed networks)
+    allow_insecure_targets: bool = False
+    #: one post's whole time (connect, TLS, send, the answer's status)
+    timeout_s: Annotated[float, Field(gt=0, le=300)] = 10.0
+    #: a CA bundle trusted for https consumers (None: the system's)
+    ca_file: Path | None = None
+    #: how long a router's hold on a subscription lasts unrenewed (takeover time)
+    lease_s: Annotated[float, Field(ge=1, le=3600)] = 30.0
+
+
 class GatewayConfig(_Strict):
     """``gateway.json``."""
 
@@ -129,6 +147,7 @@ class GatewayConfig(_Strict):
     #: ``postgresql://`` URL; ``None``: the router's routes answer 503 not_ready
     store: str | None = None
     router: Router = Field(default_factory=Router)
+    webhooks: Webhooks = Field(default_factory=Webhooks)
 
     @field_validator("store")
     @classmethod
@@ -166,6 +185,10 @@ class GatewayConfig(_Strict):
         if self.store is not None and not is_store_url(self.store) \
                 and (st := fix(Path(self.store))) is not None:
             update["store"] = str(st)
+        hooks = {k: v for k in ("signing_key_file", "ca_file")
+                 if (v := fix(getattr(self.webhooks, k))) is not None}
+        if hooks:
+            update["webhooks"] = self.webhooks.model_copy(update=hooks)
         if (cache := fix(self.router.artifact_cache)) is not None:
             update["router"] = self.router.model_copy(update={"artifact_cache": cache})
         return self.model_copy(update=update)
@@ -189,7 +212,6 @@ def _key_path(loc: tuple[int | str, ...]) -> str:
 #: one is refused naming it, so no setting is ever silently ignored.
 UNIMPLEMENTED: dict[str, str] = {
     "limits.scratch_lease_s": "the serving router",
-    "webhooks": "webhooks",
 }
 
 

@@ -6,6 +6,9 @@ The data folder (``--data``, default ``./aotx-data``)::
                          on first run when absent; an existing one is used as is)
     gateway.json         mode 0600; one principal "admin" with every action; only the
                          SHA-256 of its token is stored: the token is printed ONCE
+    webhook-signing.key  the router's Ed25519 webhook key (mode 0600), created when
+                         gateway.json names none (and recorded there as
+                         ``webhooks.signing_key_file``)
     grants/grants.json   the deployment grant file, rewritten from gateway.json at
                          every start
     journal/             journal.aotxj and service.sock (journal/models/: the embedding
@@ -47,6 +50,7 @@ log = logging.getLogger("aotx.serve")
 
 RUNTIME_NAME = "runtime.aotxccir"
 CONFIG_NAME = "gateway.json"
+KEY_NAME = "webhook-signing.key"
 ADMIN = "admin"
 ADMIN_ACTIONS = list(ACTIONS)
 
@@ -79,6 +83,7 @@ def ensure_config(data: Path, bind: str) -> tuple[GatewayConfig, str | None]:
                             "actions": ADMIN_ACTIONS}],
         })
         write_gateway_config(path, config)
+    ensure_webhook_key(path)
     config = load_gateway_config(path)
     update: dict[str, Any] = {"bind": bind}
     if config.store is None:     # the embedded default: the folder store in the data folder
@@ -87,6 +92,26 @@ def ensure_config(data: Path, bind: str) -> tuple[GatewayConfig, str | None]:
         update["router"] = config.router.model_copy(
             update={"artifact_cache": (data / "artifacts").resolve()})
     return config.model_copy(update=update), token
+
+
+def ensure_webhook_key(path: Path) -> None:
+    """When ``gateway.json`` names no webhook signing key: create one next to it and
+    record it there (the file's other keys kept as they are)."""
+    import json
+
+    from aotx_trio._fs import atomic_write_text
+    from aotx_trio.webhooks.signing import create_key
+
+    data = json.loads(path.read_text(encoding="utf-8"))
+    hooks = data.setdefault("webhooks", {})
+    if not isinstance(hooks, dict) or hooks.get("signing_key_file") is not None:
+        return   # configured (or malformed: loading the file reports it)
+    key = path.parent / KEY_NAME
+    if not key.exists():
+        create_key(key)
+        log.info("created the webhook signing key %s", key)
+    hooks["signing_key_file"] = KEY_NAME
+    atomic_write_text(path, json.dumps(data, indent=2) + "\n", mode=0o600)
 
 
 def model_sources(runtime: Path) -> dict[str, list[Any]]:

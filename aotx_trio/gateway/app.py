@@ -24,7 +24,14 @@ from quart_trio import QuartTrio
 from aotx_trio import errors
 from aotx_trio.client import DeviceClient
 from aotx_trio.config import GatewayConfig
-from aotx_trio.gateway import chat, embeddings, media, router_routes, shared_routes
+from aotx_trio.gateway import (
+    chat,
+    embeddings,
+    media,
+    router_routes,
+    shared_routes,
+    webhook_routes,
+)
 from aotx_trio.gateway.auth import Authenticator, PrincipalEntry
 from aotx_trio.gateway.budget import BodyBudget
 from aotx_trio.gateway.errors import handle_any
@@ -34,6 +41,7 @@ from aotx_trio.gateway.metrics import GatewayMetrics, metrics_response
 from aotx_trio.gateway.quota import RateLimiter
 from aotx_trio.gateway.routes_table import BASE, admit
 from aotx_trio.router.service import RouterService, Settings
+from aotx_trio.webhooks.service import WebhookService
 
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 DEFAULT_MAX_MEDIA_BYTES = 2 * 1024 * 1024
@@ -46,7 +54,8 @@ def create_app(client: DeviceClient, principals: Iterable[PrincipalEntry], *,
                max_media_bytes: int = DEFAULT_MAX_MEDIA_BYTES,
                fast_mutations: bool = True, router: RouterService | None = None,
                rate: RateLimiter | None = None,
-               body_budget: int | None = None) -> QuartTrio:
+               body_budget: int | None = None,
+               webhooks: WebhookService | None = None) -> QuartTrio:
     app = QuartTrio("aotx_trio.gateway", static_folder=None)
     app.request_class = media.request_class(max_media_bytes)
     app.config.update(
@@ -78,6 +87,11 @@ def create_app(client: DeviceClient, principals: Iterable[PrincipalEntry], *,
         @app.after_serving
         async def _close_router() -> None:
             await router.reg.aclose()
+
+    if webhooks is not None:   # one supervised delivery task per active subscription
+        @app.before_serving
+        async def _start_webhooks() -> None:
+            await app.nursery.start(webhooks.run)
 
     @app.before_request
     async def _authenticate() -> None:
@@ -120,6 +134,7 @@ def create_app(client: DeviceClient, principals: Iterable[PrincipalEntry], *,
                                       own_metrics)
 
     router_routes.mount(app, auth, router)
+    webhook_routes.mount(app, auth, webhooks)
     app.register_error_handler(Exception, handle_any)
     app.register_blueprint(shared_routes.bp)
     app.add_url_rule(media.PATH, "media_upload", media.upload, methods=["POST"])
@@ -155,6 +170,22 @@ def router_from_config(config: GatewayConfig, client: DeviceClient) -> RouterSer
         upload, r.artifact_cache)
 
 
+def webhooks_from_config(config: GatewayConfig, router: RouterService | None,
+                         ) -> WebhookService | None:
+    """Webhook delivery over the router's store (None without one)."""
+    if router is None:
+        return None
+    from aotx_trio.webhooks.delivery import Settings as HookSettings
+    from aotx_trio.webhooks.signing import load_key
+
+    w = config.webhooks
+    key = None if w.signing_key_file is None else load_key(w.signing_key_file)
+    return WebhookService(router.reg.store, key, HookSettings(
+        retry_interval_s=w.retry_interval_s, timeout_s=w.timeout_s,
+        allow_insecure_targets=w.allow_insecure_targets,
+        ca_file=None if w.ca_file is None else str(w.ca_file), lease_s=w.lease_s))
+
+
 def make_app_from_config(config: GatewayConfig, client: DeviceClient, *,
                          fast_mutations: bool = True) -> QuartTrio:
     """The app for a loaded ``gateway.json`` (aotx_trio.config.GatewayConfig)."""
@@ -162,11 +193,12 @@ def make_app_from_config(config: GatewayConfig, client: DeviceClient, *,
     if not principals:
         raise errors.ConfigError("gateway.json names no principals", key="principals")
     lim = config.limits
+    router = router_from_config(config, client)
     return create_app(client, principals, max_body_bytes=lim.max_body_bytes,
                       list_limit_default=lim.list_limit_default,
                       list_limit_max=lim.list_limit_max, retry_after_s=lim.retry_after_s,
                       sse_queue_depth=lim.sse_queue_depth, sse_keepalive_s=lim.sse_keepalive_s,
                       max_media_bytes=lim.max_media_bytes, fast_mutations=fast_mutations,
                       rate=RateLimiter(lim.requests_per_second, lim.request_burst),
-                      body_budget=lim.max_buffered_body_bytes,
-                      router=router_from_config(config, client))
+                      body_budget=lim.max_buffered_body_bytes, router=router,
+                      webhooks=webhooks_from_config(config, router))

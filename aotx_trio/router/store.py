@@ -2,7 +2,8 @@
 
 :class:`StoreBackend` is the protocol both backends implement
 (``store_folder.FolderStore``, ``store_pg.PostgresStore``): keyed documents in
-named collections, content-addressed blobs and the ordered event feed.  Its
+named collections, content-addressed blobs, the ordered event feed and the
+webhook subscriptions with their delivery leases (``aotx_trio.webhooks``).  Its
 calls block; the registry (``registry.py``) runs each through
 ``trio.to_thread.run_sync`` and holds every rule above it, so the backends are
 storage only.  Layouts and schema: docs/formats/registry.md.
@@ -61,6 +62,34 @@ class StoreBackend(Protocol):
 
     def feed_trim(self, before: float) -> int:
         """Drop events older than ``before`` (never the newest); how many."""
+
+    def feed_head(self) -> int:
+        """The newest event's seq (0 when the feed never held one)."""
+
+    # webhook subscriptions (aotx_trio.webhooks): one canonical JSON document each,
+    # keyed by its uuid, and one delivery lease each (holder id, expiry)
+
+    def hook_create(self, uuid: str, body: bytes) -> bytes | None:
+        """Write-once: create the subscription if absent (None), else the bytes there."""
+
+    def hook_get(self, uuid: str) -> bytes | None:
+        """The subscription's bytes, or None."""
+
+    def hook_list(self) -> list[bytes]:
+        """Every subscription (active and disabled), by uuid."""
+
+    def hook_update(self, uuid: str, fn: Updater, *, holder: str | None = None,
+                    now: float = 0.0) -> bytes | None:
+        """Locked read-modify-write of an existing subscription (``fn`` gets its bytes;
+        KeyError when absent).  With ``holder``: only while ``holder`` holds its
+        unexpired lease at ``now``, else nothing is written and None is returned."""
+
+    def hook_lease(self, uuid: str, holder: str, now: float, ttl_s: float) -> bool:
+        """Take or renew the delivery lease until ``now + ttl_s``: True when it is
+        free, expired or ``holder``'s own; False while another holder's is unexpired."""
+
+    def hook_release(self, uuid: str, holder: str) -> None:
+        """Drop the lease if ``holder`` holds it (a clean stop; a crash lets it expire)."""
 
     def close(self) -> None:
         """Release connections / descriptors."""

@@ -76,11 +76,13 @@ class FolderStore:
         if fmt.read_bytes() != FORMAT:
             raise FormatError(f"{fmt}: not an aotx registry of format 1",
                               code="unsupported_registry")
-        for sub in ("objects", "blobs/sha256", "blobs/tmp", "feed"):
+        for sub in ("objects", "blobs/sha256", "blobs/tmp", "feed", "webhooks"):
             _mkdirs(self.root / sub)
         self._objects_lock = self.root / "objects" / ".lock"
         self._feed_lock = self.root / "feed" / ".lock"
         self._feed = self.root / "feed" / "events.jsonl"
+        self._hooks = self.root / "webhooks"
+        self._hooks_lock = self._hooks / ".lock"
 
     # ------------------------------------------------------------------ documents
 
@@ -240,6 +242,72 @@ class FolderStore:
                 with atomic_file(self._feed) as out:
                     out.write(b"".join(ln + b"\n" for ln in keep))
             return dropped
+
+    def feed_head(self) -> int:
+        with _flock(self._feed_lock):
+            lines = self._feed_lines()
+        return int(json.loads(lines[-1])["seq"]) if lines else 0
+
+    # ------------------------------------------------------------------ webhooks
+
+    def _hook(self, uuid_: str, ext: str) -> Path:
+        if str(uuid.UUID(uuid_)) != uuid_:
+            raise ValueError(f"not a canonical uuid: {uuid_[:80]!r}")
+        return self._hooks / f"{uuid_}{ext}"
+
+    def hook_create(self, uuid: str, body: bytes) -> bytes | None:
+        path = self._hook(uuid, ".json")
+        tmp = path.with_name(f".{path.name}.tmp-{os.urandom(8).hex()}")
+        self._write_tmp(tmp, [body])
+        if _link_once(tmp, path):
+            return None
+        return path.read_bytes()
+
+    def hook_get(self, uuid: str) -> bytes | None:
+        try:
+            return self._hook(uuid, ".json").read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def hook_list(self) -> list[bytes]:
+        return [p.read_bytes() for p in sorted(self._hooks.glob("*.json"))
+                if not p.name.startswith(".")]
+
+    def _lease(self, uuid: str) -> tuple[str | None, float]:
+        try:
+            doc = json.loads(self._hook(uuid, ".lease").read_bytes())
+        except FileNotFoundError:
+            return None, 0.0
+        return doc["holder"], float(doc["expires"])
+
+    def hook_update(self, uuid: str, fn: Updater, *, holder: str | None = None,
+                    now: float = 0.0) -> bytes | None:
+        with _flock(self._hooks_lock):
+            if holder is not None:
+                who, expires = self._lease(uuid)
+                if who != holder or expires < now:
+                    return None
+            old = self.hook_get(uuid)
+            if old is None:
+                raise KeyError(uuid)
+            body = fn(old)
+            with atomic_file(self._hook(uuid, ".json")) as out:
+                out.write(body)
+            return body
+
+    def hook_lease(self, uuid: str, holder: str, now: float, ttl_s: float) -> bool:
+        with _flock(self._hooks_lock):
+            who, expires = self._lease(uuid)
+            if who is not None and who != holder and expires >= now:
+                return False
+            with atomic_file(self._hook(uuid, ".lease")) as out:
+                out.write(canonical({"holder": holder, "expires": now + ttl_s}))
+            return True
+
+    def hook_release(self, uuid: str, holder: str) -> None:
+        with _flock(self._hooks_lock):
+            if self._lease(uuid)[0] == holder:
+                self._hook(uuid, ".lease").unlink(missing_ok=True)
 
     def close(self) -> None:
         """Nothing to release: every call opens and closes its own files."""

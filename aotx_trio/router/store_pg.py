@@ -35,6 +35,8 @@ CREATE TABLE IF NOT EXISTS aotx_blob_chunks (sha256 text NOT NULL, idx integer N
     data bytea NOT NULL, PRIMARY KEY (sha256, idx));
 CREATE TABLE IF NOT EXISTS aotx_events (seq bigint PRIMARY KEY,
     operation_id text UNIQUE NOT NULL, at timestamptz NOT NULL, body bytea NOT NULL);
+CREATE TABLE IF NOT EXISTS aotx_webhooks (uuid text PRIMARY KEY, body bytea NOT NULL,
+    lease_holder text, lease_expires double precision);
 INSERT INTO aotx_registry_meta VALUES ('format', '1') ON CONFLICT DO NOTHING;
 """
 
@@ -211,6 +213,63 @@ class PostgresStore:
             cur.execute("DELETE FROM aotx_events WHERE at < %s AND seq < "
                         "(SELECT max(seq) FROM aotx_events)", (when,))
             return int(cur.rowcount)
+
+    def feed_head(self) -> int:
+        with self._tx() as cur:
+            cur.execute("SELECT coalesce(max(seq), 0) FROM aotx_events")
+            row = cur.fetchone()
+        assert row is not None
+        return int(row[0])
+
+    # ------------------------------------------------------------------ webhooks
+
+    def hook_create(self, uuid: str, body: bytes) -> bytes | None:
+        with self._tx() as cur:
+            cur.execute("INSERT INTO aotx_webhooks (uuid, body) VALUES (%s, %s) "
+                        "ON CONFLICT DO NOTHING", (uuid, body))
+            if cur.rowcount == 1:
+                return None
+            cur.execute("SELECT body FROM aotx_webhooks WHERE uuid = %s", (uuid,))
+            row = cur.fetchone()
+        assert row is not None
+        return bytes(row[0])
+
+    def hook_get(self, uuid: str) -> bytes | None:
+        with self._tx() as cur:
+            cur.execute("SELECT body FROM aotx_webhooks WHERE uuid = %s", (uuid,))
+            row = cur.fetchone()
+        return bytes(row[0]) if row else None
+
+    def hook_list(self) -> list[bytes]:
+        with self._tx() as cur:
+            cur.execute("SELECT body FROM aotx_webhooks ORDER BY uuid")
+            return [bytes(r[0]) for r in cur.fetchall()]
+
+    def hook_update(self, uuid: str, fn: Updater, *, holder: str | None = None,
+                    now: float = 0.0) -> bytes | None:
+        with self._tx() as cur:
+            cur.execute("SELECT body, lease_holder, lease_expires FROM aotx_webhooks "
+                        "WHERE uuid = %s FOR UPDATE", (uuid,))
+            row = cur.fetchone()
+            if row is None:
+                raise KeyError(uuid)
+            if holder is not None and (row[1] != holder or row[2] is None or row[2] < now):
+                return None
+            body = fn(bytes(row[0]))
+            cur.execute("UPDATE aotx_webhooks SET body = %s WHERE uuid = %s", (body, uuid))
+        return body
+
+    def hook_lease(self, uuid: str, holder: str, now: float, ttl_s: float) -> bool:
+        with self._tx() as cur:
+            cur.execute("UPDATE aotx_webhooks SET lease_holder = %s, lease_expires = %s "
+                        "WHERE uuid = %s AND (lease_holder IS NULL OR lease_holder = %s "
+                        "OR lease_expires < %s)", (holder, now + ttl_s, uuid, holder, now))
+            return bool(cur.rowcount == 1)
+
+    def hook_release(self, uuid: str, holder: str) -> None:
+        with self._tx() as cur:
+            cur.execute("UPDATE aotx_webhooks SET lease_holder = NULL, lease_expires = NULL "
+                        "WHERE uuid = %s AND lease_holder = %s", (uuid, holder))
 
     def close(self) -> None:
         self._pool.close()
