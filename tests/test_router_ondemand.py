@@ -6,6 +6,7 @@ the runtime refuses a file that does not hash to the artifact."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from pathlib import Path
 
 import pytest
@@ -85,3 +86,22 @@ async def test_the_runtime_checks_what_it_loads(tmp_path: Path) -> None:
                 await env.handler.call("model.load", {**params, **bad})
         with pytest.raises(errors.Forbidden):
             await env.handler.call("model.load", {**params, "principal": "reader"})
+
+
+async def test_a_missing_blob_is_502_blob_missing(tmp_path: Path) -> None:
+    """The store lost the artifact's blob (a store-integrity failure): invoke answers
+    502 blob_missing naming it, and falls back to nothing."""
+    async with router_served(tmp_path, cache_dir=tmp_path / "cache") as env:
+        path = other_gguf(tmp_path / "o", 11)
+        await publish(env.reg, path, model_id="m/lost", release="lost-r1", descriptor=DESC)
+        sha = hashlib.sha256(path.read_bytes()).hexdigest()
+        blobs = [p for p in tmp_path.rglob(sha) if p.is_file()]
+        assert blobs, "the folder store keeps the blob under its sha256"
+        for blob in blobs:
+            blob.unlink()
+        r = await env.post("/models/m/lost/invoke", PROMPT)
+        assert r.status_code == 502, r.text
+        body = r.json()
+        assert body["ok"] is False
+        assert (body["error"]["code"], body["error"]["missing"]) == ("blob_missing", [sha])
+        assert not (tmp_path / "cache").exists() or not list((tmp_path / "cache").iterdir())

@@ -67,7 +67,11 @@ class Deployments:
                 or artifact.kind != "gguf" or model_type != "textgen":
             return missing, name
         if await self.reg.run(self.reg.store.blob_size, artifact.sha256) is None:
-            return missing, name
+            # a published artifact the store does not hold: a store-integrity failure,
+            # never a fallback to anything else
+            raise errors.UpstreamFailure(
+                f"the store holds no blob for artifact {artifact.sha256}",
+                code="blob_missing", missing=[artifact.sha256])
         path = await trio.to_thread.run_sync(self._cached, artifact)
         params: dict[str, Any] = {"principal": caller.principal,
                                   "actions": list(caller.actions), "path": str(path),
