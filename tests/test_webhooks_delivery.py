@@ -83,6 +83,10 @@ async def test_signed_posts_in_feed_order(store: StoreBackend, consumer: Any,
         sub = await svc.create({"url": url, "backfill": True})
         ops += append_events(store, 5, start=5)
         await until(lambda: len(rx.accepted) >= 10)
+        # cursor writes are coalesced (at most one per 0.25 s): wait for the last one
+        with trio.fail_after(10):
+            while (await svc.list())["webhooks"][0]["cursor"] != 10:
+                await trio.sleep(0.05)
         nursery.cancel_scope.cancel()
     assert rx.accepted == ops and rx.refused == 0      # every post verified, in order
     body = rx.posts[0]
@@ -180,6 +184,7 @@ async def test_holder_killed_between_post_and_advance_reposts(store: StoreBacken
         assert lease["holder"] == "router-a"
         await started(nursery, b)
         await until(lambda: len(set(rx.accepted)) >= 6)
+        await until(lambda: _subs(store)[0]["cursor"] == 6)   # coalesced cursor writes
         nursery.cancel_scope.cancel()
     assert first_seen(rx.accepted) == ops
     assert rx.accepted.count(killed[0]) == 2        # re-posted by the next holder
