@@ -18,17 +18,15 @@ A presigned URL is a bearer capability: no message, error field, log line or
 
 from __future__ import annotations
 
-import functools
 import logging
-import ssl
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-import h11
 import trio
 
 from aotx_trio.errors import UpstreamFailure
+from aotx_trio.router.pinned_http import RequestFailed, request
 from aotx_trio.router.upload_policy import DEFAULT_SUFFIXES, UploadPolicy, system_resolver
 from aotx_trio.router.upload_targets import Target, check_targets, resolve, vet_targets
 
@@ -36,8 +34,6 @@ __all__ = ["DEFAULT_SUFFIXES", "Target", "UploadPolicy", "check_targets", "put_a
            "system_resolver", "vet_targets"]
 
 log = logging.getLogger("aotx.router.upload")
-_CHUNK = 64 * 1024
-_MAX_RESPONSE_BYTES = 64 * 1024
 
 
 class _Failed(Exception):
@@ -45,14 +41,6 @@ class _Failed(Exception):
         super().__init__(reason)
         self.reason = reason
         self.status = status
-
-
-@functools.lru_cache(maxsize=16)
-def _ssl_context(policy: UploadPolicy) -> ssl.SSLContext:
-    """The client TLS context of a policy (built once: loading a trust store is slow)."""
-    ctx = ssl.create_default_context(cafile=policy.ca_file)
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    return ctx
 
 
 async def put_all(targets: Sequence[Target], bodies: Sequence[bytes], policy: UploadPolicy,
@@ -63,12 +51,11 @@ async def put_all(targets: Sequence[Target], bodies: Sequence[bytes], policy: Up
     if len(targets) != len(bodies):
         raise ValueError(f"{len(targets)} targets for {len(bodies)} bodies")
     failures: list[tuple[Target, _Failed]] = []
-    ctx = _ssl_context(policy)
     work = iter(zip(targets, bodies, strict=True))   # shared: PUTs start in target order
 
     async def worker(cancel: trio.CancelScope) -> None:
         for t, body in work:
-            failure = await _one(t, body, policy, ctx, content_type)
+            failure = await _one(t, body, policy, content_type)
             if failure is not None:
                 failures.append(failure)
                 cancel.cancel()
@@ -93,8 +80,8 @@ async def put_all(targets: Sequence[Target], bodies: Sequence[bytes], policy: Up
     return [t.output_id for t in targets]
 
 
-async def _one(t: Target, body: bytes, policy: UploadPolicy, ctx: ssl.SSLContext,
-               content_type: str) -> tuple[Target, _Failed] | None:
+async def _one(t: Target, body: bytes, policy: UploadPolicy, content_type: str,
+               ) -> tuple[Target, _Failed] | None:
     """One PUT; its failure (None: a 2xx)."""
     try:
         if not t.addresses:
@@ -102,74 +89,17 @@ async def _one(t: Target, body: bytes, policy: UploadPolicy, ctx: ssl.SSLContext
             if reason is not None:
                 raise _Failed(reason)
             t = replace(t, addresses=addresses)
-        with trio.fail_after(policy.timeout_s):
-            await _put(t, body, ctx, content_type)
+        status = await request(
+            "PUT", host=t.host, port=t.port, addresses=t.addresses, target=t.request_target,
+            host_header=t.host_header, body=body, timeout_s=policy.timeout_s,
+            ca_file=policy.ca_file,
+            headers=[("Content-Type", content_type), ("User-Agent", "aotx-router")])
     except _Failed as exc:
         return t, exc
-    except trio.TooSlowError:
-        return t, _Failed("timeout")
-    except (OSError, trio.BrokenResourceError, trio.ClosedResourceError,
-            h11.ProtocolError) as exc:
-        cause = exc if isinstance(exc, ssl.SSLError) else exc.__cause__
-        if isinstance(cause, ssl.SSLError):   # trio wraps TLS failures
-            return t, _Failed(f"tls:{type(cause).__name__}")
-        return t, _Failed(f"connection:{type(exc).__name__}")
-    return None
-
-
-async def _connect(t: Target) -> trio.SocketStream:
-    last: OSError | None = None
-    for address in t.addresses:
-        try:
-            return await trio.open_tcp_stream(address, t.port)
-        except OSError as exc:
-            last = exc
-    raise last if last is not None else _Failed("address")
-
-
-async def _put(t: Target, body: bytes, ctx: ssl.SSLContext, content_type: str) -> None:
-    stream = await _connect(t)
-    tls = trio.SSLStream(stream, ctx, server_hostname=t.host, https_compatible=True)
-    try:
-        await tls.do_handshake()
-        conn = h11.Connection(h11.CLIENT)
-        head = h11.Request(method="PUT", target=t.request_target, headers=[
-            ("Host", t.host_header), ("Content-Length", str(len(body))),
-            ("Content-Type", content_type), ("User-Agent", "aotx-router"),
-            ("Connection", "close")])
-        await tls.send_all(conn.send(head))
-        view = memoryview(body)
-        for start in range(0, len(body), _CHUNK):
-            await tls.send_all(conn.send(h11.Data(data=bytes(view[start:start + _CHUNK]))))
-        await tls.send_all(conn.send(h11.EndOfMessage()))
-        status = await _read_status(conn, tls)
-    finally:
-        await trio.aclose_forcefully(tls)
+    except RequestFailed as exc:
+        return t, _Failed(exc.reason)
     if 300 <= status < 400:
-        raise _Failed("redirect", status)
+        return t, _Failed("redirect", status)
     if not 200 <= status < 300:
-        raise _Failed("status", status)
-
-
-async def _read_status(conn: h11.Connection, tls: trio.SSLStream[trio.SocketStream]) -> int:
-    status: int | None = None
-    read = 0
-    while True:
-        event = conn.next_event()
-        if event is h11.NEED_DATA:
-            data = bytes(await tls.receive_some(_CHUNK))
-            if not data and status is not None:
-                return status
-            conn.receive_data(data)
-            continue
-        if isinstance(event, h11.Response):
-            status = event.status_code
-        elif isinstance(event, h11.Data):
-            read += len(event.data)
-            if read > _MAX_RESPONSE_BYTES:
-                assert status is not None
-                return status
-        elif isinstance(event, h11.EndOfMessage | h11.ConnectionClosed):
-            if status is None:
-                raise _Failed("connection:no_response")
-            return status
+        return t, _Failed("status", status)
+    return None
