@@ -28,9 +28,12 @@ record is checked against what the service reports:
   list holds exactly the acknowledged ones, and each conversation holds
   exactly its acknowledged inputs.
 
-Prints a summary and one JSON line; exits 1 on any violation.  Disk faults
-(EIO, ENOSPC, slow fsync) are exercised in-process by the test suite
-(tests/test_gateway_dirty_reads.py, tests/test_emitter.py), not here.
+Prints a summary and one JSON line; exits 1 on any violation.  With
+``--disk-faults SPEC`` the runtime's journal writes also fail (EIO, ENOSPC on
+pwrite, EIO on fsync) or stall (slow fsync) at random, through the fault seam
+of runtime/faults.py (``AOTX_JOURNAL_FAULTS``); a failed save is never
+acknowledged and new writes hold (429, retried by the clients) until a save
+succeeds.
 """
 
 from __future__ import annotations
@@ -77,8 +80,9 @@ def free_port() -> int:
 class Service:
     """The server processes on one data folder, killed and restarted on demand."""
 
-    def __init__(self, data: Path, runtime: Path, clients: int, split: bool) -> None:
-        self.data, self.split = data, split
+    def __init__(self, data: Path, runtime: Path, clients: int, split: bool,
+                 disk_faults: str | None = None) -> None:
+        self.data, self.split, self.disk_faults = data, split, disk_faults
         self.port = free_port()
         data.mkdir(parents=True, exist_ok=True)
         shutil.copy(runtime, data / "runtime.aotxccir")
@@ -115,6 +119,8 @@ class Service:
 
     def start(self, role: str) -> None:
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        if self.disk_faults and role in ("serve", "boot"):   # the journal's writer
+            env["AOTX_JOURNAL_FAULTS"] = f"{self.disk_faults},seed={self.kills}"
         with self.log.open("ab") as out:
             self.procs[role] = subprocess.Popen(self._cmd(role), stdout=out,
                                                 stderr=subprocess.STDOUT, env=env)
@@ -337,7 +343,7 @@ async def verify(c: Client, http: httpx.AsyncClient) -> None:
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     data = Path(tempfile.mkdtemp(prefix="aotx-chaos-"))
-    svc = Service(data, args.runtime, args.clients, args.split)
+    svc = Service(data, args.runtime, args.clients, args.split, args.disk_faults)
     try:
         await svc.start_all()
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{svc.port}", timeout=30,
@@ -382,6 +388,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         violations = [f"client {c.index}: {v}" for c in clients for v in c.violations]
         violations += fatal
         return {"seconds": args.seconds, "clients": args.clients, "split": args.split,
+                "disk_faults": args.disk_faults,
                 "kills": svc.kills, "acknowledged": sum(len(c.acked) for c in clients),
                 "retries": sum(c.retries for c in clients),
                 "reads": sum(c.reads for c in clients), "violations": violations}
@@ -400,6 +407,9 @@ def main() -> int:
     ap.add_argument("--clients", type=int, default=32)
     ap.add_argument("--kill-every", type=float, default=5.0)
     ap.add_argument("--split", action="store_true", help="aotx boot + aotx gateway serve")
+    ap.add_argument("--disk-faults", metavar="SPEC", help="inject journal write faults in "
+                    "the runtime (AOTX_JOURNAL_FAULTS, runtime/faults.py), e.g. "
+                    "eio=0.01,enospc=0.01,fsync_eio=0.01,slow_fsync=0.05:0.2")
     ap.add_argument("--runtime", type=Path, help="runtime file (default: the default models, "
                     "packed once into ~/.cache/aotx-chaos)")
     ap.add_argument("--seed", type=int, default=1)
@@ -417,6 +427,7 @@ def main() -> int:
     out = trio.run(run, args)
     print(f"chaos: {out['seconds']:g} s, {out['clients']} clients, "
           f"{'split' if out['split'] else 'embedded'}, {out['kills']} kill -9, "
+          f"disk faults {out['disk_faults'] or 'none'}, "
           f"{out['acknowledged']} acknowledged operations, {out['retries']} retries, "
           f"{out['reads']} reads: {len(out['violations'])} violations")
     for v in out["violations"][:50]:

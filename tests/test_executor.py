@@ -334,3 +334,35 @@ async def test_two_equal_inputs_are_two_turns(tmp_path: Path) -> None:
         first, second = (prompts[op.rsplit("-", 1)[1]] for op in ops)
         assert len(first) < len(second)          # the first input is in the second's context
         assert second[-len(first) + 1:] == first[1:]     # ... and it ends the same (BOS aside)
+
+
+async def test_a_completion_waits_out_a_journal_hold(tmp_path: Path) -> None:
+    """An input that ends while the journal holds (a disk error, the cap) is not left
+    running for ever: its completion waits in the executor and is retried every round
+    until the journal takes it (found by scripts/chaos.py --disk-faults)."""
+    from aotx_trio.journal import HOLD_DISK
+
+    async with embedded(tmp_path, {"alice": ALL}) as env:
+        con = await _room(env, ("alice",))
+        state = env.handler.state
+        assert state is not None
+        executor = Executor(state.device, state.emitter, native.capacities()["result_bytes"])
+        env.handler.executor = executor                    # not running: rounds by hand
+        status, receipt = await _input(env, "alice", con, "held", max_output_tokens=4)
+        assert status == 202
+        op = receipt["operation"]
+        journal = state.journal_file.journal
+        journal.set_hold(HOLD_DISK, True)
+        for _ in range(12):                                # it runs and ends ...
+            await executor.cycle()
+        assert executor.completed == 1
+        got = await _get(env, "alice", f"/operations/{op}")
+        assert got["status"] == "running" and got["finish"] is None   # ... not journaled
+        journal.set_hold(HOLD_DISK, False)
+        await executor.cycle()                             # the next round completes it
+        await _finished(env, "alice", op)
+        done = await _get(env, "alice", f"/operations/{op}")
+        assert done["status"] == "succeeded" and done["result"]["output_tokens"] >= 1
+        with trio.fail_after(10):
+            while not (await _get(env, "alice", f"/operations/{op}"))["terminal"]["saved"]:
+                await trio.sleep(0.01)

@@ -36,6 +36,7 @@ from aotx_trio.config import DEFAULT_DEADLINE_S, Limits
 from aotx_trio.device import Device
 from aotx_trio.grants import load_grants
 from aotx_trio.journal import JournalParams
+from aotx_trio.runtime import faults
 from aotx_trio.runtime.ccir import RuntimeFile
 from aotx_trio.runtime.emitter import Emitter, open_journal_file
 from aotx_trio.runtime.executor import Executor
@@ -77,7 +78,11 @@ async def open_runtime_state(lineage: bytes, journal_dir: Path,
     journal_dir.mkdir(parents=True, exist_ok=True)
     jf = await trio.to_thread.run_sync(
         functools.partial(open_journal_file, journal_dir, lineage, resume=False,
-                          params=JournalParams(file_cap_bytes=limits.max_bytes)))
+                          params=JournalParams(file_cap_bytes=limits.max_bytes),
+                          ops=faults.from_env()))
+    if isinstance(jf.ops, faults.FaultyFileOps):
+        jf.ops.armed = True      # open and recovery ran on real I/O
+        log.warning("journal %s: %s is set: injecting write faults", jf.path, faults.ENV)
     device = None
     try:
         device = Device(jf.journal, lineage.hex())

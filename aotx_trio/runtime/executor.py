@@ -45,6 +45,7 @@ from aotx_trio.runtime.resident import ResidentCache, common_prefix
 from aotx_trio.runtime.stats import Histogram
 
 log = logging.getLogger("aotx.executor")
+COMPLETION_RETRY_S = 0.05
 
 
 class Waker(Protocol):
@@ -105,6 +106,10 @@ class Executor:
         self.finished: dict[str, int] = {}            # status -> inputs ended so far
         self.ttft = Histogram()                       # start of execution -> first token
         self.resident = ResidentCache()               # conversations' pages between turns
+        # ended inputs whose completion the journal has not taken yet (it holds):
+        # (op id, status, result, input tokens, output tokens, finish), oldest first
+        self._completions: deque[tuple[str, str, bytes, int, int, str]] = deque()
+        self._completion_held = False
         self.max_group = 0            # the most inputs one step has run together
         self.page_waits = 0           # times an input waited for KV pages
         self.on_complete: Callable[[Job, str], None] | None = None  # tests, metrics
@@ -177,13 +182,38 @@ class Executor:
         task_status.started()
         while True:
             if not self._waiting and not any(self._running.values()):
-                self._waiting.append(await self._receive.receive())
+                if self._completions:      # a held journal: retry them every 50 ms
+                    with trio.move_on_after(COMPLETION_RETRY_S):
+                        self._waiting.append(await self._receive.receive())
+                else:
+                    self._waiting.append(await self._receive.receive())
             await self.cycle()
             await trio.lowlevel.checkpoint()
+
+    def _complete(self) -> None:
+        """Hand ended inputs' results to the device, oldest first.  While the journal
+        holds (a disk error, the file cap, disk pressure: a Refusal), a completion
+        waits here and is retried every round: an input never stays ``running``
+        because its result could not be journaled at once."""
+        while self._completions:
+            op_id, status, result, n_in, n_out, finish = self._completions[0]
+            try:
+                self.device.complete(op_id, status, result, n_in, n_out, finish)
+            except errors.Refusal as exc:
+                if not self._completion_held:
+                    log.warning("completing %s waits: %s", op_id, exc)
+                self._completion_held = True
+                return
+            except errors.AotxError as exc:   # refused for good: logged, not retried
+                log.warning("completing %s failed: %s", op_id, exc)
+            self._completions.popleft()
+            self._completion_held = False
+            self.saver.wake()
 
     async def cycle(self) -> None:
         """One round: take what was queued, end what was cancelled, join what fits,
         and run one step for every model with running inputs."""
+        self._complete()
         while True:
             try:
                 self._waiting.append(self._receive.receive_nowait())
@@ -389,13 +419,10 @@ class Executor:
             if not job.abandoned:
                 self._ended[job.op_id] = job
         else:
-            try:
-                self.device.complete(job.op_id, status, result, len(job.prompt),
-                                     len(job.out_tokens),
-                                     job.finish if status == "succeeded" else "none")
-            except errors.AotxError as exc:   # a device refusal: logged, nothing to retry
-                log.warning("completing %s failed: %s", job.op_id, exc)
-            self.saver.wake()
+            self._completions.append((job.op_id, status, result, len(job.prompt),
+                                      len(job.out_tokens),
+                                      job.finish if status == "succeeded" else "none"))
+            self._complete()
         self._progressed()
         self.finished[status] = self.finished.get(status, 0) + 1
         if self.on_complete is not None:
