@@ -500,27 +500,30 @@ class Device:
                                      _u64(cursor, "cursor"), _u32(limit, "limit"), out, n, nxt))
         return [_space(out[i]) for i in range(n[0])], int(nxt[0])
 
-    def members(self, grants: int, actor: str, space: str, cursor: int = 0,
-                limit: int = 100) -> tuple[list[Member], int]:
-        out = ffi.new("aotx_member_view[]", max(limit, 1))
+    def _space_page(self, call: Any, view: str, grants: int, actor: str, space: str,
+                    cursor: int, limit: int) -> tuple[Any, int, int]:
+        """One page of a space-scoped list call: (views, row count, next cursor)."""
+        out = ffi.new(f"{view}[]", max(limit, 1))
         n = ffi.new("uint32_t *")
         nxt = ffi.new("uint64_t *")
-        check(lib.aotx_device_members(self._handle, grants, _hex16(actor, "actor"),
-                                      _hex16(space, "space"), _u64(cursor, "cursor"),
-                                      _u32(limit, "limit"), out, n, nxt))
+        check(call(self._handle, grants, _hex16(actor, "actor"), _hex16(space, "space"),
+                   _u64(cursor, "cursor"), _u32(limit, "limit"), out, n, nxt))
+        return out, int(n[0]), int(nxt[0])
+
+    def members(self, grants: int, actor: str, space: str, cursor: int = 0,
+                limit: int = 100) -> tuple[list[Member], int]:
+        out, n, nxt = self._space_page(lib.aotx_device_members, "aotx_member_view", grants,
+                                       actor, space, cursor, limit)
         rows = [Member(participant=_hex(out[i].participant), rights=rights_names(out[i].rights))
-                for i in range(n[0])]
-        return rows, int(nxt[0])
+                for i in range(n)]
+        return rows, nxt
 
     def conversations(self, grants: int, actor: str, space: str, cursor: int = 0,
                       limit: int = 100) -> tuple[list[Conversation], int]:
-        out = ffi.new("aotx_conversation_view[]", max(limit, 1))
-        n = ffi.new("uint32_t *")
-        nxt = ffi.new("uint64_t *")
-        check(lib.aotx_device_conversations(self._handle, grants, _hex16(actor, "actor"),
-                                            _hex16(space, "space"), _u64(cursor, "cursor"),
-                                            _u32(limit, "limit"), out, n, nxt))
-        return [_conversation(out[i]) for i in range(n[0])], int(nxt[0])
+        out, n, nxt = self._space_page(lib.aotx_device_conversations,
+                                       "aotx_conversation_view", grants, actor, space,
+                                       cursor, limit)
+        return [_conversation(out[i]) for i in range(n)], nxt
 
     def conversation(self, grants: int, actor: str, conversation: str) -> Conversation:
         out = ffi.new("aotx_conversation_view *")
@@ -578,13 +581,9 @@ class Device:
                     limit: int = 100) -> tuple[list[MemoryRow], int]:
         """Saved memory rows of ``space`` (read right on it), from table position
         ``cursor``; (rows, next cursor or 0)."""
-        out = ffi.new("aotx_memory_row[]", max(limit, 1))
-        n = ffi.new("uint32_t *")
-        nxt = ffi.new("uint64_t *")
-        check(lib.aotx_device_memory_list(self._handle, grants, _hex16(actor, "actor"),
-                                          _hex16(space, "space"), _u64(cursor, "cursor"),
-                                          _u32(limit, "limit"), out, n, nxt))
-        return [_memory_row(out[i]) for i in range(n[0])], int(nxt[0])
+        out, n, nxt = self._space_page(lib.aotx_device_memory_list, "aotx_memory_row", grants,
+                                       actor, space, cursor, limit)
+        return [_memory_row(out[i]) for i in range(n)], nxt
 
     def memory_read(self, grants: int, actor: str, space: str, obj: str, offset: int = 0,
                     limit: int = 65536) -> tuple[MemoryRow, bytes]:

@@ -79,6 +79,7 @@ class Job:
     finish: str | None = None   # stop | length | cancelled | deadline_exceeded | error
     abandoned: bool = False     # ephemeral, and nobody waits for its end any more
     input_index: int = 0        # its place in the conversation's input order (device)
+    tried_at: int = -1          # Executor.completed when it last failed to join
     actor: str = ""             # its participant's key
     query: Any = None           # its retained embedding: the recall query (runtime/memory.py)
 
@@ -237,23 +238,31 @@ class Executor:
     def _admit(self) -> None:
         """Join waiting inputs to their model's group, in admission order; an input
         whose pages cannot be reserved waits (and so do the ones behind it on the
-        same model)."""
+        same model).  Pages and sequence slots free up only when an input ends, so
+        an input that could not join is tried again (its context read and rendered
+        again) only once another input has ended since."""
         blocked: set[int] = set()
         still: deque[Job] = deque()
+        ended = self.completed
         for job in self._waiting:
             key = id(job.model)
-            if key not in blocked and self._join(job):
-                if job.seq is not None:
-                    self._running.setdefault(key, []).append(job)
+            if key in blocked:
+                still.append(job)
                 continue
-            if key not in blocked and not self._running.get(key):
-                # nothing runs on this model and still no room: it can never fit
-                kv = job.model.engine.kv_stats()
-                self._finish(job, "failed", f"the input needs more KV pages than the "
-                             f"model's pool holds ({kv.n_pages} of {kv.page_tokens} tokens)")
-                continue
-            if key not in blocked:
-                self.page_waits += 1
+            if job.tried_at != ended:
+                if self._join(job):
+                    if job.seq is not None:
+                        self._running.setdefault(key, []).append(job)
+                    continue
+                if not self._running.get(key):
+                    # nothing runs on this model and still no room: it can never fit
+                    kv = job.model.engine.kv_stats()
+                    self._finish(job, "failed", f"the input needs more KV pages than the "
+                                 f"model's pool holds ({kv.n_pages} of {kv.page_tokens} "
+                                 "tokens)")
+                    continue
+                job.tried_at = ended
+            self.page_waits += 1
             blocked.add(key)
             still.append(job)
         self._waiting = still
