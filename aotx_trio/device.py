@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aotx_trio import errors
-from aotx_trio.journal import JournalReader
+from aotx_trio.journal import Anchor, JournalReader
 from aotx_trio.native import check, error_for, ffi, lib
 from aotx_trio.vocab import (  # noqa: F401  (re-exported: the device's vocabulary)
     ALL_GRANTS,
@@ -629,3 +629,29 @@ class Device:
         rc = lib.aotx_device_recover(self._handle, reader.handle, bad)
         if rc != 0:
             raise error_for(int(rc), f"record {int(bad[0])}", record=int(bad[0]))
+
+    # -- checkpoints (docs/formats/checkpoint.md) --
+    def checkpoint(self, anchor: Anchor) -> bytes:
+        """The state tables as a checkpoint section tied to ``anchor`` (every table
+        row must lie inside its records; ``device_out_of_order`` otherwise)."""
+        a = anchor.native()
+        size = ffi.new("size_t *")
+        check(lib.aotx_device_checkpoint_encode(self._handle, a, ffi.NULL, 0, size))
+        buf = ffi.new("uint8_t[]", int(size[0]))
+        check(lib.aotx_device_checkpoint_encode(self._handle, a, buf, int(size[0]), size))
+        return bytes(ffi.buffer(buf, int(size[0])))
+
+    def load_checkpoint(self, section: bytes) -> Anchor:
+        """Fill a fresh device from a checkpoint section; returns its journal position
+        (seek the reader there, then :meth:`recover` replays only the suffix)."""
+        a = ffi.new("aotx_journal_anchor *")
+        bad = ffi.new("uint64_t *")
+        rc = lib.aotx_device_checkpoint_load(self._handle, section, len(section), a, bad)
+        if rc != 0:
+            raise error_for(int(rc), f"checkpoint byte {int(bad[0])}", offset=int(bad[0]))
+        return Anchor.of(a)
+
+    def recover_offline(self) -> None:
+        """The next :meth:`recover` enqueues no ``interrupted`` completions (an offline
+        checkpoint holds exactly the journal's state)."""
+        lib.aotx_device_recover_offline(self._handle)

@@ -26,6 +26,7 @@
     ├── FormatError                  a file or frame is corrupt, foreign, too new    500
     │   ├── JournalDamage            journal_damage       refuse to start            500
     │   ├── UnsupportedProfile       unsupported_profile                             500
+    │   ├── CheckpointInvalid        checkpoint_damaged / checkpoint_mismatch        500
     │   └── FrameError               frame_invalid        service-socket framing     500
     ├── DeadlineExceeded             deadline_exceeded    execution deadline passed  504
     ├── UpstreamFailure              upstream_failure     the runtime / an upload    502
@@ -191,6 +192,14 @@ class JournalDamage(FormatError):
 
 class UnsupportedProfile(FormatError):
     default_code = "unsupported_profile"
+
+
+class CheckpointInvalid(FormatError):
+    """The runtime file's state checkpoint is refused (docs/formats/checkpoint.md):
+    ``checkpoint_damaged`` (checksum or structure) or ``checkpoint_mismatch`` (its
+    journal position is not this journal's); ``.fields["reason"]`` says which check."""
+
+    default_code = "checkpoint_damaged"
 
 
 class FrameError(FormatError):

@@ -109,6 +109,36 @@ class Transfer:
         return self.first_record + self.records - 1
 
 
+@dataclass(frozen=True)
+class Anchor:
+    """A journal position a checkpoint is tied to (``aotx_journal_anchor``,
+    docs/formats/checkpoint.md): the first ``records`` records, the chained digest
+    before and after the last of them, their boot transfers and the save
+    generation stamped on the last one."""
+
+    file_incarnation: int
+    records: int
+    boot: int
+    generation: int
+    prev_digest: bytes
+    digest: bytes
+
+    @classmethod
+    def of(cls, c: Any) -> Anchor:
+        return cls(int(c.file_incarnation), int(c.records), int(c.boot), int(c.generation),
+                   bytes(c.prev_digest), bytes(c.digest))
+
+    def native(self) -> Any:
+        c = ffi.new("aotx_journal_anchor *")
+        c.file_incarnation = self.file_incarnation
+        c.records = self.records
+        c.boot = self.boot
+        c.generation = self.generation
+        c.prev_digest = self.prev_digest
+        c.digest = self.digest
+        return c
+
+
 class Journal:
     """The native journal: encoder, bounded pending queue, save acknowledgement."""
 
@@ -196,6 +226,13 @@ class Journal:
         """Keep saved records from ``from_record`` on readable by :meth:`save_of`."""
         lib.aotx_journal_retain(self._j, from_record)
 
+    def saved_anchor(self) -> Anchor | None:
+        """The saved position, or None while a record is not saved yet (or none is)."""
+        c = ffi.new("aotx_journal_anchor *")
+        if lib.aotx_journal_saved_anchor(self._j, c) != 0:
+            return None
+        return Anchor.of(c)
+
     def resume(self, reader: JournalReader) -> None:
         """Continue the file ``reader`` read to its end (index, digest, boot, generation)."""
         check(lib.aotx_journal_resume(self._j, reader.handle), "resume")
@@ -278,6 +315,21 @@ class JournalReader:
     @property
     def boot(self) -> int:
         return int(lib.aotx_journal_reader_boot(self._r))
+
+    def anchor(self) -> Anchor:
+        """The position after the transfers read so far."""
+        c = ffi.new("aotx_journal_anchor *")
+        rc = int(lib.aotx_journal_reader_anchor(self._r, c))
+        if rc != 0:
+            self._raise(rc)
+        return Anchor.of(c)
+
+    def seek(self, anchor: Anchor) -> None:
+        """Before the first transfer: continue after ``anchor.records`` records
+        (aotx_journal_reader_seek; a checkpoint holds their state)."""
+        rc = int(lib.aotx_journal_reader_seek(self._r, anchor.native()))
+        if rc != 0:
+            self._raise(rc)
 
 
 def _image(path_or_bytes: str | os.PathLike[str] | bytes) -> tuple[bytes, str]:

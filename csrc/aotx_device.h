@@ -399,6 +399,26 @@ void aotx_device_usage_get(aotx_device *d, aotx_device_usage *out);
  * offset for journal damage) and the device must be discarded
  * (its tables read empty and every mutation is refused with device_out_of_order). */
 int aotx_device_recover(aotx_device *d, struct aotx_journal_reader *r, uint64_t *out_bad_record);
+/* Checkpoints (csrc/device_checkpoint.c; bytes: docs/formats/checkpoint.md):
+ * the state tables as of journal position `a`, one checksummed section.
+ * Encode needs a device whose every receipt has its admission save stamped
+ * and that holds nothing past a->records (AOTX_E_DEVICE_STATE otherwise);
+ * with buf NULL (or cap too small) it only reports the size in *out_len
+ * (AOTX_E_BUFFER_TOO_SMALL when buf was given).  Load needs a fresh device;
+ * it checks the whole section (SHA-256 trailer, every table, every index)
+ * and fills *out_anchor: the caller seeks the reader there
+ * (aotx_journal_reader_seek) and calls aotx_device_recover, which replays
+ * only the suffix.  A refused load (AOTX_E_RECOVERY_DAMAGE with
+ * *out_bad_offset = the byte offset inside the section,
+ * AOTX_E_LINEAGE_MISMATCH, AOTX_E_DEVICE_STATE) leaves the device failed. */
+int aotx_device_checkpoint_encode(aotx_device *d, const struct aotx_journal_anchor *a,
+                                  uint8_t *buf, size_t cap, size_t *out_len);
+int aotx_device_checkpoint_load(aotx_device *d, const uint8_t *buf, size_t len,
+                                struct aotx_journal_anchor *out_anchor, uint64_t *out_bad_offset);
+/* Offline checkpoints (aotx pack --checkpoint): the next aotx_device_recover
+ * leaves restored unfinished inputs as they are (no `interrupted`
+ * completions are enqueued): the state is the journal's, nothing more. */
+void aotx_device_recover_offline(aotx_device *d);
 /* CDEF-END */
 
 #endif

@@ -197,6 +197,33 @@ void aotx_journal_reader_digest(const aotx_journal_reader *r, uint8_t out[32]);
  * a journal nothing was enqueued in yet (else AOTX_E_JOURNAL_STATE). */
 int aotx_journal_resume(aotx_journal *j, const aotx_journal_reader *r);
 
+/* A journal position a checkpoint is tied to (docs/formats/checkpoint.md):
+ * the first `records` records (whole transfers), the chained digest before
+ * and after the last of them, the boot transfers among them and the save
+ * generation stamped on the last one. */
+typedef struct aotx_journal_anchor {
+    uint64_t file_incarnation;
+    uint64_t records;            /* >= 1: a boot transfer always comes first */
+    uint64_t boot;
+    uint64_t generation;
+    uint8_t prev_digest[32];     /* chained digest after record records - 2 (the header's for 1) */
+    uint8_t digest[32];          /* after record records - 1 */
+} aotx_journal_anchor;
+
+/* The live journal's saved position: AOTX_E_JOURNAL_STATE while any
+ * enqueued record is not saved yet (or none is saved). */
+int aotx_journal_saved_anchor(const aotx_journal *j, aotx_journal_anchor *out);
+/* The reader's position after the transfers read so far (records 0 before any). */
+int aotx_journal_reader_anchor(const aotx_journal_reader *r, aotx_journal_anchor *out);
+/* Before the first reader_next: continue reading after `a->records` records
+ * without reading them (a checkpoint holds their state).  Checks that the
+ * file has them, that the incarnation matches (AOTX_E_JOURNAL_FOREIGN,
+ * offset 32), that record records-1 is intact, ends a transfer, carries
+ * a->generation and chains a->prev_digest to a->digest (AOTX_E_JOURNAL_DAMAGE
+ * at that record); AOTX_E_JOURNAL_STATE when the file is shorter or the
+ * reader already read. */
+int aotx_journal_reader_seek(aotx_journal_reader *r, const aotx_journal_anchor *a);
+
 /* Checksums (journal_crc32c.c, journal_sha256.c). */
 /* CRC-32C (Castagnoli), reflected; pass 0 to start, the previous result to continue. */
 uint32_t aotx_crc32c(uint32_t crc, const uint8_t *data, size_t len);

@@ -117,6 +117,10 @@ struct aotx_device {
     uint8_t *scratch;                  /* [scratch_cap] admission/completion encode buffer */
     size_t scratch_cap;
     struct dev_plan *plan;             /* [1] the admission being prepared */
+    /* checkpoints (device_checkpoint.c) */
+    bool ck_loaded;                    /* tables came from a checkpoint at ck_records */
+    bool ck_offline;                   /* recovery for an offline checkpoint: no interrupt pass */
+    uint64_t ck_records;
     pthread_mutex_t mu;                /* every public call holds it (device_api.c) */
     bool mu_ready;
 };

@@ -121,6 +121,11 @@ int dev_recover_locked(aotx_device *d, aotx_journal_reader *r, uint64_t *out_bad
         if (out_bad_record) *out_bad_record = aotx_journal_reader_error_offset(r);
         return rc;
     }
+    if (d->ck_loaded) { /* checkpoint hook: the reader continues after the checkpoint's records */
+        aotx_journal_anchor at;
+        if (aotx_journal_reader_anchor(r, &at) != AOTX_OK || at.records != d->ck_records)
+            return AOTX_E_DEVICE_STATE;
+    }
     d->replaying = true;
     d->n_replay_pending = 0;
     uint64_t incarnation = aotx_journal_reader_incarnation(r);
@@ -179,6 +184,7 @@ int dev_recover_locked(aotx_device *d, aotx_journal_reader *r, uint64_t *out_bad
         return recover_failed(d, rc);
     }
     dev_reclaim(d);
+    if (d->ck_offline) return AOTX_OK; /* an offline checkpoint keeps the journal's state */
     /* Restored INPUTs without a terminal result become interrupted (never re-run). */
     for (uint32_t i = 0; i < DEV_RECEIPT_SLOTS; i++) {
         dev_receipt *rc_ = &d->receipts[i];

@@ -37,6 +37,7 @@ struct aotx_journal {
     uint64_t in_flight;     /* [saved, saved + in_flight) drained, not acked */
     uint8_t drain_digest[32]; /* digest after record saved_records + in_flight - 1 */
     uint8_t saved_digest[32]; /* digest after record saved_records - 1 */
+    uint8_t saved_prev_digest[32]; /* digest after record saved_records - 2 (anchors) */
     uint64_t generation;
     uint64_t boot;          /* boots queued (the last one's number) */
     int boot_queued;        /* this instance queued its boot transfer */
@@ -275,6 +276,11 @@ int aotx_journal_ack(aotx_journal *j) {
     if (j->in_flight == 0) {
         rc = AOTX_E_JOURNAL_STATE;
     } else {
+        if (j->in_flight >= 2)
+            memcpy(j->saved_prev_digest,
+                   j->ring_digest + ((j->saved_records + j->in_flight - 2) % j->cap_records) * 32, 32);
+        else
+            memcpy(j->saved_prev_digest, j->saved_digest, 32);
         j->saved_records += j->in_flight;
         j->in_flight = 0;
         memcpy(j->saved_digest, j->ring_digest + ((j->saved_records - 1) % j->cap_records) * 32, 32);
@@ -392,9 +398,30 @@ int aotx_journal_resume(aotx_journal *j, const aotx_journal_reader *r) {
         j->in_flight = 0;
         memcpy(j->drain_digest, rp.digest, 32);
         memcpy(j->saved_digest, rp.digest, 32);
+        memcpy(j->saved_prev_digest, rp.prev_digest, 32);
         j->boot = rp.boot;
         j->generation = rp.generation;
     }
     pthread_mutex_unlock(&j->mu);
+    return rc;
+}
+
+int aotx_journal_saved_anchor(const aotx_journal *j, aotx_journal_anchor *out) {
+    if (!j || !out) return AOTX_E_INVALID_ARGUMENT;
+    aotx_journal *m = (aotx_journal *)j;
+    pthread_mutex_lock(&m->mu);
+    int rc = AOTX_OK;
+    if (j->saved_records == 0 || j->next_record != j->saved_records || j->in_flight) {
+        rc = AOTX_E_JOURNAL_STATE;
+    } else {
+        memset(out, 0, sizeof *out);
+        out->file_incarnation = j->p.file_incarnation;
+        out->records = j->saved_records;
+        out->boot = j->boot;
+        out->generation = j->generation;
+        memcpy(out->prev_digest, j->saved_prev_digest, 32);
+        memcpy(out->digest, j->saved_digest, 32);
+    }
+    pthread_mutex_unlock(&m->mu);
     return rc;
 }

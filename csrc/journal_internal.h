@@ -106,6 +106,7 @@ typedef struct journal_resume_point {
     uint8_t header[AOTX_JOURNAL_FILE_HEADER];
     uint64_t records;       /* valid records (truncate to these) */
     uint8_t digest[32];     /* digest after them */
+    uint8_t prev_digest[32];/* digest before the last of them (checkpoint anchors) */
     uint64_t boot;          /* boot transfers among them */
     uint64_t generation;    /* save generation of the last verified record */
 } journal_resume_point;

@@ -19,6 +19,7 @@ struct aotx_journal_reader {
     uint64_t valid_records; /* records in complete transfers */
     uint64_t verified_end;  /* records verified at the end (incl. a dropped incomplete tail) */
     uint8_t digest[32];     /* chained digest after valid_records */
+    uint8_t prev_digest[32];/* chained digest before the last valid record */
     uint64_t boot;          /* boot transfers read */
     uint8_t *xfer;          /* [xfer_cap] assembled transfer bytes */
     size_t xfer_cap;
@@ -61,6 +62,7 @@ int aotx_journal_reader_new(const uint8_t *buf, size_t len, aotx_journal_reader 
         memcpy(r->header, buf, AOTX_JOURNAL_FILE_HEADER);
         r->n_records = (len - AOTX_JOURNAL_FILE_HEADER) / AOTX_JOURNAL_RECORD_SIZE;
         aotx_sha256(r->header, AOTX_JOURNAL_FILE_HEADER, r->digest);
+        memcpy(r->prev_digest, r->digest, 32);
     }
     *out = r;
     return AOTX_OK;
@@ -174,7 +176,7 @@ int aotx_journal_reader_next(aotx_journal_reader *r, uint8_t *kind, const uint8_
     if (r->err) return r->err;
     if (r->done) return 0;
     uint64_t start = r->pos;
-    uint8_t d[32];
+    uint8_t d[32], before_last[32];
     memcpy(d, r->digest, 32);
     const uint8_t *first = NULL;
     for (;;) {
@@ -202,6 +204,7 @@ int aotx_journal_reader_next(aotx_journal_reader *r, uint8_t *kind, const uint8_
         if (rc != AOTX_OK) return rc;
         memcpy(r->xfer + (size_t)part * AOTX_JOURNAL_PART_DATA, rec + AOTX_JOURNAL_PART_HEADER,
                get_u16(rec + JP_DATA_LEN));
+        memcpy(before_last, d, 32);
         journal_chain(d, rec, d);
         r->pos = pos + 1;
         if (part + 1 < count) continue;
@@ -217,6 +220,7 @@ int aotx_journal_reader_next(aotx_journal_reader *r, uint8_t *kind, const uint8_
         }
         r->valid_records = r->pos;
         memcpy(r->digest, d, 32);
+        memcpy(r->prev_digest, before_last, 32);
         if (kind) *kind = k;
         if (data) *data = r->xfer;
         if (len) *len = xlen;
@@ -269,9 +273,47 @@ int journal_reader_resume_point(const aotx_journal_reader *r, journal_resume_poi
     memcpy(out->header, r->header, AOTX_JOURNAL_FILE_HEADER);
     out->records = r->valid_records;
     memcpy(out->digest, r->digest, 32);
+    memcpy(out->prev_digest, r->prev_digest, 32);
     out->boot = r->boot;
     /* the generation of the last verified record (an incomplete tail transfer's
      * parts included: their save may have been acked), so none is handed out twice */
     out->generation = r->verified_end ? stamp_at(r, r->verified_end - 1) : 0;
+    return AOTX_OK;
+}
+
+int aotx_journal_reader_anchor(const aotx_journal_reader *r, aotx_journal_anchor *out) {
+    if (!r || !out) return AOTX_E_INVALID_ARGUMENT;
+    if (r->header_rc != AOTX_OK) return r->header_rc;
+    if (r->err) return r->err;
+    memset(out, 0, sizeof *out);
+    out->file_incarnation = get_u64(r->header + JH_INCARNATION);
+    out->records = r->valid_records;
+    out->boot = r->boot;
+    out->generation = r->valid_records ? stamp_at(r, r->valid_records - 1) : 0;
+    memcpy(out->prev_digest, r->prev_digest, 32);
+    memcpy(out->digest, r->digest, 32);
+    return AOTX_OK;
+}
+
+int aotx_journal_reader_seek(aotx_journal_reader *r, const aotx_journal_anchor *a) {
+    if (!r || !a) return AOTX_E_INVALID_ARGUMENT;
+    if (r->header_rc != AOTX_OK) return r->header_rc;
+    if (r->err) return r->err;
+    if (r->pos != 0 || r->done || a->records == 0 || a->records > r->n_records)
+        return AOTX_E_JOURNAL_STATE;
+    if (a->file_incarnation != get_u64(r->header + JH_INCARNATION))
+        return fail(r, AOTX_E_JOURNAL_FOREIGN, JH_INCARNATION);
+    uint64_t last = a->records - 1;
+    const uint8_t *rec = r->buf + rec_off(last);
+    uint8_t d[32];
+    journal_chain(a->prev_digest, rec, d);
+    if (!intact(rec) || get_u64(rec + JP_INDEX) != last ||
+        !(rec[JP_FLAGS] & AOTX_JOURNAL_FLAG_LAST) ||
+        get_u48(rec + JP_GENERATION) != a->generation || memcmp(d, a->digest, 32) != 0)
+        return fail(r, AOTX_E_JOURNAL_DAMAGE, rec_off(last));
+    r->pos = r->valid_records = a->records;
+    r->boot = a->boot;
+    memcpy(r->digest, a->digest, 32);
+    memcpy(r->prev_digest, a->prev_digest, 32);
     return AOTX_OK;
 }

@@ -36,7 +36,7 @@ from aotx_trio.config import DEFAULT_DEADLINE_S, Limits
 from aotx_trio.device import Device
 from aotx_trio.grants import load_grants
 from aotx_trio.journal import JournalParams
-from aotx_trio.runtime import faults
+from aotx_trio.runtime import checkpoint, faults
 from aotx_trio.runtime.ccir import RuntimeFile
 from aotx_trio.runtime.emitter import Emitter, open_journal_file
 from aotx_trio.runtime.executor import Executor
@@ -69,23 +69,38 @@ class JournalLimits:
 
 @contextlib.asynccontextmanager
 async def open_runtime_state(lineage: bytes, journal_dir: Path,
-                             limits: JournalLimits | None = None,
+                             limits: JournalLimits | None = None, *,
+                             runtime_file: Path | None = None,
                              ) -> AsyncIterator[RuntimeState]:
     """Open (or create) the journal in ``journal_dir``, replay it into a fresh device
     (fail closed on damage), queue this boot's transfer, and yield the state; closes
-    the device and the file on exit."""
+    the device and the file on exit.
+
+    With ``runtime_file``: recovery starts from the file's checkpoint (when it has one;
+    refused with ``checkpoint_damaged`` / ``checkpoint_mismatch`` when it does not fit
+    this journal) and replays only the journal after it; on the way out (a clean stop,
+    SIGTERM/SIGINT included) the journal is flushed and a new checkpoint written."""
     limits = limits or JournalLimits()
     journal_dir.mkdir(parents=True, exist_ok=True)
+    section = info = None
+    if runtime_file is not None:
+        section = await trio.to_thread.run_sync(checkpoint.read_section, runtime_file)
+        info = checkpoint.parse_section(section) if section is not None else None
+    position = checkpoint.journal_position(info, lineage, str(journal_dir)) \
+        if info is not None else None
     jf = await trio.to_thread.run_sync(
         functools.partial(open_journal_file, journal_dir, lineage, resume=False,
                           params=JournalParams(file_cap_bytes=limits.max_bytes),
-                          ops=faults.from_env()))
+                          ops=faults.from_env(), position=position))
     if isinstance(jf.ops, faults.FaultyFileOps):
         jf.ops.armed = True      # open and recovery ran on real I/O
         log.warning("journal %s: %s is set: injecting write faults", jf.path, faults.ENV)
     device = None
+    recovered = False
     try:
         device = Device(jf.journal, lineage.hex())
+        if jf.start is not None and section is not None:
+            device.load_checkpoint(section)   # verifies it whole; the reader seeks past it
         reader = jf.replay_reader(lineage)
         device.recover(reader)   # replays, resumes the journal, marks interrupted inputs
         try:
@@ -95,13 +110,26 @@ async def open_runtime_state(lineage: bytes, journal_dir: Path,
                         limits.max_bytes)
         emitter = Emitter.for_file(jf, min_free_bytes=limits.min_free_bytes)
         emitter.wake()
-        log.info("journal %s: %d transfers replayed, %d torn bytes dropped", jf.path,
-                 len(jf.transfers), jf.truncated_bytes)
+        log.info("journal %s: %d transfers replayed (from record %d), %d torn bytes dropped",
+                 jf.path, len(jf.transfers), jf.start.records if jf.start else 0,
+                 jf.truncated_bytes)
+        recovered = True
         yield RuntimeState(device, jf, emitter, lineage.hex())
     finally:
         if device is not None:
+            if runtime_file is not None and recovered:
+                _checkpoint_on_exit(device, emitter, runtime_file)
             device.close()
         jf.close()
+
+
+def _checkpoint_on_exit(device: Device, emitter: Emitter, runtime_file: Path) -> None:
+    """The shutdown checkpoint; a failure is logged, never raised over the exit's cause
+    (the journal holds everything: the next boot replays more)."""
+    try:
+        checkpoint.save_on_shutdown(device, emitter, runtime_file)
+    except (OSError, errors.AotxError) as exc:
+        log.warning("checkpoint not written to %s: %s", runtime_file, exc)
 
 
 def load_runtime_file(ccir_path: Path) -> RuntimeFile:
@@ -128,8 +156,8 @@ async def run_runtime(ccir: str | Path, journal: str | Path, grants_dir: str | P
         models = await trio.to_thread.run_sync(functools.partial(
             ModelSet.load, rf, embedding_root=journal_dir / "models"))
         try:
-            async with open_runtime_state(rf.header.lineage, journal_dir,
-                                          journal_limits) as state:
+            async with open_runtime_state(rf.header.lineage, journal_dir, journal_limits,
+                                          runtime_file=Path(ccir)) as state:
                 executor = Executor(state.device, state.emitter,
                                     native.capacities()["result_bytes"],
                                     deadline_s=execution_deadline_s)

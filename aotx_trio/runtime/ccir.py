@@ -38,14 +38,17 @@ KIND_NAMES = {KIND_TEXT_MODEL_GGUF: "text_model_gguf", KIND_EMBEDDING_FILE: "emb
 
 #: Required profile bits this reader understands.
 PROFILE_SHARED = 1 << 0
-KNOWN_REQUIRED = PROFILE_SHARED
+#: The file may hold a state checkpoint after its extents (docs/formats/checkpoint.md).
+PROFILE_CHECKPOINT = 1 << 1
+KNOWN_REQUIRED = PROFILE_SHARED | PROFILE_CHECKPOINT
 #: Optional profile bits this reader understands (none defined yet).
 KNOWN_OPTIONAL = 0
-PROFILE_NAMES = {0: "shared_state"}
+PROFILE_NAMES = {0: "shared_state", 1: "checkpoint"}
 
 # magic, version, header_length, required, optional, lineage, count, entry_size,
-# table_offset, file_length, table_crc, alignment, reserved[44]   (header CRC follows)
-_HEADER = struct.Struct("<8sIIQQ16sIIQQII44s")
+# table_offset, file_length, table_crc, alignment, checkpoint_offset, checkpoint_length,
+# reserved[28]   (header CRC follows)
+_HEADER = struct.Struct("<8sIIQQ16sIIQQIIQQ28s")
 # kind, name_length, reserved, offset, length, sha256, name[200]
 _ENTRY = struct.Struct("<HHIQQ32s200s")
 assert _HEADER.size == HEADER_SIZE - 4
@@ -126,6 +129,8 @@ class Header:
     table_offset: int
     file_length: int
     table_crc32c: int
+    checkpoint_offset: int = 0   # 0: no checkpoint (docs/formats/checkpoint.md)
+    checkpoint_length: int = 0
 
     @property
     def table_end(self) -> int:
@@ -162,12 +167,13 @@ def layout(entries: Sequence[tuple[int, str, int]]) -> tuple[list[int], int]:
 
 
 def encode_header(*, required: int, optional: int, lineage: bytes, count: int,
-                  file_length: int, table_crc: int) -> bytes:
+                  file_length: int, table_crc: int, checkpoint_offset: int = 0,
+                  checkpoint_length: int = 0) -> bytes:
     if len(lineage) != 16:
         raise ValueError("lineage is 16 bytes")
     body = _HEADER.pack(MAGIC, FORMAT_VERSION, HEADER_SIZE, required, optional, lineage,
                         count, ENTRY_SIZE, HEADER_SIZE, file_length, table_crc, ALIGN,
-                        bytes(44))
+                        checkpoint_offset, checkpoint_length, bytes(28))
     return body + struct.pack("<I", crc32c(body))
 
 
@@ -195,7 +201,8 @@ def _parse_header(raw: bytes, size: int) -> Header:
     if raw[:8] != MAGIC:
         raise _fail("not a complete runtime file: bad magic", 0, "ccir_foreign")
     (_magic, version, header_length, required, optional, lineage, count, entry_size,
-     table_offset, file_length, table_crc, alignment, reserved) = _HEADER.unpack_from(raw)
+     table_offset, file_length, table_crc, alignment, ck_offset, ck_length,
+     reserved) = _HEADER.unpack_from(raw)
     if version != FORMAT_VERSION:
         raise _fail(f"format version {version} is not supported (this reader knows "
                     f"{FORMAT_VERSION})", 8, "ccir_version")
@@ -215,7 +222,14 @@ def _parse_header(raw: bytes, size: int) -> Header:
         what = "a shared profile with a zero lineage" if shared else \
             "a lineage without the shared profile"
         raise _fail(f"header holds {what}", 32)
+    ckpt = bool(required & PROFILE_CHECKPOINT)
     checks = [
+        (ckpt or not (ck_offset or ck_length), 80,
+         "reserved header bytes are not zero"),
+        (bool(ck_offset) == bool(ck_length) and ck_offset % ALIGN == 0
+         and (not ck_length or ck_offset + ck_length == file_length), 80,
+         f"checkpoint at {ck_offset} of {ck_length} bytes does not end the file "
+         f"({file_length} bytes)"),
         (count <= MAX_COMPONENTS, 48, f"component count {count} over {MAX_COMPONENTS}"),
         (entry_size == ENTRY_SIZE, 52, f"table entry size {entry_size} is not {ENTRY_SIZE}"),
         (table_offset == HEADER_SIZE, 56, f"table offset {table_offset} is not {HEADER_SIZE}"),
@@ -227,12 +241,14 @@ def _parse_header(raw: bytes, size: int) -> Header:
     for ok, off, message in checks:
         if not ok:
             raise _fail(message, off)
-    if file_length != size:
+    # With the checkpoint profile, bytes past file_length are an unfinished (or
+    # superseded) checkpoint write: ignored, cut by the next checkpoint write.
+    if file_length != size and not (ckpt and size > file_length):
         off = min(size, file_length)
         raise _fail(f"file is {size} bytes but its header says {file_length}", off,
                     "ccir_truncated" if size < file_length else "ccir_corrupt")
     return Header(version, Profile(required, optional), lineage, count, table_offset,
-                  file_length, table_crc)
+                  file_length, table_crc, ck_offset, ck_length)
 
 
 def _parse_table(table: bytes, header: Header) -> list[Component]:
@@ -267,7 +283,11 @@ def _parse_table(table: bytes, header: Header) -> list[Component]:
             raise _fail(f"component {i} ({name!r}) runs past the end of the file", base + 16)
         cursor = offset + length
         components.append(Component(kind, name, offset, length, digest))
-    if cursor != header.file_length:
+    if header.checkpoint_length:
+        if header.checkpoint_offset < align_up(cursor):
+            raise _fail(f"checkpoint offset {header.checkpoint_offset} is inside the "
+                        f"extents (they end at {cursor})", 80)
+    elif cursor != header.file_length:
         raise _fail(f"file length {header.file_length} is not the end of the last extent "
                     f"({cursor})", 64)
     return components
@@ -348,6 +368,13 @@ class RuntimeFile:
     def lineage(self) -> str:
         """32 lowercase hex digits (all zero without the shared profile)."""
         return self.header.lineage.hex()
+
+    @property
+    def components_end(self) -> int:
+        """Where the last extent (or the table) ends: a checkpoint starts at or after
+        ``align_up`` of it."""
+        ends = [c.offset + c.length for c in self.components]
+        return max([self.header.table_end, *ends])
 
     @property
     def text_models(self) -> list[Component]:
@@ -492,7 +519,8 @@ def rewrite_header(rf: RuntimeFile, *, required: int, optional: int,
     h = rf.header
     raw = encode_header(required=required, optional=optional, lineage=lineage,
                         count=h.component_count, file_length=h.file_length,
-                        table_crc=h.table_crc32c)
+                        table_crc=h.table_crc32c, checkpoint_offset=h.checkpoint_offset,
+                        checkpoint_length=h.checkpoint_length)
     fd = os.open(rf.path, os.O_WRONLY)
     try:
         if os.pwrite(fd, raw, 0) != HEADER_SIZE:

@@ -37,6 +37,7 @@ import math
 import os
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -49,6 +50,7 @@ from aotx_trio.journal import (
     HOLD_DISK,
     RECORD_SIZE,
     TICK_RECORDS,
+    Anchor,
     Journal,
     JournalParams,
     JournalReader,
@@ -167,10 +169,15 @@ class JournalFile:
     truncated_bytes: int         # torn tail removed at open
     ops: FileOps = field(default_factory=FileOps)
     lock_fd: int = -1            # the folder's lock (lock_journal_dir), released by close()
+    start: Anchor | None = None  # a checkpoint's position: records before it are not read
 
     def replay_reader(self, expected_lineage: bytes | None = None) -> JournalReader:
-        """A fresh reader over the verified bytes (for a replay that resumes the journal)."""
-        return JournalReader(self.image, expected_lineage, source=str(self.path))
+        """A fresh reader over the verified bytes (for a replay that resumes the journal),
+        after ``start`` when a checkpoint holds the records before it."""
+        reader = JournalReader(self.image, expected_lineage, source=str(self.path))
+        if self.start is not None:
+            reader.seek(self.start)
+        return reader
 
     def close(self) -> None:
         if self.fd >= 0:
@@ -197,7 +204,8 @@ def _create(directory: Path, path: Path, header: bytes, ops: FileOps) -> None:
 
 def open_journal_file(directory: str | os.PathLike[str], lineage: bytes, *,
                       params: JournalParams | None = None, ops: FileOps | None = None,
-                      name: str = JOURNAL_NAME, resume: bool = True) -> JournalFile:
+                      name: str = JOURNAL_NAME, resume: bool = True,
+                      position: Callable[[bytes], Anchor | None] | None = None) -> JournalFile:
     """Lock ``directory`` (:func:`lock_journal_dir`), then create or open
     ``directory/name``; verify, truncate a torn tail, continue it.
 
@@ -205,6 +213,8 @@ def open_journal_file(directory: str | os.PathLike[str], lineage: bytes, *,
     the returned journal is fresh and the caller resumes it through
     ``replay_reader()`` (the device's recovery does).  Raises
     ``JournalDamage`` / the foreign-file error naming the byte offset.
+    ``position`` (a checkpoint's check, runtime/checkpoint.py) gets the file's bytes
+    and returns where reading starts (None: from the first record).
     """
     ops = ops or FileOps()
     d = Path(directory)
@@ -212,7 +222,7 @@ def open_journal_file(directory: str | os.PathLike[str], lineage: bytes, *,
     base = replace(params or JournalParams(), lineage=lineage)
     lock_fd = lock_journal_dir(d)
     try:
-        return _open_locked(d, path, lineage, base, ops, resume, lock_fd)
+        return _open_locked(d, path, lineage, base, ops, resume, lock_fd, position)
     except BaseException:
         os.close(lock_fd)
         raise
@@ -262,7 +272,8 @@ def quarantine_tail(directory: Path, image: bytes, valid_end: int) -> Path:
 
 
 def _open_locked(d: Path, path: Path, lineage: bytes, base: JournalParams, ops: FileOps,
-                 resume: bool, lock_fd: int) -> JournalFile:
+                 resume: bool, lock_fd: int,
+                 position: Callable[[bytes], Anchor | None] | None = None) -> JournalFile:
     created = False
     if not path.exists():
         incarnation = secrets.randbits(64)
@@ -273,6 +284,9 @@ def _open_locked(d: Path, path: Path, lineage: bytes, base: JournalParams, ops: 
     try:
         image = ops.read_all(fd)
         reader = JournalReader(image, expected_lineage=lineage, source=str(path))
+        start = position(image) if position is not None else None
+        if start is not None:
+            reader.seek(start)
         transfers = list(reader)
         valid_end = reader.valid_end
         check_watermark(d, path, reader)
@@ -290,7 +304,8 @@ def _open_locked(d: Path, path: Path, lineage: bytes, base: JournalParams, ops: 
     except BaseException:
         ops.close(fd)
         raise
-    return JournalFile(path, fd, journal, image, transfers, created, truncated, ops, lock_fd)
+    return JournalFile(path, fd, journal, image, transfers, created, truncated, ops, lock_fd,
+                       start)
 
 
 class Emitter:
