@@ -63,6 +63,12 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--embedding", help="an embedding model folder (safetensors + tokenizer.json)")
     s.add_argument("--lineage",
                    help="pin the lineage of a new shared profile (32 hex; default random)")
+    s.add_argument("--checkpoint", metavar="JOURNAL_DIR",
+                   help="write the state of a stopped runtime's journal folder into the "
+                        "runtime file as its checkpoint (docs/formats/checkpoint.md)")
+    s.add_argument("--full-replay", action="store_true",
+                   help="with --checkpoint: replay and verify the whole journal instead of "
+                        "starting from the file's current checkpoint")
 
     s = sub.add_parser("boot", help="run the runtime process")
     s.add_argument("--ccir", required=True, help="the complete runtime file")

@@ -303,6 +303,12 @@ int aotx_journal_reader_seek(aotx_journal_reader *r, const aotx_journal_anchor *
         return AOTX_E_JOURNAL_STATE;
     if (a->file_incarnation != get_u64(r->header + JH_INCARNATION))
         return fail(r, AOTX_E_JOURNAL_FOREIGN, JH_INCARNATION);
+    /* every record of the prefix still carries its own CRC-32C and index (cheap: no
+     * chain, no replay), so damage there fails closed as a full read would */
+    for (uint64_t i = 0; i < a->records; i++) {
+        const uint8_t *p = r->buf + rec_off(i);
+        if (!intact(p) || get_u64(p + JP_INDEX) != i) return fail(r, AOTX_E_JOURNAL_DAMAGE, rec_off(i));
+    }
     uint64_t last = a->records - 1;
     const uint8_t *rec = r->buf + rec_off(last);
     uint8_t d[32];

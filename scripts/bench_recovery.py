@@ -1,19 +1,25 @@
 #!/usr/bin/env python3
-"""Benchmark: boot recovery time against journal length (issue 8, item 9).
+"""Benchmark: boot recovery time against journal length, full replay vs checkpoint
+(issue 8, item 9).
 
 For each ``--sizes`` N: a fresh journal folder is filled with N durable
 admissions through the real runtime state (``open_runtime_state``: device +
 journal + emitter, every tick fsynced), the way ``bench_gateway.py`` loads a
 server: ``--participants`` principals each register, create a private space,
 then loop ``member.set`` on it, retiring their receipts every 16 mutations so
-the fixed receipt table never fills.  Then the state is closed and opened
-again ``--rounds`` times: the time of each open (read + verify every record,
-replay every transfer into a fresh device, resume) is the recovery time.
+the fixed receipt table never fills.  Then ``aotx pack --checkpoint`` (offline)
+writes a checkpoint of those N into a runtime file, and ``--suffix`` more
+admissions are written after it (so the checkpoint boot has a real suffix to
+replay).  Then the state is opened ``--rounds`` times each way, interleaved:
 
-Prints one table (admissions, journal bytes, records, recovery seconds median
-and best, microseconds per record) and one JSON line.  Recovery replays the
-whole journal today, so it grows linearly with its length; a checkpoint in
-the runtime file (issue 8, item 9) is what would make it flat.
+* full: no runtime file, every record read, verified and replayed;
+* checkpoint: from the runtime file's checkpoint (restored before each round,
+  so the suffix stays the same): the prefix records' CRCs checked, the suffix
+  verified and replayed.
+
+The time of each open (to the state being ready) is the recovery time.  Prints
+one table (admissions, records, journal MB, full and checkpoint seconds, the
+checkpoint's bytes and the offline pack time) and one JSON line.
 """
 
 from __future__ import annotations
@@ -31,23 +37,24 @@ import trio
 
 from aotx_trio import device as D
 from aotx_trio.journal import RECORD_SIZE
+from aotx_trio.runtime import ccir, checkpoint
 from aotx_trio.runtime.boot import open_runtime_state
 from aotx_trio.vocab import ALL_GRANTS
 
 LINEAGE = bytes(range(16))
 
 
-async def fill(folder: Path, n: int, participants: int) -> int:
-    """N admissions through the runtime state; returns the journal's record count."""
+async def fill(folder: Path, n: int, participants: int, start: int = 0) -> int:
+    """N admissions through the runtime state (after ``start`` earlier ones by the
+    same principals); returns the journal's record count."""
     async with open_runtime_state(LINEAGE, folder) as state:
         async with trio.open_nursery() as nursery:
             await nursery.start(state.emitter.run)
             dev, emitter, lin = state.device, state.emitter, LINEAGE.hex()
             keys = [f"{i + 1:032x}" for i in range(participants)]
-            seq = dict.fromkeys(keys, 1)
+            seq = {k: dev.participant(ALL_GRANTS, k).next_sequence or 1 for k in keys}
             spaces: dict[str, str] = {}
-            done = 0
-            op = 0
+            op = 2 * start + 1000   # past every key the earlier fill used
 
             def submit(actor: str, kind: D.Kind, **kw: object) -> D.Receipt:
                 nonlocal op
@@ -61,15 +68,20 @@ async def fill(folder: Path, n: int, participants: int) -> int:
                 emitter.wake()
                 await emitter.wait_saved(max(r.admission_record for r in receipts))
 
-            batch = [submit(k, D.Kind.REGISTER) for k in keys]
-            await settle(batch)
-            batch = []
-            for k in keys:
-                r = submit(k, D.Kind.SPACE_CREATE)
-                spaces[k] = r.resource_id
-                batch.append(r)
-            await settle(batch)
-            done = 2 * participants
+            done = 0
+            if start == 0:
+                await settle([submit(k, D.Kind.REGISTER) for k in keys])
+                batch = []
+                for k in keys:
+                    r = submit(k, D.Kind.SPACE_CREATE)
+                    spaces[k] = r.resource_id
+                    batch.append(r)
+                await settle(batch)
+                done = 2 * participants
+            else:
+                for k in keys:
+                    rows, _ = dev.spaces(ALL_GRANTS, k)
+                    spaces[k] = rows[0].id
             while done < n:
                 batch = []
                 for k in keys:
@@ -86,9 +98,21 @@ async def fill(folder: Path, n: int, participants: int) -> int:
     return int(records)
 
 
-async def recover(folder: Path) -> float:
+def runtime_file(folder: Path) -> Path:
+    """A minimal shared runtime file of the bench's lineage (no model is loaded)."""
+    comp = folder / "config.json"
+    comp.write_text("{}")
+    target = folder / "bench.aotxccir"
+    ccir.write_runtime(target, [ccir.Source(ccir.KIND_EMBEDDING_FILE, "config.json", comp, 0,
+                                            comp.stat().st_size)],
+                       required=ccir.PROFILE_SHARED, optional=0, lineage=LINEAGE,
+                       progress=False)
+    return target
+
+
+async def recover(folder: Path, rt: Path | None) -> float:
     t0 = time.perf_counter()
-    async with open_runtime_state(LINEAGE, folder):
+    async with open_runtime_state(LINEAGE, folder, runtime_file=rt):
         took = time.perf_counter() - t0
     return took
 
@@ -98,36 +122,54 @@ def main() -> None:
     ap.add_argument("--sizes", default="10000,100000",
                     help="comma-separated admission counts (default 10000,100000)")
     ap.add_argument("--participants", type=int, default=32)
+    ap.add_argument("--suffix", type=int, default=1000,
+                    help="admissions written after the checkpoint (default 1000)")
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
     rows = []
     for n in (int(s) for s in args.sizes.split(",")):
         folder = Path(tempfile.mkdtemp(prefix="aotx-bench-recovery-"))
         try:
+            journal = folder / "journal"
             t0 = time.perf_counter()
-            records = trio.run(fill, folder, n, args.participants)
+            trio.run(fill, journal, n, args.participants)
             fill_s = time.perf_counter() - t0
-            size = sum(p.stat().st_size for p in folder.iterdir() if p.is_file())
-            times = [trio.run(recover, folder) for _ in range(args.rounds)]
-            rows.append({"admissions": n, "records": records, "journal_bytes": size,
-                         "fill_s": round(fill_s, 2),
-                         "recovery_s_median": round(statistics.median(times), 4),
-                         "recovery_s_best": round(min(times), 4),
-                         "us_per_record": round(statistics.median(times) / records * 1e6, 2)})
-            print(f"filled {n:,} admissions ({records:,} records) in {fill_s:.1f} s",
-                  file=sys.stderr)
+            rt = runtime_file(folder)
+            t0 = time.perf_counter()
+            packed = checkpoint.pack_checkpoint(rt, journal)
+            pack_s = time.perf_counter() - t0
+            records = trio.run(fill, journal, args.suffix, args.participants, n)
+            saved = rt.read_bytes()
+            size = (journal / "journal.aotxj").stat().st_size
+            full, fast = [], []
+            for _ in range(args.rounds):   # interleaved: the same machine noise for both
+                full.append(trio.run(recover, journal, None))
+                rt.write_bytes(saved)      # the same checkpoint, the same suffix
+                fast.append(trio.run(recover, journal, rt))
+            rows.append({"admissions": n, "suffix_admissions": args.suffix,
+                         "records": records, "checkpoint_records": packed.anchor.records,
+                         "journal_bytes": size, "checkpoint_bytes": packed.section_bytes,
+                         "fill_s": round(fill_s, 2), "pack_s": round(pack_s, 3),
+                         "full_s_median": round(statistics.median(full), 4),
+                         "full_s_best": round(min(full), 4),
+                         "checkpoint_s_median": round(statistics.median(fast), 4),
+                         "checkpoint_s_best": round(min(fast), 4)})
+            print(f"filled {n:,} + {args.suffix:,} admissions ({records:,} records) in "
+                  f"{fill_s:.1f} s", file=sys.stderr)
         finally:
             shutil.rmtree(folder, ignore_errors=True)
-    print(f"{'admissions':>11} {'records':>9} {'journal MB':>10} {'recovery s':>11} "
-          f"{'best s':>8} {'us/record':>9}")
+    print(f"{'admissions':>11} {'records':>9} {'journal MB':>10} {'full s':>8} "
+          f"{'ckpt s':>8} {'ckpt KB':>8} {'pack s':>7}")
     for r in rows:
         print(f"{r['admissions']:>11,} {r['records']:>9,} "
-              f"{r['journal_bytes'] / 1e6:>10.1f} {r['recovery_s_median']:>11.3f} "
-              f"{r['recovery_s_best']:>8.3f} {r['us_per_record']:>9.2f}")
+              f"{r['journal_bytes'] / 1e6:>10.1f} {r['full_s_median']:>8.3f} "
+              f"{r['checkpoint_s_median']:>8.3f} {r['checkpoint_bytes'] / 1e3:>8.1f} "
+              f"{r['pack_s']:>7.2f}")
     if len(rows) > 1:
         a, b = rows[0], rows[-1]
-        print(f"recovery grows {b['recovery_s_median'] / a['recovery_s_median']:.1f}x for "
-              f"{b['records'] / a['records']:.1f}x the records (flat would be 1.0x)")
+        print(f"for {b['records'] / a['records']:.1f}x the records: full replay grows "
+              f"{b['full_s_median'] / a['full_s_median']:.1f}x, checkpoint + suffix "
+              f"{b['checkpoint_s_median'] / a['checkpoint_s_median']:.1f}x (flat: 1.0x)")
     print(json.dumps({"rows": rows, "record_size": RECORD_SIZE}))
 
 

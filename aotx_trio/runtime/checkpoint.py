@@ -247,6 +247,9 @@ def flush_journal(emitter: Emitter) -> bool:
     """Write and fsync every queued record now (the emitter task has stopped); False
     when a write fails (the records stay queued; nothing is checkpointed)."""
     j = emitter.journal
+    if j.save_state().in_flight_records:   # a tick's outcome unknown: never ack over it
+        log.warning("journal records in flight at shutdown; no checkpoint written")
+        return False
     while (drained := j.drain(TICK_RECORDS)) is not None:
         first, data = drained
         try:

@@ -191,7 +191,16 @@ def describe(rf: RuntimeFile) -> list[str]:
 
 
 def main(args: argparse.Namespace) -> int:
-    rf = pack(args.runtime, models=args.model, embedding=args.embedding, shared=args.shared,
-              lineage=getattr(args, "lineage", None))
-    print("\n".join(describe(rf)))
+    journal_dir = getattr(args, "checkpoint", None)
+    if journal_dir is None or args.model or args.embedding or args.shared or \
+            getattr(args, "lineage", None) is not None:
+        rf = pack(args.runtime, models=args.model, embedding=args.embedding, shared=args.shared,
+                  lineage=getattr(args, "lineage", None))
+        print("\n".join(describe(rf)))
+    if journal_dir is not None:
+        from aotx_trio.runtime import checkpoint  # the device and the journal: only here
+        done = checkpoint.pack_checkpoint(Path(args.runtime), Path(journal_dir),
+                                          full=bool(getattr(args, "full_replay", False)))
+        print(f"checkpoint: {done.anchor.records} journal records ({done.section_bytes} "
+              f"bytes), replayed from record {done.replayed_from}")
     return 0
