@@ -324,10 +324,11 @@ class JournalReader:
             self._raise(rc)
         return Anchor.of(c)
 
-    def seek(self, anchor: Anchor) -> None:
+    def seek(self, anchor: Anchor, *, check_prefix: bool = True) -> None:
         """Before the first transfer: continue after ``anchor.records`` records
-        (aotx_journal_reader_seek; a checkpoint holds their state)."""
-        rc = int(lib.aotx_journal_reader_seek(self._r, anchor.native()))
+        (aotx_journal_reader_seek; a checkpoint holds their state); ``check_prefix``:
+        each of those records' CRC-32C and index first."""
+        rc = int(lib.aotx_journal_reader_seek(self._r, anchor.native(), int(check_prefix)))
         if rc != 0:
             self._raise(rc)
 

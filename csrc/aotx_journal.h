@@ -216,13 +216,15 @@ int aotx_journal_saved_anchor(const aotx_journal *j, aotx_journal_anchor *out);
 /* The reader's position after the transfers read so far (records 0 before any). */
 int aotx_journal_reader_anchor(const aotx_journal_reader *r, aotx_journal_anchor *out);
 /* Before the first reader_next: continue reading after `a->records` records
- * without reading them (a checkpoint holds their state).  Checks that the
+ * without replaying them (a checkpoint holds their state).  Checks that the
  * file has them, that the incarnation matches (AOTX_E_JOURNAL_FOREIGN,
- * offset 32), that record records-1 is intact, ends a transfer, carries
- * a->generation and chains a->prev_digest to a->digest (AOTX_E_JOURNAL_DAMAGE
- * at that record); AOTX_E_JOURNAL_STATE when the file is shorter or the
- * reader already read. */
-int aotx_journal_reader_seek(aotx_journal_reader *r, const aotx_journal_anchor *a);
+ * offset 32), with check_prefix that every one of them has its CRC-32C and
+ * index (AOTX_E_JOURNAL_DAMAGE at the first that does not), and that record
+ * records-1 ends a transfer, carries a->generation and chains a->prev_digest
+ * to a->digest (AOTX_E_JOURNAL_DAMAGE at that record); AOTX_E_JOURNAL_STATE
+ * when the file is shorter or the reader already read. */
+int aotx_journal_reader_seek(aotx_journal_reader *r, const aotx_journal_anchor *a,
+                             int check_prefix);
 
 /* Checksums (journal_crc32c.c, journal_sha256.c). */
 /* CRC-32C (Castagnoli), reflected; pass 0 to start, the previous result to continue. */

@@ -329,8 +329,10 @@ async def test_pack_refuses_a_runtime_file_in_use(tmp_path: Path, folder: Path) 
         assert info.value.code == "runtime_in_use"
         assert ccir.read_bytes() == before
         n.cancel_scope.cancel()
+    stopped = ccir.read_bytes()                   # the stop wrote its state checkpoint
+    assert stopped != before and stopped[:len(before)][4096:] == before[4096:]
     with trio.fail_after(60):
         proc = await trio.run_process(cmd, capture_stdout=True, capture_stderr=True,
                                       check=False, env=dict(os.environ))
     assert proc.returncode == 0, proc.stderr      # the runtime stopped: the lock went with it
-    assert ccir.read_bytes() == before            # already shared: nothing to write
+    assert ccir.read_bytes() == stopped           # already shared: nothing to write

@@ -330,3 +330,16 @@ def test_checkpoint_plus_suffix_reads_exactly_like_the_whole_journal(
     assert views(fast, w) == views(full, w)
     # and the live device agrees too, on what recovery does not change (no interrupt)
     assert full.usage() == fast.usage()
+
+
+def test_seek_checks_the_crc_of_every_prefix_record() -> None:
+    section, image = example()
+    anchor = _anchor_of(section)
+    for off in range(64, record_offset(anchor.records - 1)):   # records before the last
+        bad = bytearray(image)
+        bad[off] ^= 0x10
+        with pytest.raises(errors.JournalDamage) as exc:
+            JournalReader(bytes(bad), LINEAGE).seek(anchor)
+        rec = (off - 64) // 192
+        assert exc.value.fields["offset"] == record_offset(rec), off
+        JournalReader(bytes(bad), LINEAGE).seek(anchor, check_prefix=False)  # not asked

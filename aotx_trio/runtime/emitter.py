@@ -175,8 +175,8 @@ class JournalFile:
         """A fresh reader over the verified bytes (for a replay that resumes the journal),
         after ``start`` when a checkpoint holds the records before it."""
         reader = JournalReader(self.image, expected_lineage, source=str(self.path))
-        if self.start is not None:
-            reader.seek(self.start)
+        if self.start is not None:   # open_journal_file checked the prefix of these bytes
+            reader.seek(self.start, check_prefix=False)
         return reader
 
     def close(self) -> None:
