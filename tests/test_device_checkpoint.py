@@ -313,8 +313,10 @@ def views(dev: D.Device, w: World) -> list[object]:
 def test_checkpoint_plus_suffix_reads_exactly_like_the_whole_journal(
         before: list[tuple[str, int, int, int]], after: list[tuple[str, int, int, int]]) -> None:
     w = World()
-    for key in KEYS:   # registered up front: the rest of the workload has actors
+    for who, key in enumerate(KEYS):   # up front, so random steps have things to act on
         w.submit(key, D.Kind.REGISTER)
+        apply(w, ("space", who, who, 0))
+        apply(w, ("conversation", who, who, 0))
     for step in before:
         apply(w, step)
     w.mj.save()
