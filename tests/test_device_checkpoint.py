@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from hypothesis import example as hexample
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -194,7 +195,7 @@ class World:
     seq: dict[str, int] = field(default_factory=dict)
     spaces: list[str] = field(default_factory=list)
     convs: list[str] = field(default_factory=list)
-    inputs: list[tuple[str, str]] = field(default_factory=list)   # (actor, op id)
+    inputs: list[tuple[str, str, int]] = field(default_factory=list)  # (actor, op id, seq)
     ops: list[tuple[str, str]] = field(default_factory=list)      # every admitted op
     memory: list[str] = field(default_factory=list)
     n: int = 0
@@ -241,9 +242,9 @@ def apply(w: World, step: tuple[str, int, int, int]) -> None:
         r = w.submit(actor, D.Kind.INPUT, conversation=w.convs[a % len(w.convs)],
                      text="hello " * (b % 7) + str(b), model="tiny")
         if r:
-            w.inputs.append((actor, r.op_id))
+            w.inputs.append((actor, r.op_id, w.seq[actor] - 1))
     elif what == "complete" and w.inputs:
-        _actor, op = w.inputs[a % len(w.inputs)]
+        _actor, op, _seq = w.inputs[a % len(w.inputs)]
         w.mj.save()
         try:
             w.dev.start(op)
@@ -253,15 +254,16 @@ def apply(w: World, step: tuple[str, int, int, int]) -> None:
                            finish="stop" if status == "succeeded" else "none")
         except errors.AotxError:
             pass
-    elif what == "cancel":
-        target = max(1, w.seq.get(actor, 1) - 1 - a % 4)
+    elif what == "cancel":   # mostly one of the actor's inputs, else a recent sequence
+        mine = [seq for who_, _op, seq in w.inputs if who_ == actor]
+        target = mine[a % len(mine)] if mine and b % 4 else max(1, w.seq.get(actor, 1) - 1 - a % 4)
         w.submit(actor, D.Kind.CANCEL, target_sequence=target)
     elif what == "retire":
         w.mj.save()
         floor = max(1, w.seq.get(actor, 1) - a % 3)
         w.submit(actor, D.Kind.RETIRE, retry_floor=floor)
     elif what == "memory" and w.inputs:
-        _actor, op = w.inputs[a % len(w.inputs)]
+        _actor, op, _seq = w.inputs[a % len(w.inputs)]
         w.mj.save()
         try:
             rows = w.dev.memory_retain(op, [float((a + i) % 7) + 0.5 for i in range(8)])
@@ -310,6 +312,9 @@ def views(dev: D.Device, w: World) -> list[object]:
 
 @settings(max_examples=40, deadline=None)
 @given(st.lists(STEP, min_size=1, max_size=60), st.lists(STEP, max_size=60))
+@hexample([("input", 0, 0, 3), ("cancel", 0, 0, 1), ("input", 1, 1, 2), ("complete", 0, 1, 4),
+          ("memory", 0, 0, 0), ("publish", 0, 1, 0), ("retire", 0, 0, 0)],
+         [("input", 2, 2, 5), ("cancel", 1, 0, 1), ("complete", 0, 0, 2)])
 def test_checkpoint_plus_suffix_reads_exactly_like_the_whole_journal(
         before: list[tuple[str, int, int, int]], after: list[tuple[str, int, int, int]]) -> None:
     w = World()
