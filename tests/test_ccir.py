@@ -75,6 +75,15 @@ def test_worked_example_of_the_format_doc(tmp_path: Path) -> None:
     assert raw[0xB8:0x180] == b"tiny.gguf".ljust(200, b"\0")
     assert raw[0x180:0x1000] == bytes(0x1000 - 0x180)
     assert raw[0x1000:] == TINY_GGUF
+    # "Component flags": with automatic_memory only the flags word and the two CRCs differ
+    flagged = ccir.write_runtime(
+        tmp_path / "f.aotxccir", [Source(KIND_TEXT_MODEL_GGUF, "tiny.gguf", gguf, 0,
+                                         len(TINY_GGUF), flags=ccir.FLAG_AUTOMATIC_MEMORY)],
+        required=ccir.PROFILE_SHARED, optional=0, lineage=LINEAGE).path.read_bytes()
+    assert flagged[0x84:0x88] == bytes([1, 0, 0, 0])
+    assert [i for i in range(len(raw)) if raw[i] != flagged[i]] and \
+        {i for i in range(len(raw)) if raw[i] != flagged[i]} <= \
+        {0x84, *range(0x48, 0x4C), *range(0x7C, 0x80)}
 
 
 def test_round_trip(tmp_path: Path) -> None:

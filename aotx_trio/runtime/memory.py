@@ -66,11 +66,10 @@ RECALL_BYTES = 1024          # the recalled block's byte limit in a context
 MIN_SIMILARITY = 0.3         # cosine below this is not recalled
 RECALL_HEADER = b"Notes recalled from this space:\n"
 
-# mode 2: the two memory calls (greedy, on the input's own model, the message appended)
-INTERPRET_PROMPT = b"Write one short line stating the fact to remember from this message.\n\n" \
-    b"Message: "
-RECALL_QUERY_PROMPT = b"Write one short line naming what to look up in notes to answer " \
-    b"this message.\n\nMessage: "
+# mode 2: the two memory calls (greedy, on the input's own model, the message appended;
+# the phrasings the default 270M model follows best of those tried: docs/decisions.md)
+INTERPRET_PROMPT = b"Summarize this as a short note to remember:\n\n"
+RECALL_QUERY_PROMPT = b"Give a few search keywords for this message:\n\n"
 CALL_TOKENS = 32            # output tokens per call
 CALL_TIMEOUT_S = 20.0       # a call still running this long fails (deadline_exceeded)
 FALLBACK_S = 300.0          # after a failed call the model's inputs use mode 1 this long
