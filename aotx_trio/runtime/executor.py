@@ -341,8 +341,8 @@ class Executor:
                     seq, shared = eng.fork_sequence(res.seq, n, seed=seed)
                 else:
                     seq, shared = eng.add_sequence(seed=seed), 0
-                try:
-                    eng.reserve(seq, len(job.prompt) + job.max_output)
+                try:   # what it adds past the shared prefix (the fork has ``shared``)
+                    eng.reserve(seq, len(job.prompt) + job.max_output - shared)
                 except errors.OverCapacity:
                     eng.release(seq)
                     raise
