@@ -152,9 +152,10 @@ SENTENCES = [
 
 
 async def retention_round(handler: Any, n: int, clients: int, base: int,
-                          texts: list[str]) -> float:
+                          texts: list[str]) -> tuple[float, int]:
     """Sentences/s of ``n`` inputs retained through the handler by ``clients``
-    participants at once (each set up beforehand, ``base`` spaces its sequences)."""
+    participants at once (each makes a space and a conversation first, from sequence
+    ``base``; 1: registers first), and the participants' next sequence."""
     from aotx_trio.client import InProcessClient
 
     client = InProcessClient(handler)
@@ -193,7 +194,7 @@ async def retention_round(handler: Any, n: int, clients: int, base: int,
             nursery.start_soon(one, c)
     wall = time.perf_counter() - t0
     assert handler.memory.retained - before == per * clients
-    return per * clients / wall
+    return per * clients / wall, cons[0][1] + per
 
 
 async def retention_bench(n: int, clients: int, rounds: int) -> None:
@@ -216,6 +217,7 @@ async def retention_bench(n: int, clients: int, rounds: int) -> None:
             handler = await nursery.start(functools.partial(
                 boot.run_runtime, ccir, folder / "journal", folder / "grants", socket=False))
             emb = handler.models.embedding.embedder
+            threads = emb.threads
             alone1: list[float] = []
             alone32: list[float] = []
             service: list[float] = []
@@ -226,15 +228,15 @@ async def retention_bench(n: int, clients: int, rounds: int) -> None:
                 for s in texts:
                     emb.embed([s])
                 alone1.append(n / (time.perf_counter() - t))
-                service.append(await retention_round(handler, n, clients, base, texts))
-                base += 2 + n // clients
+                rate, base = await retention_round(handler, n, clients, base, texts)
+                service.append(rate)
                 t = time.perf_counter()
                 emb.embed(texts, batch_size=32)
                 alone32.append(n / (time.perf_counter() - t))
             nursery.cancel_scope.cancel()
         s, a1, a32 = max(service), max(alone1), max(alone32)
         print(f"{n} sentences (~12 tokens), {clients} clients, best of {rounds} interleaved "
-              f"rounds, embedder threads {emb.threads}")
+              f"rounds, embedder threads {threads}; load average {os.getloadavg()[0]:.1f}")
         print("| side | sentences/s |")
         print("|---|---:|")
         print(f"| retention through the runtime (mutation.submit) | {s:.1f} |")

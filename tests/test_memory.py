@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import synth_gguf as sg
 import trio
+import trio.testing
 from _gateway_env import ALL, LINEAGE, SCHEMA, TINY, TINY_MODEL, served, token_for
 from _real import real_embedding_dir
 
@@ -317,3 +318,45 @@ async def test_publication_over_http(tmp_path: Path, ccir: Path) -> None:
         assert one["text"] == "shared fact"
         # the original stays private
         await c.get("bob", f"/spaces/{mine}/memory", 404)
+
+
+async def test_concurrent_retention_texts_share_encoder_runs() -> None:
+    """Eight texts handed over at once: the first runs alone, the seven that queued
+    meanwhile share the next run; each gets its own vector, equal to the embedder's
+    alone; a caller cancelled in its run leaves its batch to the next caller."""
+    from aotx_trio.runtime.models import EmbeddingModel
+
+    service = memory.MemoryService(None, EmbeddingModel("e", "", "", embedder=embedder()))  # type: ignore[arg-type]
+    texts = [f"note number {i} about the harbour" for i in range(8)]
+    got: dict[int, np.ndarray] = {}
+
+    async def one(i: int) -> None:
+        got[i] = await service.embed_one(texts[i])
+
+    async with trio.open_nursery() as nursery:
+        for i in range(8):
+            nursery.start_soon(one, i)
+    assert service.embed_runs == 2
+    want = embedder().embed(texts)
+    for i in range(8):
+        assert np.allclose(got[i], want[i], atol=1e-5)
+    # cancelled while waiting for the encoder (held by another caller): its batch goes
+    # back to the queue, and the caller behind it takes and runs it
+    got.clear()
+    first = trio.CancelScope()
+
+    async def cancelled() -> None:
+        with first:
+            await service.embed_one(texts[0])
+
+    async with trio.open_nursery() as nursery:
+        async with service.limiter:
+            nursery.start_soon(cancelled)
+            await trio.testing.wait_all_tasks_blocked()
+            nursery.start_soon(one, 1)
+            await trio.testing.wait_all_tasks_blocked()
+            first.cancel()
+            await trio.testing.wait_all_tasks_blocked()
+            assert service._draining and service._queue == []   # the next caller took both
+    assert np.allclose(got[1], want[1], atol=1e-5)
+    assert service._queue == [] and not service._draining and service.embed_runs == 3
