@@ -180,6 +180,7 @@ async def retention_round(handler: Any, n: int, clients: int, base: int,
         cons.append((con, seq + 2))
     per = n // clients
     before = handler.memory.retained
+    runs = handler.memory.embed_runs
 
     async def one(c: int) -> None:
         con, seq = cons[c]
@@ -194,6 +195,8 @@ async def retention_round(handler: Any, n: int, clients: int, base: int,
             nursery.start_soon(one, c)
     wall = time.perf_counter() - t0
     assert handler.memory.retained - before == per * clients
+    print(f"  round: {per * clients} retained in {wall:.2f} s, "
+          f"{handler.memory.embed_runs - runs} encoder runs")
     return per * clients / wall, cons[0][1] + per
 
 

@@ -360,3 +360,46 @@ async def test_concurrent_retention_texts_share_encoder_runs() -> None:
             assert service._draining and service._queue == []   # the next caller took both
     assert np.allclose(got[1], want[1], atol=1e-5)
     assert service._queue == [] and not service._draining and service.embed_runs == 3
+
+
+async def test_recall_picks_the_nearest_memory_with_the_real_models(tmp_path: Path) -> None:
+    """Four notes in a space, the answer only in one of them: a question in a fresh
+    conversation recalls that note first (the nearest by MiniLM), and the real Gemma's
+    greedy answer carries its code, which no other context holds."""
+    from _real import real_gguf
+
+    rt = tmp_path / "real.aotxccir"
+    pack.pack(rt, models=[real_gguf()], embedding=real_embedding_dir(), shared=True,
+              lineage=LINEAGE, progress=False)
+    notes = ["The train to Oslo leaves from platform 4 every morning.",
+             "Note: the code for the blue vault is 7391.",
+             "The red door in the hall opens only on Tuesdays.",
+             "Our garden key hangs under the green pot by the gate."]
+    async with served(tmp_path, {"alice": ALL}, ccir=rt) as srv, \
+            httpx.AsyncClient(base_url=srv.url, timeout=120) as http:
+        c = Client(http)
+        caps = await c.get("alice", "/capabilities")
+        model = next(m["name"] for m in caps["models"] if m["kind"] == "text")
+        await c.post("alice", "/participant")
+        space = (await c.post("alice", "/spaces", scope="room"))["resource"]
+        for text in notes:   # each in its own conversation: space memory, not history
+            con = (await c.post("alice", f"/spaces/{space}/conversations"))["resource"]
+            op = (await c.post("alice", f"/conversations/{con}/inputs", text=text,
+                               model=model, max_output_tokens=2))["operation"]
+            await c.settled("alice", op)
+        ask = (await c.post("alice", f"/spaces/{space}/conversations"))["resource"]
+        prompts: list[bytes] = []
+        assert srv.handler.executor is not None
+        srv.handler.executor.on_complete = lambda job, status: prompts.append(
+            job.model.engine.detokenize(job.prompt))
+        op = (await c.post("alice", f"/conversations/{ask}/inputs",
+                           text="What is the code for the blue vault?", model=model,
+                           max_output_tokens=24))["operation"]
+        await c.settled("alice", op)
+        answer = (await c.get("alice", f"/operations/{op}/result"))["text"]
+    (prompt,) = prompts
+    block = prompt[prompt.index(memory.RECALL_HEADER):].split(b"\n\n", 1)[0]
+    lines = block.split(b"\n")[1:]
+    assert lines[0] == b"- " + notes[1].encode()          # the nearest note first
+    assert prompt.count(b"7391") == 1                       # only memory holds the code
+    assert "7391" in answer
