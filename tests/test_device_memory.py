@@ -363,10 +363,13 @@ RIGHTS = st.sampled_from([None, (), ("read",), ("write",), ("read", "write"),
                        max_size=3),
        rows=st.lists(st.tuples(st.integers(0, 2), st.integers(0, 2), RIGHTS), max_size=6),
        grants=st.lists(st.integers(0, 7), min_size=3, max_size=3),
-       owners=st.lists(st.integers(0, 2), min_size=3, max_size=3))
+       owners=st.lists(st.integers(0, 2), min_size=3, max_size=3),
+       modes=st.lists(st.sampled_from([1, 2]), min_size=3, max_size=3))
 def test_memory_visibility_matrix(scopes: list[str], rows: list[tuple[int, int, object]],
-                                  grants: list[int], owners: list[int]) -> None:
-    """participants x spaces x scopes x rights x grants: a reader lists a space's memory
+                                  grants: list[int], owners: list[int],
+                                  modes: list[int]) -> None:
+    """participants x spaces x scopes x rights x grants (x retention modes: a mode 2
+    interpretation is memory of the space like its text): a reader lists a space's memory
     iff its resolved right (member row, else owner / instance implicit) and its current
     grant both hold read; no right at all hides the space; each space lists only its own
     rows (one participant owning two private spaces sees two memory owners)."""
@@ -380,7 +383,9 @@ def test_memory_visibility_matrix(scopes: list[str], rows: list[tuple[int, int, 
             conv = rig.conversation(owner, sp)
             inp = rig.input(owner, conv, text=f"memory of space {i}")
             rig.journal.save()
-            rig.dev.memory_retain(inp.op_id, [1.0, float(i)])
+            rig.dev.memory_retain(inp.op_id, [1.0, float(i)], modes[i])
+            if modes[i] == 2:
+                rig.dev.memory_interpret(inp.op_id, f"note on space {i}".encode(), [1.0, 0.5])
             spaces.append((sp, owner, scope))
         explicit: dict[tuple[int, int], int] = {}
         for s, p, perms in rows:
@@ -414,10 +419,11 @@ def test_memory_visibility_matrix(scopes: list[str], rows: list[tuple[int, int, 
                         assert code == "forbidden" and not resolved & g & 1
                     continue
                 assert g & D.GRANT_READ and resolved & g & 1
-                assert len(got) == 2 and {r.owner for r in got} == {sp}
-                assert all(r.scope == scope for r in got)
+                mode = modes[s]
+                assert len(got) == 2 * mode and {r.owner for r in got} == {sp}
+                assert all(r.scope == scope and r.mode == mode for r in got)
                 recalled = rig.dev.memory_recall(who, sp, [1.0, 0.0])
-                assert len(recalled) == (1 if resolved & 1 else 0)
+                assert len(recalled) == (mode if resolved & 1 else 0)
     finally:
         rig.dev.close()
 
