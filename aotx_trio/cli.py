@@ -69,6 +69,11 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--full-replay", action="store_true",
                    help="with --checkpoint: replay and verify the whole journal instead of "
                         "starting from the file's current checkpoint")
+    s.add_argument("--auto-memory", action="append", default=[], metavar="MODEL",
+                   help="give the text model MODEL (its file name) the automatic-memory "
+                        "capability: shared memory retention mode 2 (repeatable)")
+    s.add_argument("--no-auto-memory", action="append", default=[], metavar="MODEL",
+                   help="take the automatic-memory capability from MODEL (repeatable)")
 
     s = sub.add_parser("boot", help="run the runtime process")
     s.add_argument("--ccir", required=True, help="the complete runtime file")

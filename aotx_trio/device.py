@@ -337,7 +337,7 @@ class MemoryRow:
 
     object: str
     version: int
-    kind: str                       # text | embedding
+    kind: str                       # text | embedding | interpretation (mode 2)
     scope: str                      # the owning space's scope
     mode: int                       # retention mode
     origin: str                     # retained (from an input) | published (a copy)
@@ -349,6 +349,15 @@ class MemoryRow:
     conversation: str
     admission_number: int
     dim: int                        # embedding: float32 count; text: 0
+
+
+def _floats(values: Any) -> tuple[Any, int]:
+    """A cffi float[] of ``values`` and its length."""
+    vec = [float(x) for x in values]
+    buf = ffi.new("float[]", max(len(vec), 1))
+    for i, x in enumerate(vec):
+        buf[i] = x
+    return buf, len(vec)
 
 
 def _memory_row(v: Any) -> MemoryRow:
@@ -564,17 +573,25 @@ class Device:
                      admissions=int(u.admissions), memory=int(u.memory))
 
     # -- memory --
-    def memory_retain(self, op_id: str, embedding: Any) -> list[MemoryRow]:
-        """Retain an input's source text and its embedding (float32 values; mode 1) as
-        two memory rows, journaled in one MEMORY transfer; [] for a text-less input."""
-        vec = [float(x) for x in embedding]
-        buf = ffi.new("float[]", max(len(vec), 1))
-        for i, x in enumerate(vec):
-            buf[i] = x
+    def memory_retain(self, op_id: str, embedding: Any, mode: int = 1) -> list[MemoryRow]:
+        """Retain an input's source text and its embedding (float32 values) as two memory
+        rows recorded with retention ``mode`` (1, or 2: its model has the automatic-memory
+        capability), journaled in one MEMORY transfer; [] for a text-less input."""
+        buf, dim = _floats(embedding)
         out = ffi.new("aotx_memory_row[2]")
         n = ffi.new("uint32_t *")
-        check(lib.aotx_device_memory_retain(self._handle, _hex16(op_id, "op_id"), buf, len(vec),
-                                            out, n))
+        check(lib.aotx_device_memory_retain_mode(self._handle, _hex16(op_id, "op_id"), mode, buf,
+                                                 dim, out, n))
+        return [_memory_row(out[i]) for i in range(n[0])]
+
+    def memory_interpret(self, op_id: str, text: bytes, embedding: Any) -> list[MemoryRow]:
+        """Mode 2: retain the model's interpretation of input ``op_id`` (UTF-8) and its
+        embedding as an interpretation row and an embedding row (one MEMORY transfer)."""
+        buf, dim = _floats(embedding)
+        out = ffi.new("aotx_memory_row[2]")
+        n = ffi.new("uint32_t *")
+        check(lib.aotx_device_memory_interpret(self._handle, _hex16(op_id, "op_id"), text,
+                                               len(text), buf, dim, out, n))
         return [_memory_row(out[i]) for i in range(n[0])]
 
     def memory_list(self, grants: int, actor: str, space: str, cursor: int = 0,

@@ -321,6 +321,7 @@ NATIVE: dict[str, _Entry] = {
     "embedding_invalid": _e(InvalidInput),
     "version_conflict": _e(Conflict),
     "publication_unsupported": _e(Conflict),
+    "retention_mode_invalid": _e(InvalidInput),
     "receipt_table_full": _e(ReceiptTableFull),
     "command_too_large": _e(InvalidInput),
     "result_too_large": _e(InvalidInput),

@@ -48,7 +48,7 @@ KINDS_BY_NAME: dict[str, Kind] = {name: kind for kind, name in KIND_NAMES.items(
 #: Space scopes, indexed by AOTX_SCOPE_* (0, 1, 2).
 SCOPES: tuple[str, ...] = ("private", "room", "instance")
 #: Memory row kinds by their device code (docs/formats/device.md, "Memory rows").
-MEMORY_KINDS: tuple[str, ...] = ("", "text", "embedding")
+MEMORY_KINDS: tuple[str, ...] = ("", "text", "embedding", "interpretation")
 Scope = Literal["private", "room", "instance"]
 
 #: Space rights; bit i of a rights mask is PERMISSIONS[i] (AOTX_RIGHT_*).

@@ -70,7 +70,9 @@ enum {
     /* memory (docs/formats/device.md, "Memory rows") */
     AOTX_MEMORY_TEXT = 1,            /* an input's retained source text (UTF-8) */
     AOTX_MEMORY_EMBEDDING = 2,       /* its embedding: dim little-endian float32 */
+    AOTX_MEMORY_INTERPRETATION = 3,  /* mode 2: the model's interpretation of an input (UTF-8) */
     AOTX_RETENTION_MODE_1 = 1,       /* source text + embedding */
+    AOTX_RETENTION_MODE_2 = 2,       /* mode 1 + automatic interpretation (+ its embedding) */
     AOTX_MEMORY_RETAINED = 1,        /* origin: retained from an input (source: its operation) */
     AOTX_MEMORY_PUBLISHED = 2,       /* origin: a publication's copy (source: the object copied) */
     AOTX_MEMORY_ROW_BYTES = 128,
@@ -135,7 +137,9 @@ enum {
     AOTX_E_RESULT_TOO_LARGE = -144,       /* result over the per-receipt result bytes */
     AOTX_E_EMBEDDING_INVALID = -145,      /* embedding dim 0 or over 512, or a non-finite value */
     AOTX_E_VERSION_CONFLICT = -146,       /* PUBLISH: source_version is not the object's current one */
-    AOTX_E_PUBLICATION_UNSUPPORTED = -147 /* PUBLISH: the source object's kind cannot be published */
+    AOTX_E_PUBLICATION_UNSUPPORTED = -147, /* PUBLISH: the source object's kind cannot be published */
+    AOTX_E_RETENTION_MODE_INVALID = -148  /* a mode other than 1 or 2; an interpretation for an
+                                           * input whose recorded retention mode is not 2 */
 };
 
 typedef struct aotx_device aotx_device;
@@ -359,6 +363,21 @@ typedef struct aotx_memory_row {
  * (returns 0 with *out_rows = 0).  out[2] receives the rows. */
 int aotx_device_memory_retain(aotx_device *d, const uint8_t op_id[16], const float *embedding,
                               uint32_t dim, aotx_memory_row *out, uint32_t *out_rows);
+/* The same with the retention mode the runtime chose (1, or 2 when the input's
+ * model has the automatic-memory capability): recorded in both rows (byte 26)
+ * and on the receipt; recovery replays the recorded mode. */
+int aotx_device_memory_retain_mode(aotx_device *d, const uint8_t op_id[16], uint8_t mode,
+                                   const float *embedding, uint32_t dim, aotx_memory_row *out,
+                                   uint32_t *out_rows);
+/* Mode 2, once per input: retain the model's interpretation of the input
+ * (`text`, 1..2048 UTF-8 bytes) and its embedding as an INTERPRETATION row and
+ * an EMBEDDING row in one MEMORY transfer.  The input must be a live,
+ * non-terminal INPUT whose retention was recorded with mode 2
+ * (retention_mode_invalid otherwise) and not interpreted yet (memory_retained);
+ * memory_full when the two rows do not fit next to the rows promised. */
+int aotx_device_memory_interpret(aotx_device *d, const uint8_t op_id[16], const uint8_t *text,
+                                 uint32_t text_len, const float *embedding, uint32_t dim,
+                                 aotx_memory_row *out, uint32_t *out_rows);
 /* Saved memory rows of `space` the caller may read (read right on the space),
  * from table position `cursor`; *out_next = the next cursor (0 at the end). */
 int aotx_device_memory_list(aotx_device *d, uint32_t grants, const uint8_t actor[16],
@@ -370,7 +389,7 @@ int64_t aotx_device_memory_read(aotx_device *d, uint32_t grants, const uint8_t a
                                 const uint8_t space[16], const uint8_t object[16],
                                 uint64_t offset, uint8_t *buf, size_t cap,
                                 aotx_memory_row *row);
-/* Recall (the runtime's own read): the saved TEXT rows of `space` that
+/* Recall (the runtime's own read): the saved TEXT and INTERPRETATION rows of `space` that
  * participant `actor` may read (resolved read right), ranked by cosine
  * similarity of their embeddings to `query` (dim floats), best first, at most
  * `limit`; rows retained by `exclude` (an operation id, may be NULL) are

@@ -40,6 +40,7 @@ const aotx_code_entry aotx_device_codes[] = {
     {AOTX_E_EMBEDDING_INVALID, "embedding_invalid", "the embedding must have 1..512 finite values"},
     {AOTX_E_VERSION_CONFLICT, "version_conflict", "source_version is not the memory object's current version"},
     {AOTX_E_PUBLICATION_UNSUPPORTED, "publication_unsupported", "only retained text memory can be published"},
+    {AOTX_E_RETENTION_MODE_INVALID, "retention_mode_invalid", "the retention mode is not 1 or 2, or not 2 for an interpretation"},
     {AOTX_E_KIND_INVALID, "kind_invalid", "unknown mutation kind"},
     {AOTX_E_OPERATION_KEY_INVALID, "operation_key_invalid", "operation_key must be a nonzero 16-byte value"},
     {AOTX_E_SCOPE_INVALID, "scope_invalid", "scope must be private, room or instance"},

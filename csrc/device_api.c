@@ -112,7 +112,25 @@ int aotx_device_memory_retain(aotx_device *d, const uint8_t op_id[16], const flo
                               uint32_t dim, aotx_memory_row *out, uint32_t *out_rows) {
     if (!d) return AOTX_E_INVALID_ARGUMENT;
     LOCKED(d->failed ? AOTX_E_DEVICE_STATE
-                     : dev_memory_retain_locked(d, op_id, embedding, dim, out, out_rows));
+                     : dev_memory_retain_locked(d, op_id, AOTX_RETENTION_MODE_1, embedding, dim,
+                                                out, out_rows));
+}
+
+int aotx_device_memory_retain_mode(aotx_device *d, const uint8_t op_id[16], uint8_t mode,
+                                   const float *embedding, uint32_t dim, aotx_memory_row *out,
+                                   uint32_t *out_rows) {
+    if (!d) return AOTX_E_INVALID_ARGUMENT;
+    LOCKED(d->failed ? AOTX_E_DEVICE_STATE
+                     : dev_memory_retain_locked(d, op_id, mode, embedding, dim, out, out_rows));
+}
+
+int aotx_device_memory_interpret(aotx_device *d, const uint8_t op_id[16], const uint8_t *text,
+                                 uint32_t text_len, const float *embedding, uint32_t dim,
+                                 aotx_memory_row *out, uint32_t *out_rows) {
+    if (!d) return AOTX_E_INVALID_ARGUMENT;
+    LOCKED(d->failed ? AOTX_E_DEVICE_STATE
+                     : dev_memory_interpret_locked(d, op_id, text, text_len, embedding, dim, out,
+                                                   out_rows));
 }
 
 int aotx_device_memory_list(aotx_device *d, uint32_t grants, const uint8_t actor[16],

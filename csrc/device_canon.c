@@ -69,6 +69,8 @@ static bool utf8_valid(const uint8_t *s, size_t n) {
     return true;
 }
 
+bool dev_utf8_valid(const uint8_t *s, size_t n) { return utf8_valid(s, n); }
+
 /* Media control text the device and the model reserve (docs/formats/device.md):
  * the device's media links `<image:HEX>` / `<audio:HEX>` and the Gemma 3
  * media control tokens.  Submitted text holding any of them is refused. */

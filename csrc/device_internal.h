@@ -76,6 +76,8 @@ typedef struct dev_receipt {
     uint64_t input_index;       /* INPUT: 1-based place in its conversation's input order */
     uint8_t retains;            /* INPUT with text: two memory rows are promised to it */
     uint8_t retained;           /* its memory rows are retained (never again) */
+    uint8_t mode;               /* the retention mode recorded with them (1 or 2) */
+    uint8_t interpreted;        /* mode 2: its interpretation rows are retained (never again) */
     uint32_t canon_len;
     uint32_t result_len;
     uint8_t *canon;             /* [DEV_CANON_STRIDE] */
@@ -148,6 +150,7 @@ typedef struct dev_plan {
 
 /* device_canon.c */
 int dev_validate_request(const aotx_request *req);
+bool dev_utf8_valid(const uint8_t *s, size_t n);
 void dev_le16(uint8_t *p, uint16_t v);
 void dev_le32(uint8_t *p, uint32_t v);
 void dev_le64(uint8_t *p, uint64_t v);
@@ -184,8 +187,12 @@ uint32_t dev_memory_promised(const aotx_device *d);
 int dev_publish_prepare(const aotx_device *d, uint32_t grants, dev_plan *pl);
 void dev_publish_apply(aotx_device *d, const dev_plan *pl, uint64_t record);
 int dev_memory_replay(aotx_device *d, const uint8_t *data, uint32_t len, uint64_t record);
-int dev_memory_retain_locked(aotx_device *d, const uint8_t op_id[16], const float *embedding,
-                             uint32_t dim, aotx_memory_row *out, uint32_t *out_rows);
+int dev_memory_retain_locked(aotx_device *d, const uint8_t op_id[16], uint8_t mode,
+                             const float *embedding, uint32_t dim, aotx_memory_row *out,
+                             uint32_t *out_rows);
+int dev_memory_interpret_locked(aotx_device *d, const uint8_t op_id[16], const uint8_t *text,
+                                uint32_t text_len, const float *embedding, uint32_t dim,
+                                aotx_memory_row *out, uint32_t *out_rows);
 int dev_memory_list_locked(aotx_device *d, uint32_t grants, const uint8_t actor[16],
                            const uint8_t space[16], uint64_t cursor, uint32_t limit,
                            aotx_memory_row *out, uint32_t *out_n, uint64_t *out_next);

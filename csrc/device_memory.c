@@ -1,5 +1,6 @@
 /* device_memory.c -- the memory table: retention (mode 1: an input's source
- * text and its embedding, two rows in one MEMORY transfer), its replay at
+ * text and its embedding, two rows in one MEMORY transfer; mode 2 adds the
+ * model's interpretation and its embedding in a second one), its replay at
  * recovery, the reads (list, one object), and recall (cosine ranking).
  * Layouts: docs/formats/device.md, "Memory rows" and "Memory transfer". */
 #include "device_internal.h"
@@ -73,7 +74,9 @@ static void row_encode(const aotx_memory_row *r, uint8_t *b) {
 }
 
 /* What retaining the memory of receipt `slot` writes: the two rows and
- * their payloads (text, then dim little-endian float32s), or a code. */
+ * their payloads (text, then dim little-endian float32s), or a code.  A
+ * retention (rows[0] TEXT, the input's own text) or, in mode 2, an
+ * interpretation (rows[0] INTERPRETATION, the model's text). */
 typedef struct mem_plan {
     aotx_memory_row rows[2];
     const uint8_t *text;
@@ -81,13 +84,7 @@ typedef struct mem_plan {
     uint8_t vec[AOTX_MEMORY_PAYLOAD_MAX];
 } mem_plan;
 
-static int plan_retention(const aotx_device *d, uint32_t slot, const uint8_t *vec_le,
-                          uint32_t dim, mem_plan *mp) {
-    if (slot == DEV_NONE) return AOTX_E_OPERATION_NOT_FOUND;
-    const dev_receipt *r = &d->receipts[slot];
-    if (r->kind != AOTX_KIND_INPUT) return AOTX_E_OPERATION_NOT_FOUND;
-    if (r->retained) return AOTX_E_MEMORY_RETAINED;
-    if (terminal(r->status)) return AOTX_E_ALREADY_TERMINAL;
+static int check_vector(const uint8_t *vec_le, uint32_t dim) {
     if (dim == 0 || dim > AOTX_MEMORY_MAX_DIM) return AOTX_E_EMBEDDING_INVALID;
     for (uint32_t i = 0; i < dim; i++) {
         float f;
@@ -95,23 +92,23 @@ static int plan_retention(const aotx_device *d, uint32_t slot, const uint8_t *ve
         memcpy(&f, &u, 4);
         if (!isfinite(f)) return AOTX_E_EMBEDDING_INVALID;
     }
-    uint32_t c = dev_find_conversation(d, r->resource_id);
-    if (c == DEV_NONE) return AOTX_E_INTERNAL;
-    if (d->n_memory + 2u > AOTX_MAX_MEMORY) return AOTX_R_MEMORY_FULL;
-    /* the text: from the receipt's canonical INPUT bytes */
-    const uint8_t *body = r->canon + AOTX_CANON_HEADER;
-    uint32_t tlen = dev_rd16(body + 40), mlen = body[42], nmedia = body[43];
-    mp->text = body + 48 + 33 * nmedia + mlen;
-    mp->text_len = tlen;
+    return AOTX_OK;
+}
+
+/* The two rows of receipt `r` (in conversation `c`): rows[0] of `kind` holding
+ * `text`, rows[1] its embedding, both recorded with `mode`. */
+static void plan_rows(const aotx_device *d, const dev_receipt *r, uint32_t c, uint8_t kind,
+                      uint8_t mode, const uint8_t *text, uint32_t tlen, const uint8_t *vec_le,
+                      uint32_t dim, mem_plan *mp) {
     const dev_space *sp = &d->spaces[d->conversations[c].space];
     memset(mp->rows, 0, sizeof mp->rows);
     for (int k = 0; k < 2; k++) {
         aotx_memory_row *m = &mp->rows[k];
         memory_id(d, (uint64_t)d->n_memory + 1 + (uint64_t)k, m->object);
         m->version = 1;
-        m->kind = k == 0 ? AOTX_MEMORY_TEXT : AOTX_MEMORY_EMBEDDING;
+        m->kind = k == 0 ? kind : AOTX_MEMORY_EMBEDDING;
         m->scope = sp->scope;
-        m->mode = AOTX_RETENTION_MODE_1;
+        m->mode = mode;
         m->origin = AOTX_MEMORY_RETAINED;
         memcpy(m->owner, sp->id, 16);
         if (sp->scope == AOTX_SCOPE_ROOM) memcpy(m->room, sp->id, 16);
@@ -119,12 +116,58 @@ static int plan_retention(const aotx_device *d, uint32_t slot, const uint8_t *ve
         memcpy(m->conversation, r->resource_id, 16);
         m->admission_number = r->admission_number;
     }
+    mp->text = text;
+    mp->text_len = tlen;
     mp->rows[0].byte_length = tlen;
     memcpy(mp->rows[0].source, r->op_id, 16);
     mp->rows[1].byte_length = 4 * dim;
     mp->rows[1].dim = dim;
     memcpy(mp->rows[1].source, mp->rows[0].object, 16);
     memcpy(mp->vec, vec_le, 4 * (size_t)dim);
+}
+
+static int plan_retention(const aotx_device *d, uint32_t slot, uint8_t mode,
+                          const uint8_t *vec_le, uint32_t dim, mem_plan *mp) {
+    if (slot == DEV_NONE) return AOTX_E_OPERATION_NOT_FOUND;
+    const dev_receipt *r = &d->receipts[slot];
+    if (r->kind != AOTX_KIND_INPUT) return AOTX_E_OPERATION_NOT_FOUND;
+    if (r->retained) return AOTX_E_MEMORY_RETAINED;
+    if (terminal(r->status)) return AOTX_E_ALREADY_TERMINAL;
+    if (mode != AOTX_RETENTION_MODE_1 && mode != AOTX_RETENTION_MODE_2)
+        return AOTX_E_RETENTION_MODE_INVALID;
+    int rc = check_vector(vec_le, dim);
+    if (rc) return rc;
+    uint32_t c = dev_find_conversation(d, r->resource_id);
+    if (c == DEV_NONE) return AOTX_E_INTERNAL;
+    if (d->n_memory + 2u > AOTX_MAX_MEMORY) return AOTX_R_MEMORY_FULL;
+    /* the text: from the receipt's canonical INPUT bytes */
+    const uint8_t *body = r->canon + AOTX_CANON_HEADER;
+    uint32_t tlen = dev_rd16(body + 40), mlen = body[42], nmedia = body[43];
+    plan_rows(d, r, c, AOTX_MEMORY_TEXT, mode, body + 48 + 33 * nmedia + mlen, tlen, vec_le,
+              dim, mp);
+    return AOTX_OK;
+}
+
+static int plan_interpretation(const aotx_device *d, uint32_t slot, const uint8_t *text,
+                               uint32_t tlen, const uint8_t *vec_le, uint32_t dim,
+                               mem_plan *mp) {
+    if (slot == DEV_NONE) return AOTX_E_OPERATION_NOT_FOUND;
+    const dev_receipt *r = &d->receipts[slot];
+    if (r->kind != AOTX_KIND_INPUT) return AOTX_E_OPERATION_NOT_FOUND;
+    if (!r->retained || r->mode != AOTX_RETENTION_MODE_2) return AOTX_E_RETENTION_MODE_INVALID;
+    if (r->interpreted) return AOTX_E_MEMORY_RETAINED;
+    if (terminal(r->status)) return AOTX_E_ALREADY_TERMINAL;
+    if (tlen == 0 || tlen > AOTX_MAX_TEXT_BYTES || !dev_utf8_valid(text, tlen))
+        return AOTX_E_TEXT_INVALID;
+    int rc = check_vector(vec_le, dim);
+    if (rc) return rc;
+    uint32_t c = dev_find_conversation(d, r->resource_id);
+    if (c == DEV_NONE) return AOTX_E_INTERNAL;
+    /* not promised at admission: room next to the rows promised to other inputs */
+    if ((uint64_t)d->n_memory + 2u * dev_memory_promised(d) + 2u > AOTX_MAX_MEMORY)
+        return AOTX_R_MEMORY_FULL;
+    plan_rows(d, r, c, AOTX_MEMORY_INTERPRETATION, AOTX_RETENTION_MODE_2, text, tlen, vec_le,
+              dim, mp);
     return AOTX_OK;
 }
 
@@ -140,7 +183,7 @@ static size_t transfer_encode(const mem_plan *mp, uint8_t *buf) {
     return at + mp->rows[1].byte_length;
 }
 
-static void apply_retention(aotx_device *d, uint32_t slot, const mem_plan *mp, uint64_t record) {
+static void apply_plan(aotx_device *d, uint32_t slot, const mem_plan *mp, uint64_t record) {
     for (int k = 0; k < 2; k++) {
         dev_memory *m = &d->memory[d->n_memory++];
         m->row = mp->rows[k];
@@ -148,12 +191,40 @@ static void apply_retention(aotx_device *d, uint32_t slot, const mem_plan *mp, u
         if (k == 0) memcpy(m->payload, mp->text, mp->text_len);
         else memcpy(m->payload, mp->vec, mp->rows[1].byte_length);
     }
-    d->receipts[slot].retained = 1;
+    dev_receipt *r = &d->receipts[slot];
+    if (mp->rows[0].kind == AOTX_MEMORY_INTERPRETATION) {
+        r->interpreted = 1;
+    } else {
+        r->retained = 1;
+        r->mode = mp->rows[0].mode;
+    }
     d->used = true;
 }
 
-int dev_memory_retain_locked(aotx_device *d, const uint8_t op_id[16], const float *embedding,
-                             uint32_t dim, aotx_memory_row *out, uint32_t *out_rows) {
+static void vector_le(const float *embedding, uint32_t dim, uint8_t *vec) {
+    for (uint32_t i = 0; i < dim; i++) {
+        uint32_t u;
+        memcpy(&u, &embedding[i], 4);
+        dev_le32(vec + 4 * i, u);
+    }
+}
+
+/* Journal the plan as one MEMORY transfer, then apply it. */
+static int enqueue_plan(aotx_device *d, uint32_t slot, const mem_plan *mp, aotx_memory_row *out,
+                        uint32_t *out_rows) {
+    size_t len = transfer_encode(mp, d->scratch);
+    uint64_t last = 0;
+    int rc = aotx_journal_enqueue(d->journal, AOTX_XFER_MEMORY, d->scratch, (uint32_t)len, &last);
+    if (rc != AOTX_OK) return rc;
+    apply_plan(d, slot, mp, last);
+    if (out) memcpy(out, mp->rows, sizeof mp->rows);
+    *out_rows = 2;
+    return AOTX_OK;
+}
+
+int dev_memory_retain_locked(aotx_device *d, const uint8_t op_id[16], uint8_t mode,
+                             const float *embedding, uint32_t dim, aotx_memory_row *out,
+                             uint32_t *out_rows) {
     if (!d || !op_id || !out_rows || (dim && !embedding)) return AOTX_E_INVALID_ARGUMENT;
     *out_rows = 0;
     uint32_t s = dev_find_receipt_by_op(d, op_id);
@@ -163,30 +234,36 @@ int dev_memory_retain_locked(aotx_device *d, const uint8_t op_id[16], const floa
     if (d->receipts[s].admission_record >= dev_saved_records(d)) return AOTX_R_ADMISSION_UNSAVED;
     if (dim > AOTX_MEMORY_MAX_DIM) return AOTX_E_EMBEDDING_INVALID;
     uint8_t vec[AOTX_MEMORY_PAYLOAD_MAX];
-    for (uint32_t i = 0; i < dim; i++) {
-        uint32_t u;
-        memcpy(&u, &embedding[i], 4);
-        dev_le32(vec + 4 * i, u);
-    }
+    vector_le(embedding, dim, vec);
     mem_plan *mp = malloc(sizeof *mp);
     if (!mp) return AOTX_E_NOMEM;
-    int rc = plan_retention(d, s, vec, dim, mp);
-    if (rc == AOTX_OK) {
-        size_t len = transfer_encode(mp, d->scratch);
-        uint64_t last = 0;
-        rc = aotx_journal_enqueue(d->journal, AOTX_XFER_MEMORY, d->scratch, (uint32_t)len, &last);
-        if (rc == AOTX_OK) {
-            apply_retention(d, s, mp, last);
-            if (out) memcpy(out, mp->rows, sizeof mp->rows);
-            *out_rows = 2;
-        }
-    }
+    int rc = plan_retention(d, s, mode, vec, dim, mp);
+    if (rc == AOTX_OK) rc = enqueue_plan(d, s, mp, out, out_rows);
     free(mp);
     return rc;
 }
 
-/* Recovery: the transfer must be exactly what retaining its input's memory
- * at this point of the replay writes (same rows, the input's own text). */
+int dev_memory_interpret_locked(aotx_device *d, const uint8_t op_id[16], const uint8_t *text,
+                                uint32_t text_len, const float *embedding, uint32_t dim,
+                                aotx_memory_row *out, uint32_t *out_rows) {
+    if (!d || !op_id || !out_rows || (dim && !embedding) || (text_len && !text))
+        return AOTX_E_INVALID_ARGUMENT;
+    *out_rows = 0;
+    if (dim > AOTX_MEMORY_MAX_DIM) return AOTX_E_EMBEDDING_INVALID;
+    uint8_t vec[AOTX_MEMORY_PAYLOAD_MAX];
+    vector_le(embedding, dim, vec);
+    mem_plan *mp = malloc(sizeof *mp);
+    if (!mp) return AOTX_E_NOMEM;
+    uint32_t s = dev_find_receipt_by_op(d, op_id);
+    int rc = plan_interpretation(d, s, text, text_len, vec, dim, mp);
+    if (rc == AOTX_OK) rc = enqueue_plan(d, s, mp, out, out_rows);
+    free(mp);
+    return rc;
+}
+
+/* Recovery: the transfer must be exactly what retaining (or, for an
+ * INTERPRETATION first row, interpreting) its input's memory at this point of
+ * the replay writes: same rows, the input's own text, the recorded mode. */
 int dev_memory_replay(aotx_device *d, const uint8_t *data, uint32_t len, uint64_t record) {
     if (len < AOTX_MEMORY_HEADER + 2 * AOTX_MEMORY_ROW_BYTES || data[0] != 1 || data[1] != 2 ||
         !dev_is_zero(data + 2, 6))
@@ -202,7 +279,11 @@ int dev_memory_replay(aotx_device *d, const uint8_t *data, uint32_t len, uint64_
         return AOTX_E_RECOVERY_DAMAGE;
     mem_plan *mp = malloc(sizeof *mp);
     if (!mp) return AOTX_E_NOMEM;
-    int rc = plan_retention(d, slot, payload + tlen, dim, mp);
+    int rc;
+    if (r0[24] == AOTX_MEMORY_INTERPRETATION)
+        rc = plan_interpretation(d, slot, payload, tlen, payload + tlen, dim, mp);
+    else   /* the recorded mode, whatever the models qualify for today */
+        rc = plan_retention(d, slot, r0[26], payload + tlen, dim, mp);
     if (rc == AOTX_OK) {
         uint8_t *again = d->scratch;
         size_t n = transfer_encode(mp, again);
@@ -210,7 +291,7 @@ int dev_memory_replay(aotx_device *d, const uint8_t *data, uint32_t len, uint64_
     } else {
         rc = AOTX_E_RECOVERY_DAMAGE;
     }
-    if (rc == AOTX_OK) apply_retention(d, slot, mp, record);
+    if (rc == AOTX_OK) apply_plan(d, slot, mp, record);
     free(mp);
     return rc;
 }
@@ -405,10 +486,11 @@ int dev_memory_recall_locked(aotx_device *d, const uint8_t actor[16], const uint
     uint32_t best[MEM_RECALL_MAX];
     float score[MEM_RECALL_MAX];
     uint32_t n = 0;
-    /* retention appends a TEXT row and its EMBEDDING row together: row i, i + 1 */
+    /* retention appends a TEXT (or INTERPRETATION) row and its EMBEDDING row together */
     for (uint32_t i = 0; i + 1 < d->n_memory; i++) {
         const dev_memory *t = &d->memory[i], *e = &d->memory[i + 1];
-        if (t->row.kind != AOTX_MEMORY_TEXT || e->row.kind != AOTX_MEMORY_EMBEDDING ||
+        if ((t->row.kind != AOTX_MEMORY_TEXT && t->row.kind != AOTX_MEMORY_INTERPRETATION) ||
+            e->row.kind != AOTX_MEMORY_EMBEDDING ||
             e->row.dim != dim || memcmp(t->row.owner, d->spaces[s].id, 16) != 0 ||
             !saved(d, e))
             continue;

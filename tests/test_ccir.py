@@ -75,6 +75,15 @@ def test_worked_example_of_the_format_doc(tmp_path: Path) -> None:
     assert raw[0xB8:0x180] == b"tiny.gguf".ljust(200, b"\0")
     assert raw[0x180:0x1000] == bytes(0x1000 - 0x180)
     assert raw[0x1000:] == TINY_GGUF
+    # "Component flags": with automatic_memory only the flags word and the two CRCs differ
+    flagged = ccir.write_runtime(
+        tmp_path / "f.aotxccir", [Source(KIND_TEXT_MODEL_GGUF, "tiny.gguf", gguf, 0,
+                                         len(TINY_GGUF), flags=ccir.FLAG_AUTOMATIC_MEMORY)],
+        required=ccir.PROFILE_SHARED, optional=0, lineage=LINEAGE).path.read_bytes()
+    assert flagged[0x84:0x88] == bytes([1, 0, 0, 0])
+    assert [i for i in range(len(raw)) if raw[i] != flagged[i]] and \
+        {i for i in range(len(raw)) if raw[i] != flagged[i]} <= \
+        {0x84, *range(0x48, 0x4C), *range(0x7C, 0x80)}
 
 
 def test_round_trip(tmp_path: Path) -> None:
@@ -298,3 +307,33 @@ def test_zero_length_component_layout(tmp_path: Path) -> None:
     assert [(c.offset, c.length) for c in rf.components] == [(4096, 0), (4096, 2)]
     assert os.path.getsize(rf.path) == 4098
     rf.verify(progress=False)
+
+
+def test_component_flags_round_trip_and_unknown_bits_are_refused(tmp_path: Path) -> None:
+    """docs/formats/ccir.md, "Component flags": the entry's u32 at offset 4; bit 0 on a
+    text model is automatic_memory; any other bit (or any bit on an embedding file) is
+    refused at that offset."""
+    gguf = _file(tmp_path, "m.gguf", b"GGUF" + bytes(12))
+    cfg = _file(tmp_path, "config.json", b"{}")
+    out = tmp_path / "flags.aotxccir"
+    rf = ccir.write_runtime(out, [Source(ccir.KIND_TEXT_MODEL_GGUF, "m.gguf", gguf, 0, 16,
+                                         flags=ccir.FLAG_AUTOMATIC_MEMORY),
+                                  _src(ccir.KIND_EMBEDDING_FILE, "config.json", cfg)],
+                            required=0, optional=0, lineage=bytes(16))
+    assert [(c.name, c.flags, c.automatic_memory) for c in rf.components] == \
+        [("m.gguf", 1, True), ("config.json", 0, False)]
+    raw = bytearray(out.read_bytes())
+    assert struct.unpack_from("<I", raw, ccir.HEADER_SIZE + 4)[0] == 1
+    for entry, flags in ((0, 2), (1, 1)):
+        bad = bytearray(raw)
+        at = ccir.HEADER_SIZE + entry * ccir.ENTRY_SIZE + 4
+        struct.pack_into("<I", bad, at, flags)
+        table = bytes(bad[ccir.HEADER_SIZE:ccir.HEADER_SIZE + 2 * ccir.ENTRY_SIZE])
+        struct.pack_into("<I", bad, 72, ccir.crc32c(table))
+        _reseal_header(bad)
+        out.write_bytes(bad)
+        with pytest.raises(FormatError) as info:
+            RuntimeFile.open(out)
+        assert info.value.fields["offset"] == at
+    with pytest.raises(ValueError):
+        ccir.encode_table([ccir.Component(ccir.KIND_EMBEDDING_FILE, "x", 0, 0, bytes(32), 1)])

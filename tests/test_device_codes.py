@@ -36,7 +36,7 @@ DEVICE_NAMES = frozenset({
     "status_invalid", "cursor_invalid", "target_sequence_invalid", "reserved_token_invalid",
     "recovery_damage", "device_out_of_order",
     "memory_full", "memory_retained", "memory_not_found", "embedding_invalid",
-    "version_conflict", "publication_unsupported",
+    "version_conflict", "publication_unsupported", "retention_mode_invalid",
 })
 
 

@@ -1,4 +1,4 @@
-"""The device's memory table: retention (mode 1) journaled in one MEMORY transfer, its
+"""The device's memory table: retention (modes 1 and 2) journaled in MEMORY transfers, its
 byte layout, reads (saved rows only, read right on the space), recall ranking, recovery
 (rebuilt alike; damaged or partial transfers fail closed or are never published), and
 the table's capacity (in a child process on a small build)."""
@@ -211,6 +211,100 @@ def test_recovery_rebuilds_memory_and_never_repeats_it(rig: Rig) -> None:
         dev2.close()
 
 
+# ---- mode 2: the recorded mode and the interpretation ----------------------------------
+
+NOTE = b"Alice keeps the key: 42."
+NOTE_VEC = [0.0, 1.0, 0.0, 0.5]
+
+
+def test_mode_2_records_its_mode_and_retains_one_interpretation(rig: Rig) -> None:
+    """docs/formats/device.md, "Mode 2": the mode the runtime chose is in both rows;
+    the interpretation is a second MEMORY transfer (interpretation row + embedding),
+    once, only for a live input recorded with mode 2."""
+    space, conv = setup(rig)
+    inp = rig.input(A, conv, text="the key is 42")
+    rig.journal.save()
+    refused("retention_mode_invalid", rig.dev.memory_retain, inp.op_id, VEC, 3)
+    refused("retention_mode_invalid", rig.dev.memory_interpret, inp.op_id, NOTE, NOTE_VEC)
+    rows = rig.dev.memory_retain(inp.op_id, VEC, 2)
+    assert [(r.kind, r.mode) for r in rows] == [("text", 2), ("embedding", 2)]
+    refused("text_invalid", rig.dev.memory_interpret, inp.op_id, b"", NOTE_VEC)
+    refused("text_invalid", rig.dev.memory_interpret, inp.op_id, b"\xff", NOTE_VEC)
+    refused("embedding_invalid", rig.dev.memory_interpret, inp.op_id, NOTE, [])
+    note, emb = rig.dev.memory_interpret(inp.op_id, NOTE, NOTE_VEC)
+    assert (note.kind, note.mode, note.origin, note.source, note.byte_length) == \
+        ("interpretation", 2, "retained", inp.op_id, len(NOTE))
+    assert (note.object, emb.object) == (memory_id(3), memory_id(4))
+    assert (emb.kind, emb.source, emb.dim, emb.mode) == ("embedding", note.object, 4, 2)
+    assert (note.owner, note.actor, note.conversation) == (space, A, conv)
+    refused("memory_retained", rig.dev.memory_interpret, inp.op_id, NOTE, NOTE_VEC)
+    rig.journal.save()
+    data = [t for t in JournalReader(bytes(rig.journal.file)) if t.kind == XFER_MEMORY][1].data
+    assert data[:8] == bytes([1, 2, 0, 0, 0, 0, 0, 0]) and len(data) == 264 + len(NOTE) + 16
+    assert (data[8 + 24], data[8 + 26], data[136 + 24], data[136 + 26]) == (3, 2, 2, 2)
+    assert data[264:264 + len(NOTE)] == NOTE
+    # recall ranks interpretation rows too; the input itself is excluded
+    got = rig.dev.memory_recall(A, space, NOTE_VEC)
+    assert [r.kind for r, _ in got] == ["interpretation", "text"]
+    assert rig.dev.memory_recall(A, space, NOTE_VEC, exclude=inp.op_id) == []
+    # a mode 1 input has no interpretation; an ended one takes none
+    one = rig.input(A, conv, text="plain")
+    two = rig.input(A, conv, text="ends first")
+    rig.journal.save()
+    assert {r.mode for r in rig.dev.memory_retain(one.op_id, VEC)} == {1}
+    refused("retention_mode_invalid", rig.dev.memory_interpret, one.op_id, NOTE, NOTE_VEC)
+    rig.dev.memory_retain(two.op_id, VEC, 2)
+    rig.dev.complete(two.op_id, "cancelled")
+    refused("already_terminal", rig.dev.memory_interpret, two.op_id, NOTE, NOTE_VEC)
+    # a publication of an interpretation is an unsupported source kind
+    dest = rig.space(A, "room")
+    refused("publication_unsupported", rig.do, A, D.Kind.PUBLISH, space=dest,
+            object=note.object, source_version=1)
+    assert rig.dev.usage().memory == 8
+
+
+def test_recovery_replays_the_recorded_mode_and_never_repeats_an_interpretation(
+        rig: Rig) -> None:
+    space, conv = setup(rig)
+    done = rig.input(A, conv, text="interpreted, unfinished")
+    bare = rig.input(A, conv, text="retained in mode 2, not interpreted yet")
+    rig.journal.save()
+    rig.dev.memory_retain(done.op_id, VEC, 2)
+    rig.dev.memory_interpret(done.op_id, NOTE, NOTE_VEC)
+    rig.dev.memory_retain(bare.op_id, VEC, 2)
+    rig.journal.save()
+    file = bytes(rig.journal.file)
+    _j, dev2, _keep = recover_from(file)
+    try:
+        assert dev2.memory_list(ALL, A, space) == rig.dev.memory_list(ALL, A, space)
+        assert [r.mode for r in dev2.memory_list(ALL, A, space)[0]] == [2] * 6
+        for op in (done.op_id, bare.op_id):   # interrupted: never interpreted (again)
+            assert dev2.receipt(ALL, A, op).status == "interrupted"
+        refused("memory_retained", dev2.memory_interpret, done.op_id, NOTE, NOTE_VEC)
+        refused("already_terminal", dev2.memory_interpret, bare.op_id, NOTE, NOTE_VEC)
+    finally:
+        dev2.close()
+    # the recorded mode is what recovery checks: a retention recorded with mode 1 cannot
+    # be followed by an interpretation (the transfer fails closed)
+    def replayed(flip: bool) -> bytes:
+        j = Journal()
+        for t in JournalReader(file):
+            data = bytearray(t.data)
+            if flip and t.kind == XFER_MEMORY and data[8 + 24] == 1 and \
+                    data[8 + 64:8 + 80] == bytes.fromhex(done.op_id):
+                data[8 + 26] = data[136 + 26] = 1
+            if t.kind in (2, 5, XFER_MEMORY):
+                native.check(lib.aotx_journal_enqueue(j.handle, t.kind, bytes(data), len(data),
+                                                      ffi.new("uint64_t *")))
+        j.save()
+        return bytes(j.file)
+
+    _j, dev3, _keep = recover_from(replayed(False))
+    assert dev3.usage().memory == 6
+    dev3.close()
+    refused("recovery_damage", recover_from, replayed(True))
+
+
 def _memory_journal(text: str = "keep") -> tuple[bytes, int, int]:
     """A saved journal ending in one memory transfer: (file, its first record, parts)."""
     rig = Rig()
@@ -269,10 +363,13 @@ RIGHTS = st.sampled_from([None, (), ("read",), ("write",), ("read", "write"),
                        max_size=3),
        rows=st.lists(st.tuples(st.integers(0, 2), st.integers(0, 2), RIGHTS), max_size=6),
        grants=st.lists(st.integers(0, 7), min_size=3, max_size=3),
-       owners=st.lists(st.integers(0, 2), min_size=3, max_size=3))
+       owners=st.lists(st.integers(0, 2), min_size=3, max_size=3),
+       modes=st.lists(st.sampled_from([1, 2]), min_size=3, max_size=3))
 def test_memory_visibility_matrix(scopes: list[str], rows: list[tuple[int, int, object]],
-                                  grants: list[int], owners: list[int]) -> None:
-    """participants x spaces x scopes x rights x grants: a reader lists a space's memory
+                                  grants: list[int], owners: list[int],
+                                  modes: list[int]) -> None:
+    """participants x spaces x scopes x rights x grants (x retention modes: a mode 2
+    interpretation is memory of the space like its text): a reader lists a space's memory
     iff its resolved right (member row, else owner / instance implicit) and its current
     grant both hold read; no right at all hides the space; each space lists only its own
     rows (one participant owning two private spaces sees two memory owners)."""
@@ -286,7 +383,9 @@ def test_memory_visibility_matrix(scopes: list[str], rows: list[tuple[int, int, 
             conv = rig.conversation(owner, sp)
             inp = rig.input(owner, conv, text=f"memory of space {i}")
             rig.journal.save()
-            rig.dev.memory_retain(inp.op_id, [1.0, float(i)])
+            rig.dev.memory_retain(inp.op_id, [1.0, float(i)], modes[i])
+            if modes[i] == 2:
+                rig.dev.memory_interpret(inp.op_id, f"note on space {i}".encode(), [1.0, 0.5])
             spaces.append((sp, owner, scope))
         explicit: dict[tuple[int, int], int] = {}
         for s, p, perms in rows:
@@ -320,10 +419,11 @@ def test_memory_visibility_matrix(scopes: list[str], rows: list[tuple[int, int, 
                         assert code == "forbidden" and not resolved & g & 1
                     continue
                 assert g & D.GRANT_READ and resolved & g & 1
-                assert len(got) == 2 and {r.owner for r in got} == {sp}
-                assert all(r.scope == scope for r in got)
+                mode = modes[s]
+                assert len(got) == 2 * mode and {r.owner for r in got} == {sp}
+                assert all(r.scope == scope and r.mode == mode for r in got)
                 recalled = rig.dev.memory_recall(who, sp, [1.0, 0.0])
-                assert len(recalled) == (1 if resolved & 1 else 0)
+                assert len(recalled) == (mode if resolved & 1 else 0)
     finally:
         rig.dev.close()
 

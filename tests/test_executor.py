@@ -366,3 +366,23 @@ async def test_a_completion_waits_out_a_journal_hold(tmp_path: Path) -> None:
         with trio.fail_after(10):
             while not (await _get(env, "alice", f"/operations/{op}"))["terminal"]["saved"]:
                 await trio.sleep(0.01)
+
+
+async def test_a_follow_up_that_shares_a_long_prefix_fits_the_context(tmp_path: Path) -> None:
+    """Regression: a sequence forked from the conversation's resident one reserves only
+    what it adds (its prompt past the shared prefix and its output), not the whole prompt
+    again on top of the prefix: once a conversation's context passed half the model's,
+    the next input ran into the sequence's maximum length and took the executor down."""
+    async with embedded(tmp_path, {"alice": ALL}) as env:
+        con = await _room(env, ("alice",))
+        context = env.handler.models.get(TINY_MODEL).context
+        for i in range(40):
+            status, r = await _input(env, "alice", con, f"The quick brown fox jumps ({i}).",
+                                     max_output_tokens=2)
+            assert status == 202, r
+            done = await _finished(env, "alice", r["operation"])
+            assert done["status"] == "succeeded", await _result(env, "alice", r["operation"])
+            if done["result"]["input_tokens"] > context * 2 // 3:
+                break
+        assert done["result"]["input_tokens"] > context * 2 // 3
+        assert env.handler.executor.resident.reused_tokens > context // 2   # it forked

@@ -170,3 +170,51 @@ async def test_a_chat_request_queues_behind_shared_inputs_on_a_full_pool(
                 assert (await c.get(f"/operations/{op}")).json()["status"] == "succeeded"
         finally:
             eng.close()
+
+
+def test_the_async_openai_client(tmp_path: Path) -> None:
+    """``openai.AsyncOpenAI`` (asyncio, its default), unchanged but for base_url and
+    api_key: a completion and a stream, each the engine's greedy output, against the
+    runtime served from a trio thread."""
+    import asyncio
+    import threading
+
+    got: dict[str, object] = {}
+    ready, stop = threading.Event(), threading.Event()
+
+    async def server() -> None:
+        async with served(tmp_path, {"alice": INVOKER}) as srv:
+            got["url"] = srv.url
+            ready.set()
+            await trio.to_thread.run_sync(stop.wait)
+
+    thread = threading.Thread(target=trio.run, args=(server,))
+    thread.start()
+    try:
+        assert ready.wait(120)
+
+        async def client() -> None:
+            c = openai.AsyncOpenAI(base_url=f"{got['url']}/v1", api_key=token_for("alice"),
+                                   max_retries=0, timeout=60)
+            done = await c.chat.completions.create(
+                model=TINY_MODEL, max_tokens=6, messages=[{"role": "user", "content": "Hi"}])
+            got["text"] = done.choices[0].message.content
+            pieces = []
+            stream = await c.chat.completions.create(
+                model=TINY_MODEL, max_tokens=6, stream=True,
+                messages=[{"role": "user", "content": "Hello"}])
+            async for chunk in stream:
+                pieces += [ch.delta.content for ch in chunk.choices if ch.delta.content]
+            got["stream"] = "".join(pieces)
+            models = await c.models.list()
+            got["models"] = [m.id for m in models.data]
+            await c.close()
+
+        asyncio.run(client())
+    finally:
+        stop.set()
+        thread.join(60)
+    model = tmp_path / "rt" / TINY_MODEL
+    assert got["text"] == _offline(model, [("user", b"Hi")], 6)
+    assert got["stream"] == _offline(model, [("user", b"Hello")], 6)
+    assert got["models"] == [TINY_MODEL]

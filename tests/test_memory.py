@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import synth_gguf as sg
 import trio
+import trio.testing
 from _gateway_env import ALL, LINEAGE, SCHEMA, TINY, TINY_MODEL, served, token_for
 from _real import real_embedding_dir
 
@@ -317,3 +318,88 @@ async def test_publication_over_http(tmp_path: Path, ccir: Path) -> None:
         assert one["text"] == "shared fact"
         # the original stays private
         await c.get("bob", f"/spaces/{mine}/memory", 404)
+
+
+async def test_concurrent_retention_texts_share_encoder_runs() -> None:
+    """Eight texts handed over at once: the first runs alone, the seven that queued
+    meanwhile share the next run; each gets its own vector, equal to the embedder's
+    alone; a caller cancelled in its run leaves its batch to the next caller."""
+    from aotx_trio.runtime.models import EmbeddingModel
+
+    service = memory.MemoryService(None, EmbeddingModel("e", "", "", embedder=embedder()))  # type: ignore[arg-type]
+    texts = [f"note number {i} about the harbour" for i in range(8)]
+    got: dict[int, np.ndarray] = {}
+
+    async def one(i: int) -> None:
+        got[i] = await service.embed_one(texts[i])
+
+    async with trio.open_nursery() as nursery:
+        for i in range(8):
+            nursery.start_soon(one, i)
+    assert service.embed_runs == 2
+    want = embedder().embed(texts)
+    for i in range(8):
+        assert np.allclose(got[i], want[i], atol=1e-5)
+    # cancelled while waiting for the encoder (held by another caller): its batch goes
+    # back to the queue, and the caller behind it takes and runs it
+    got.clear()
+    first = trio.CancelScope()
+
+    async def cancelled() -> None:
+        with first:
+            await service.embed_one(texts[0])
+
+    async with trio.open_nursery() as nursery:
+        async with service.limiter:
+            nursery.start_soon(cancelled)
+            await trio.testing.wait_all_tasks_blocked()
+            nursery.start_soon(one, 1)
+            await trio.testing.wait_all_tasks_blocked()
+            first.cancel()
+            await trio.testing.wait_all_tasks_blocked()
+            assert service._draining and service._queue == []   # the next caller took both
+    assert np.allclose(got[1], want[1], atol=1e-5)
+    assert service._queue == [] and not service._draining and service.embed_runs == 3
+
+
+async def test_recall_picks_the_nearest_memory_with_the_real_models(tmp_path: Path) -> None:
+    """Four notes in a space, the answer only in one of them: a question in a fresh
+    conversation recalls that note first (the nearest by MiniLM), and the real Gemma's
+    greedy answer carries its code, which no other context holds."""
+    from _real import real_gguf
+
+    rt = tmp_path / "real.aotxccir"
+    pack.pack(rt, models=[real_gguf()], embedding=real_embedding_dir(), shared=True,
+              lineage=LINEAGE, progress=False)
+    notes = ["The train to Oslo leaves from platform 4 every morning.",
+             "Note: the code for the blue vault is 7391.",
+             "The red door in the hall opens only on Tuesdays.",
+             "Our garden key hangs under the green pot by the gate."]
+    async with served(tmp_path, {"alice": ALL}, ccir=rt) as srv, \
+            httpx.AsyncClient(base_url=srv.url, timeout=120) as http:
+        c = Client(http)
+        caps = await c.get("alice", "/capabilities")
+        model = next(m["name"] for m in caps["models"] if m["kind"] == "text")
+        await c.post("alice", "/participant")
+        space = (await c.post("alice", "/spaces", scope="room"))["resource"]
+        for text in notes:   # each in its own conversation: space memory, not history
+            con = (await c.post("alice", f"/spaces/{space}/conversations"))["resource"]
+            op = (await c.post("alice", f"/conversations/{con}/inputs", text=text,
+                               model=model, max_output_tokens=2))["operation"]
+            await c.settled("alice", op)
+        ask = (await c.post("alice", f"/spaces/{space}/conversations"))["resource"]
+        prompts: list[bytes] = []
+        assert srv.handler.executor is not None
+        srv.handler.executor.on_complete = lambda job, status: prompts.append(
+            job.model.engine.detokenize(job.prompt))
+        op = (await c.post("alice", f"/conversations/{ask}/inputs",
+                           text="What is the code for the blue vault?", model=model,
+                           max_output_tokens=24))["operation"]
+        await c.settled("alice", op)
+        answer = (await c.get("alice", f"/operations/{op}/result"))["text"]
+    (prompt,) = prompts
+    block = prompt[prompt.index(memory.RECALL_HEADER):].split(b"\n\n", 1)[0]
+    lines = block.split(b"\n")[1:]
+    assert lines[0] == b"- " + notes[1].encode()          # the nearest note first
+    assert prompt.count(b"7391") == 1                       # only memory holds the code
+    assert "7391" in answer

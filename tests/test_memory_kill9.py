@@ -1,4 +1,5 @@
-"""kill -9 between retention and generation: a real ``aotx boot`` process (the real
+"""kill -9 between retention and generation (mode 1, and mode 2 with the flag taken away
+before the next boot): a real ``aotx boot`` process (the real
 Gemma 3 270M and MiniLM) retains an input's memory, is killed while the input runs,
 and boots again: the memory rows are there, alike; the input reads ``interrupted``;
 its memory input is never repeated (still two rows, and no third retention)."""
@@ -108,6 +109,103 @@ def test_kill9_between_retention_and_generation(tmp_path: Path) -> None:
                                                         "object": rows["items"][0]["object"],
                                                         "offset": 0})
                 assert text["text"] == "Write a very long story about the sea."
+                n.cancel_scope.cancel()
+
+        proc = _boot(ccir, folder)
+        try:
+            trio.run(second)
+            proc.send_signal(signal.SIGTERM)
+            proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_kill9_in_mode_2_then_boot_without_the_flag(tmp_path: Path) -> None:
+    """Mode 2 with the real Gemma as its own interpreter: killed while the input runs
+    (retained and interpreted: four rows), then booted from a runtime file whose model
+    lost the automatic-memory flag.  Recovery reads mode 2 for the old rows, the input
+    reads interrupted and its interpretation is never repeated (still four rows); a new
+    input on the same model is recorded with mode 1."""
+    gguf = real_gguf()
+    ccir = tmp_path / "real.aotxccir"
+    pack.pack(ccir, models=[gguf], embedding=real_embedding_dir(), shared=True,
+              lineage=LINEAGE, progress=False, auto_memory=[gguf.name])
+    folder = short_dir()
+    try:
+        make_config(folder, {"alice": ALL})
+        sock = str(folder / "journal" / SOCKET_NAME)
+        who = {"principal": "alice", "actions": list(ALL)}
+        state: dict[str, Any] = {}
+
+        async def first() -> None:
+            client = SocketClient(sock)
+            async with trio.open_nursery() as n:
+                await n.start(client.run)
+                caps = await client.call("capabilities", {})
+                model = next(m for m in caps["models"] if m["kind"] == "text")
+                assert model["automatic_memory"] is True
+                await client.call("mutation.submit", _body("participant.register", 1))
+                r = await client.call("mutation.submit", _body("space.create", 2))
+                space = r["receipt"]["resource"]
+                r = await client.call("mutation.submit", _body("conversation.create", 3,
+                                                               space=space))
+                con = r["receipt"]["resource"]
+                r = await client.call("mutation.submit", _body(
+                    "input", 4, conversation=con, model=model["name"], max_output_tokens=2000,
+                    text="My locker number is 318. Write a very long story about the sea."))
+                op = r["receipt"]["operation"]
+                with trio.fail_after(120):
+                    while True:   # retained, interpreted and saved, and generating
+                        rows = await client.call("memory.list", {**who, "space": space})
+                        st = (await client.call("operation.get",
+                                                {**who, "operation": op}))["status"]
+                        if len(rows["items"]) == 4 and st == "running":
+                            break
+                        await trio.sleep(0.02)
+                state.update(space=space, con=con, op=op, rows=rows["items"],
+                             model=model["name"])
+                n.cancel_scope.cancel()
+
+        proc = _boot(ccir, folder)
+        try:
+            trio.run(first)
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        assert proc.returncode == -signal.SIGKILL
+        assert [(r["kind"], r["retention_mode"]) for r in state["rows"]] == \
+            [("text", 2), ("embedding", 2), ("interpretation", 2), ("embedding", 2)]
+        pack.pack(ccir, no_auto_memory=[gguf.name], progress=False)   # the flag flipped
+
+        async def second() -> None:
+            client = SocketClient(sock)
+            async with trio.open_nursery() as n:
+                await n.start(client.run)
+                caps = await client.call("capabilities", {})
+                assert next(m for m in caps["models"]
+                            if m["kind"] == "text")["automatic_memory"] is False
+                rows = await client.call("memory.list", {**who, "space": state["space"]})
+                assert rows["items"] == state["rows"]          # mode 2, as recorded
+                r = await client.call("operation.get", {**who, "operation": state["op"]})
+                assert r["status"] == "interrupted"
+                await trio.sleep(1.0)                           # nothing is re-run
+                assert (await client.call("capabilities", {}))["usage"]["memory"] == 4
+                r = await client.call("mutation.submit", _body(
+                    "input", 5, conversation=state["con"], model=state["model"],
+                    max_output_tokens=4, text="A short one."))
+                op = r["receipt"]["operation"]
+                with trio.fail_after(120):
+                    while not (await client.call("operation.get",
+                                                 {**who, "operation": op}))["terminal"]["saved"]:
+                        await trio.sleep(0.05)
+                rows = await client.call("memory.list", {**who, "space": state["space"]})
+                assert [(r["kind"], r["retention_mode"]) for r in rows["items"][4:]] == \
+                    [("text", 1), ("embedding", 1)]
                 n.cancel_scope.cancel()
 
         proc = _boot(ccir, folder)

@@ -278,3 +278,38 @@ def test_unknown_optional_bits_survive_header_updates_only(inputs: dict[str, Pat
     assert shared.profile.optional == 1 << 5 and shared.shared
     updated = pack(path, models=[inputs["b"]], progress=False)
     assert updated.profile.optional == 0 and updated.lineage == shared.lineage
+
+
+def test_auto_memory_flag_is_set_and_cleared_by_rewriting_the_table(
+        inputs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--auto-memory MODEL`` / ``--no-auto-memory MODEL``: the text model's flag,
+    through the rewrite path (same extents, same lineage); a replaced model keeps it."""
+    path = tmp_path / "auto.aotxccir"
+    rf = pack(path, models=[inputs["a"], inputs["b"]], embedding=inputs["emb"], shared=True,
+              lineage=LINEAGE, progress=False, auto_memory=["a.gguf"])
+    assert {c.name: c.automatic_memory for c in rf.text_models} == \
+        {"a.gguf": True, "b.gguf": False}
+    plain = pack(tmp_path / "plain.aotxccir", models=[inputs["a"], inputs["b"]],
+                 embedding=inputs["emb"], shared=True, lineage=LINEAGE, progress=False)
+    assert [c.sha256 for c in rf.components] == [c.sha256 for c in plain.components]
+    assert cli.main(["pack", "--runtime", str(path), "--no-auto-memory", "a.gguf",
+                     "--auto-memory", "b.gguf"]) == 0
+    assert "b.gguf [automatic_memory]" in capsys.readouterr().out
+    rf = RuntimeFile.open(path)
+    assert {c.name: c.automatic_memory for c in rf.text_models} == \
+        {"a.gguf": False, "b.gguf": True}
+    assert rf.lineage == LINEAGE and rf.read_component("b.gguf") == GGUF_B
+    digest = _sha(path)
+    pack(path, auto_memory=["b.gguf"], progress=False)        # no change: nothing written
+    assert _sha(path) == digest
+    rf = pack(path, models=[inputs["b"]], progress=False)      # replaced: keeps its flag
+    assert next(c for c in rf.text_models if c.name == "b.gguf").automatic_memory
+    rf = pack(path, no_auto_memory=["b.gguf"], progress=False)
+    assert not any(c.automatic_memory for c in rf.text_models)
+    assert _sha(path) == _sha(tmp_path / "plain.aotxccir")     # no flags: the plain bytes
+    for kwargs in ({"auto_memory": ["nope.gguf"]}, {"auto_memory": ["config.json"]},
+                   {"auto_memory": ["a.gguf"], "no_auto_memory": ["a.gguf"]}):
+        with pytest.raises(InvalidInput) as info:
+            pack(path, progress=False, **kwargs)  # type: ignore[arg-type]
+        assert info.value.code == "auto_memory_invalid"
+    assert _sha(path) == _sha(tmp_path / "plain.aotxccir")

@@ -45,11 +45,18 @@ KNOWN_REQUIRED = PROFILE_SHARED | PROFILE_CHECKPOINT
 KNOWN_OPTIONAL = 0
 PROFILE_NAMES = {0: "shared_state", 1: "checkpoint"}
 
+#: Component flags (the entry's u32 at offset 4): a text model with the automatic-memory
+#: capability (shared memory retention mode 2, runtime/memory.py).
+FLAG_AUTOMATIC_MEMORY = 1 << 0
+#: The flag bits each kind may carry; any other bit is refused at the entry's offset 4.
+KNOWN_FLAGS = {KIND_TEXT_MODEL_GGUF: FLAG_AUTOMATIC_MEMORY, KIND_EMBEDDING_FILE: 0}
+FLAG_NAMES = {FLAG_AUTOMATIC_MEMORY: "automatic_memory"}
+
 # magic, version, header_length, required, optional, lineage, count, entry_size,
 # table_offset, file_length, table_crc, alignment, checkpoint_offset, checkpoint_length,
 # reserved[28]   (header CRC follows)
 _HEADER = struct.Struct("<8sIIQQ16sIIQQIIQQ28s")
-# kind, name_length, reserved, offset, length, sha256, name[200]
+# kind, name_length, flags, offset, length, sha256, name[200]
 _ENTRY = struct.Struct("<HHIQQ32s200s")
 assert _HEADER.size == HEADER_SIZE - 4
 assert _ENTRY.size == ENTRY_SIZE
@@ -110,6 +117,11 @@ class Component:
     offset: int
     length: int
     sha256: bytes
+    flags: int = 0                # FLAG_* bits (KNOWN_FLAGS of its kind)
+
+    @property
+    def automatic_memory(self) -> bool:
+        return bool(self.flags & FLAG_AUTOMATIC_MEMORY)
 
     @property
     def kind_name(self) -> str:
@@ -181,7 +193,9 @@ def encode_table(components: Sequence[Component]) -> bytes:
     out = bytearray()
     for c in components:
         raw = validate_name(c.name)
-        out += _ENTRY.pack(c.kind, len(raw), 0, c.offset, c.length, c.sha256,
+        if c.flags & ~KNOWN_FLAGS[c.kind]:
+            raise ValueError(f"component {c.name!r}: flags {c.flags:#x} not allowed")
+        out += _ENTRY.pack(c.kind, len(raw), c.flags, c.offset, c.length, c.sha256,
                            raw.ljust(NAME_MAX, b"\0"))
     return bytes(out)
 
@@ -260,11 +274,14 @@ def _parse_table(table: bytes, header: Header) -> list[Component]:
     prev_key: tuple[int, bytes] | None = None
     for i in range(header.component_count):
         base = header.table_offset + i * ENTRY_SIZE
-        kind, name_len, reserved, offset, length, digest, name_raw = \
+        kind, name_len, flags, offset, length, digest, name_raw = \
             _ENTRY.unpack_from(table, i * ENTRY_SIZE)
         if kind not in KIND_NAMES:
             raise _fail(f"component {i} has unknown kind {kind}", base)
-        if reserved or any(name_raw[name_len:]) or not 1 <= name_len <= NAME_MAX:
+        if flags & ~KNOWN_FLAGS[kind]:
+            raise _fail(f"component {i} has flags {flags:#x} this reader does not know",
+                        base + 4)
+        if any(name_raw[name_len:]) or not 1 <= name_len <= NAME_MAX:
             raise _fail(f"component {i} has a bad name length or nonzero padding", base + 2)
         try:
             name = name_raw[:name_len].decode("utf-8")
@@ -282,7 +299,7 @@ def _parse_table(table: bytes, header: Header) -> list[Component]:
         if offset + length > header.file_length:
             raise _fail(f"component {i} ({name!r}) runs past the end of the file", base + 16)
         cursor = offset + length
-        components.append(Component(kind, name, offset, length, digest))
+        components.append(Component(kind, name, offset, length, digest, flags))
     if header.checkpoint_length:
         if header.checkpoint_offset < align_up(cursor):
             raise _fail(f"checkpoint offset {header.checkpoint_offset} is inside the "
@@ -457,6 +474,7 @@ class Source:
     offset: int
     length: int
     sha256: bytes | None = None   # known digest (extent of an existing runtime file)
+    flags: int = 0                # the entry's FLAG_* bits
 
 
 def write_runtime(path: str | os.PathLike[str], sources: Sequence[Source], *,
@@ -497,7 +515,7 @@ def write_runtime(path: str | os.PathLike[str], sources: Sequence[Source], *,
             if out.tell() != off + s.length:
                 raise InvalidInput(f"{s.name!r} changed size while it was packed",
                                    code="component_changed", field="name", name=s.name)
-            components.append(Component(s.kind, s.name, off, s.length, digest))
+            components.append(Component(s.kind, s.name, off, s.length, digest, s.flags))
         out.truncate(file_length)
         table = encode_table(components)
         out.seek(HEADER_SIZE)

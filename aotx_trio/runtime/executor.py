@@ -17,8 +17,10 @@ Its engine sequence stays resident for the conversation's next input, which
 forks it and prefills only what it does not share (runtime/resident.py);
 resident sequences are freed whenever an input needs their pages.
 An input still running ``deadline_s`` after it started (the execution
-deadline, ``limits.execution_deadline_s``) ends ``deadline_exceeded``
-before its next step, keeping the bytes it produced.  The runtime restarts
+deadline, ``limits.execution_deadline_s``; a job's ``deadline`` set earlier, when
+its memory processing began, counts from then: runtime/memory.py) ends
+``deadline_exceeded`` before its next step, keeping the bytes it produced; a
+waiting one whose deadline passed ends so before it joins.  The runtime restarts
 an input never: one left running when the process
 dies reads ``interrupted`` after recovery (the device marks it).
 """
@@ -28,7 +30,7 @@ from __future__ import annotations
 import logging
 import math
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -82,6 +84,10 @@ class Job:
     tried_at: int = -1          # Executor.completed when it last failed to join
     actor: str = ""             # its participant's key
     query: Any = None           # its retained embedding: the recall query (runtime/memory.py)
+    retention_mode: int = 1     # the shared memory retention mode recorded for it (memory.py)
+    # memory processing still to run before it may join (mode 2's memory calls): run once
+    # in the executor's nursery, then the job queues (memory.MemoryService.hand_over)
+    prepare: Callable[[Job], Awaitable[None]] | None = None
 
 
 class Executor:
@@ -114,6 +120,7 @@ class Executor:
         self.max_group = 0            # the most inputs one step has run together
         self.page_waits = 0           # times an input waited for KV pages
         self.on_complete: Callable[[Job, str], None] | None = None  # tests, metrics
+        self._nursery: trio.Nursery | None = None     # runs jobs' ``prepare`` (run())
 
     # -- the handler's side ------------------------------------------------------------
     def knows(self, op_id: str) -> bool:
@@ -180,16 +187,35 @@ class Executor:
     # -- the task ----------------------------------------------------------------------
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
                   ) -> None:
-        task_status.started()
-        while True:
-            if not self._waiting and not any(self._running.values()):
-                if self._completions:      # a held journal: retry them every 50 ms
-                    with trio.move_on_after(COMPLETION_RETRY_S):
-                        self._waiting.append(await self._receive.receive())
-                else:
-                    self._waiting.append(await self._receive.receive())
-            await self.cycle()
-            await trio.lowlevel.checkpoint()
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            task_status.started()
+            while True:
+                if not self._waiting and not any(self._running.values()):
+                    if self._completions:      # a held journal: retry them every 50 ms
+                        with trio.move_on_after(COMPLETION_RETRY_S):
+                            self._take(await self._receive.receive())
+                    else:
+                        self._take(await self._receive.receive())
+                await self.cycle()
+                await trio.lowlevel.checkpoint()
+
+    def _take(self, job: Job) -> None:
+        """A job off the queue: it waits, or first runs its ``prepare`` (then queues)."""
+        if job.prepare is None:
+            self._waiting.append(job)
+            return
+        assert self._nursery is not None, "jobs with memory processing need run()"
+        self._nursery.start_soon(self._prepare, job)
+
+    async def _prepare(self, job: Job) -> None:
+        prepare, job.prepare = job.prepare, None
+        assert prepare is not None
+        try:
+            await prepare(job)
+        except errors.AotxError as exc:   # the input still runs (mode 1 memory is kept)
+            log.warning("memory processing of %s failed: %s", job.op_id, exc)
+        await self._send.send(job)
 
     def _complete(self) -> None:
         """Hand ended inputs' results to the device, oldest first.  While the journal
@@ -217,13 +243,16 @@ class Executor:
         self._complete()
         while True:
             try:
-                self._waiting.append(self._receive.receive_nowait())
+                self._take(self._receive.receive_nowait())
             except trio.WouldBlock:
                 break
         for job in [j for j in self._waiting if j.cancelled]:
             self._waiting.remove(job)
             self._finish(job, "cancelled")
         now = self.clock()
+        for job in [j for j in self._waiting if j.deadline <= now]:
+            self._waiting.remove(job)      # its deadline passed in memory processing
+            self._finish(job, "deadline_exceeded")
         for group in self._running.values():
             for job in [j for j in group if j.cancelled]:
                 self._finish(job, "cancelled")
@@ -290,7 +319,8 @@ class Executor:
             return False
         job.seq = seq
         job.started = self.clock()
-        job.deadline = job.started + self.deadline_s   # from the moment it starts
+        # from the moment it starts, or earlier: set before its memory processing
+        job.deadline = min(job.deadline, job.started + self.deadline_s)
         if not job.ephemeral:
             self.device.start(job.op_id)
             self.saver.wake()
@@ -311,8 +341,8 @@ class Executor:
                     seq, shared = eng.fork_sequence(res.seq, n, seed=seed)
                 else:
                     seq, shared = eng.add_sequence(seed=seed), 0
-                try:
-                    eng.reserve(seq, len(job.prompt) + job.max_output)
+                try:   # what it adds past the shared prefix (the fork has ``shared``)
+                    eng.reserve(seq, len(job.prompt) + job.max_output - shared)
                 except errors.OverCapacity:
                     eng.release(seq)
                     raise

@@ -453,13 +453,11 @@ class ServiceHandler:
             self._handing.add(receipt.op_id)
             try:
                 with trio.CancelScope(shield=True):   # retained and handed over, or neither
-                    query = await self.memory.retain(receipt.op_id, text)
-                    self.executor.submit(Job(
+                    await self.memory.hand_over(self.executor, Job(
                         receipt.op_id, str(req.conversation), model,
                         Turn(history.label_of(receipt.participant), text),
                         req.max_output_tokens, req.temperature, req.top_p,
-                        input_index=receipt.input_index, actor=receipt.participant,
-                        query=query))
+                        input_index=receipt.input_index, actor=receipt.participant), text)
             finally:
                 self._handing.discard(receipt.op_id)
         return {"receipt": render.render_receipt(receipt, self.lineage), "created": created}

@@ -46,6 +46,7 @@ class TextModel:
     engine: Engine
 
     threads: int = 0
+    automatic_memory: bool = False   # the component's flag: shared memory retention mode 2
 
     @property
     def context(self) -> int:
@@ -63,7 +64,8 @@ class TextModel:
         return {"name": self.name, "kind": "text", "digest": self.digest, "ready": True,
                 "not_ready": None, "arch": info.arch, "context_length": info.max_tokens,
                 "kv_page_tokens": kv.page_tokens, "kv_pages": kv.n_pages,
-                "kv_free_pages": kv.free_pages, "max_sequences": info.max_seqs}
+                "kv_free_pages": kv.free_pages, "max_sequences": info.max_seqs,
+                "automatic_memory": self.automatic_memory}
 
 
 EMBEDDING_NAME = "embedding"
@@ -154,7 +156,8 @@ class ModelSet:
                 path, offset, length = rf.component_view(c.name)
                 eng = Engine.load(path, threads=threads, max_seqs=max_seqs, offset=offset,
                                   length=length)
-                text[c.name] = TextModel(c.name, c.sha256_hex, eng, threads)
+                text[c.name] = TextModel(c.name, c.sha256_hex, eng, threads,
+                                         automatic_memory=c.automatic_memory)
                 log.info("model %s: %s, context %d, %d KV pages", c.name, eng.info.arch,
                          eng.info.max_tokens, eng.kv_stats().n_pages)
             embedding = load_embedding(rf, embedding_root)

@@ -6,7 +6,12 @@
   table and every extent stay byte-identical); repeating it writes nothing;
 * ``--model``/``--embedding`` on an existing file: adds or replaces components
   (same text-model file name, or the whole embedding set) and rewrites the file
-  through a temporary copy and a rename, keeping the profile and lineage.
+  through a temporary copy and a rename, keeping the profile and lineage;
+* ``--auto-memory NAME`` / ``--no-auto-memory NAME``: sets / clears the
+  automatic-memory capability of the text model NAME (its component flag; shared
+  memory retention mode 2): a table change, so the file is rewritten the same way
+  (the extents copied and checked against their digests).  A replaced model keeps
+  the flag its old component had unless one of these names it.
 
 Lineage: drawn at random (16 bytes, nonzero) when a file first gets the shared
 profile, then kept forever; ``lineage=`` (CLI ``--lineage HEX``) pins it.
@@ -15,6 +20,7 @@ profile, then kept forever; ``lineage=`` (CLI ``--lineage HEX``) pins it.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import re
 from collections.abc import Sequence
@@ -23,7 +29,13 @@ from pathlib import Path
 from aotx_trio._fs import flock_nb
 from aotx_trio.errors import ConfigError, InvalidInput
 from aotx_trio.runtime import ccir
-from aotx_trio.runtime.ccir import KIND_EMBEDDING_FILE, KIND_TEXT_MODEL_GGUF, RuntimeFile, Source
+from aotx_trio.runtime.ccir import (
+    FLAG_AUTOMATIC_MEMORY,
+    KIND_EMBEDDING_FILE,
+    KIND_TEXT_MODEL_GGUF,
+    RuntimeFile,
+    Source,
+)
 
 #: Files an embedding folder must hold at its top level (plus one ``*.safetensors``).
 EMBEDDING_REQUIRED = ("config.json", "tokenizer.json")
@@ -101,7 +113,8 @@ def embedding_sources(folder: str | os.PathLike[str]) -> list[Source]:
 
 def pack(runtime: str | os.PathLike[str], *, models: Sequence[str | os.PathLike[str]] = (),
          embedding: str | os.PathLike[str] | None = None, shared: bool = False,
-         lineage: str | bytes | None = None, progress: bool | None = None) -> RuntimeFile:
+         lineage: str | bytes | None = None, progress: bool | None = None,
+         auto_memory: Sequence[str] = (), no_auto_memory: Sequence[str] = ()) -> RuntimeFile:
     """Create or update a complete runtime file; returns the file as written.
 
     An existing file is locked exclusively first (``flock``): while a runtime holds it
@@ -116,15 +129,47 @@ def pack(runtime: str | os.PathLike[str], *, models: Sequence[str | os.PathLike[
         raise ConfigError(f"--runtime {target}: in use by a running runtime (aotx boot or "
                           "aotx serve); stop it first", code="runtime_in_use", field="runtime")
     try:
-        return _pack(target, models, embedding, shared, lineage, progress)
+        return _pack(target, models, embedding, shared, lineage, progress,
+                     _auto_memory(auto_memory, no_auto_memory))
     finally:
         if lock >= 0:
             os.close(lock)
 
 
+def _auto_memory(on: Sequence[str], off: Sequence[str]) -> dict[str, bool]:
+    """Text model name -> the automatic-memory flag asked for it."""
+    both = sorted(set(on) & set(off))
+    if both:
+        raise InvalidInput(f"--auto-memory and --no-auto-memory both name {both[0]!r}",
+                           code="auto_memory_invalid", field="auto_memory")
+    return {**{n: False for n in off}, **{n: True for n in on}}
+
+
+def _with_flags(sources: list[Source], auto: dict[str, bool]) -> tuple[list[Source], bool]:
+    """``sources`` with the automatic-memory flag set/cleared as ``auto`` asks (names
+    of text models); whether any flag changed."""
+    texts = {s.name for s in sources if s.kind == KIND_TEXT_MODEL_GGUF}
+    for name in auto:
+        if name not in texts:
+            raise InvalidInput(f"--auto-memory {name}: no text model of that name in the "
+                               f"runtime file ({sorted(texts)})", code="auto_memory_invalid",
+                               field="auto_memory")
+    out: list[Source] = []
+    changed = False
+    for s in sources:
+        if s.kind == KIND_TEXT_MODEL_GGUF and s.name in auto:
+            flags = s.flags | FLAG_AUTOMATIC_MEMORY if auto[s.name] else \
+                s.flags & ~FLAG_AUTOMATIC_MEMORY
+            changed |= flags != s.flags
+            s = dataclasses.replace(s, flags=flags)
+        out.append(s)
+    return out, changed
+
+
 def _pack(target: Path, models: Sequence[str | os.PathLike[str]],
           embedding: str | os.PathLike[str] | None, shared: bool,
-          lineage: str | bytes | None, progress: bool | None) -> RuntimeFile:
+          lineage: str | bytes | None, progress: bool | None,
+          auto: dict[str, bool] | None = None) -> RuntimeFile:
     existing = RuntimeFile.open(target) if target.exists() else None
     pinned = parse_lineage(lineage) if lineage is not None else None
 
@@ -154,13 +199,18 @@ def _pack(target: Path, models: Sequence[str | os.PathLike[str]],
         (ccir.PROFILE_SHARED if want_shared else 0)
 
     kept: list[Source] = []
+    old_flags: dict[str, int] = {}
     if existing is not None:
         for c in existing.components:
             replaced = (c.kind == KIND_TEXT_MODEL_GGUF and c.name in names) or \
                 (c.kind == KIND_EMBEDDING_FILE and new_embedding is not None)
             if not replaced:
-                kept.append(Source(c.kind, c.name, target, c.offset, c.length, c.sha256))
-    sources = kept + new_models + (new_embedding or [])
+                kept.append(Source(c.kind, c.name, target, c.offset, c.length, c.sha256,
+                                   c.flags))
+            elif c.kind == KIND_TEXT_MODEL_GGUF:
+                old_flags[c.name] = c.flags
+    new_models = [dataclasses.replace(m, flags=old_flags.get(m.name, 0)) for m in new_models]
+    sources, flags_changed = _with_flags(kept + new_models + (new_embedding or []), auto or {})
     if not sources:
         raise InvalidInput("a new runtime file needs --model or --embedding",
                            code="runtime_empty", field="model")
@@ -168,7 +218,7 @@ def _pack(target: Path, models: Sequence[str | os.PathLike[str]],
         raise InvalidInput("the shared profile needs the text embedding model "
                            "(add --embedding DIR)", code="embedding_missing", field="embedding")
 
-    if existing is not None and not new_models and new_embedding is None:
+    if existing is not None and not new_models and new_embedding is None and not flags_changed:
         # Header-only change: the table and every extent stay where they are.
         existing.verify(progress)
         if required == existing.profile.required and lineage_bytes == existing.header.lineage:
@@ -186,16 +236,20 @@ def describe(rf: RuntimeFile) -> list[str]:
                         if rf.profile.required >> bit & 1) or "none"
     lines = [f"runtime: {rf.path}", f"profile: {profile}", f"lineage: {rf.lineage}"]
     for c in rf.components:
-        lines.append(f"  {c.kind_name:<16} {c.length:>12} {c.sha256_hex[:16]}  {c.name}")
+        flags = "".join(f" [{name}]" for bit, name in ccir.FLAG_NAMES.items() if c.flags & bit)
+        lines.append(f"  {c.kind_name:<16} {c.length:>12} {c.sha256_hex[:16]}  {c.name}{flags}")
     return lines
 
 
 def main(args: argparse.Namespace) -> int:
     journal_dir = getattr(args, "checkpoint", None)
     if journal_dir is None or args.model or args.embedding or args.shared or \
-            getattr(args, "lineage", None) is not None:
+            getattr(args, "lineage", None) is not None or \
+            getattr(args, "auto_memory", None) or getattr(args, "no_auto_memory", None):
         rf = pack(args.runtime, models=args.model, embedding=args.embedding, shared=args.shared,
-                  lineage=getattr(args, "lineage", None))
+                  lineage=getattr(args, "lineage", None),
+                  auto_memory=getattr(args, "auto_memory", None) or (),
+                  no_auto_memory=getattr(args, "no_auto_memory", None) or ())
         print("\n".join(describe(rf)))
     if journal_dir is not None:
         from aotx_trio.runtime import checkpoint  # the device and the journal: only here
