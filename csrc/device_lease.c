@@ -21,9 +21,6 @@ static_assert(offsetof(aotx_lease_row, mode) == 32, "retention mode @32");
 static_assert(offsetof(aotx_lease_row, reserved) == 36, "reserved @36");
 static_assert(AOTX_LEASE_ROW_V1_BYTES == offsetof(aotx_lease_row, mode),
               "a revision 0/1 row is the 40-byte row without mode and reserved");
-static_assert(AOTX_LEASE_HEADER + AOTX_LEASE_MAX_ROWS * AOTX_LEASE_ROW_BYTES <=
-                  AOTX_COMPLETION_HEADER + AOTX_MAX_RESULT_BYTES,
-              "a lease transfer fits the device's encode buffer");
 
 static bool terminal(uint8_t s) {
     return s >= AOTX_STATUS_SUCCEEDED && s <= AOTX_STATUS_DEADLINE_EXCEEDED;
