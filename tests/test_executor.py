@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 from _gateway_env import ALL, TINY_MODEL, Env, embedded
 
 from aotx_trio import native
@@ -18,7 +19,7 @@ from aotx_trio.runtime.executor import Executor
 from aotx_trio.runtime.history import label_of
 from aotx_trio.runtime.models import ModelSet, TextModel
 from aotx_trio.runtime.prompt import Turn, _markers, render
-from aotx_trio.vocab import principal_key
+from aotx_trio.vocab import ALL_GRANTS, principal_key
 
 pytestmark = pytest.mark.timeout(120)
 BASE = "/aotx/v1/shared"
@@ -313,6 +314,44 @@ async def test_an_input_past_its_deadline_ends_and_its_result_read_is_504(
         assert resp.status_code == 504
         err = (await resp.get_json())["error"]
         assert err["code"] == "deadline_exceeded" and err["operation"] == op
+
+
+async def test_the_deadline_counts_from_the_applied_lease(tmp_path: Path) -> None:
+    """Execution starts with the recorded lease: while the journal cannot take it (a
+    hold) the input waits admitted and no deadline runs; once the lease is applied,
+    the deadline counts from there (a MockClock moved by hand: no sleeps)."""
+    from aotx_trio.journal import HOLD_DISK
+
+    async with embedded(tmp_path, {"alice": ALL}) as env:
+        con = await _room(env, ("alice",))
+        state = env.handler.state
+        assert state is not None
+        clock = trio.testing.MockClock()
+        executor = Executor(state.device, state.emitter, native.capacities()["result_bytes"],
+                            deadline_s=30.0, clock=clock.current_time)
+        env.handler.executor = executor
+        status, body = await _input(env, "alice", con, "tick tock", max_output_tokens=100)
+        assert status == 202
+        op = body["operation"]
+        journal = state.journal_file.journal
+        journal.set_hold(HOLD_DISK, True)
+        await executor.cycle()                 # it joins; its lease waits for the journal
+        clock.jump(100.0)                      # far past a deadline counted from joining
+        await executor.cycle()
+        assert (await _get(env, "alice", f"/operations/{op}"))["status"] == "admitted"
+        assert executor.leases == 0 and executor.steps == 0      # nothing ran unleased
+        journal.set_hold(HOLD_DISK, False)
+        await executor.cycle()                 # the lease is applied: running from now
+        op_hex = op.rsplit("-", 1)[1]
+        receipt = state.device.receipt(ALL_GRANTS, principal_key("alice"), op_hex)
+        assert receipt.status == "running" and receipt.leased and receipt.lease_revision == 3
+        clock.jump(29.9)
+        await executor.cycle()
+        assert (await _get(env, "alice", f"/operations/{op}"))["status"] == "running"
+        clock.jump(0.2)
+        await executor.cycle()
+        done = await _get(env, "alice", f"/operations/{op}")
+        assert done["status"] == done["finish"] == "deadline_exceeded"
 
 
 async def test_two_equal_inputs_are_two_turns(tmp_path: Path) -> None:
