@@ -75,6 +75,10 @@ def test_lease_transfer_matches_the_worked_example() -> None:
     assert rows == [D.LeaseRow(0, 3, 4, A, 1), D.LeaseRow(1, 4, 5, A, 0)]
     doc = doc_block("### Worked example 4")
     assert len(doc) == 88
+    assert (lib.AOTX_LEASE_HEADER, lib.AOTX_LEASE_ROW_BYTES, lib.AOTX_LEASE_ROW_V1_BYTES,
+            lib.AOTX_LEASE_MAX_ROWS, lib.AOTX_OUTPUT_HEADER) == (
+        D.LEASE_HEADER, D.LEASE_ROW, D.LEASE_ROW_V1, D.LEASE_MAX_ROWS, D.OUTPUT_HEADER)
+    assert ffi.sizeof("aotx_lease_row") == 40
     assert D.encode_lease(3, rows) == doc
     assert D.decode_lease(doc) == (3, rows)
     rig.dev.lease(3, rows)

@@ -51,7 +51,7 @@ import trio
 
 from aotx_trio import errors
 from aotx_trio.config import DEFAULT_DEADLINE_S
-from aotx_trio.device import Device
+from aotx_trio.device import LEASE_MAX_ROWS, Device
 from aotx_trio.engine import Engine, EngineSequence
 from aotx_trio.runtime import history, memory
 from aotx_trio.runtime.models import TextModel
@@ -63,7 +63,6 @@ log = logging.getLogger("aotx.executor")
 COMPLETION_RETRY_S = 0.05
 #: Output bytes per OUTPUT transfer: 32 header bytes + 128 = one 160-byte journal part.
 OUTPUT_BATCH_BYTES = 128
-LEASE_MAX_ROWS = 256
 
 
 class Waker(Protocol):
@@ -372,12 +371,12 @@ class Executor:
                     job.deadline = now + self.deadline_s   # from the applied lease
                 self.saver.wake()
 
-    def _journal_output(self, job: Job, final: bool = False) -> None:
+    def _journal_output(self, job: Job) -> None:
         """Journal the output bytes not journaled yet (within the result limit), in
         OUTPUT_BATCH_BYTES pieces; a journal that holds keeps them for later (the
         completion carries whatever is left)."""
         end = min(len(job.out), self.result_cap)
-        while end - job.journaled >= (1 if final else OUTPUT_BATCH_BYTES):
+        while end - job.journaled >= OUTPUT_BATCH_BYTES:
             take = min(OUTPUT_BATCH_BYTES, end - job.journaled)
             piece = bytes(job.out[job.journaled:job.journaled + take])
             try:
