@@ -146,6 +146,30 @@ async def test_concurrent_inputs_share_one_batch(tmp_path: Path) -> None:
         assert executor.max_group >= 2           # they ran side by side
 
 
+async def test_inputs_that_join_together_share_one_lease(tmp_path: Path) -> None:
+    """Three saved inputs joining in one round are one execution group: one lease of
+    three rows (revision 3: nothing retained here), applied before the first step."""
+    names = ("alice", "bob", "carol")
+    async with embedded(tmp_path, dict.fromkeys(names, ALL)) as env:
+        con = await _room(env, names)
+        state = env.handler.state
+        assert state is not None
+        executor = Executor(state.device, state.emitter, native.capacities()["result_bytes"])
+        env.handler.executor = executor                    # rounds by hand
+        ops = {}
+        for who in names:
+            status, body = await _input(env, who, con, f"{who} says hello",
+                                        max_output_tokens=4)
+            assert status == 202
+            ops[who] = body["operation"].rsplit("-", 1)[1]
+        await executor.cycle()
+        assert executor.leases == 1 and executor.steps == 1
+        rows = {who: state.device.receipt(ALL_GRANTS, principal_key(who), op)
+                for who, op in ops.items()}
+        assert all(r.status == "running" and r.leased and r.lease_revision == 3
+                   and r.lease_mode == 0 for r in rows.values())
+
+
 async def test_the_page_budget_queues_instead_of_failing(tmp_path: Path) -> None:
     """A pool too small for all inputs at once: the ones that do not fit wait in order
     and all succeed (the engine refuses any over-commitment, so a step never fails)."""
