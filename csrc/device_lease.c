@@ -52,6 +52,25 @@ static bool mode_allowed(uint32_t revision, uint32_t mode) {
     }
 }
 
+/* Recovery: the live receipt of (actor, sequence), whatever slot the row
+ * names.  Replay reassigns slots: a retirement frees its slots once it is
+ * saved, a moment the journal does not record, so a replayed receipt may sit
+ * in another slot than it did live; actor and sequence name it uniquely. */
+static void resolve_slots(const aotx_device *d, aotx_lease_row *rows, uint32_t n) {
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t p = dev_find_participant(d, rows[i].actor);
+        uint32_t found = DEV_RECEIPT_SLOTS;     /* out of range: refused below */
+        for (uint32_t s = 0; p != DEV_NONE && s < DEV_RECEIPT_SLOTS; s++) {
+            const dev_receipt *r = &d->receipts[s];
+            if (r->used && !r->retiring && r->actor == p && r->sequence == rows[i].sequence) {
+                found = s;
+                break;
+            }
+        }
+        if (rows[i].slot < DEV_RECEIPT_SLOTS) rows[i].slot = found;
+    }
+}
+
 /* Every rule of every row, nothing changed.  The first failing row decides
  * the code. */
 static int lease_check(const aotx_device *d, uint32_t revision, const aotx_lease_row *rows,
@@ -156,6 +175,7 @@ int dev_lease_replay(aotx_device *d, const uint8_t *data, uint32_t len, uint64_t
         rows[i].mode = revision < 2 ? revision : dev_rd32(p + 32);
         rows[i].reserved = revision < 2 ? 0 : dev_rd32(p + 36);
     }
+    resolve_slots(d, rows, n);
     if (lease_check(d, revision, rows, n) != AOTX_OK) return AOTX_E_RECOVERY_DAMAGE;
     lease_apply(d, revision, rows, n, record);
     return AOTX_OK;

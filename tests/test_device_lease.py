@@ -115,6 +115,34 @@ def test_revision_0_and_1_leases_are_read_on_recovery() -> None:
     rig.dev.close()
 
 
+def test_recovery_finds_leased_receipts_in_reused_slots() -> None:
+    """A retirement frees its slots once saved: live, an input admitted before that save
+    takes a fresh slot; replay frees them at once and puts it in a reused one.  The
+    lease names the live slot; recovery finds the receipt by actor and sequence (found
+    by scripts/chaos.py, which retires while it runs)."""
+    rig = Rig()
+    rig.register(A)
+    conv = rig.conversation(A, rig.space(A))
+    old = rig.input(A, conv)
+    rig.journal.save()
+    rig.dev.complete(old.op_id, "succeeded", b"done")
+    rig.journal.save()
+    rig.do(A, D.Kind.RETIRE, retry_floor=old.sequence + 1)     # not saved yet ...
+    new = rig.input(A, conv, text="after the retirement")         # ... so a fresh slot
+    rig.journal.save()
+    live = rig.dev.lease_row(new.op_id)
+    rig.dev.lease(3, [live])
+    rig.dev.output(new.op_id, b"kept")
+    rig.journal.save()
+    _j, dev, _k = recover_from(bytes(rig.journal.file))
+    assert dev.lease_row(new.op_id).slot != live.slot          # replay placed it elsewhere
+    got = dev.receipt(ALL, A, new.op_id)
+    assert (got.status, got.leased, got.lease_revision) == ("interrupted", True, 3)
+    assert dev.result(ALL, A, new.op_id)[0] == b"kept"
+    dev.close()
+    rig.dev.close()
+
+
 # ---- every row check, nothing changed ---------------------------------------------
 
 
@@ -310,7 +338,7 @@ def damaged(rig: Rig, data: bytes, kind: int = XFER_LEASE) -> None:
 
 
 @pytest.mark.parametrize("case", [
-    "unknown_slot", "terminal", "already_leased", "revision", "reserved", "short",
+    "unknown_slot", "unknown_receipt", "terminal", "already_leased", "revision", "reserved", "short",
     "long", "zero_rows", "mode", "sequence"])
 def test_recovery_fails_closed_on_an_inconsistent_lease(case: str) -> None:
     rig, first, _second, _ = example_rig()
@@ -319,7 +347,8 @@ def test_recovery_fails_closed_on_an_inconsistent_lease(case: str) -> None:
         rig.dev.complete(first.op_id, "failed", b"")
     if case == "already_leased":
         rig.dev.lease(3, [row])
-    rows = {"unknown_slot": [D.LeaseRow(0, 700, 4, A, 1)],
+    rows = {"unknown_slot": [D.LeaseRow(0, 5000, 4, A, 1)],
+            "unknown_receipt": [D.LeaseRow(0, row.slot, 4, B, 1)],
             "mode": [D.LeaseRow(0, row.slot, row.sequence, A, 0)],
             "sequence": [D.LeaseRow(0, row.slot, 99, A, 1)],
             "reserved": [D.LeaseRow(0, row.slot, row.sequence, A, 1, 7)]}.get(case, [row])
