@@ -338,7 +338,8 @@ def damaged(rig: Rig, data: bytes, kind: int = XFER_LEASE) -> None:
 
 
 @pytest.mark.parametrize("case", [
-    "unknown_slot", "unknown_receipt", "terminal", "already_leased", "revision", "reserved", "short",
+    "unknown_slot", "unknown_receipt", "terminal", "already_leased", "revision", "reserved",
+    "short",
     "long", "zero_rows", "mode", "sequence"])
 def test_recovery_fails_closed_on_an_inconsistent_lease(case: str) -> None:
     rig, first, _second, _ = example_rig()

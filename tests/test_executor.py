@@ -429,6 +429,9 @@ async def test_a_completion_waits_out_a_journal_hold(tmp_path: Path) -> None:
         journal = state.journal_file.journal
         await executor.cycle()                             # joins, its lease is applied
         assert (await _get(env, "alice", f"/operations/{op}"))["status"] == "running"
+        with trio.fail_after(10):      # the lease saved (an ack in flight clears a hold)
+            while journal.save_state().pending_bytes or journal.save_state().in_flight_records:
+                await trio.sleep(0.01)
         journal.set_hold(HOLD_DISK, True)
         for _ in range(12):                                # it runs and ends ...
             await executor.cycle()
