@@ -14,6 +14,7 @@ a ``handle`` attribute holding it); it must outlive the device.
 from __future__ import annotations
 
 import math
+import struct
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -281,6 +282,9 @@ class Receipt:
     saved_by: SaveId | None = None  # the save that acknowledged the admission (None: unsaved)
     input_index: int = 0            # INPUT: 1-based place in its conversation's input order
     finish: str | None = None       # null until terminal (vocab.finish_of)
+    leased: bool = False            # INPUT: an execution lease names it
+    lease_revision: int = 0         # that lease's revision (docs/formats/device.md)
+    lease_mode: int = 0             # its row's retention mode
 
     @property
     def terminal(self) -> bool:
@@ -392,7 +396,9 @@ def _receipt(v: Any) -> Receipt:
                        boot=int(v.boot), commit_digest=_hex(v.commit_digest, 32),
                        disk_error=int(v.disk_error), hold=int(v.hold)),
         saved_by=_save_id(v.admission_save) if v.admission_save_known else None,
-        input_index=int(v.input_index), finish=finish_of(STATUSES[v.status], int(v.finish)))
+        input_index=int(v.input_index), finish=finish_of(STATUSES[v.status], int(v.finish)),
+        leased=bool(v.leased), lease_revision=int(v.lease_revision),
+        lease_mode=int(v.lease_mode))
 
 
 def _save_id(v: Any) -> SaveId:
@@ -410,6 +416,52 @@ def _space(v: Any) -> Space:
 def _conversation(v: Any) -> Conversation:
     return Conversation(id=_hex(v.id), space=_hex(v.space), creator=_hex(v.creator),
                         admission_number=int(v.admission_number), inputs=int(v.inputs))
+
+
+LEASE_HEADER = 8
+LEASE_ROW = 40          # revisions 2..5
+LEASE_ROW_V1 = 32       # revisions 0 and 1 (read on recovery only)
+LEASE_MAX_ROWS = 256
+OUTPUT_HEADER = 32
+
+
+@dataclass(frozen=True)
+class LeaseRow:
+    """One execution lease row (docs/formats/device.md, "Lease transfer")."""
+
+    request_index: int
+    slot: int
+    sequence: int
+    actor: str              # 32 hex digits
+    mode: int               # the input's retention mode (0: nothing retained)
+    reserved: int = 0
+
+
+def encode_lease(revision: int, rows: list[LeaseRow]) -> bytes:
+    """A lease transfer's bytes (revisions 0 and 1: 32-byte rows without mode)."""
+    out = bytearray(struct.pack("<II", len(rows), revision))
+    for r in rows:
+        out += struct.pack("<IIQ", r.request_index, r.slot, r.sequence) + bytes.fromhex(r.actor)
+        if revision >= 2:
+            out += struct.pack("<II", r.mode, r.reserved)
+    return bytes(out)
+
+
+def decode_lease(data: bytes) -> tuple[int, list[LeaseRow]]:
+    """(revision, rows) of a lease transfer; ValueError when the length does not fit
+    the row count."""
+    n, revision = struct.unpack_from("<II", data, 0)
+    size = LEASE_ROW if revision >= 2 else LEASE_ROW_V1
+    if len(data) != LEASE_HEADER + n * size:
+        raise ValueError(f"lease of {n} rows cannot be {len(data)} bytes")
+    rows = []
+    for i in range(n):
+        at = LEASE_HEADER + i * size
+        index, slot, seq = struct.unpack_from("<IIQ", data, at)
+        mode, reserved = struct.unpack_from("<II", data, at + 32) if revision >= 2 \
+            else (revision, 0)
+        rows.append(LeaseRow(index, slot, seq, data[at + 16:at + 32].hex(), mode, reserved))
+    return revision, rows
 
 
 @dataclass
@@ -451,6 +503,32 @@ class Device:
 
     def start(self, op_id: str) -> None:
         check(lib.aotx_device_start(self._handle, _hex16(op_id, "op_id")))
+
+    def lease_row(self, op_id: str, request_index: int = 0) -> LeaseRow:
+        """The lease row of a live INPUT (the executor's own read): its slot, sequence,
+        actor and recorded retention mode."""
+        out = ffi.new("aotx_lease_row *")
+        check(lib.aotx_device_lease_row(self._handle, _hex16(op_id, "op_id"),
+                                        _u32(request_index, "request_index"), out))
+        return LeaseRow(int(out.request_index), int(out.slot), int(out.sequence),
+                        _hex(out.actor), int(out.mode), int(out.reserved))
+
+    def lease(self, revision: int, rows: list[LeaseRow]) -> None:
+        """Apply one execution lease: every row is checked before anything changes;
+        then one LEASE transfer is journaled and each input runs, leased."""
+        c = ffi.new("aotx_lease_row[]", max(1, len(rows)))
+        for i, r in enumerate(rows):
+            c[i].request_index = _u32(r.request_index, "request_index")
+            c[i].slot = _u32(r.slot, "slot")
+            c[i].sequence = _u64(r.sequence, "sequence")
+            ffi.memmove(c[i].actor, _hex16(r.actor, "actor"), 16)
+            c[i].mode = _u32(r.mode, "mode")
+            c[i].reserved = _u32(r.reserved, "reserved")
+        check(lib.aotx_device_lease(self._handle, _u32(revision, "revision"), c, len(rows)))
+
+    def output(self, op_id: str, data: bytes) -> None:
+        """Journal output bytes of a leased, running INPUT (one OUTPUT transfer)."""
+        check(lib.aotx_device_output(self._handle, _hex16(op_id, "op_id"), data, len(data)))
 
     def complete(self, op_id: str, status: str, result: bytes = b"", input_tokens: int = 0,
                  output_tokens: int = 0, finish: str = "none") -> None:

@@ -322,6 +322,10 @@ NATIVE: dict[str, _Entry] = {
     "version_conflict": _e(Conflict),
     "publication_unsupported": _e(Conflict),
     "retention_mode_invalid": _e(InvalidInput),
+    "lease_invalid": _e(InvalidInput),      # the executor's own calls: never a client's
+    "lease_conflict": _e(Conflict),
+    "lease_missing": _e(Conflict),
+    "output_conflict": _e(Conflict),
     "receipt_table_full": _e(ReceiptTableFull),
     "command_too_large": _e(InvalidInput),
     "result_too_large": _e(InvalidInput),

@@ -138,8 +138,20 @@ enum {
     AOTX_E_EMBEDDING_INVALID = -145,      /* embedding dim 0 or over 512, or a non-finite value */
     AOTX_E_VERSION_CONFLICT = -146,       /* PUBLISH: source_version is not the object's current one */
     AOTX_E_PUBLICATION_UNSUPPORTED = -147, /* PUBLISH: the source object's kind cannot be published */
-    AOTX_E_RETENTION_MODE_INVALID = -148  /* a mode other than 1 or 2; an interpretation for an
+    AOTX_E_RETENTION_MODE_INVALID = -148, /* a mode other than 1 or 2; an interpretation for an
                                            * input whose recorded retention mode is not 2 */
+    /* execution leases and output (docs/formats/device.md "Lease transfer") */
+    AOTX_E_LEASE_INVALID = -160,          /* a lease row or revision breaks a rule */
+    AOTX_E_LEASE_CONFLICT = -161,         /* the input is leased already (never twice) */
+    AOTX_E_LEASE_MISSING = -162,          /* output for an input without a lease */
+    AOTX_E_OUTPUT_CONFLICT = -163,        /* a completion that does not extend the journaled output */
+
+    AOTX_LEASE_HEADER = 8,           /* row count u32, revision u32 */
+    AOTX_LEASE_ROW_BYTES = 40,       /* revisions 2..5 */
+    AOTX_LEASE_ROW_V1_BYTES = 32,    /* revisions 0 and 1 (read on recovery only) */
+    AOTX_LEASE_MAX_REVISION = 5,
+    AOTX_LEASE_MAX_ROWS = 256,       /* rows in one lease transfer */
+    AOTX_OUTPUT_HEADER = 32          /* output transfer header */
 };
 
 typedef struct aotx_device aotx_device;
@@ -227,7 +239,10 @@ typedef struct aotx_receipt_view {
      * admission_save_known is 0 */
     uint8_t admission_save_known;
     uint8_t finish;             /* AOTX_FINISH_* (succeeded INPUTs) */
-    uint8_t reserved2[6];
+    uint8_t leased;             /* INPUT: an execution lease names it */
+    uint8_t lease_revision;     /* that lease's revision (0..5) */
+    uint8_t lease_mode;         /* its row's retention mode */
+    uint8_t reserved2[3];
     aotx_save_id admission_save;
     uint64_t input_index;       /* INPUT: 1-based place in its conversation's input order; else 0 */
 } aotx_receipt_view;
@@ -287,10 +302,36 @@ int aotx_device_submit(aotx_device *d, uint32_t grants, const uint8_t actor[16],
                        const aotx_request *req, aotx_receipt_view *out);
 /* Executor: admitted -> running (needs a saved admission; not journaled). */
 int aotx_device_start(aotx_device *d, const uint8_t op_id[16]);
-/* Executor: the terminal result of an INPUT (enqueues a COMPLETION transfer). */
+/* Executor: the terminal result of an INPUT (enqueues a COMPLETION transfer).
+ * `result` is the whole result; it must begin with the bytes OUTPUT transfers
+ * journaled already (output_conflict), and the completion carries the rest. */
 int aotx_device_complete(aotx_device *d, const uint8_t op_id[16], uint8_t status,
                          uint8_t finish, const uint8_t *result, uint32_t len,
                          uint32_t input_tokens, uint32_t output_tokens);
+
+/* One execution lease row (40 bytes on disk, docs/formats/device.md "Lease
+ * transfer"; static_asserts in csrc/device_lease.c). */
+typedef struct aotx_lease_row {
+    uint32_t request_index;     /* the row's place in its lease (0, 1, ...) */
+    uint32_t slot;              /* the receipt's slot */
+    uint64_t sequence;          /* the receipt's sequence */
+    uint8_t actor[16];          /* the receipt's participant key */
+    uint32_t mode;              /* the input's retention mode (0: nothing retained) */
+    uint32_t reserved;          /* 0 */
+} aotx_lease_row;
+/* The executor's own read: the row a lease needs for a live INPUT (its slot,
+ * sequence, actor and recorded retention mode) at `request_index`. */
+int aotx_device_lease_row(aotx_device *d, const uint8_t op_id[16], uint32_t request_index,
+                          aotx_lease_row *out);
+/* Apply one execution lease (revision 2..5, 1..AOTX_LEASE_MAX_ROWS rows): every
+ * row is checked before anything changes; then one LEASE transfer is
+ * enqueued and each receipt becomes running, leased at `revision`. */
+int aotx_device_lease(aotx_device *d, uint32_t revision, const aotx_lease_row *rows,
+                      uint32_t n);
+/* Output bytes of a leased, running INPUT: one OUTPUT transfer, appended to
+ * the receipt's result (within AOTX_MAX_RESULT_BYTES). */
+int aotx_device_output(aotx_device *d, const uint8_t op_id[16], const uint8_t *data,
+                       uint32_t len);
 
 /* Reads (check current grants AND stored rights). */
 int aotx_device_receipt(aotx_device *d, uint32_t grants, const uint8_t actor[16],

@@ -53,6 +53,10 @@ const aotx_code_entry aotx_device_codes[] = {
     {AOTX_E_CURSOR_INVALID, "cursor_invalid", "the cursor is past the table"},
     {AOTX_E_TARGET_SEQUENCE_INVALID, "target_sequence_invalid", "target_sequence must be >= 1"},
     {AOTX_E_RESERVED_TOKEN_INVALID, "reserved_token_invalid", "text holds a reserved media control token"},
+    {AOTX_E_LEASE_INVALID, "lease_invalid", "a lease row or revision breaks a rule (docs/formats/device.md)"},
+    {AOTX_E_LEASE_CONFLICT, "lease_conflict", "the input is leased already"},
+    {AOTX_E_LEASE_MISSING, "lease_missing", "output needs a leased, running input"},
+    {AOTX_E_OUTPUT_CONFLICT, "output_conflict", "the result does not extend the journaled output bytes"},
     {AOTX_E_RECOVERY_DAMAGE, "recovery_damage", "a journal transfer contradicts the recovered state"},
     {AOTX_E_DEVICE_STATE, "device_out_of_order", "call out of order for this device"},
     {0, NULL, NULL},
@@ -123,6 +127,8 @@ int aotx_device_new(const aotx_device_params *p, const uint8_t lineage[16], aotx
     d->scratch_cap = AOTX_COMPLETION_HEADER + (size_t)AOTX_MAX_RESULT_BYTES;
     if (d->scratch_cap < AOTX_ADMISSION_HEADER + DEV_CANON_MAX + DEV_RESULT_JSON_MAX)
         d->scratch_cap = AOTX_ADMISSION_HEADER + DEV_CANON_MAX + DEV_RESULT_JSON_MAX;
+    if (d->scratch_cap < AOTX_LEASE_HEADER + AOTX_LEASE_MAX_ROWS * AOTX_LEASE_ROW_BYTES)
+        d->scratch_cap = AOTX_LEASE_HEADER + AOTX_LEASE_MAX_ROWS * AOTX_LEASE_ROW_BYTES;
     d->scratch = malloc(d->scratch_cap);
     d->plan = calloc(1, sizeof *d->plan);
     d->replay_pending = calloc(DEV_RECEIPT_SLOTS, sizeof *d->replay_pending);
@@ -632,7 +638,9 @@ int dev_complete_check(const aotx_device *d, uint32_t slot, const dev_completion
         (c->finish != AOTX_FINISH_NONE && c->status != AOTX_STATUS_SUCCEEDED))
         return AOTX_E_STATUS_INVALID;
     if (terminal_status(d->receipts[slot].status)) return AOTX_E_ALREADY_TERMINAL;
-    if (c->len > AOTX_MAX_RESULT_BYTES) return AOTX_E_RESULT_TOO_LARGE;
+    /* c carries the bytes after the journaled output (result_len so far) */
+    if ((uint64_t)d->receipts[slot].result_len + c->len > AOTX_MAX_RESULT_BYTES)
+        return AOTX_E_RESULT_TOO_LARGE;
     return AOTX_OK;
 }
 
@@ -653,8 +661,8 @@ void dev_complete_apply(aotx_device *d, uint32_t slot, const dev_completion *c, 
     dev_receipt *r = &d->receipts[slot];
     r->status = c->status;
     r->finish = c->finish;
-    r->result_len = c->len;
-    if (c->len) memcpy(r->result, c->result, c->len);
+    if (c->len) memcpy(r->result + r->result_len, c->result, c->len);
+    r->result_len += c->len;  /* after the bytes OUTPUT transfers journaled */
     r->input_tokens = c->in_tok;
     r->output_tokens = c->out_tok;
     r->has_terminal_record = 1;
@@ -665,6 +673,16 @@ void dev_complete_apply(aotx_device *d, uint32_t slot, const dev_completion *c, 
 int dev_complete_locked(aotx_device *d, const uint8_t op_id[16], const dev_completion *c) {
     if (!d || !op_id || !c || (c->len && !c->result)) return AOTX_E_INVALID_ARGUMENT;
     uint32_t s = dev_find_receipt_by_op(d, op_id);
+    if (s == DEV_NONE) return AOTX_E_OPERATION_NOT_FOUND;
+    /* `c` holds the whole result: the journaled output must be its prefix, and
+     * the completion carries the rest */
+    uint32_t journaled = terminal_status(d->receipts[s].status) ? 0 : d->receipts[s].result_len;
+    if (journaled && (c->len < journaled || memcmp(c->result, d->receipts[s].result, journaled)))
+        return AOTX_E_OUTPUT_CONFLICT;
+    dev_completion tail = *c;
+    tail.len -= journaled;
+    if (tail.result) tail.result += journaled;
+    c = &tail;
     int rc = dev_complete_check(d, s, c);
     if (rc) return rc;
     size_t n = dev_completion_encode(op_id, c, d->scratch);

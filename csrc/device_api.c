@@ -39,6 +39,24 @@ int aotx_device_complete(aotx_device *d, const uint8_t op_id[16], uint8_t status
     LOCKED(d->failed ? AOTX_E_DEVICE_STATE : dev_complete_locked(d, op_id, &c));
 }
 
+int aotx_device_lease_row(aotx_device *d, const uint8_t op_id[16], uint32_t request_index,
+                          aotx_lease_row *out) {
+    if (!d) return AOTX_E_INVALID_ARGUMENT;
+    LOCKED(dev_lease_row_locked(d, op_id, request_index, out));
+}
+
+int aotx_device_lease(aotx_device *d, uint32_t revision, const aotx_lease_row *rows,
+                      uint32_t n) {
+    if (!d) return AOTX_E_INVALID_ARGUMENT;
+    LOCKED(d->failed ? AOTX_E_DEVICE_STATE : dev_lease_locked(d, revision, rows, n));
+}
+
+int aotx_device_output(aotx_device *d, const uint8_t op_id[16], const uint8_t *data,
+                       uint32_t len) {
+    if (!d) return AOTX_E_INVALID_ARGUMENT;
+    LOCKED(d->failed ? AOTX_E_DEVICE_STATE : dev_output_locked(d, op_id, data, len));
+}
+
 int aotx_device_receipt(aotx_device *d, uint32_t grants, const uint8_t actor[16],
                         const uint8_t op_id[16], aotx_receipt_view *out) {
     if (!d) return AOTX_E_INVALID_ARGUMENT;

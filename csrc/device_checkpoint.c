@@ -51,12 +51,13 @@ enum {
     CKR_CANON_LEN = 12, CKR_SEQUENCE = 16, CKR_OP_KEY = 24, CKR_OP_ID = 40,
     CKR_RESOURCE = 56, CKR_ADMISSION = 72, CKR_ADM_RECORD = 80, CKR_TERM_RECORD = 88,
     CKR_RETIRE_RECORD = 96, CKR_INPUT_INDEX = 104, CKR_IN_TOK = 112, CKR_OUT_TOK = 116,
-    CKR_RESULT_LEN = 120, CKR_RESERVED = 124, CKR_SAVE_INCARNATION = 128,
+    CKR_RESULT_LEN = 120, CKR_LEASED = 124, CKR_LEASE_REVISION = 125, CKR_LEASE_MODE = 126,
+    CKR_MODE = 127, CKR_SAVE_INCARNATION = 128,
     CKR_SAVE_GENERATION = 136, CKR_SAVE_BOOT = 144, CKR_SAVE_RECORDS = 152,
     CKR_SAVE_DIGEST = 160, CKR_FIXED = 192,
     /* receipt flag bits */
     CKF_RETIRING = 1, CKF_CANCEL = 2, CKF_TERMINAL = 4, CKF_SAVE_KNOWN = 8, CKF_RETAINS = 16,
-    CKF_RETAINED = 32, CKF_ALL = 63,
+    CKF_RETAINED = 32, CKF_INTERPRETED = 64, CKF_ALL = 127,
     /* memory v1: record, the 128-byte row (docs/formats/device.md), byte_length payload bytes */
     CKY_RECORD = 0, CKY_ROW = 8, CKY_FIXED = 8 + AOTX_MEMORY_ROW_BYTES,
 };
@@ -200,8 +201,15 @@ static void enc_receipts(const aotx_device *d, ck_writer *w) {
                                  (r->cancel_requested ? CKF_CANCEL : 0) |
                                  (r->has_terminal_record ? CKF_TERMINAL : 0) |
                                  (r->save_known ? CKF_SAVE_KNOWN : 0) |
-                                 (r->retains ? CKF_RETAINS : 0) | (r->retained ? CKF_RETAINED : 0));
+                                 (r->retains ? CKF_RETAINS : 0) | (r->retained ? CKF_RETAINED : 0) |
+                                 (r->interpreted ? CKF_INTERPRETED : 0));
         b[CKR_FINISH] = r->finish;
+        /* the lease and the recorded retention mode; a checkpoint holds saved state only,
+         * so no OUTPUT transfer is unsaved (output_visible is moot) */
+        b[CKR_LEASED] = r->leased;
+        b[CKR_LEASE_REVISION] = r->lease_revision;
+        b[CKR_LEASE_MODE] = r->lease_mode;
+        b[CKR_MODE] = r->mode;
         dev_le32(b + CKR_ACTOR, r->actor);
         dev_le32(b + CKR_CANON_LEN, r->canon_len);
         dev_le64(b + CKR_SEQUENCE, r->sequence);
@@ -481,7 +489,12 @@ static int par_receipts(aotx_device *d, ck_reader *r, uint64_t records) {
         if (dev_rd32(b + CKR_ACTOR) >= d->n_participants) return ck_bad(r, at + CKR_ACTOR);
         if (canon_len > DEV_CANON_STRIDE) return ck_bad(r, at + CKR_CANON_LEN);
         if (result_len > DEV_RESULT_STRIDE) return ck_bad(r, at + CKR_RESULT_LEN);
-        if (dev_rd32(b + CKR_RESERVED)) return ck_bad(r, at + CKR_RESERVED);
+        if (b[CKR_LEASED] > 1) return ck_bad(r, at + CKR_LEASED);
+        if (b[CKR_LEASE_REVISION] > AOTX_LEASE_MAX_REVISION || (!b[CKR_LEASED] && b[CKR_LEASE_REVISION]))
+            return ck_bad(r, at + CKR_LEASE_REVISION);
+        if (b[CKR_LEASE_MODE] > 2 || (!b[CKR_LEASED] && b[CKR_LEASE_MODE]))
+            return ck_bad(r, at + CKR_LEASE_MODE);
+        if (b[CKR_MODE] > 2) return ck_bad(r, at + CKR_MODE);
         if ((uint64_t)end - at - CKR_FIXED < (uint64_t)canon_len + result_len)
             return ck_bad(r, at + CKR_CANON_LEN);
         dev_receipt *x = &d->receipts[slot];
@@ -494,6 +507,11 @@ static int par_receipts(aotx_device *d, ck_reader *r, uint64_t records) {
         x->save_known = 1;
         x->retains = (flags & CKF_RETAINS) != 0;
         x->retained = (flags & CKF_RETAINED) != 0;
+        x->interpreted = (flags & CKF_INTERPRETED) != 0;
+        x->leased = b[CKR_LEASED];
+        x->lease_revision = b[CKR_LEASE_REVISION];
+        x->lease_mode = b[CKR_LEASE_MODE];
+        x->mode = b[CKR_MODE];
         x->finish = b[CKR_FINISH];
         x->actor = dev_rd32(b + CKR_ACTOR);
         x->sequence = dev_rd64(b + CKR_SEQUENCE);

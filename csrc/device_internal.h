@@ -78,6 +78,13 @@ typedef struct dev_receipt {
     uint8_t retained;           /* its memory rows are retained (never again) */
     uint8_t mode;               /* the retention mode recorded with them (1 or 2) */
     uint8_t interpreted;        /* mode 2: its interpretation rows are retained (never again) */
+    uint8_t leased;             /* an execution lease names it (never twice) */
+    uint8_t lease_revision;
+    uint8_t lease_mode;
+    uint64_t lease_record;      /* last record of its lease transfer */
+    uint64_t output_record;     /* last record of its newest OUTPUT transfer (when has_output) */
+    uint8_t has_output;
+    uint32_t output_visible;    /* result bytes known saved when output_record is not */
     uint32_t canon_len;
     uint32_t result_len;
     uint8_t *canon;             /* [DEV_CANON_STRIDE] */
@@ -181,6 +188,16 @@ int dev_complete_check(const aotx_device *d, uint32_t slot, const dev_completion
 void dev_complete_apply(aotx_device *d, uint32_t slot, const dev_completion *c, uint64_t record);
 size_t dev_completion_encode(const uint8_t op_id[16], const dev_completion *c, uint8_t *buf);
 
+
+/* device_lease.c */
+uint32_t dev_retention_mode(const aotx_device *d, uint32_t slot);
+int dev_lease_locked(aotx_device *d, uint32_t revision, const aotx_lease_row *rows, uint32_t n);
+int dev_lease_row_locked(aotx_device *d, const uint8_t op_id[16], uint32_t request_index,
+                         aotx_lease_row *out);
+int dev_output_locked(aotx_device *d, const uint8_t op_id[16], const uint8_t *data, uint32_t len);
+int dev_lease_replay(aotx_device *d, const uint8_t *data, uint32_t len, uint64_t record);
+int dev_output_replay(aotx_device *d, const uint8_t *data, uint32_t len, uint64_t record);
+uint32_t dev_result_visible(const aotx_device *d, uint32_t slot);
 
 /* device_memory.c */
 uint32_t dev_memory_promised(const aotx_device *d);

@@ -58,7 +58,10 @@ void dev_receipt_view(aotx_device *d, uint32_t slot, bool foreign, aotx_receipt_
     out->admission_record = r->admission_record;
     out->terminal_record = r->has_terminal_record ? r->terminal_record : UINT64_MAX;
     memcpy(out->resource_id, r->resource_id, 16);
-    out->result_len = r->result_len;
+    out->result_len = dev_result_visible(d, slot);
+    out->leased = r->leased;
+    out->lease_revision = r->lease_revision;
+    out->lease_mode = r->lease_mode;
     out->input_tokens = r->input_tokens;
     out->output_tokens = r->output_tokens;
     out->input_index = r->input_index;
@@ -115,9 +118,10 @@ int64_t dev_result_read_locked(aotx_device *d, uint32_t grants, const uint8_t ac
     int rc = readable_receipt(d, grants, actor, op_id, &s, &foreign);
     if (rc) return rc;
     const dev_receipt *r = &d->receipts[s];
-    if (out_total) *out_total = r->result_len;
-    if (offset >= r->result_len) return 0;
-    size_t n = r->result_len - (size_t)offset;
+    uint32_t visible = dev_result_visible(d, s);
+    if (out_total) *out_total = visible;
+    if (offset >= visible) return 0;
+    size_t n = visible - (size_t)offset;
     if (n > cap) n = cap;
     memcpy(buf, r->result + offset, n);
     return (int64_t)n;

@@ -152,9 +152,13 @@ int dev_recover_locked(aotx_device *d, aotx_journal_reader *r, uint64_t *out_bad
             replay_close_saves(d, incarnation, prev_end, prev_digest);
         switch (kind) {
         case AOTX_XFER_BOOT:
-        case AOTX_XFER_LEASE:    /* execution leases: not yet produced by the device */
-        case AOTX_XFER_OUTPUT:
             rc = AOTX_OK;
+            break;
+        case AOTX_XFER_LEASE:
+            rc = dev_lease_replay(d, data, len, last);
+            break;
+        case AOTX_XFER_OUTPUT:
+            rc = dev_output_replay(d, data, len, last);
             break;
         case AOTX_XFER_ADMISSION:
             rc = replay_admission(d, data, len, last, &req);
@@ -189,7 +193,9 @@ int dev_recover_locked(aotx_device *d, aotx_journal_reader *r, uint64_t *out_bad
     for (uint32_t i = 0; i < DEV_RECEIPT_SLOTS; i++) {
         dev_receipt *rc_ = &d->receipts[i];
         if (!rc_->used || rc_->kind != AOTX_KIND_INPUT || rc_->has_terminal_record) continue;
-        const dev_completion c = {.status = AOTX_STATUS_INTERRUPTED};
+        /* keeps the output bytes journaled so far (its whole result) */
+        const dev_completion c = {.status = AOTX_STATUS_INTERRUPTED, .result = rc_->result,
+                                  .len = rc_->result_len};
         rc = dev_complete_locked(d, rc_->op_id, &c);
         if (rc) {
             if (out_bad_record) *out_bad_record = rc_->admission_record;

@@ -37,6 +37,7 @@ DEVICE_NAMES = frozenset({
     "recovery_damage", "device_out_of_order",
     "memory_full", "memory_retained", "memory_not_found", "embedding_invalid",
     "version_conflict", "publication_unsupported", "retention_mode_invalid",
+    "lease_invalid", "lease_conflict", "lease_missing", "output_conflict",
 })
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 from _gateway_env import ALL, TINY_MODEL, Env, embedded
 
 from aotx_trio import native
@@ -17,8 +18,8 @@ from aotx_trio.engine import Engine
 from aotx_trio.runtime.executor import Executor
 from aotx_trio.runtime.history import label_of
 from aotx_trio.runtime.models import ModelSet, TextModel
-from aotx_trio.runtime.prompt import Turn, render
-from aotx_trio.vocab import principal_key
+from aotx_trio.runtime.prompt import Turn, _markers, render
+from aotx_trio.vocab import ALL_GRANTS, principal_key
 
 pytestmark = pytest.mark.timeout(120)
 BASE = "/aotx/v1/shared"
@@ -145,6 +146,30 @@ async def test_concurrent_inputs_share_one_batch(tmp_path: Path) -> None:
         assert executor.max_group >= 2           # they ran side by side
 
 
+async def test_inputs_that_join_together_share_one_lease(tmp_path: Path) -> None:
+    """Three saved inputs joining in one round are one execution group: one lease of
+    three rows (revision 3: nothing retained here), applied before the first step."""
+    names = ("alice", "bob", "carol")
+    async with embedded(tmp_path, dict.fromkeys(names, ALL)) as env:
+        con = await _room(env, names)
+        state = env.handler.state
+        assert state is not None
+        executor = Executor(state.device, state.emitter, native.capacities()["result_bytes"])
+        env.handler.executor = executor                    # rounds by hand
+        ops = {}
+        for who in names:
+            status, body = await _input(env, who, con, f"{who} says hello",
+                                        max_output_tokens=4)
+            assert status == 202
+            ops[who] = body["operation"].rsplit("-", 1)[1]
+        await executor.cycle()
+        assert executor.leases == 1 and executor.steps == 1
+        rows = {who: state.device.receipt(ALL_GRANTS, principal_key(who), op)
+                for who, op in ops.items()}
+        assert all(r.status == "running" and r.leased and r.lease_revision == 3
+                   and r.lease_mode == 0 for r in rows.values())
+
+
 async def test_the_page_budget_queues_instead_of_failing(tmp_path: Path) -> None:
     """A pool too small for all inputs at once: the ones that do not fit wait in order
     and all succeed (the engine refuses any over-commitment, so a step never fails)."""
@@ -155,7 +180,10 @@ async def test_the_page_budget_queues_instead_of_failing(tmp_path: Path) -> None
         small = TextModel(TINY_MODEL, "0" * 64, eng)
         state = env.handler.state
         assert state is not None
-        executor = Executor(state.device, state.emitter, native.capacities()["result_bytes"])
+        # revision 2: the pool is sized for its contexts (the tiny byte-level vocabulary
+        # spends ~75 tokens on revision 3's historical-data rule)
+        executor = Executor(state.device, state.emitter, native.capacities()["result_bytes"],
+                            revision=2)
         env.handler.models = ModelSet({TINY_MODEL: small}, [])
         env.handler.executor = executor
         try:
@@ -172,7 +200,8 @@ async def test_the_page_budget_queues_instead_of_failing(tmp_path: Path) -> None
                     await ask(who)
                 await n.start(executor.run)   # ... then the executor starts
                 for who, op in ops:
-                    assert (await _finished(env, who, op))["status"] == "succeeded"
+                    got = await _finished(env, who, op)
+                    assert got["status"] == "succeeded", (got, await _result(env, who, op))
                 assert executor.page_waits > 0          # some waited for pages ...
                 assert executor.completed == 3          # ... and none failed for it
                 # the conversation's last sequence stays resident for its next input
@@ -311,6 +340,44 @@ async def test_an_input_past_its_deadline_ends_and_its_result_read_is_504(
         assert err["code"] == "deadline_exceeded" and err["operation"] == op
 
 
+async def test_the_deadline_counts_from_the_applied_lease(tmp_path: Path) -> None:
+    """Execution starts with the recorded lease: while the journal cannot take it (a
+    hold) the input waits admitted and no deadline runs; once the lease is applied,
+    the deadline counts from there (a MockClock moved by hand: no sleeps)."""
+    from aotx_trio.journal import HOLD_DISK
+
+    async with embedded(tmp_path, {"alice": ALL}) as env:
+        con = await _room(env, ("alice",))
+        state = env.handler.state
+        assert state is not None
+        clock = trio.testing.MockClock()
+        executor = Executor(state.device, state.emitter, native.capacities()["result_bytes"],
+                            deadline_s=30.0, clock=clock.current_time)
+        env.handler.executor = executor
+        status, body = await _input(env, "alice", con, "tick tock", max_output_tokens=100)
+        assert status == 202
+        op = body["operation"]
+        journal = state.journal_file.journal
+        journal.set_hold(HOLD_DISK, True)
+        await executor.cycle()                 # it joins; its lease waits for the journal
+        clock.jump(100.0)                      # far past a deadline counted from joining
+        await executor.cycle()
+        assert (await _get(env, "alice", f"/operations/{op}"))["status"] == "admitted"
+        assert executor.leases == 0 and executor.steps == 0      # nothing ran unleased
+        journal.set_hold(HOLD_DISK, False)
+        await executor.cycle()                 # the lease is applied: running from now
+        op_hex = op.rsplit("-", 1)[1]
+        receipt = state.device.receipt(ALL_GRANTS, principal_key("alice"), op_hex)
+        assert receipt.status == "running" and receipt.leased and receipt.lease_revision == 3
+        clock.jump(29.9)
+        await executor.cycle()
+        assert (await _get(env, "alice", f"/operations/{op}"))["status"] == "running"
+        clock.jump(0.2)
+        await executor.cycle()
+        done = await _get(env, "alice", f"/operations/{op}")
+        assert done["status"] == done["finish"] == "deadline_exceeded"
+
+
 async def test_two_equal_inputs_are_two_turns(tmp_path: Path) -> None:
     """The same participant asking the same text twice, both queued before either runs:
     the second input's context holds the first one (turns are told apart by identity,
@@ -333,7 +400,13 @@ async def test_two_equal_inputs_are_two_turns(tmp_path: Path) -> None:
                 await executor.cycle()
         first, second = (prompts[op.rsplit("-", 1)[1]] for op in ops)
         assert len(first) < len(second)          # the first input is in the second's context
-        assert second[-len(first) + 1:] == first[1:]     # ... and it ends the same (BOS aside)
+        eng = env.handler.models.text[TINY_MODEL].engine   # type: ignore[union-attr]
+        # revision 3 (the default, nothing retained): one user turn, a line per input
+        assert eng.detokenize(first).count(b"world") == 1
+        assert eng.detokenize(second).count(b"world") == 2
+        _user, end, model = _markers(eng)
+        tail = len(end) + len(model)
+        assert second[:len(first) - tail] == first[:-tail]   # it opens with the first's line
 
 
 async def test_a_completion_waits_out_a_journal_hold(tmp_path: Path) -> None:
@@ -346,12 +419,19 @@ async def test_a_completion_waits_out_a_journal_hold(tmp_path: Path) -> None:
         con = await _room(env, ("alice",))
         state = env.handler.state
         assert state is not None
-        executor = Executor(state.device, state.emitter, native.capacities()["result_bytes"])
+        # revision 2: the tiny model's greedy output for that context is several tokens
+        executor = Executor(state.device, state.emitter, native.capacities()["result_bytes"],
+                            revision=2)
         env.handler.executor = executor                    # not running: rounds by hand
         status, receipt = await _input(env, "alice", con, "held", max_output_tokens=4)
         assert status == 202
         op = receipt["operation"]
         journal = state.journal_file.journal
+        await executor.cycle()                             # joins, its lease is applied
+        assert (await _get(env, "alice", f"/operations/{op}"))["status"] == "running"
+        with trio.fail_after(10):      # the lease saved (an ack in flight clears a hold)
+            while journal.save_state().pending_bytes or journal.save_state().in_flight_records:
+                await trio.sleep(0.01)
         journal.set_hold(HOLD_DISK, True)
         for _ in range(12):                                # it runs and ends ...
             await executor.cycle()

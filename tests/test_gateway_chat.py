@@ -122,7 +122,10 @@ async def test_a_chat_request_queues_behind_shared_inputs_on_a_full_pool(
         state = srv.handler.state
         assert state is not None
         eng = Engine.load(tmp_path / "rt" / TINY_MODEL, kv_pages=12, max_seqs=4)
-        executor = Executor(state.device, state.emitter, native.capacities()["result_bytes"])
+        # revision 2: the pool is sized for its contexts (the tiny byte-level vocabulary
+        # spends ~75 tokens on revision 3's historical-data rule)
+        executor = Executor(state.device, state.emitter, native.capacities()["result_bytes"],
+                            revision=2)
         srv.handler.models = ModelSet({TINY_MODEL: TextModel(TINY_MODEL, "0" * 64, eng)}, [])
         srv.handler.executor = executor
         h = {"Authorization": f"Bearer {token_for('alice')}"}

@@ -97,3 +97,33 @@ def test_only_turns_that_could_fit_are_read() -> None:
         assert history.before(rig.dev, conv, 5, 65536, budget_tokens=3)[-1].text[:3] == b"003"
     finally:
         rig.dev.close()
+
+
+def test_turns_carry_their_recorded_lease_revision() -> None:
+    """Each turn knows its input's lease revision, also after recovery: a restored
+    conversation keeps rendering with the family it was leased in (prompt.lease_revision)."""
+    from test_device import A, Rig, recover_from
+
+    from aotx_trio.runtime import history
+    from aotx_trio.runtime.prompt import lease_revision
+
+    rig = Rig()
+    try:
+        rig.register(A)
+        conv = rig.conversation(A, rig.space(A, "private"))
+        first = rig.input(A, conv, text="first")
+        rig.input(A, conv, text="second")
+        rig.journal.save()
+        assert history.recorded_revision(history.before(rig.dev, conv, 3, 65536)) is None
+        rig.dev.lease(2, [rig.dev.lease_row(first.op_id)])
+        rig.dev.complete(first.op_id, "succeeded", b"answer", 1, 1, finish="stop")
+        rig.journal.save()
+        turns = history.before(rig.dev, conv, 3, 65536)
+        assert [t.revision for t in turns] == [2, None]
+        _j, dev, _k = recover_from(bytes(rig.journal.file))
+        restored = history.before(dev, conv, 3, 65536)
+        assert [t.revision for t in restored] == [2, None]
+        assert lease_revision(3, 0, history.recorded_revision(restored)) == 2
+        dev.close()
+    finally:
+        rig.dev.close()

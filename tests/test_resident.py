@@ -68,7 +68,10 @@ async def wide_env(tmp_path: Path, kv_pages: int = 0) -> AsyncIterator[tuple[Env
                           max_seqs=4)
         state = env.handler.state
         assert state is not None
-        executor = Executor(state.device, state.emitter, native.capacities()["result_bytes"])
+        # revision 2: the pool is sized for its contexts (the tiny byte-level vocabulary
+        # spends ~75 tokens on revision 3's historical-data rule)
+        executor = Executor(state.device, state.emitter, native.capacities()["result_bytes"],
+                            revision=2)
         env.handler.models = ModelSet({TINY_MODEL: TextModel(TINY_MODEL, "0" * 64, eng)}, [])
         env.handler.executor = executor
         try:

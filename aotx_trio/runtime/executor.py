@@ -11,12 +11,27 @@ join and leave between steps).  Every step feeds each running input either
 its next prefill chunk or its one decode token, in one native step per model
 run in a worker thread (the GIL is released for the step).
 
-A finished input is completed on the device (status, result bytes, token
-counts), which journals the completion; the emitter is woken to save it.
+**Leases.**  The inputs that join a model's group in one round form an execution
+group: before any of them runs, the executor (the runtime nursery's supervised
+executor task, which is the lease applier) applies one execution lease for them on
+the device (``Device.lease``: every row checked before anything changes, one LEASE
+transfer journaled, each input ``running``), at the revision its context was
+rendered with (runtime/prompt.py, "Revisions"; the conversation's recorded revision
+family, else ``revision``, by the input's retention mode).  A lease the journal
+cannot take yet (a hold) is retried every round; the inputs keep their reserved
+pages and do not run meanwhile.  The execution deadline starts when the lease is
+applied.
+
+**Output.**  A running input's output bytes are journaled as OUTPUT transfers, one
+per :data:`OUTPUT_BATCH_BYTES` produced (one journal record each), so its result
+read is served from the device while it runs and a restart keeps what was
+journaled (it reads ``interrupted`` with those bytes).  A finished input is
+completed on the device (status, the whole result, token counts); the device
+journals the bytes after the OUTPUT ones; the emitter is woken to save it.
 Its engine sequence stays resident for the conversation's next input, which
 forks it and prefills only what it does not share (runtime/resident.py);
 resident sequences are freed whenever an input needs their pages.
-An input still running ``deadline_s`` after it started (the execution
+An input still running ``deadline_s`` after its lease was applied (the execution
 deadline, ``limits.execution_deadline_s``; a job's ``deadline`` set earlier, when
 its memory processing began, counts from then: runtime/memory.py) ends
 ``deadline_exceeded`` before its next step, keeping the bytes it produced; a
@@ -38,16 +53,18 @@ import trio
 
 from aotx_trio import errors
 from aotx_trio.config import DEFAULT_DEADLINE_S
-from aotx_trio.device import Device
+from aotx_trio.device import LEASE_MAX_ROWS, Device
 from aotx_trio.engine import Engine, EngineSequence
 from aotx_trio.runtime import history, memory
 from aotx_trio.runtime.models import TextModel
-from aotx_trio.runtime.prompt import Turn, render
+from aotx_trio.runtime.prompt import DEFAULT_REVISION, Turn, lease_revision, render
 from aotx_trio.runtime.resident import ResidentCache, common_prefix
 from aotx_trio.runtime.stats import Histogram
 
 log = logging.getLogger("aotx.executor")
 COMPLETION_RETRY_S = 0.05
+#: Output bytes per OUTPUT transfer: 32 header bytes + 128 = one 160-byte journal part.
+OUTPUT_BATCH_BYTES = 128
 
 
 class Waker(Protocol):
@@ -88,6 +105,9 @@ class Job:
     # memory processing still to run before it may join (mode 2's memory calls): run once
     # in the executor's nursery, then the job queues (memory.MemoryService.hand_over)
     prepare: Callable[[Job], Awaitable[None]] | None = None
+    leased: bool = False        # its execution lease is applied (device jobs run only then)
+    revision: int = DEFAULT_REVISION   # the lease revision its context is rendered with
+    journaled: int = 0          # output bytes journaled as OUTPUT transfers
 
 
 class Executor:
@@ -95,8 +115,10 @@ class Executor:
 
     def __init__(self, device: Device, saver: Waker, result_cap: int, *,
                  queue_size: int = 4096, deadline_s: float = DEFAULT_DEADLINE_S,
-                 clock: Callable[[], float] = trio.current_time) -> None:
+                 clock: Callable[[], float] = trio.current_time,
+                 revision: int = DEFAULT_REVISION) -> None:
         self.device = device
+        self.revision = revision            # the lease revision family for new conversations
         self.deadline_s = deadline_s
         self.clock = clock
         self.saver = saver
@@ -121,6 +143,10 @@ class Executor:
         self.page_waits = 0           # times an input waited for KV pages
         self.on_complete: Callable[[Job, str], None] | None = None  # tests, metrics
         self._nursery: trio.Nursery | None = None     # runs jobs' ``prepare`` (run())
+        self._unleased: list[Job] = []    # joined, pages reserved, lease not applied yet
+        self._lease_held = False
+        self.leases = 0               # lease transfers applied
+        self.output_transfers = 0     # OUTPUT transfers journaled
 
     # -- the handler's side ------------------------------------------------------------
     def knows(self, op_id: str) -> bool:
@@ -182,6 +208,7 @@ class Executor:
                 "output_tokens": self.output_tokens, "finished": dict(self.finished),
                 "reused_tokens": self.resident.reused_tokens,
                 "resident_sequences": len(self.resident),
+                "leases": self.leases, "output_transfers": self.output_transfers,
                 "time_to_first_token_seconds": self.ttft.snapshot()}
 
     # -- the task ----------------------------------------------------------------------
@@ -259,6 +286,7 @@ class Executor:
             for job in [j for j in group if j.deadline <= now]:
                 self._finish(job, "deadline_exceeded")
         self._admit()
+        self._lease()
         for group in list(self._running.values()):
             if group:
                 await self._step(group)
@@ -309,7 +337,9 @@ class Executor:
                                      self.result_cap, budget)
             recalled = memory.recall_block(self.device, job.actor, job.conversation,
                                            job.query, job.op_id)
-            job.prompt = render(eng, earlier, job.turn, budget, recalled)
+            job.revision = lease_revision(self.revision, self._retention_mode(job),
+                                          history.recorded_revision(earlier))
+            job.prompt = render(eng, earlier, job.turn, budget, recalled, job.revision)
         job.max_output = min(job.max_output, context - len(job.prompt))
         if job.max_output < 1:
             self._finish(job, "failed", "the input alone does not fit the model's context")
@@ -319,12 +349,77 @@ class Executor:
             return False
         job.seq = seq
         job.started = self.clock()
-        # from the moment it starts, or earlier: set before its memory processing
-        job.deadline = min(job.deadline, job.started + self.deadline_s)
-        if not job.ephemeral:
-            self.device.start(job.op_id)
-            self.saver.wake()
+        if job.ephemeral:   # from the moment it starts, or earlier (memory.py)
+            job.deadline = min(job.deadline, job.started + self.deadline_s)
+        else:
+            self._unleased.append(job)    # runs once its lease is applied (_lease)
         return True
+
+    def _retention_mode(self, job: Job) -> int:
+        """The input's retention mode as the device recorded it (the lease row's)."""
+        try:
+            return self.device.lease_row(job.op_id).mode
+        except errors.AotxError:
+            return 0
+
+    def _lease(self) -> None:
+        """Apply the execution leases of the inputs that joined: one per model and
+        revision (at most LEASE_MAX_ROWS rows), rows checked by the device before it
+        changes anything.  The execution deadline starts here.  A refusal that may
+        pass (a journal hold) leaves them waiting for the next round; any other ends
+        them failed."""
+        if not self._unleased:
+            return
+        groups: dict[tuple[int, int], list[Job]] = {}
+        for job in self._unleased:
+            groups.setdefault((id(job.model), job.revision), []).append(job)
+        self._unleased = []
+        for (_, revision), jobs in groups.items():
+            for at in range(0, len(jobs), LEASE_MAX_ROWS):
+                chunk = jobs[at:at + LEASE_MAX_ROWS]
+                try:
+                    rows = [self.device.lease_row(j.op_id, i) for i, j in enumerate(chunk)]
+                    self.device.lease(revision, rows)
+                except errors.Refusal as exc:
+                    if not self._lease_held:
+                        log.warning("a lease of %d inputs waits: %s", len(chunk), exc)
+                    self._lease_held = True
+                    self._unleased += chunk
+                    continue
+                except errors.AotxError as exc:
+                    log.warning("a lease of %d inputs failed: %s", len(chunk), exc)
+                    for job in chunk:
+                        self._finish(job, "failed", f"the execution lease failed: {exc}")
+                    continue
+                self._lease_held = False
+                self.leases += 1
+                now = self.clock()
+                for job in chunk:
+                    job.leased = True
+                    job.started = now
+                    # from the applied lease, or earlier: set when its memory
+                    # processing began (memory.py hand_over)
+                    job.deadline = min(job.deadline, now + self.deadline_s)
+                self.saver.wake()
+
+    def _journal_output(self, job: Job) -> None:
+        """Journal the output bytes not journaled yet (within the result limit), in
+        OUTPUT_BATCH_BYTES pieces; a journal that holds keeps them for later (the
+        completion carries whatever is left)."""
+        end = min(len(job.out), self.result_cap)
+        while end - job.journaled >= OUTPUT_BATCH_BYTES:
+            take = min(OUTPUT_BATCH_BYTES, end - job.journaled)
+            piece = bytes(job.out[job.journaled:job.journaled + take])
+            try:
+                self.device.output(job.op_id, piece)
+            except errors.Refusal:
+                return
+            except errors.AotxError as exc:
+                log.warning("journaling output of %s failed: %s", job.op_id, exc)
+                return
+            job.journaled += take
+            self.output_transfers += 1
+            self.saver.wake()
 
     def _sequence(self, job: Job, eng: Engine) -> EngineSequence | None:
         """A sequence for ``job`` with its positions reserved, forked from its
@@ -371,13 +466,15 @@ class Executor:
         want: list[bool] = []
         fed: list[Job] = []
         for job in group:                                  # decodes first: latency
-            if job.next_token is not None and job.seq is not None and budget > 0:
+            if job.next_token is not None and job.seq is not None and budget > 0 \
+                    and (job.leased or job.ephemeral):
                 feeds.append((job.seq, [job.next_token]))
                 want.append(True)
                 fed.append(job)
                 budget -= 1
         for job in group:                                  # then prefill chunks
-            if job.next_token is None and job.seq is not None and budget > 0:
+            if job.next_token is None and job.seq is not None and budget > 0 \
+                    and (job.leased or job.ephemeral):
                 take = min(budget, len(job.prompt) - job.fed)
                 feeds.append((job.seq, job.prompt[job.fed:job.fed + take]))
                 want.append(job.fed + take == len(job.prompt))
@@ -418,6 +515,8 @@ class Executor:
         job.out_tokens.append(tok)
         self.output_tokens += 1
         job.out += eng.detok_push(job.seq, tok)
+        if not job.ephemeral and len(job.out) - job.journaled >= OUTPUT_BATCH_BYTES:
+            self._journal_output(job)
         for stop in job.stop:
             at = job.out.find(stop)
             if at >= 0:
@@ -451,6 +550,8 @@ class Executor:
         group = self._running.get(id(job.model))
         if group is not None and job in group:
             group.remove(job)
+        if job in self._unleased:
+            self._unleased.remove(job)
         self._jobs.pop(job.op_id, None)
         job.turn.output = result if status in ("succeeded", "cancelled",
                                                "deadline_exceeded") else b""

@@ -8,7 +8,9 @@ context exactly when they leave the tables.  Each turn is labelled with
 keys only, so a name could not be rebuilt after a restart).  An output is the
 model's bytes of a ``succeeded``, ``cancelled`` or ``deadline_exceeded`` input;
 ``failed`` and ``interrupted`` ones and inputs still running contribute their
-text only.
+text only.  Each turn carries the revision of its input's execution lease
+(:func:`recorded_revision`): a context is rendered with the conversation's recorded
+revision family, also after a restart (runtime/prompt.py, "Revisions").
 """
 
 from __future__ import annotations
@@ -36,11 +38,18 @@ def turn_of(device: Device, receipt: Receipt, result_cap: int) -> Turn:
     """The turn of one INPUT receipt: its text and, when it has one, its output."""
     text = decode_canonical(device.canonical(receipt.op_id)).text
     data = text if isinstance(text, bytes) else text.encode("utf-8")
-    turn = Turn(label_of(receipt.participant), data)
+    turn = Turn(label_of(receipt.participant), data,
+                revision=receipt.lease_revision if receipt.leased else None)
     if receipt.status in OUTPUT_STATUSES:
         turn.output = device.result(ALL_GRANTS, receipt.participant, receipt.op_id, 0,
                                     result_cap)[0]
     return turn
+
+
+def recorded_revision(turns: list[Turn]) -> int | None:
+    """The lease revision the conversation's newest leased earlier input recorded
+    (None when none was leased): a restored history keeps rendering as it was leased."""
+    return next((t.revision for t in reversed(turns) if t.revision is not None), None)
 
 
 def before(device: Device, conversation: str, input_index: int, result_cap: int,

@@ -1,0 +1,127 @@
+"""kill -9 during a generation on the real default model: a real ``aotx boot`` process
+leases the input (one LEASE transfer), journals its output as OUTPUT transfers (the
+running result read serves them), is killed mid-way and boots again: the input reads
+``interrupted`` with the output journaled before the kill readable, and it is never
+leased or run again (reuses tests/test_memory_kill9.py's boot helpers)."""
+
+from __future__ import annotations
+
+import base64
+import shutil
+import signal
+import struct
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+from _gateway_env import ALL, LINEAGE, make_config, short_dir
+from _real import real_embedding_dir, real_gguf
+from test_memory_kill9 import _body, _boot
+
+from aotx_trio.client import SocketClient
+from aotx_trio.journal import JournalReader
+from aotx_trio.runtime import pack
+from aotx_trio.runtime.executor import OUTPUT_BATCH_BYTES
+from aotx_trio.runtime.socket_server import SOCKET_NAME
+
+pytestmark = pytest.mark.timeout(300)
+XFER_LEASE, XFER_OUTPUT = 3, 4
+
+
+def _journal_transfers(folder: Path) -> list[Any]:
+    image = b"".join(p.read_bytes() for p in sorted((folder / "journal").glob("*.aotxj")))
+    return list(JournalReader(image))
+
+
+def test_kill9_during_generation_keeps_the_journaled_output(tmp_path: Path) -> None:
+    ccir = tmp_path / "real.aotxccir"
+    pack.pack(ccir, models=[real_gguf()], embedding=real_embedding_dir(), shared=True,
+              lineage=LINEAGE, progress=False)
+    folder = short_dir()
+    try:
+        make_config(folder, {"alice": ALL})
+        sock = str(folder / "journal" / SOCKET_NAME)
+        who = {"principal": "alice", "actions": list(ALL)}
+        state: dict[str, Any] = {}
+
+        async def result(client: SocketClient, op: str) -> tuple[dict[str, Any], bytes]:
+            got = await client.call("operation.result", {**who, "operation": op,
+                                                          "offset": 0})
+            return got, base64.b64decode(got["data"])
+
+        async def first() -> None:
+            client = SocketClient(sock)
+            async with trio.open_nursery() as n:
+                await n.start(client.run)
+                caps = await client.call("capabilities", {})
+                model = next(m["name"] for m in caps["models"] if m["kind"] == "text")
+                await client.call("mutation.submit", _body("participant.register", 1))
+                r = await client.call("mutation.submit", _body("space.create", 2))
+                space = r["receipt"]["resource"]
+                r = await client.call("mutation.submit", _body("conversation.create", 3,
+                                                               space=space))
+                con = r["receipt"]["resource"]
+                r = await client.call("mutation.submit", _body(
+                    "input", 4, conversation=con, model=model, max_output_tokens=2000,
+                    text="Count from one to one thousand in words, one per line."))
+                op = r["receipt"]["operation"]
+                with trio.fail_after(120):
+                    while True:   # running, two output batches journaled and saved
+                        got, data = await result(client, op)
+                        if got["status"] == "running" and len(data) >= 2 * OUTPUT_BATCH_BYTES:
+                            break
+                        await trio.sleep(0.02)
+                assert got["finished"] is False and got["length"] == len(data)
+                state.update(op=op, seen=data)
+                n.cancel_scope.cancel()
+
+        proc = _boot(ccir, folder)
+        try:
+            trio.run(first)
+            proc.send_signal(signal.SIGKILL)
+            proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        assert proc.returncode == -signal.SIGKILL
+        op_hex = state["op"].rsplit("-", 1)[1]
+
+        async def second() -> None:
+            client = SocketClient(sock)
+            async with trio.open_nursery() as n:
+                await n.start(client.run)
+                r = await client.call("operation.get", {**who, "operation": state["op"]})
+                assert r["status"] == r["finish"] == "interrupted"
+                got, data = await result(client, state["op"])
+                # every byte a read showed before the kill is still there, in order
+                assert data[:len(state["seen"])] == state["seen"]
+                assert got["status"] == "interrupted" and got["finished"] is True
+                state["after"] = data
+                await trio.sleep(1.0)          # nothing runs it again
+                again, data2 = await result(client, state["op"])
+                assert data2 == data and again["status"] == "interrupted"
+                n.cancel_scope.cancel()
+
+        proc = _boot(ccir, folder)
+        try:
+            trio.run(second)
+            proc.send_signal(signal.SIGTERM)
+            proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        # the journal: one lease named the input, its OUTPUT transfers hold exactly the
+        # interrupted result's bytes, none written after the restart
+        outputs = [t for t in _journal_transfers(folder)
+                   if t.kind == XFER_OUTPUT and t.data[16:32].hex() == op_hex]
+        assert b"".join(t.data[32:] for t in outputs) == state["after"]
+        offsets = [struct.unpack_from("<I", t.data, 4)[0] for t in outputs]
+        assert offsets == [i * OUTPUT_BATCH_BYTES for i in range(len(outputs))]
+        # a batch per 128 bytes (one journal record each), not a record per token
+        assert len(outputs) >= 2 and all(len(t.data) == 32 + OUTPUT_BATCH_BYTES
+                                          for t in outputs)
+        leases = [t for t in _journal_transfers(folder) if t.kind == XFER_LEASE]
+        assert len(leases) == 1
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
