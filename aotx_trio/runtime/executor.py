@@ -32,10 +32,10 @@ Its engine sequence stays resident for the conversation's next input, which
 forks it and prefills only what it does not share (runtime/resident.py);
 resident sequences are freed whenever an input needs their pages.
 An input still running ``deadline_s`` after its lease was applied (the execution
-deadline, ``limits.execution_deadline_s``; a job's ``deadline`` set earlier, when
-its memory processing began, counts from then: runtime/memory.py) ends
-``deadline_exceeded`` before its next step, keeping the bytes it produced; a
-waiting one whose deadline passed ends so before it joins.  The runtime restarts
+deadline, ``limits.execution_deadline_s``, less the time its memory processing took
+before: runtime/memory.py) ends ``deadline_exceeded`` before its next step, keeping
+the bytes it produced; one whose memory processing alone passed the deadline ends so
+before it joins.  The runtime restarts
 an input never: one left running when the process
 dies reads ``interrupted`` after recovery (the device marks it).
 """
@@ -108,6 +108,8 @@ class Job:
     leased: bool = False        # its execution lease is applied (device jobs run only then)
     revision: int = DEFAULT_REVISION   # the lease revision its context is rendered with
     journaled: int = 0          # output bytes journaled as OUTPUT transfers
+    memory_from: float | None = None   # clock time its memory processing began (memory.py)
+    memory_s: float = 0.0       # seconds its memory processing took: counted in its deadline
 
 
 class Executor:
@@ -230,10 +232,22 @@ class Executor:
     def _take(self, job: Job) -> None:
         """A job off the queue: it waits, or first runs its ``prepare`` (then queues)."""
         if job.prepare is None:
+            self._memory_done(job)
             self._waiting.append(job)
             return
         assert self._nursery is not None, "jobs with memory processing need run()"
         self._nursery.start_soon(self._prepare, job)
+
+    def _memory_done(self, job: Job) -> None:
+        """Its memory processing (retention, mode 2's calls) ended: the time it took is
+        charged to the deadline that starts at the lease (:meth:`_lease`); until then
+        only a deadline that memory processing itself already passed stands."""
+        if job.memory_from is None or job.ephemeral:
+            return
+        job.memory_s = self.clock() - job.memory_from
+        job.memory_from = None
+        if job.memory_s < self.deadline_s:
+            job.deadline = math.inf
 
     async def _prepare(self, job: Job) -> None:
         prepare, job.prepare = job.prepare, None
@@ -399,7 +413,7 @@ class Executor:
                     job.started = now
                     # from the applied lease, or earlier: set when its memory
                     # processing began (memory.py hand_over)
-                    job.deadline = min(job.deadline, now + self.deadline_s)
+                    job.deadline = min(job.deadline, now + self.deadline_s - job.memory_s)
                 self.saver.wake()
 
     def _journal_output(self, job: Job) -> None:

@@ -8,7 +8,7 @@ last :data:`FALLBACK_S` seconds, else 1.  The job carries it
 recovery replays the recorded mode, whatever the flags say at the next boot.
 
 **Retention** (:meth:`MemoryService.hand_over`, once an input's admission is saved):
-the execution deadline starts (memory processing counts against it), the input's
+its memory processing's time starts (charged to the deadline at the lease), the input's
 text is embedded with the runtime's embedding model (all-MiniLM-L6-v2, our C
 encoder, in a worker thread, one call at a time) and the device retains the text and
 the embedding as two memory rows of the conversation's space, journaled in one
@@ -116,7 +116,8 @@ class MemoryService:
         """Start ``job``'s execution deadline, retain its memory with the mode
         :meth:`retention_mode` decides (mode 2: its memory calls become the job's
         ``prepare``, run by the executor), then submit it."""
-        job.deadline = min(job.deadline, executor.clock() + executor.deadline_s)
+        job.memory_from = executor.clock()   # bounds memory processing; charged at the lease
+        job.deadline = min(job.deadline, job.memory_from + executor.deadline_s)
         job.retention_mode = self.retention_mode(job.model)
         job.query = await self.retain(job.op_id, text, job.retention_mode)
         if job.retention_mode == 2 and job.query is not None:
