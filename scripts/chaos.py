@@ -52,7 +52,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -201,7 +201,7 @@ class Sub:
     done: trio.Event = field(default_factory=trio.Event)
 
 
-async def sse_events(resp: httpx.Response) -> AsyncIterator[tuple[str | None, str, Any]]:
+async def sse_events(resp: httpx.Response) -> AsyncGenerator[tuple[str | None, str, Any]]:
     """(id, event, data) of each event of an SSE body (comments skipped)."""
     event_id, kind, data = None, "message", []
     async for line in resp.aiter_lines():
