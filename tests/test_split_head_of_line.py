@@ -96,7 +96,8 @@ async def _reads_while_writes_wait(url: str) -> tuple[list[float], int, float]:
             nonlocal answered
             for seq, path, extra in ((1, "/participant", {}),
                                      (2, "/spaces", {"scope": "private"})):
-                r = await http.post(path, json=_body(100 + 10 * i + seq, seq, **extra), headers=auth(who))
+                r = await http.post(path, json=_body(100 + 10 * i + seq, seq, **extra),
+                                    headers=auth(who))
                 assert r.status_code == 202, r.text
             answered += 1
 
