@@ -18,6 +18,7 @@ _ENTRY: dict[str, str] = {
     "serve": "aotx_trio.serve:main",
     "pack": "aotx_trio.runtime.pack:main",
     "boot": "aotx_trio.runtime.boot:main",
+    "repair": "aotx_trio.runtime.repair:main",
     "gateway serve": "aotx_trio.gateway.serve:main",
     "gateway write-grants": "aotx_trio.grants:write_grants_main",
     "generate": "aotx_trio.engine_cli:generate_main",
@@ -83,6 +84,12 @@ def _parser() -> argparse.ArgumentParser:
                    help="an input still running this long after it started ends "
                         "deadline_exceeded (default 300)")
     _journal_flags(s, "64 GiB", "64 MiB")
+
+    s = sub.add_parser("repair", help="set aside a damaged journal's bytes from an offset on "
+                       "(kept in <journal>/quarantine/) so the runtime starts on the rest")
+    s.add_argument("--journal", required=True, help="journal folder (no runtime may hold it)")
+    s.add_argument("--at", required=True, type=int,
+                   help="the byte offset the refusal (journal_damage) named")
 
     g = sub.add_parser("gateway", help="the gateway process")
     gsub = g.add_subparsers(dest="gateway_command", required=True, metavar="SUBCOMMAND")

@@ -58,6 +58,8 @@ class Quotas(BaseModel):
     receipts: Annotated[int, Field(ge=1)] = Limits().max_receipts_per_principal
     spaces: Annotated[int, Field(ge=1)] = Limits().max_spaces_per_principal
     conversations: Annotated[int, Field(ge=1)] = Limits().max_conversations_per_principal
+    members: Annotated[int, Field(ge=1)] = Limits().max_members_per_principal
+    media_bytes: Annotated[int, Field(ge=1)] = Limits().max_media_bytes_per_principal
 
 
 class Grants(BaseModel):
@@ -101,7 +103,9 @@ def grants_document(config: GatewayConfig) -> dict[str, Any]:
         ],
         "quotas": {"receipts": config.limits.max_receipts_per_principal,
                    "spaces": config.limits.max_spaces_per_principal,
-                   "conversations": config.limits.max_conversations_per_principal},
+                   "conversations": config.limits.max_conversations_per_principal,
+                   "members": config.limits.max_members_per_principal,
+                   "media_bytes": config.limits.max_media_bytes_per_principal},
     }
 
 

@@ -219,6 +219,10 @@ int model_load_weights(aotx_model *m, char *err, int64_t cap) {
     aotx_model_info *in = &m->info;
     if ((rc = get_matrix(m, "token_embd.weight", 0, in->d_model, 0, &m->tok_embd, err, cap)))
         return rc;
+    if (m->tok_embd.rows > INT32_MAX / 4)   /* n_vocab is 32-bit: refuse, never truncate */
+        return model_set_err(err, cap, AOTX_E_MODEL_TENSOR,
+                             "tensor token_embd.weight has %lld rows; at most %d are supported",
+                             (long long)m->tok_embd.rows, INT32_MAX / 4);
     in->n_vocab = (int32_t)m->tok_embd.rows;
     if ((rc = get_matrix(m, "output.weight", in->n_vocab, in->d_model, 1, &m->output, err, cap)))
         return rc;

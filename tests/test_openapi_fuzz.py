@@ -86,7 +86,8 @@ def server() -> Iterator[tuple[str, str]]:
     folder = short_dir()
     try:
         make_runtime_file(folder)
-        make_config(folder, {"alice": ACTIONS}, limits={"requests_per_second": 0})
+        make_config(folder, {"alice": ACTIONS}, limits={"requests_per_second": 0,
+                                                          "v1_requests_per_second": 0})
         with open(folder / "serve.log", "w") as log:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "aotx_trio", "serve", "--data", str(folder),

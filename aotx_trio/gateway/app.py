@@ -38,7 +38,7 @@ from aotx_trio.gateway.errors import handle_any
 from aotx_trio.gateway.fast import FastMutations
 from aotx_trio.gateway.framing import guard
 from aotx_trio.gateway.metrics import GatewayMetrics, metrics_response
-from aotx_trio.gateway.quota import RateLimiter
+from aotx_trio.gateway.quota import V1_PREFIX, RateLimiter, take_v1
 from aotx_trio.gateway.routes_table import BASE, admit
 from aotx_trio.router.service import RouterService, Settings
 from aotx_trio.webhooks.service import WebhookService
@@ -53,7 +53,7 @@ def create_app(client: DeviceClient, principals: Iterable[PrincipalEntry], *,
                sse_queue_depth: int = 256, sse_keepalive_s: float = 15.0,
                max_media_bytes: int = DEFAULT_MAX_MEDIA_BYTES,
                fast_mutations: bool = True, router: RouterService | None = None,
-               rate: RateLimiter | None = None,
+               rate: RateLimiter | None = None, v1_rate: RateLimiter | None = None,
                body_budget: int | None = None,
                webhooks: WebhookService | None = None) -> QuartTrio:
     app = QuartTrio("aotx_trio.gateway", static_folder=None)
@@ -95,6 +95,9 @@ def create_app(client: DeviceClient, principals: Iterable[PrincipalEntry], *,
 
     @app.before_request
     async def _authenticate() -> None:
+        if request.path.startswith(V1_PREFIX):   # limits.v1_requests_per_second
+            take_v1(v1_rate, auth, request.headers.get("Authorization"))
+            return
         if not request.path.startswith(BASE + "/") and request.path != BASE:
             return
         limit = max_media_bytes if request.path == media.PATH else max_body_bytes
@@ -200,5 +203,7 @@ def make_app_from_config(config: GatewayConfig, client: DeviceClient, *,
                       sse_queue_depth=lim.sse_queue_depth, sse_keepalive_s=lim.sse_keepalive_s,
                       max_media_bytes=lim.max_media_bytes, fast_mutations=fast_mutations,
                       rate=RateLimiter(lim.requests_per_second, lim.request_burst),
+                      v1_rate=RateLimiter(lim.v1_requests_per_second, lim.v1_request_burst,
+                                          quota="v1_requests"),
                       body_budget=lim.max_buffered_body_bytes, router=router,
                       webhooks=webhooks_from_config(config, router))

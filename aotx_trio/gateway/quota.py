@@ -9,8 +9,14 @@ empty bucket is 429 ``over_quota`` (``quota: "requests"``) with
 only for configured principals (a request is authenticated first), so memory
 is bounded by the configuration.  A rate of 0 turns the limit off.
 
-The receipt, space and conversation quotas are the runtime's
-(:mod:`aotx_trio.runtime.quota`): it holds the counts.
+The OpenAI-compatible routes (``/v1/chat/completions``, ``/v1/embeddings``,
+``/v1/models``) draw from a bucket of their own (``limits.v1_requests_per_second``,
+``limits.v1_request_burst``; ``quota: "v1_requests"``), taken by :func:`take_v1`
+before the route runs: a generation costs far more than a shared-API read, so
+its rate is set apart.
+
+The receipt, space, conversation, member-row and media-bytes quotas are the
+runtime's (:mod:`aotx_trio.runtime.quota`): it holds the counts.
 """
 
 from __future__ import annotations
@@ -20,14 +26,19 @@ import time
 from collections.abc import Callable
 
 from aotx_trio import errors
+from aotx_trio.gateway.auth import Authenticator
+
+V1_PREFIX = "/v1/"
 
 
 class RateLimiter:
     def __init__(self, rate: float, burst: int,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, *,
+                 quota: str = "requests") -> None:
         self.rate = rate
         self.burst = burst
         self.clock = clock
+        self.quota = quota
         self._buckets: dict[str, tuple[float, float]] = {}   # name -> (tokens, at)
 
     def take(self, name: str) -> None:
@@ -42,6 +53,19 @@ class RateLimiter:
             wait = max(1, math.ceil((1.0 - tokens) / self.rate))
             raise errors.Refusal(
                 f"over {self.rate:g} requests per second (burst {self.burst}) for this "
-                "principal", code="over_quota", quota="requests", limit=self.rate,
+                "principal", code="over_quota", quota=self.quota, limit=self.rate,
                 retry_after=wait)
         self._buckets[name] = (tokens - 1.0, now)
+
+
+def take_v1(rate: RateLimiter | None, auth: Authenticator, authorization: str | None) -> None:
+    """One request of a ``/v1/*`` route from the principal its token names (429
+    ``over_quota`` when its bucket is empty); a request without a valid token is
+    left to the route, which answers 401 itself."""
+    if rate is None or rate.rate <= 0:
+        return
+    try:
+        principal = auth.authenticate(authorization)
+    except errors.Unauthorized:
+        return
+    rate.take(principal.name)

@@ -29,7 +29,7 @@ from aotx_trio.runtime.media import MediaStore
 from aotx_trio.runtime.memory import MemoryService, render_object, render_row
 from aotx_trio.runtime.models import ModelSet, TextModel
 from aotx_trio.runtime.prompt import Turn, render_chat
-from aotx_trio.runtime.quota import Quotas
+from aotx_trio.runtime.quota import Quotas, media_quota
 from aotx_trio.runtime.state import RuntimeState
 from aotx_trio.runtime.stats import Histogram
 from aotx_trio.runtime.unsaved import Key, Unsaved
@@ -495,7 +495,8 @@ class ServiceHandler:
             raise errors.InvalidInput("data must be base64", field="data") from None
         if not data:
             raise errors.InvalidInput("an upload needs at least one byte", field="body")
-        media, created = await self.media.put(key, str(params.get("content_type", "")), data)
+        media, created = await media_quota(self.media).put(  # quotas.media_bytes
+            getattr(self.grants, "quotas", None), key, str(params.get("content_type", "")), data)
         return {"media": {"type": media.type, "sha256": media.sha256,
                           "content_type": media.content_type, "bytes": media.bytes},
                 "created": created}
