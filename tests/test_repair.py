@@ -96,6 +96,15 @@ def test_repair_sets_the_damaged_bytes_aside_and_the_runtime_starts(
     assert kept.read_bytes() == bytes(bad[end:])   # every byte set aside is kept
     assert f"{len(bad) - end} bytes set aside in {kept}" in done.stdout
 
+    # the runtime file's checkpoint (written at the clean stop) covers the cut records:
+    # refused, named, until it is rebuilt from what the journal kept
+    stale = _aotx("boot", "--ccir", str(ccir), "--journal", str(journal),
+                  "--service-grants", str(folder / "grants"))
+    assert stale.returncode == 1 and "checkpoint" in stale.stderr, stale.stderr
+    assert "--full-replay" in done.stdout
+    rebuilt = _aotx("pack", "--runtime", str(ccir), "--checkpoint", str(journal),
+                    "--full-replay")
+    assert rebuilt.returncode == 0, rebuilt.stderr
     spaces = trio.run(_spaces, ccir, folder)       # the runtime starts on the prefix
     assert 0 <= spaces < 6
 

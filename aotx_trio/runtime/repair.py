@@ -105,5 +105,8 @@ def main(args: argparse.Namespace) -> int:
     out = repair(args.journal, args.at)
     print(f"aotx repair: {out.path} now ends at byte {out.valid_end} ({out.kept_records} "
           f"records); {out.quarantined_bytes} bytes set aside in {out.quarantined}. "
-          "Acknowledged operations in those bytes are gone from the service.")
+          "Acknowledged operations in those bytes are gone from the service. A runtime "
+          "file checkpoint of the longer journal is refused at boot (checkpoint_mismatch): "
+          f"rebuild it with `aotx pack --runtime FILE --checkpoint {args.journal} "
+          "--full-replay`.")
     return 0
