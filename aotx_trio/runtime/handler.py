@@ -411,6 +411,20 @@ class ServiceHandler:
 
     # -- mutations ----------------------------------------------------------------
     async def _submit(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        receipt, created = await self._admit(params)
+        return {"receipt": render.render_receipt(receipt, self.lineage), "created": created}
+
+    async def submit_json(self, params: Mapping[str, Any]) -> tuple[bytes, bool, str]:
+        """``mutation.submit`` for the in-process gateway: (the receipt as the gateway's
+        JSON bytes, created, operation id); the same receipt, rendered once, directly
+        (:func:`aotx_trio.runtime.render.receipt_json`)."""
+        receipt, created = await self._admit(params)
+        return (render.receipt_json(receipt, self.lineage), created,
+                format_id(vocab.PREFIXES["operation"], self.lineage, receipt.op_id))
+
+    async def _admit(self, params: Mapping[str, Any]) -> tuple[Receipt, bool]:
+        """Admit one mutation and wait for its save: (its receipt read after the save,
+        created)."""
         grants, key = self._caller(params)
         kind = params.get("kind")
         body = params.get("body")
@@ -462,7 +476,7 @@ class ServiceHandler:
                         query=query))
             finally:
                 self._handing.discard(receipt.op_id)
-        return {"receipt": render.render_receipt(receipt, self.lineage), "created": created}
+        return receipt, created
 
     async def _memory_list(self, params: Mapping[str, Any]) -> dict[str, Any]:
         """``memory.list``: the space's saved memory rows (read right on the space)."""
