@@ -52,7 +52,7 @@ class Saver(Protocol):
     fsync_seconds: Histogram      # its fsync alone
 
     def wake(self) -> None: ...
-    async def wait_saved(self, record_index: int) -> None: ...
+    async def wait_saved(self, record_index: int, timeout: float = ...) -> bool: ...
 
 
 class GrantTable(Protocol):
@@ -445,9 +445,7 @@ class ServiceHandler:
             self.unsaved.add(receipt.admission_record, key, _changes(req, receipt),
                             self.saver.saved_records)
         self.saver.wake()
-        with trio.move_on_after(self.save_timeout) as waited:
-            await self.saver.wait_saved(receipt.admission_record)
-        if waited.cancelled_caught:
+        if not await self.saver.wait_saved(receipt.admission_record, self.save_timeout):
             raise errors.SavePending(
                 f"operation admitted but not saved within {self.save_timeout:g} s; an exact "
                 "retry answers with its receipt once it is saved",
