@@ -142,7 +142,7 @@ def receipt_json(r: dev.Receipt, lineage: str) -> bytes:
         f'"cancel_requested":{_BOOL[bool(r.cancel_requested)]},"finish":{_js(r.finish)},'
         f'"result":{{"bytes":{int(r.result_len)},"input_tokens":{int(r.input_tokens)},'
         f'"output_tokens":{int(r.output_tokens)}}},'
-        f'"save":{_receipt_save_json(r)}}}').encode("utf-8")
+        f'"save":{_receipt_save_json(r)}}}').encode()
 
 
 def _receipt_save_json(r: dev.Receipt) -> str:
