@@ -135,6 +135,15 @@ class DeviceClient:
         admission is saved (created) or the existing receipt (exact retry)."""
         return await self._p("mutation.submit", principal, actions, kind=kind, body=body)
 
+    async def submit_json(self, principal: str, actions: Sequence[str], kind: str,
+                          body: dict[str, Any]) -> tuple[dict[str, Any] | bytes, bool, str]:
+        """:meth:`submit` as (the receipt, created, operation id); the receipt as a dict
+        here, already as the gateway's JSON bytes where the transport can give them
+        (:class:`InProcessClient`)."""
+        out = await self.submit(principal, actions, kind, body)
+        receipt: dict[str, Any] = out["receipt"]
+        return receipt, bool(out["created"]), str(receipt["operation"])
+
     async def space(self, principal: str, actions: Sequence[str], space: str) -> dict[str, Any]:
         return await self._p("space.get", principal, actions, space=space)
 
@@ -197,6 +206,15 @@ class InProcessClient(DeviceClient):
 
     async def call(self, method: str, params: dict[str, Any]) -> Any:
         return await self._handler.call(method, params)
+
+    async def submit_json(self, principal: str, actions: Sequence[str], kind: str,
+                          body: dict[str, Any]) -> tuple[dict[str, Any] | bytes, bool, str]:
+        fn = getattr(self._handler, "submit_json", None)
+        if fn is None:
+            return await super().submit_json(principal, actions, kind, body)
+        data, created, operation = await fn({"principal": principal, "actions": list(actions),
+                                             "kind": kind, "body": body})
+        return data, created, operation
 
     @contextlib.asynccontextmanager
     async def subscribe(self, method: str, params: dict[str, Any], *,

@@ -377,28 +377,80 @@ def _memory_row(v: Any) -> MemoryRow:
                      admission_number=int(v.admission_number), dim=int(v.dim))
 
 
+_STRUCT_CODES = {"uint8_t": "B", "int8_t": "b", "uint16_t": "H", "int16_t": "h",
+                 "uint32_t": "I", "int32_t": "i", "uint64_t": "Q", "int64_t": "q",
+                 "float": "f", "double": "d"}
+
+
+def _layout(ctype: Any, prefix: str = "") -> tuple[str, list[str]]:
+    """A native struct as a :mod:`struct` format (native byte order, explicit padding)
+    and the names of its values in order (a nested struct's as ``outer.inner``), from
+    cffi's own field offsets: the whole view is read in one ``unpack``."""
+    fmt, names, at = "", [], 0
+    for name, f in ctype.fields:
+        if f.offset > at:
+            fmt += f"{f.offset - at}x"
+        t = f.type
+        if t.kind == "struct":
+            inner, inner_names = _layout(t, f"{prefix}{name}.")
+            fmt += inner
+            names += inner_names
+        elif t.kind == "array" and t.item.cname == "uint8_t":
+            fmt += f"{t.length}s"
+            names.append(prefix + name)
+        else:
+            fmt += _STRUCT_CODES[t.cname]
+            names.append(prefix + name)
+        at = f.offset + ffi.sizeof(t)
+    if ffi.sizeof(ctype) > at:
+        fmt += f"{ffi.sizeof(ctype) - at}x"
+    return fmt, names
+
+
+def _unpacker(cname: str) -> tuple[struct.Struct, tuple[str, ...]]:
+    fmt, names = _layout(ffi.typeof(cname))
+    packed = struct.Struct("=" + fmt)
+    if packed.size != ffi.sizeof(cname):   # pragma: no cover - a layout cffi disagrees on
+        raise ImportError(f"{cname}: struct layout {packed.size} != {ffi.sizeof(cname)}")
+    return packed, tuple(names)
+
+
+_RECEIPT_VIEW, _RECEIPT_FIELDS = _unpacker("aotx_receipt_view")
+_KIND_OF = {int(k): k for k in Kind}
+_NO_RECORD = 2**64 - 1
+
+
 def _receipt(v: Any) -> Receipt:
-    foreign = bool(v.foreign)
+    f = dict(zip(_RECEIPT_FIELDS, _RECEIPT_VIEW.unpack(ffi.buffer(v)), strict=True))
+    foreign = bool(f["foreign"])
+    status = STATUSES[f["status"]]
+    kind = _KIND_OF.get(f["kind"]) or Kind(f["kind"])
+    terminal_record = f["terminal_record"]
+    saved_by = SaveId(file_incarnation=f["admission_save.file_incarnation"],
+                      generation=f["admission_save.generation"],
+                      boot=f["admission_save.boot"],
+                      commit_records=f["admission_save.commit_records"],
+                      commit_digest=f["admission_save.commit_digest"].hex()) \
+        if f["admission_save_known"] else None
     return Receipt(
-        op_id=_hex(v.op_id), kind=Kind(v.kind), status=STATUSES[v.status],
-        participant=_hex(v.participant),
-        sequence=None if foreign else int(v.sequence),
-        operation_key=None if foreign else _hex(v.operation_key),
-        retry=bool(v.retry), device_committed=bool(v.device_committed),
-        admission_saved=bool(v.admission_saved), terminal_saved=bool(v.terminal_saved),
-        cancel_requested=bool(v.cancel_requested), admission_number=int(v.admission_number),
-        admission_record=int(v.admission_record),
-        terminal_record=None if v.terminal_record == 2**64 - 1 else int(v.terminal_record),
-        resource_id=_hex(v.resource_id), result_len=int(v.result_len),
-        input_tokens=int(v.input_tokens), output_tokens=int(v.output_tokens),
-        save=SaveState(saved_records=int(v.saved_records), pending_bytes=int(v.pending_bytes),
-                       file_incarnation=int(v.file_incarnation), generation=int(v.generation),
-                       boot=int(v.boot), commit_digest=_hex(v.commit_digest, 32),
-                       disk_error=int(v.disk_error), hold=int(v.hold)),
-        saved_by=_save_id(v.admission_save) if v.admission_save_known else None,
-        input_index=int(v.input_index), finish=finish_of(STATUSES[v.status], int(v.finish)),
-        leased=bool(v.leased), lease_revision=int(v.lease_revision),
-        lease_mode=int(v.lease_mode))
+        op_id=f["op_id"].hex(), kind=kind, status=status, participant=f["participant"].hex(),
+        sequence=None if foreign else f["sequence"],
+        operation_key=None if foreign else f["operation_key"].hex(),
+        retry=bool(f["retry"]), device_committed=bool(f["device_committed"]),
+        admission_saved=bool(f["admission_saved"]), terminal_saved=bool(f["terminal_saved"]),
+        cancel_requested=bool(f["cancel_requested"]),
+        admission_number=f["admission_number"], admission_record=f["admission_record"],
+        terminal_record=None if terminal_record == _NO_RECORD else terminal_record,
+        resource_id=f["resource_id"].hex(), result_len=f["result_len"],
+        input_tokens=f["input_tokens"], output_tokens=f["output_tokens"],
+        save=SaveState(saved_records=f["saved_records"], pending_bytes=f["pending_bytes"],
+                       file_incarnation=f["file_incarnation"], generation=f["generation"],
+                       boot=f["boot"], commit_digest=f["commit_digest"].hex(),
+                       disk_error=f["disk_error"], hold=f["hold"]),
+        saved_by=saved_by, input_index=f["input_index"],
+        finish=finish_of(status, f["finish"]),
+        leased=bool(f["leased"]), lease_revision=f["lease_revision"],
+        lease_mode=f["lease_mode"])
 
 
 def _save_id(v: Any) -> SaveId:
@@ -632,7 +684,7 @@ class Device:
         check(lib.aotx_device_conversation_inputs(
             self._handle, grants, who, _hex16(conversation, "conversation"),
             _u64(cursor, "cursor"), _u32(limit, "limit"), out, n, nxt, floor))
-        return [_receipt(out[i]) for i in range(n[0])], int(nxt[0]), int(floor[0])
+        return [_receipt(out + i) for i in range(n[0])], int(nxt[0]), int(floor[0])
 
     def canonical(self, op_id: str) -> bytes:
         """The runtime's own read of a live receipt's canonical operation bytes."""

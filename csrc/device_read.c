@@ -74,11 +74,12 @@ void dev_receipt_view(aotx_device *d, uint32_t slot, bool foreign, aotx_receipt_
 
 /* The receipt slot `actor` may read, or a code. Own receipts are always
  * visible; another participant's INPUT receipt is visible to readers of its
- * conversation's space (counters absent). */
+ * conversation's space (counters absent). A retiring receipt is never found
+ * (dev_find_receipt_by_op), so a read needs no dev_reclaim scan of every slot:
+ * the slots are freed where the count matters (submit, usage, input lists). */
 static int readable_receipt(aotx_device *d, uint32_t grants, const uint8_t actor[16],
                             const uint8_t op_id[16], uint32_t *slot, bool *foreign) {
     if (!(grants & AOTX_GRANT_READ)) return AOTX_E_GRANT_FORBIDDEN;
-    dev_reclaim(d);
     uint32_t s = dev_find_receipt_by_op(d, op_id);
     if (s == DEV_NONE) return AOTX_E_OPERATION_NOT_FOUND;
     const dev_receipt *r = &d->receipts[s];

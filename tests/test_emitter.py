@@ -415,6 +415,46 @@ async def test_group_commit_many_waiters_one_fsync() -> None:
     assert len(fsyncs) <= 2 < len(done)        # 16 records (boot + 15) in at most 2 ticks
 
 
+async def test_wait_saved_with_a_timeout(autojump_clock: trio.testing.MockClock) -> None:
+    """A timed wait answers True once saved, False once its timeout passed first (woken
+    by run's one expirer at its deadline, whatever the order of the deadlines); woken
+    entries leave the deadline heap as saves come; without run, a wait times out
+    alone."""
+    j, f = fresh()
+    space = {"full": True}
+    f.fault = lambda n, op: "enospc" if space["full"] and op == "pwrite" else None
+    emitter = Emitter(j, 3, ops=f, backoff_initial=0.5, backoff_max=0.5)
+    last = j.enqueue(XFER_ADMISSION, b"x")
+    start = trio.current_time()
+    assert await emitter.wait_saved(last, 2.0) is False    # run is not up
+    assert trio.current_time() - start == pytest.approx(2.0)
+    woke: dict[float, float] = {}
+
+    async def timed(timeout: float) -> None:
+        t0 = trio.current_time()
+        assert await emitter.wait_saved(last, timeout) is False
+        woke[timeout] = trio.current_time() - t0
+
+    async with trio.open_nursery() as n:
+        await n.start(emitter.run)
+        emitter.wake()
+        async with trio.open_nursery() as w:
+            for timeout in (5.0, 1.0, 3.0):   # a later waiter with an earlier deadline
+                w.start_soon(timed, timeout)
+                await trio.sleep(0)
+        assert woke == {t: pytest.approx(t) for t in (5.0, 1.0, 3.0)}
+        assert emitter.saved_records <= last
+        space["full"] = False
+        assert await emitter.wait_saved(last, 30.0) is True
+        assert emitter.saved_records > last
+        nxt = j.enqueue(XFER_ADMISSION, b"y")
+        emitter.wake()
+        assert await emitter.wait_saved(nxt, 30.0) is True
+        assert emitter._deadlines == []       # saved waiters left the heap at once
+        assert await emitter.wait_saved(nxt, 0.0) is True   # saved: no wait at all
+        n.cancel_scope.cancel()
+
+
 async def test_cancel_during_backoff_is_not_swallowed(
         autojump_clock: trio.testing.MockClock) -> None:
     j, f = fresh()

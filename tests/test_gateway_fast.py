@@ -184,3 +184,102 @@ async def test_chunked_bodies_disconnects_and_odd_framing(env: Env) -> None:
     # other methods on the same path stay Quart's (405 with the envelope)
     sent = await _asgi(fast, "PUT", BASE + "/spaces", auth, [{"type": "http.request"}])
     assert sent[0]["status"] == 405 and fast.answered == 2
+
+
+async def _asgi_channel(app: Any, path: str, headers: list[tuple[bytes, bytes]],
+                        chunks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """As :func:`_asgi`, with ``receive`` a trio memory channel's (hypercorn's shape):
+    ``chunks`` are queued before the app runs, then the channel stays open."""
+    send_ch, recv_ch = trio.open_memory_channel[dict[str, Any]](len(chunks) + 1)
+    for chunk in chunks:
+        send_ch.send_nowait(chunk)
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "http_version": "1.1", "method": "POST", "scheme": "http",
+             "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
+             "headers": [(b"host", b"test"), *headers], "client": ("127.0.0.1", 1),
+             "server": ("127.0.0.1", 2), "extensions": {}}
+    await app(scope, recv_ch.receive, send)
+    return sent
+
+
+async def test_queued_bodies_are_taken_without_a_timer_and_answer_alike(env: Env) -> None:
+    """Bodies the server queued already (hypercorn's channel) are read with
+    receive_nowait: the same answers as awaited reads, limits and disconnects included;
+    a body not queued yet is awaited."""
+    import json
+
+    fast = env.app.config["AOTX_FAST"]
+    assert isinstance(fast, FastMutations)
+    auth = [(b"authorization", env.auth("alice")["Authorization"].encode())]
+    chunked = [*auth, (b"transfer-encoding", b"chunked")]
+    body = json.dumps(env.body(1, 1)).encode()
+    parts = [{"type": "http.request", "body": body[:10], "more_body": True},
+             {"type": "http.request", "body": body[10:], "more_body": True},
+             {"type": "http.request", "body": b"", "more_body": False}]
+    sent = await _asgi_channel(fast, BASE + "/participant", chunked, parts)
+    assert sent[0]["status"] == 202 and fast.queued_bodies == 1
+    again = await _asgi(fast, "POST", BASE + "/participant", chunked, list(parts))
+    assert (again[0]["status"], again[1]["body"]) == (200, sent[1]["body"])  # exact retry
+    assert fast.queued_bodies == 1
+    big = [{"type": "http.request", "body": b"x" * 1500, "more_body": True},
+           {"type": "http.request", "body": b"x" * 1500, "more_body": False}]
+    over = await _asgi_channel(fast, BASE + "/spaces", chunked, big)
+    assert over[0]["status"] == 413 and fast.queued_bodies == 1
+    # with a Content-Length, the declared bytes end the body (the end message may
+    # still be on its way)
+    body = json.dumps(env.body(2, 2)).encode()
+    sized = await _asgi_channel(fast, BASE + "/spaces",
+                                [*auth, (b"content-length", str(len(body)).encode())],
+                                [{"type": "http.request", "body": body, "more_body": True}])
+    assert sized[0]["status"] == 202 and fast.queued_bodies == 2
+    assert b"close" not in dict(sized[0]["headers"]).get(b"connection", b"")
+    gone = await _asgi_channel(fast, BASE + "/spaces", [*auth, (b"content-length", b"100")],
+                               [{"type": "http.disconnect"}])
+    assert gone == []
+    # half the body queued, the rest never comes: awaited under the body timeout (408)
+    fast.body_timeout = 0.2
+    try:
+        late = await _asgi_channel(fast, BASE + "/spaces", chunked, parts[:1])
+    finally:
+        fast.body_timeout = 30.0
+    assert late[0]["status"] == 408 and fast.queued_bodies == 2
+    assert (b"connection", b"close") in late[0]["headers"]
+
+
+async def test_hypercorn_bodies_arrive_queued(tmp_path: Path) -> None:
+    """Through a real hypercorn, a request written at once (head and body) is read by
+    the fast path from hypercorn's queue, without the timer, on one keep-alive
+    connection; the declared length ends the body."""
+    import json
+
+    from _gateway_env import SCHEMA, served, token_for
+
+    async with served(tmp_path, {"alice": ALL}) as srv:
+        fast = srv.app.config["AOTX_FAST"]
+        stream = await trio.open_tcp_stream("127.0.0.1", int(srv.url.rsplit(":", 1)[1]))
+        for seq in range(1, 9):
+            path = "/participant" if seq == 1 else "/participant/retirements"
+            body = json.dumps({"schema": SCHEMA, "lineage": srv.lineage,
+                               "operation_key": f"{seq:032x}", "sequence": str(seq),
+                               **({"retry_floor": "1"} if seq > 1 else {})}).encode()
+            await stream.send_all(
+                f"POST {BASE}{path} HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer "
+                f"{token_for('alice')}\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+            data = b""
+            while b"\r\n\r\n" not in data:
+                data += await stream.receive_some()
+            head, _, rest = data.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 202 "), head
+            assert b"connection: close" not in head.lower()
+            size = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                        if line.lower().startswith(b"content-length:"))
+            while len(rest) < size:
+                rest += await stream.receive_some()
+            assert json.loads(rest)["sequence"] == str(seq)
+        await stream.aclose()
+        assert fast.answered == 8 and fast.queued_bodies == 8

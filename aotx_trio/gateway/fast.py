@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from functools import partial
 from typing import Any
 
 import trio
@@ -62,6 +61,7 @@ class FastMutations:
         self.retry_after_s = retry_after_s
         self.body_timeout = body_timeout
         self.answered = 0   # requests this path answered itself (tests, diagnostics)
+        self.queued_bodies = 0   # of them, bodies taken whole from the server's queue
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] != "POST" or scope.get("root_path"):
@@ -88,16 +88,10 @@ class FastMutations:
         if length is not None and length < 0:
             await self.app(scope, receive, send)   # odd Content-Length: Quart decides
             return
-        read = False
-
-        async def tracked() -> Any:   # notes when the whole body has arrived
-            nonlocal read
-            message = await receive()
-            read = message["type"] == "http.request" and not message.get("more_body", False)
-            return message
-
+        body_in = _Body(receive, self.max_body_bytes, self.body_timeout, length)
         try:
-            status, body, headers = await self._mutate(found, authorization, length, tracked)
+            status, body, headers = await self._mutate(found, authorization, length,
+                                                       body_in.read)
         except _Disconnected:
             return
         except errors.AotxError as exc:
@@ -107,39 +101,77 @@ class FastMutations:
         except Exception as exc:
             log.error("unhandled error", exc_info=exc)
             status, body, headers = 500, INTERNAL_ERROR, {}
-        if (length or chunked) and not read:
+        if (length or chunked) and not body_in.complete:
             # answered before the body was read: close after this response (as the
             # Quart path does), the unread bytes cannot carry another request
             headers = {**headers, "Connection": "close"}
         self.answered += 1
+        self.queued_bodies += body_in.queued
         await respond(send, status, body, headers)
 
     async def _mutate(self, found: tuple[MutationRoute, dict[str, str]],
-                      authorization: str | None, length: int | None, receive: Receive,
-                      ) -> tuple[int, dict[str, Any], dict[str, str]]:
+                      authorization: str | None, length: int | None,
+                      read_body: Callable[[], Awaitable[bytes]],
+                      ) -> tuple[int, dict[str, Any] | bytes, dict[str, str]]:
         route, params = found
         principal = admit(self.auth, authorization, length, self.max_body_bytes, self.rate)
-        return await submit(self.client, principal, route, params,
-                            partial(self._read_body, receive))
+        return await submit(self.client, principal, route, params, read_body)
 
-    async def _read_body(self, receive: Receive) -> bytes:
+
+class _Body:
+    """One request's body from ASGI ``receive``, limited to ``max_bytes`` as it is read
+    (413 without a ``Content-Length`` that said so), 408 after ``timeout`` seconds;
+    ``complete`` once the whole body has arrived.  Messages the server has queued
+    already are taken without a timer: hypercorn's ``receive`` is a trio memory
+    channel's, so its ``receive_nowait`` is used while it has messages (any other
+    ``receive`` is awaited, as the first message that is not queued yet)."""
+
+    def __init__(self, receive: Receive, max_bytes: int, timeout: float,
+                 length: int | None = None) -> None:
+        self.receive = receive
+        self.length = length
+        self.max_bytes = max_bytes
+        self.timeout = timeout
+        self.complete = False
+        self.queued = False   # complete from messages already queued (no timer)
+        self._size = 0
+        self._nowait: Callable[[], Any] | None = getattr(
+            getattr(receive, "__self__", None), "receive_nowait", None)
+
+    async def read(self) -> bytes:
         chunks: list[bytes] = []
-        size = 0
-        with trio.move_on_after(self.body_timeout) as scope:
-            while True:
-                message = await receive()
-                if message["type"] != "http.request":
-                    raise _Disconnected
-                chunk = message.get("body", b"")
-                size += len(chunk)
-                if size > self.max_body_bytes:   # no Content-Length said so up front
-                    raise RequestEntityTooLarge()
-                chunks.append(chunk)
-                if not message.get("more_body", False):
-                    break
+        if self._nowait is not None and self._queued(chunks):
+            self.queued = True
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        with trio.move_on_after(self.timeout) as scope:
+            while not self.complete:
+                self._take(await self.receive(), chunks)
         if scope.cancelled_caught:
             raise RequestTimeout()
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    def _queued(self, chunks: list[bytes]) -> bool:
+        """Take the messages already queued; True once the body is complete."""
+        assert self._nowait is not None
+        while not self.complete:
+            try:
+                message = self._nowait()
+            except trio.WouldBlock:
+                return False
+            self._take(message, chunks)
+        return True
+
+    def _take(self, message: Any, chunks: list[bytes]) -> None:
+        if message["type"] != "http.request":
+            raise _Disconnected
+        chunk = message.get("body", b"")
+        self._size += len(chunk)
+        if self._size > self.max_bytes:   # no Content-Length said so up front
+            raise RequestEntityTooLarge()
+        chunks.append(chunk)
+        # the declared length has arrived: the server (h11 keeps the framing) has
+        # nothing after it but the end of the body
+        self.complete = not message.get("more_body", False) or self._size == self.length
 
 
 class _Disconnected(Exception):

@@ -252,23 +252,24 @@ def validate(model: type[models.Mutation], data: Any) -> models.Mutation:
 
 async def submit(client: DeviceClient, principal: Principal, route: MutationRoute,
                  params: dict[str, str], read_body: Callable[[], Awaitable[bytes]],
-                 ) -> tuple[int, dict[str, Any], dict[str, str]]:
+                 ) -> tuple[int, dict[str, Any] | bytes, dict[str, str]]:
     """The route after :func:`admit`: its action (403), then the body (read by the
     caller's transport), parsed and validated, submitted, and the wait for its save:
     (status, receipt, headers); 202 for a new (saved) admission, 200 for an exact
-    retry."""
+    retry.  The receipt is a dict or, from the in-process client, already its JSON
+    bytes (:meth:`aotx_trio.client.DeviceClient.submit_json`)."""
     principal.require(route.action)
     body = parse_body(route.model, await read_body())
     body.update(params)
-    out = await client.submit(principal.name, principal.actions, route.kind, body)
-    receipt: dict[str, Any] = out["receipt"]
-    return (202 if out["created"] else 200, receipt,
-            {"Location": f"{BASE}/operations/{receipt['operation']}"})
+    receipt, created, operation = await client.submit_json(principal.name, principal.actions,
+                                                           route.kind, body)
+    return (202 if created else 200, receipt,
+            {"Location": f"{BASE}/operations/{operation}"})
 
 
 def encode(body: Any, headers: dict[str, str]) -> tuple[bytes, dict[str, str]]:
     """The bytes and headers of a JSON answer of the mutation routes (as
-    :func:`aotx_trio.gateway.errors.json_response` renders every other answer);
-    the transport adds ``Content-Length``."""
-    return dumps(body).encode("utf-8"), {"Content-Type": "application/json",
-                                         "Cache-Control": "no-store", **headers}
+    :func:`aotx_trio.gateway.errors.json_response` renders every other answer; a
+    body given as bytes is JSON already); the transport adds ``Content-Length``."""
+    data = body if isinstance(body, bytes) else dumps(body).encode("utf-8")
+    return data, {"Content-Type": "application/json", "Cache-Control": "no-store", **headers}

@@ -349,6 +349,14 @@ class Emitter:
         # the waiters whose record it saved, not every waiter on every tick
         self._waiters: list[tuple[int, int, trio.Event]] = []
         self._waiter_ids = itertools.count()
+        # (deadline, tie-break, event) of each waiter with a timeout, a min-heap: one
+        # task (run's) wakes the waiters whose deadline passed, so a wait with a timeout
+        # costs no cancel scope of its own; entries already woken are dropped as saves
+        # come (the earliest deadlines are the earliest waiters)
+        self._deadlines: list[tuple[float, int, trio.Event]] = []
+        self._expirer_until = math.inf   # the deadline the expirer sleeps to
+        self._expirer_wake = trio.Event()
+        self._expiring = False           # run's expirer is up
 
     @classmethod
     def for_file(cls, jf: JournalFile, *, tick_records: int = TICK_RECORDS,
@@ -400,17 +408,42 @@ class Emitter:
         s = self.journal.save_state()
         return s.next_record > s.saved_records + s.in_flight_records
 
-    async def wait_saved(self, record_index: int) -> None:
-        """Return once ``record_index`` is saved (saved_records > record_index)."""
+    async def wait_saved(self, record_index: int, timeout: float = math.inf) -> bool:
+        """Return once ``record_index`` is saved (saved_records > record_index): True;
+        or once ``timeout`` seconds have passed first: False."""
         if self.saved_records > record_index:
-            return
+            return True
         event = trio.Event()
         heapq.heappush(self._waiters, (record_index, next(self._waiter_ids), event))
+        if timeout < math.inf:
+            if not self._expiring:   # run is not up: no expirer, a scope of its own
+                with trio.move_on_after(timeout):
+                    await event.wait()
+                return self.saved_records > record_index
+            deadline = trio.current_time() + timeout
+            heapq.heappush(self._deadlines, (deadline, next(self._waiter_ids), event))
+            if deadline < self._expirer_until:
+                self._expirer_wake.set()
         await event.wait()
+        return self.saved_records > record_index
 
     def _wake_saved(self) -> None:
         while self._waiters and self._waiters[0][0] < self.saved_records:
             heapq.heappop(self._waiters)[2].set()
+        while self._deadlines and self._deadlines[0][2].is_set():
+            heapq.heappop(self._deadlines)
+
+    async def _expire(self) -> None:
+        """Wake each waiter whose timeout passed before its record was saved."""
+        deadlines = self._deadlines
+        while True:
+            now = trio.current_time()
+            while deadlines and (deadlines[0][2].is_set() or deadlines[0][0] <= now):
+                heapq.heappop(deadlines)[2].set()
+            self._expirer_until = deadlines[0][0] if deadlines else math.inf
+            with trio.move_on_at(self._expirer_until):
+                await self._expirer_wake.wait()
+            self._expirer_wake = trio.Event()
 
     async def flush(self) -> None:
         """Wait until every record enqueued so far is saved."""
@@ -483,6 +516,16 @@ class Emitter:
             log.warning("journal commit watermark not written: %s", exc)
 
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._expire)
+            self._expiring = True
+            try:
+                await self._run(task_status)
+            finally:
+                self._expiring = False
+                nursery.cancel_scope.cancel()
+
+    async def _run(self, task_status: trio.TaskStatus[None]) -> None:
         backoff = self.backoff_initial
         self.saved_records = self.journal.save_state().saved_records  # after any resume
         self.check_floor()

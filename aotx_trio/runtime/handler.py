@@ -52,7 +52,7 @@ class Saver(Protocol):
     fsync_seconds: Histogram      # its fsync alone
 
     def wake(self) -> None: ...
-    async def wait_saved(self, record_index: int) -> None: ...
+    async def wait_saved(self, record_index: int, timeout: float = ...) -> bool: ...
 
 
 class GrantTable(Protocol):
@@ -411,6 +411,20 @@ class ServiceHandler:
 
     # -- mutations ----------------------------------------------------------------
     async def _submit(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        receipt, created = await self._admit(params)
+        return {"receipt": render.render_receipt(receipt, self.lineage), "created": created}
+
+    async def submit_json(self, params: Mapping[str, Any]) -> tuple[bytes, bool, str]:
+        """``mutation.submit`` for the in-process gateway: (the receipt as the gateway's
+        JSON bytes, created, operation id); the same receipt, rendered once, directly
+        (:func:`aotx_trio.runtime.render.receipt_json`)."""
+        receipt, created = await self._admit(params)
+        return (render.receipt_json(receipt, self.lineage), created,
+                format_id(vocab.PREFIXES["operation"], self.lineage, receipt.op_id))
+
+    async def _admit(self, params: Mapping[str, Any]) -> tuple[Receipt, bool]:
+        """Admit one mutation and wait for its save: (its receipt read after the save,
+        created)."""
         grants, key = self._caller(params)
         kind = params.get("kind")
         body = params.get("body")
@@ -431,9 +445,7 @@ class ServiceHandler:
             self.unsaved.add(receipt.admission_record, key, _changes(req, receipt),
                             self.saver.saved_records)
         self.saver.wake()
-        with trio.move_on_after(self.save_timeout) as waited:
-            await self.saver.wait_saved(receipt.admission_record)
-        if waited.cancelled_caught:
+        if not await self.saver.wait_saved(receipt.admission_record, self.save_timeout):
             raise errors.SavePending(
                 f"operation admitted but not saved within {self.save_timeout:g} s; an exact "
                 "retry answers with its receipt once it is saved",
@@ -460,7 +472,7 @@ class ServiceHandler:
                         input_index=receipt.input_index, actor=receipt.participant), text)
             finally:
                 self._handing.discard(receipt.op_id)
-        return {"receipt": render.render_receipt(receipt, self.lineage), "created": created}
+        return receipt, created
 
     async def _memory_list(self, params: Mapping[str, Any]) -> dict[str, Any]:
         """``memory.list``: the space's saved memory rows (read right on the space)."""
