@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 
 from aotx_trio import errors
 from aotx_trio.engine import Engine
-from aotx_trio.runtime.executor import Executor, Job
+from aotx_trio.runtime.executor import Executor
+from aotx_trio.runtime.job import Job
 from aotx_trio.runtime.models import TextModel
 from aotx_trio.runtime.prompt import Turn
 

@@ -37,7 +37,7 @@ from test_memory import Client, _setup, embedder
 from aotx_trio.client import InProcessClient
 from aotx_trio.engine import Engine
 from aotx_trio.runtime import boot, memory, pack
-from aotx_trio.runtime.executor import Job
+from aotx_trio.runtime.job import Job
 from aotx_trio.runtime.prompt import render_chat
 
 pytestmark = pytest.mark.timeout(240)

@@ -45,8 +45,7 @@ from __future__ import annotations
 import logging
 import math
 from collections import deque
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import trio
@@ -56,8 +55,8 @@ from aotx_trio.config import DEFAULT_DEADLINE_S
 from aotx_trio.device import LEASE_MAX_ROWS, Device
 from aotx_trio.engine import Engine, EngineSequence
 from aotx_trio.runtime import history, memory
-from aotx_trio.runtime.models import TextModel
-from aotx_trio.runtime.prompt import DEFAULT_REVISION, Turn, lease_revision, render
+from aotx_trio.runtime.job import Job
+from aotx_trio.runtime.prompt import DEFAULT_REVISION, lease_revision, render
 from aotx_trio.runtime.resident import ResidentCache, common_prefix
 from aotx_trio.runtime.stats import Histogram
 
@@ -69,47 +68,6 @@ OUTPUT_BATCH_BYTES = 128
 
 class Waker(Protocol):
     def wake(self) -> None: ...
-
-
-@dataclass(eq=False)
-class Job:
-    """One saved input admission to run."""
-
-    op_id: str
-    conversation: str
-    model: TextModel
-    turn: Turn
-    max_output: int
-    temperature: float = 0.0
-    top_p: float = 1.0
-    prompt: list[int] = field(default_factory=list)
-    fed: int = 0                                  # prompt tokens fed so far
-    seq: EngineSequence | None = None
-    next_token: int | None = None                 # sampled, not yet fed
-    out_tokens: list[int] = field(default_factory=list)
-    out: bytearray = field(default_factory=bytearray)
-    cancelled: bool = False                       # asked to stop: ends at the next step
-    deadline: float = math.inf                    # clock time it must be done by
-    started: float = 0.0                          # clock time it joined a group
-    ephemeral: bool = False     # not a device operation (chat completions): the prompt
-                                # is given, nothing is journaled, :meth:`Executor.ended`
-    stop: tuple[bytes, ...] = ()                  # stop sequences (not part of the output)
-    seed: int | None = None                       # sampling seed (default: from op_id)
-    finish: str | None = None   # stop | length | cancelled | deadline_exceeded | error
-    abandoned: bool = False     # ephemeral, and nobody waits for its end any more
-    input_index: int = 0        # its place in the conversation's input order (device)
-    tried_at: int = -1          # Executor.completed when it last failed to join
-    actor: str = ""             # its participant's key
-    query: Any = None           # its retained embedding: the recall query (runtime/memory.py)
-    retention_mode: int = 1     # the shared memory retention mode recorded for it (memory.py)
-    # memory processing still to run before it may join (mode 2's memory calls): run once
-    # in the executor's nursery, then the job queues (memory.MemoryService.hand_over)
-    prepare: Callable[[Job], Awaitable[None]] | None = None
-    leased: bool = False        # its execution lease is applied (device jobs run only then)
-    revision: int = DEFAULT_REVISION   # the lease revision its context is rendered with
-    journaled: int = 0          # output bytes journaled as OUTPUT transfers
-    memory_from: float | None = None   # clock time its memory processing began (memory.py)
-    memory_s: float = 0.0       # seconds its memory processing took: counted in its deadline
 
 
 class Executor:

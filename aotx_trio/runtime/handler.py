@@ -24,7 +24,8 @@ from aotx_trio.device import Device, Participant, Receipt, Request
 from aotx_trio.journal import SaveState
 from aotx_trio.router.identity import build_commit, descriptor_sha256
 from aotx_trio.runtime import conv_events, history, render, validate
-from aotx_trio.runtime.executor import Executor, Job
+from aotx_trio.runtime.executor import Executor
+from aotx_trio.runtime.job import Job
 from aotx_trio.runtime.media import MediaStore
 from aotx_trio.runtime.memory import MemoryService, render_object, render_row
 from aotx_trio.runtime.models import ModelSet, TextModel

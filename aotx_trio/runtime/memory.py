@@ -44,7 +44,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import trio
@@ -57,7 +57,20 @@ from aotx_trio.runtime.prompt import Turn, render_chat
 from aotx_trio.vocab import ALL_GRANTS, MAX_TEXT_BYTES, format_id
 
 if TYPE_CHECKING:
-    from aotx_trio.runtime.executor import Executor, Job
+    from aotx_trio.runtime.job import Job
+
+
+class Executor(Protocol):
+    """What memory processing needs of runtime/executor.py's Executor (which imports
+    this module: a protocol, not an import back)."""
+
+    deadline_s: float
+
+    def clock(self) -> float: ...
+    def submit(self, job: Job) -> None: ...
+    async def wait_progress(self) -> None: ...
+    def ended(self, op_id: str) -> Job | None: ...
+    def abandon(self, op_id: str) -> None: ...
 
 log = logging.getLogger("aotx.memory")
 
@@ -228,12 +241,12 @@ class MemoryService:
 def _call(job: Job, k: int, instruction: bytes, deadline: float) -> Job:
     """Memory call ``k`` of ``job``: an ephemeral greedy generation on its model of
     ``instruction`` + its text (one user turn in the model's chat template)."""
-    from aotx_trio.runtime.executor import Job
     model = job.model
     prompt = render_chat(model.engine, [("user", instruction + job.turn.text)])
-    return Job(f"{job.op_id[:30]}m{k}", "", model, Turn("", b""),
-               min(CALL_TOKENS, max(1, model.context - len(prompt))), prompt=prompt,
-               ephemeral=True, deadline=deadline, seed=0)
+    return type(job)(   # a Job
+        f"{job.op_id[:30]}m{k}", "", model, Turn("", b""),
+        min(CALL_TOKENS, max(1, model.context - len(prompt))), prompt=prompt,
+        ephemeral=True, deadline=deadline, seed=0)
 
 
 async def _run_calls(executor: Executor, job: Job, calls: list[Job]) -> list[Job | None]:
