@@ -2,7 +2,7 @@
 """The engine's CPU cost on one thread, for A/B comparisons on a shared machine.
 
     AOTX_KERNELS=avx2 [AOTX_INVARIANT=1] [AOTX_NATIVE_DIR=build/x] \\
-        .venv/bin/python scripts/bench_engine_cpu.py [--model GGUF] [--page-tokens 16]
+        .venv/bin/python scripts/bench_engine_cpu.py [--model GGUF] [--page-tokens 8]
 
 One thread (the caller runs every share), timed by this thread's CPU clock
 (time.thread_time), so other processes on the machine do not count while they hold
@@ -43,7 +43,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", type=Path, default=B.DEFAULT)
-    ap.add_argument("--page-tokens", type=int, default=16)
+    ap.add_argument("--page-tokens", type=int, default=8)
     ap.add_argument("--vs-peer", action="store_true", help="ours and llama.cpp, CPU time")
     ap.add_argument("--side", choices=("ours", "peer"), help=argparse.SUPPRESS)
     ap.add_argument("--ids", help=argparse.SUPPRESS)

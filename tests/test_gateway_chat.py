@@ -121,7 +121,8 @@ async def test_a_chat_request_queues_behind_shared_inputs_on_a_full_pool(
     async with served(tmp_path, {"alice": INVOKER}) as srv:
         state = srv.handler.state
         assert state is not None
-        eng = Engine.load(tmp_path / "rt" / TINY_MODEL, kv_pages=12, max_seqs=4)
+        # 12 pages of 16 positions: the scenario's geometry (the default page is 8)
+        eng = Engine.load(tmp_path / "rt" / TINY_MODEL, kv_pages=12, max_seqs=4, page_tokens=16)
         executor = Executor(state.device, state.emitter, native.capacities()["result_bytes"])
         srv.handler.models = ModelSet({TINY_MODEL: TextModel(TINY_MODEL, "0" * 64, eng)}, [])
         srv.handler.executor = executor
