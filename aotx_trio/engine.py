@@ -28,6 +28,10 @@ import numpy as np
 from aotx_trio.native import check, ffi, lib
 
 _ERR_CAP = 512
+PAGE_TOKENS = 8
+"""Default KV page size in positions (Engine.load, the runtime, the router's descriptor):
+at 8 the last partly filled page of each layer group wastes < 4 % of the slots of 8
+short sequences (docs/benchmarks.md, "KV waste")."""
 
 
 @dataclass(frozen=True)
@@ -64,6 +68,7 @@ class KVStats:
     tokens_held: int
     slots_held: int
     slots_live: int
+    elem_bytes: int = 4      # bytes per K/V element: 4 (float32) or 2 (binary16, kv_f16)
 
     @property
     def waste(self) -> float:
@@ -176,17 +181,20 @@ class Engine:
 
     @classmethod
     def load(cls, path: str | Path, threads: int = 0, kv_pages: int = 0, max_seqs: int = 16,
-             max_tokens: int = 0, max_batch_tokens: int = 512, page_tokens: int = 16,
-             backend: str | None = None, *, offset: int = 0, length: int = 0) -> Engine:
+             max_tokens: int = 0, max_batch_tokens: int = 512, page_tokens: int = PAGE_TOKENS,
+             backend: str | None = None, *, offset: int = 0, length: int = 0,
+             kv_f16: bool = False) -> Engine:
         """Map the GGUF at ``path`` (or the extent [offset, offset + length) of it, as a
         runtime file holds its models: mapped in place, never copied).  ``backend``: the
         compute backend by name (None: the default, "cpu"; :func:`backends` lists the
-        ones this build carries)."""
+        ones this build carries).  ``kv_f16``: K/V pages hold IEEE binary16 (half the
+        KV memory per position; attention still sums in float32)."""
         p = ffi.new("aotx_model_params *")
         lib.aotx_model_default_params(p)
         p.n_threads, p.kv_pages, p.max_seqs = threads, kv_pages, max_seqs
         p.max_tokens, p.max_batch_tokens, p.page_tokens = max_tokens, max_batch_tokens, page_tokens
         p.file_offset, p.file_length = offset, length
+        p.kv_f16 = int(kv_f16)
         name = ffi.new("char[]", backend.encode()) if backend is not None else ffi.NULL
         p.backend = name
         out = ffi.new("aotx_model **")
@@ -326,7 +334,7 @@ class Engine:
         lib.aotx_kv_stats_get(self._kv, s)
         return KVStats(s.n_pages, s.free_pages, s.reserved_pages, s.used_pages, s.shared_pages,
                        s.n_seqs, s.page_tokens, s.n_groups, s.page_bytes, s.tokens_held,
-                       s.slots_held, s.slots_live)
+                       s.slots_held, s.slots_live, s.elem_bytes)
 
     # ---- one completion ----
 

@@ -5,7 +5,8 @@
  * backend (aotx.h, aotx_backend_ops.kv_alloc_pages), so a device backend can
  * keep it in device memory while the accounting stays here on the host.
  *
- * A page holds K and V (float32) of page_tokens consecutive positions for one
+ * A page holds K and V (float32, or IEEE binary16 with kv_f16) of page_tokens
+ * consecutive positions for one
  * *layer group*: layers are split into groups of equal size g (g divides both
  * the number of sliding-window layers and of global layers), each group all
  * sliding or all global.  Every page has the same size, so one free list
@@ -37,7 +38,7 @@ typedef struct aotx_kv_pool aotx_kv_pool;
 
 typedef struct aotx_kv_params {
     int32_t n_pages;          /* pages allocated at creation */
-    int32_t page_tokens;      /* positions per page (default 16) */
+    int32_t page_tokens;      /* positions per page (the model default: 8) */
     int32_t max_seqs;         /* sequence slots */
     int32_t max_tokens;       /* positions per sequence (context length) */
     int32_t n_layers;
@@ -45,6 +46,7 @@ typedef struct aotx_kv_params {
     int32_t k_dim, v_dim;     /* per head */
     int32_t window;           /* sliding window in positions (0 = none) */
     const uint8_t *sliding;   /* [n_layers] 1 = sliding-window layer; NULL = none */
+    int32_t kv_f16;           /* 1 = K/V elements stored as binary16 (2 bytes), 0 = float32 */
 } aotx_kv_params;
 
 typedef struct aotx_kv_stats {
@@ -54,6 +56,7 @@ typedef struct aotx_kv_stats {
     int64_t tokens_held;       /* sum of sequence lengths */
     int64_t slots_held;        /* page slots in use x page_tokens (counted once per page) */
     int64_t slots_live;        /* of those, positions a layer may still read */
+    int32_t elem_bytes;        /* 4 (float32 K/V) or 2 (binary16, kv_f16) */
 } aotx_kv_stats;
 
 typedef struct aotx_kv_seq_info {
@@ -86,11 +89,21 @@ int aotx_kv_seq_trim(aotx_kv_pool *kv, uint32_t seq);
 int aotx_kv_seq_fork(aotx_kv_pool *kv, uint32_t src, int32_t n_tokens, uint32_t *dst,
                      int32_t *shared);
 /* Where the K (or V when v = 1) row of (seq, layer, pos, head) lives in the
- * storage: *page (index into the backend's pages) and *offset (floats into
- * that page; the row is k_dim or v_dim floats).  AOTX_E_INVALID_ARGUMENT for
+ * storage: *page (index into the backend's pages) and *offset (elements into
+ * that page; the row is k_dim or v_dim elements of elem_bytes each).  AOTX_E_INVALID_ARGUMENT for
  * a position not held (out of range or in a released window page). */
 int aotx_kv_locate(const aotx_kv_pool *kv, uint32_t seq, int32_t layer, int32_t pos, int32_t head,
                    int v, int32_t *page, int64_t *offset);
+
+/* Binary16 K/V (kv_f16.c): float -> half rounds to nearest even (overflow -> inf),
+ * half -> float is exact; the same bits on every path.  aotx_kv_f16_impl() names the
+ * path the attention over half pages runs: "f16c" (AVX2 + FMA + F16C) or "ref"
+ * (AOTX_KERNELS=ref, or no F16C); aotx_kv_f16_force("ref" | "f16c" | "auto") re-picks
+ * it (tests and benchmarks, not while a step runs; AOTX_E_UNSUPPORTED without F16C). */
+void aotx_kv_f16_store(uint16_t *dst, const float *src, int64_t n);
+void aotx_kv_f16_load(float *dst, const uint16_t *src, int64_t n);
+const char *aotx_kv_f16_impl(void);
+int aotx_kv_f16_force(const char *impl);
 /* CDEF-END */
 
 /* For the decoder (C only). */
@@ -98,13 +111,15 @@ int32_t aotx_kv_page_tokens(const aotx_kv_pool *kv);
 /* The page-table row of (seq, layer) (entries -1 when released) and the K/V
  * offsets inside a page, so a backend's attention can walk its storage without
  * a call per position: position s of head h is at page table[s / page_tokens],
- * float k_off + (s % page_tokens) * k_tok + h * k_dim (V: v_off, v_tok, v_dim). */
+ * element k_off + (s % page_tokens) * k_tok + h * k_dim (V: v_off, v_tok, v_dim),
+ * elements of elem_bytes (4: float, 2: binary16). */
 typedef struct aotx_kv_view {
     const int32_t *table;     /* [max_pages_per_seq] page index or -1 */
-    int64_t page_floats;      /* floats per page of storage */
+    int64_t page_floats;      /* elements per page of storage */
     int64_t k_off, v_off;     /* offset of this layer's K/V inside a page */
-    int64_t k_tok, v_tok;     /* floats per position (n_kv_heads * dim) */
+    int64_t k_tok, v_tok;     /* elements per position (n_kv_heads * dim) */
     int32_t page_tokens;
+    int32_t elem_bytes;       /* 4 or 2 (kv_f16) */
 } aotx_kv_view;
 int aotx_kv_view_get(const aotx_kv_pool *kv, uint32_t seq, int32_t layer, aotx_kv_view *out);
 

@@ -29,13 +29,14 @@ typedef struct aotx_model aotx_model;
 typedef struct aotx_model_params {
     int32_t n_threads;         /* 0 = one per online core */
     int32_t kv_pages;          /* 0 = enough for max_seqs sequences of max_tokens */
-    int32_t page_tokens;       /* default 16 */
+    int32_t page_tokens;       /* default 8 */
     int32_t max_seqs;          /* KV sequence slots, default 16 */
     int32_t max_tokens;        /* positions per sequence, default min(context_length, 4096) */
     int32_t max_batch_tokens;  /* tokens per step, default 512 */
     uint64_t file_offset;      /* the GGUF's extent in the file: byte offset ... */
     uint64_t file_length;      /* ... and length (0 = to the end; 0, 0 = the whole file) */
     const char *backend;       /* compute backend by name; NULL or "" = the default ("cpu") */
+    int32_t kv_f16;            /* 1 = K/V pages hold binary16 (half the memory), 0 = float32 */
 } aotx_model_params;
 
 typedef struct aotx_model_info {
@@ -74,7 +75,8 @@ aotx_kv_pool *aotx_model_kv(aotx_model *m);
 const char *aotx_model_backend(const aotx_model *m);
 const char *aotx_backend_name(int32_t i);
 /* Host address of the K (v = 0) or V row of (seq, layer, pos, head) in the
- * backend's storage, or NULL when not held or not host-visible (tests, tools). */
+ * backend's storage, or NULL when not held or not host-visible (tests, tools); with
+ * kv_f16 the row holds binary16 values (uint16_t), not floats. */
 float *aotx_model_kv_row(aotx_model *m, uint32_t seq, int32_t layer, int32_t pos, int32_t head,
                          int v);
 /* Runs a step; the GIL is released by cffi.  On a refusal (e.g.

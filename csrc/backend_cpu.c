@@ -6,12 +6,15 @@
  *              dynamic 16-row-multiple chunks (aotx_matmul_rows);
  *   attention  items = (block of up to 4 consecutive tokens of a sequence) x head,
  *              taken dynamically; keys and values read in place from the pages;
- *   KV storage one 64-byte-aligned host array of n_pages pages (touched lazily).
+ *   KV storage one 64-byte-aligned host array of n_pages pages (touched lazily),
+ *              float32 or, when the pool says elem_bytes 2 (kv_f16), binary16 rows
+ *              (kv_f16.c converts on write and widens on read; sums stay float).
  */
 #include "aotx.h"
 #include "aotx_kernels.h"
 #include "aotx_kv.h"
 #include "aotx_pool.h"
+#include "kv_f16_internal.h"
 #include "vecmath_internal.h"
 
 #include <math.h>
@@ -36,8 +39,8 @@ struct aotx_backend {
 };
 
 struct aotx_kv_store {
-    float *data;                     /* [n_pages][page_floats] */
-    int64_t page_floats;
+    char *data;                      /* [n_pages][page_bytes] */
+    int64_t page_bytes;
     int32_t n_pages;
 };
 
@@ -100,7 +103,7 @@ static int cpu_reserve(aotx_backend *be, int32_t type, int64_t cols, int64_t n_t
 static int cpu_kv_alloc(aotx_backend *be, int32_t n_pages, int64_t page_bytes, aotx_kv_store **out) {
     (void)be;
     *out = NULL;
-    if (n_pages <= 0 || page_bytes <= 0 || page_bytes % 4) return AOTX_E_INVALID_ARGUMENT;
+    if (n_pages <= 0 || page_bytes <= 0 || page_bytes % 2) return AOTX_E_INVALID_ARGUMENT;
     int64_t total;
     if (__builtin_mul_overflow((int64_t)n_pages, page_bytes, &total) || total > INT64_MAX - 64)
         return AOTX_E_NOMEM;
@@ -108,7 +111,7 @@ static int cpu_kv_alloc(aotx_backend *be, int32_t n_pages, int64_t page_bytes, a
     if (!st) return AOTX_E_NOMEM;
     st->data = alloc64(total);
     if (!st->data) { free(st); return AOTX_E_NOMEM; }
-    st->page_floats = page_bytes / 4;
+    st->page_bytes = page_bytes;
     st->n_pages = n_pages;
     *out = st;
     return 0;
@@ -123,7 +126,7 @@ static void cpu_kv_free(aotx_backend *be, aotx_kv_store *st) {
 
 static float *cpu_kv_page_ptr(aotx_kv_store *st, int32_t page) {
     if (!st || page < 0 || page >= st->n_pages) return NULL;
-    return st->data + (int64_t)page * st->page_floats;
+    return (float *)(st->data + (int64_t)page * st->page_bytes);
 }
 
 static void cpu_kv_write(aotx_backend *be, const aotx_kv_pool *kv, aotx_kv_store *st,
@@ -133,11 +136,19 @@ static void cpu_kv_write(aotx_backend *be, const aotx_kv_pool *kv, aotx_kv_store
     for (int32_t t = 0; t < r->T; t++) {
         if (aotx_kv_view_get(kv, r->seq[t], r->layer, &w)) continue;   /* validated by the step */
         int32_t p = r->pos[t];
-        float *page = st->data + (int64_t)w.table[p / w.page_tokens] * w.page_floats;
+        char *page = st->data + (int64_t)w.table[p / w.page_tokens] * st->page_bytes;
         int64_t tok = p % w.page_tokens;
         /* a position's heads are contiguous: k_tok = n_kv_heads * k_dim */
-        memcpy(page + w.k_off + tok * w.k_tok, r->k + t * r->ldk, sizeof(float) * (size_t)w.k_tok);
-        memcpy(page + w.v_off + tok * w.v_tok, r->v + t * r->ldv, sizeof(float) * (size_t)w.v_tok);
+        if (w.elem_bytes == 2) {
+            const aotx_kvh_ops *h = aotx_kvh();
+            h->store((uint16_t *)page + w.k_off + tok * w.k_tok, r->k + t * r->ldk, w.k_tok);
+            h->store((uint16_t *)page + w.v_off + tok * w.v_tok, r->v + t * r->ldv, w.v_tok);
+            continue;
+        }
+        memcpy((float *)page + w.k_off + tok * w.k_tok, r->k + t * r->ldk,
+               sizeof(float) * (size_t)w.k_tok);
+        memcpy((float *)page + w.v_off + tok * w.v_tok, r->v + t * r->ldv,
+               sizeof(float) * (size_t)w.v_tok);
     }
 }
 
@@ -223,6 +234,7 @@ typedef struct att_job {
     const aotx_kv_pool *kv;
     const aotx_kv_store *st;
     const aotx_attn_batch *b;
+    const aotx_kvh_ops *h;           /* binary16 pages: its helpers; NULL: float32 */
     int32_t n_blocks;
     _Atomic int64_t next;
 } att_job;
@@ -315,8 +327,25 @@ AOTX_CLONES static float vexp_sum(float *sc, int64_t n, float mx) {
     return s + acc[0];
 }
 
-static const float *page_of(const aotx_kv_store *st, const aotx_kv_view *w, int32_t s) {
-    return st->data + (int64_t)w->table[s / w->page_tokens] * w->page_floats;
+/* Address of position s's K (v = 0) or V row of head kvh (elements of w->elem_bytes). */
+static const void *row_of(const aotx_kv_store *st, const aotx_kv_view *w, int32_t s, int v,
+                          int64_t kvh, int64_t dim) {
+    const char *page = st->data + (int64_t)w->table[s / w->page_tokens] * st->page_bytes;
+    int64_t el = (v ? w->v_off + (s % w->page_tokens) * w->v_tok
+                    : w->k_off + (s % w->page_tokens) * w->k_tok) + kvh * dim;
+    return page + el * w->elem_bytes;
+}
+
+static void dot4_any(const att_job *a, const float *const *q, const void *k, int64_t n,
+                     float *out) {
+    if (a->h) a->h->dot4(q, k, n, out);
+    else vdot4(q, k, n, out);
+}
+
+static void acc4_any(const att_job *a, float *const *out, const float *w, int64_t stride,
+                     const float **rows, int32_t n_rows, int64_t vd) {
+    if (a->h) a->h->acc4(out, w, stride, (const uint16_t *const *)(const void *)rows, n_rows, vd);
+    else vacc4(out, w, stride, rows, n_rows, vd);
 }
 
 static void attend(att_job *a, int32_t t, int32_t h, float *sc) {
@@ -331,8 +360,8 @@ static void attend(att_job *a, int32_t t, int32_t h, float *sc) {
     const float *q = b->q + ((int64_t)t * b->n_heads + h) * hd;
     float mx = -INFINITY;
     for (int32_t s = lo; s <= p; s++) {
-        const float *k = page_of(a->st, &w, s) + w.k_off + (s % w.page_tokens) * w.k_tok + kvh * hd;
-        float v = vdot(q, k, hd) * b->scale;
+        const void *k = row_of(a->st, &w, s, 0, kvh, hd);
+        float v = (a->h ? a->h->dot(q, k, hd) : vdot(q, k, hd)) * b->scale;
         sc[s - lo] = v;
         if (v > mx) mx = v;
     }
@@ -340,8 +369,9 @@ static void attend(att_job *a, int32_t t, int32_t h, float *sc) {
     float *out = b->out + ((int64_t)t * b->n_heads + h) * vd;
     memset(out, 0, sizeof(float) * (size_t)vd);
     for (int32_t s = lo; s <= p; s++) {
-        const float *v = page_of(a->st, &w, s) + w.v_off + (s % w.page_tokens) * w.v_tok + kvh * vd;
-        vaxpy(out, sc[s - lo] * inv, v, vd);
+        const void *v = row_of(a->st, &w, s, 1, kvh, vd);
+        if (a->h) a->h->axpy(out, sc[s - lo] * inv, v, vd);
+        else vaxpy(out, sc[s - lo] * inv, v, vd);
     }
 }
 
@@ -369,7 +399,7 @@ static void attend_block(att_job *a, int32_t t0, int32_t nb, int32_t h, float *s
     aotx_kv_view w;
     aotx_kv_view_get(a->kv, b->seq[t0], b->layer, &w);
     for (int32_t s = base; s <= plast; s++) {
-        vdot4(q, page_of(a->st, &w, s) + w.k_off + (s % w.page_tokens) * w.k_tok + kvh * hd, hd, d);
+        dot4_any(a, q, row_of(a->st, &w, s, 0, kvh, hd), hd, d);
         for (int i = 0; i < ATT_BLOCK; i++) {
             float v = d[i] * b->scale;
             sc[i * stride + (s - base)] = v;
@@ -388,9 +418,8 @@ static void attend_block(att_job *a, int32_t t0, int32_t nb, int32_t h, float *s
     for (int i = 0; i < ATT_BLOCK; i++)
         out[i] = i < nb ? b->out + ((int64_t)(t0 + i) * b->n_heads + h) * vd
                         : dummy[i - 1];   /* vd <= ATT_MAX_VD checked by the caller */
-    for (int32_t s = base; s <= plast; s++)
-        vr[s - base] = page_of(a->st, &w, s) + w.v_off + (s % w.page_tokens) * w.v_tok + kvh * vd;
-    vacc4(out, sc, stride, vr, plast - base + 1, vd);
+    for (int32_t s = base; s <= plast; s++) vr[s - base] = row_of(a->st, &w, s, 1, kvh, vd);
+    acc4_any(a, out, sc, stride, vr, plast - base + 1, vd);
 }
 
 /* One token (decode) against the ATT_BLOCK query heads h0.. that share one KV head
@@ -415,7 +444,7 @@ static void attend_heads(att_job *a, int32_t t, int32_t h0, float *sc, const flo
     aotx_kv_view w;
     aotx_kv_view_get(a->kv, b->seq[t], b->layer, &w);
     for (int32_t s = lo; s <= p; s++) {
-        vdot4(q, page_of(a->st, &w, s) + w.k_off + (s % w.page_tokens) * w.k_tok + kvh * hd, hd, d);
+        dot4_any(a, q, row_of(a->st, &w, s, 0, kvh, hd), hd, d);
         for (int i = 0; i < ATT_BLOCK; i++) {
             float v = d[i] * b->scale;
             sc[i * stride + (s - lo)] = v;
@@ -427,9 +456,8 @@ static void attend_heads(att_job *a, int32_t t, int32_t h0, float *sc, const flo
         float inv = 1.0f / vexp_sum(r, p - lo + 1, mx[i]);
         for (int32_t k = 0; k <= p - lo; k++) r[k] *= inv;
     }
-    for (int32_t s = lo; s <= p; s++)
-        vr[s - lo] = page_of(a->st, &w, s) + w.v_off + (s % w.page_tokens) * w.v_tok + kvh * vd;
-    vacc4(out, sc, stride, vr, p - lo + 1, vd);
+    for (int32_t s = lo; s <= p; s++) vr[s - lo] = row_of(a->st, &w, s, 1, kvh, vd);
+    acc4_any(a, out, sc, stride, vr, p - lo + 1, vd);
 }
 
 static void att_fn(void *ctx, int32_t ith, int32_t nth) {
@@ -473,6 +501,9 @@ static int32_t make_blocks(aotx_backend *be, const aotx_attn_batch *b) {
 static void cpu_attention(aotx_backend *be, const aotx_kv_pool *kv, const aotx_kv_store *st,
                           const aotx_attn_batch *b) {
     att_job a = {.be = be, .kv = kv, .st = st, .b = b};
+    aotx_kv_view w;
+    if (b->T <= 0 || aotx_kv_view_get(kv, b->seq[0], b->layer, &w)) return;   /* validated */
+    if (w.elem_bytes == 2) a.h = aotx_kvh();
     a.n_blocks = make_blocks(be, b);
     atomic_init(&a.next, 0);
     aotx_pool_run(be->p.pool, att_fn, &a);

@@ -55,7 +55,8 @@ static int32_t pages_for(const aotx_kv_pool *kv, int64_t n) {
 static int valid_params(const aotx_kv_params *p) {
     if (!(p->n_pages > 0 && p->page_tokens > 0 && p->max_seqs > 0 && p->max_tokens > 0 &&
           p->n_layers > 0 && p->n_kv_heads > 0 && p->k_dim > 0 && p->v_dim > 0 &&
-          p->window >= 0 && p->n_pages < (1 << 30) && p->max_seqs < (1 << 20)))
+          p->window >= 0 && p->n_pages < (1 << 30) && p->max_seqs < (1 << 20) &&
+          (p->kv_f16 == 0 || p->kv_f16 == 1)))
         return 0;
     /* the storage geometry must fit int64 bytes: layers x tokens x heads x (k + v) x 4 */
     int64_t f = (int64_t)p->k_dim + p->v_dim;
@@ -297,7 +298,8 @@ void aotx_kv_stats_get(const aotx_kv_pool *kv, aotx_kv_stats *out) {
     s.page_tokens = kv->p.page_tokens;
     s.n_groups = kv->n_groups;
     s.layers_per_group = kv->lpg;
-    s.page_bytes = kv->page_floats * 4;
+    s.elem_bytes = kv->p.kv_f16 ? 2 : 4;
+    s.page_bytes = kv->page_floats * s.elem_bytes;
     s.slots_held = (int64_t)s.used_pages * kv->p.page_tokens;
     uint8_t *mark = kv->mark;   /* scratch owned by the pool */
     memset(mark, 0, (size_t)kv->p.n_pages);
@@ -331,6 +333,7 @@ int aotx_kv_view_get(const aotx_kv_pool *kv, uint32_t seq, int32_t layer, aotx_k
     out->k_off = (int64_t)lg * PT * kv->k_tok;
     out->v_off = (int64_t)kv->lpg * PT * kv->k_tok + (int64_t)lg * PT * kv->v_tok;
     out->page_tokens = PT;
+    out->elem_bytes = kv->p.kv_f16 ? 2 : 4;
     return 0;
 }
 

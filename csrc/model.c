@@ -24,9 +24,9 @@ const aotx_code_entry aotx_model_codes[] = {
 };
 
 void aotx_model_default_params(aotx_model_params *p) {
-    *p = (aotx_model_params){.n_threads = 0, .kv_pages = 0, .page_tokens = 16, .max_seqs = 16,
+    *p = (aotx_model_params){.n_threads = 0, .kv_pages = 0, .page_tokens = 8, .max_seqs = 16,
                              .max_tokens = 0, .max_batch_tokens = 512, .backend = NULL,
-                             .file_offset = 0, .file_length = 0};
+                             .file_offset = 0, .file_length = 0, .kv_f16 = 0};
 }
 
 /* The backends this build carries, the default first. */
@@ -64,7 +64,8 @@ static int make_kv(aotx_model *m, const aotx_model_params *p) {
     aotx_kv_params kp = {
         .n_pages = p->kv_pages, .page_tokens = p->page_tokens, .max_seqs = in->max_seqs,
         .max_tokens = in->max_tokens, .n_layers = in->n_layers, .n_kv_heads = in->n_kv_heads,
-        .k_dim = in->head_dim, .v_dim = in->v_dim, .window = in->window, .sliding = sl};
+        .k_dim = in->head_dim, .v_dim = in->v_dim, .window = in->window, .sliding = sl,
+        .kv_f16 = p->kv_f16};
     if (kp.n_pages <= 0) {
         /* default: two sequences of max_tokens in every layer group (touched lazily) */
         int32_t per_seq = (in->max_tokens + kp.page_tokens - 1) / kp.page_tokens;
@@ -113,10 +114,11 @@ int aotx_model_load(const char *path, const aotx_model_params *p, aotx_model **o
     if (err && err_cap > 0) err[0] = 0;
     if (!p) { aotx_model_default_params(&dp); p = &dp; }
     if (p->n_threads < 0 || p->page_tokens <= 0 || p->max_seqs <= 0 || p->max_tokens < 0 ||
-        p->max_batch_tokens <= 0 || p->kv_pages < 0)
+        p->max_batch_tokens <= 0 || p->kv_pages < 0 || (p->kv_f16 != 0 && p->kv_f16 != 1))
         return model_set_err(err, err_cap, AOTX_E_INVALID_ARGUMENT,
                              "model params: n_threads, page_tokens, max_seqs, max_tokens, "
-                             "max_batch_tokens, kv_pages must be positive (0 = default)");
+                             "max_batch_tokens, kv_pages must be positive (0 = default), "
+                             "kv_f16 0 or 1");
     aotx_model *m = calloc(1, sizeof *m);
     if (!m) return AOTX_E_NOMEM;
     int rc = setup(m, path, p, err, err_cap);
@@ -152,8 +154,10 @@ float *aotx_model_kv_row(aotx_model *m, uint32_t seq, int32_t layer, int32_t pos
     int32_t page;
     int64_t off;
     if (!m || aotx_kv_locate(m->kv, seq, layer, pos, head, v, &page, &off)) return NULL;
-    float *base = m->be_ops->kv_page_ptr(m->kv_store, page);
-    return base ? base + off : NULL;
+    aotx_kv_stats st;
+    aotx_kv_stats_get(m->kv, &st);   /* elements of elem_bytes (a tool's call, not a step's) */
+    char *base = (char *)m->be_ops->kv_page_ptr(m->kv_store, page);
+    return base ? (float *)(base + off * st.elem_bytes) : NULL;
 }
 
 static int check_batch(aotx_model *m, const aotx_batch *b, int32_t *T_out, int32_t *nl_out,

@@ -7,6 +7,7 @@
  * scales.  The fast kernels compute the same integers.
  */
 #include "aotx_kernels.h"
+#include "aotx_kv.h"
 #include "aotx_sgemm.h"
 #include "cpu_internal.h"
 
@@ -264,6 +265,8 @@ int aotx_kernel_force(const char *impl) {
     int rc = aotx_sgemm_force(level == AOTX_LEVEL_REF ? "ref"
                               : level == AOTX_LEVEL_AVX2 ? "avx2" : "auto");
     if (rc != AOTX_OK) return rc;
+    /* the half-precision K/V helpers follow: ref with ref, else their best (F16C) */
+    if ((rc = aotx_kv_f16_force(level == AOTX_LEVEL_REF ? "ref" : "auto")) != AOTX_OK) return rc;
     pick_level(level);
     return AOTX_OK;
 }

@@ -3,6 +3,11 @@
 
     AOTX_NATIVE_DIR=build/dev-x .venv/bin/python scripts/bench_engine.py \
         [--model GGUF] [--threads 2] [--rounds 3] [--no-embed] [--kernels avx2] [--invariant]
+    .venv/bin/python scripts/bench_engine.py --fidelity [--model GGUF]
+
+``--fidelity`` runs scripts/bench_engine_fidelity.py instead: top-1 agreement and mean
+KL(exact || engine) against the float64 reference decoder, for aotx on each kernel path
+with float32 and float16 KV, and llama.cpp, side by side.
 
 ``--kernels ref|avx2|auto`` sets AOTX_KERNELS for our side (the AVX2 path on an AVX-512
 machine); ``--invariant`` sets AOTX_INVARIANT=1 (AVX-512's batch-invariant mode; the
@@ -532,16 +537,24 @@ def main() -> int:
     ap.add_argument("--model", type=Path, default=DEFAULT)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--page-tokens", type=int, default=16, help="aotx KV page size (positions)")
+    ap.add_argument("--page-tokens", type=int, default=8, help="aotx KV page size (positions)")
     ap.add_argument("--no-embed", action="store_true", help="skip scripts/bench_embed.py")
     ap.add_argument("--no-peer", action="store_true", help="aotx only")
     ap.add_argument("--kernels", default="auto", choices=("auto", "avx2", "ref"),
                     help="AOTX_KERNELS for our side (avx2: the AVX2 path on an AVX-512 CPU)")
     ap.add_argument("--invariant", action="store_true",
                     help="AOTX_INVARIANT=1 for our side (AVX-512's batch-invariant kernels)")
+    ap.add_argument("--fidelity", action="store_true",
+                    help="logits against the float64 reference (bench_engine_fidelity.py)")
     ap.add_argument("--child", choices=("ours", "peer"), help=argparse.SUPPRESS)
     ap.add_argument("--ids", help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.fidelity:
+        sys.path.insert(0, str(ROOT / "scripts"))
+        import bench_engine_fidelity
+
+        return int(bench_engine_fidelity.fidelity(a.model, 10,
+                                                  list(bench_engine_fidelity.DEFAULT_CONFIGS)))
     if a.kernels != "auto":
         os.environ["AOTX_KERNELS"] = a.kernels
     if a.invariant:

@@ -2,7 +2,7 @@
 """The engine's CPU cost on one thread, for A/B comparisons on a shared machine.
 
     AOTX_KERNELS=avx2 [AOTX_INVARIANT=1] [AOTX_NATIVE_DIR=build/x] \\
-        .venv/bin/python scripts/bench_engine_cpu.py [--model GGUF] [--page-tokens 16]
+        .venv/bin/python scripts/bench_engine_cpu.py [--model GGUF] [--page-tokens 8] [--kv-f16]
 
 One thread (the caller runs every share), timed by this thread's CPU clock
 (time.thread_time), so other processes on the machine do not count while they hold
@@ -43,7 +43,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", type=Path, default=B.DEFAULT)
-    ap.add_argument("--page-tokens", type=int, default=16)
+    ap.add_argument("--page-tokens", type=int, default=8)
+    ap.add_argument("--kv-f16", action="store_true", help="binary16 K/V pages")
     ap.add_argument("--vs-peer", action="store_true", help="ours and llama.cpp, CPU time")
     ap.add_argument("--side", choices=("ours", "peer"), help=argparse.SUPPRESS)
     ap.add_argument("--ids", help=argparse.SUPPRESS)
@@ -60,7 +61,7 @@ def main() -> int:
     if a.vs_peer:
         return vs_peer(a)
     with Engine.load(a.model, threads=1, max_seqs=8, max_batch_tokens=B.BATCH,
-                     page_tokens=a.page_tokens) as eng:
+                     page_tokens=a.page_tokens, kv_f16=a.kv_f16) as eng:
         ids = eng.tokenize(B.PROMPT)[:B.N_PROMPT]
         prefill = 1e9
         for rep in range(2):
@@ -88,11 +89,12 @@ def main() -> int:
                 toks = [eng.sample(q, res, i) for i, q in enumerate(seqs)]
             step8 = min(step8, (time.thread_time() - t) / 8)
         waste = eng.kv_stats().waste
+        kv = "f16" if eng.kv_stats().elem_bytes == 2 else "f32"
     path = ffi.string(lib.aotx_kernel_impl(12)).decode()
     print(f"CPU ms, 1 thread: prefill {B.N_PROMPT} tokens {prefill * 1e3:.1f}, decode step "
           f"{decode * 1e3:.2f}, 8-sequence step {step8 * 1e3:.2f} "
           f"(8 seq / 1 seq per token {8 * decode / step8:.2f}x); kernels {path}; "
-          f"KV waste {100 * waste:.1f}%")
+          f"KV waste {100 * waste:.1f}%, pages of {a.page_tokens}, KV {kv}")
     return 0
 
 

@@ -100,8 +100,9 @@ class Reference:
         a, b = x[..., :half], x[..., half:]
         return np.concatenate([a * c - b * s, a * s + b * c], axis=-1)
 
-    def forward(self, tokens: list[int]) -> np.ndarray:
-        """Logits [T, n_vocab] for the sequence starting at position 0."""
+    def forward(self, tokens: list[int], last: int = 0) -> np.ndarray:
+        """Logits [T, n_vocab] for the sequence starting at position 0 (with last > 0:
+        only the last `last` positions' rows, [last, n_vocab])."""
         w, T = self.w, len(tokens)
         gem = self.arch == "gemma3"
         x = w["token_embd.weight"][tokens].copy()
@@ -151,5 +152,5 @@ class Reference:
             if gem:
                 f = self.rms(f, w[p + "post_ffw_norm.weight"])
             x = x + f
-        x = self.rms(x, w["output_norm.weight"])
+        x = self.rms(x[-last:] if last > 0 else x, w["output_norm.weight"])
         return self.mm(x, "output.weight" if "output.weight" in w else "token_embd.weight")

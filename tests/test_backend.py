@@ -53,15 +53,15 @@ def kv_row(eng: Engine, seq: int, layer: int, pos: int, v: int = 0) -> tuple[int
 def test_storage_is_the_backends_and_pages_are_shared_by_the_accounting(model: Path) -> None:
     with Engine.load(model, threads=2, max_seqs=4) as eng:
         a = eng.add_sequence()
-        eng.step([(a, list(range(10, 42)))])             # 32 positions: two whole pages
+        eng.step([(a, list(range(10, 42)))])             # 32 positions: whole pages of 8
         child, shared = eng.fork_sequence(a, 32)
         assert shared == 32
-        for layer, pos in ((5, 3), (5, 31), (0, 20)):    # layer 5 global, 0 sliding
+        for layer, pos in ((5, 3), (5, 31), (0, 28)):    # layer 5 global, 0 sliding (window 8)
             addr, k = kv_row(eng, a.id, layer, pos)
             assert kv_row(eng, child.id, layer, pos)[0] == addr   # one copy in storage
             assert np.isfinite(k).all() and np.abs(k).sum() > 0   # written by the step
             assert kv_row(eng, a.id, layer, pos, v=1)[0] != addr
-        eng.step([(a, [50]), (child, [60])])             # each writes its own third page
+        eng.step([(a, [50]), (child, [60])])             # each writes its own next page
         pa, ka = kv_row(eng, a.id, 5, 32)
         pc, kc = kv_row(eng, child.id, 5, 32)
         assert pa != pc and not np.array_equal(ka, kc)

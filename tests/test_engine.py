@@ -10,7 +10,7 @@ import pytest
 import synth_gguf as sg
 
 from aotx_trio import errors
-from aotx_trio.engine import Engine
+from aotx_trio.engine import PAGE_TOKENS, Engine
 from aotx_trio.engine_cli import generate_main
 
 
@@ -76,7 +76,8 @@ def test_stops_at_eos(tmp_path: Path) -> None:
 def test_batched_api_accounting(eng: Engine) -> None:
     a, b = eng.add_sequence(), eng.add_sequence(seed=3)
     eng.reserve(a, 40)
-    assert eng.kv_stats().reserved_pages == eng.pages_needed(0, 40) == 6 * 3
+    assert eng.kv_stats().page_tokens == PAGE_TOKENS == 8      # the default page size
+    assert eng.kv_stats().reserved_pages == eng.pages_needed(0, 40) == 6 * 5   # 6 groups
     r = eng.step([(a, eng.tokenize("the capital of France")), (b, [2, 300])])
     ta = eng.sample(a, r, 0)
     tb = eng.sample(b, r, 1, temperature=0.8, top_p=0.9)

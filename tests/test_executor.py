@@ -176,7 +176,8 @@ async def test_the_page_budget_queues_instead_of_failing(tmp_path: Path) -> None
     names = ("alice", "bob", "carol")
     async with embedded(tmp_path, dict.fromkeys(names, ALL)) as env:
         con = await _room(env, names)
-        eng = Engine.load(tmp_path / "rt" / TINY_MODEL, kv_pages=12, max_seqs=4)
+        # 12 pages of 16 positions: the scenario's geometry (the default page is 8)
+        eng = Engine.load(tmp_path / "rt" / TINY_MODEL, kv_pages=12, max_seqs=4, page_tokens=16)
         small = TextModel(TINY_MODEL, "0" * 64, eng)
         state = env.handler.state
         assert state is not None

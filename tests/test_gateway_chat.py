@@ -121,7 +121,8 @@ async def test_a_chat_request_queues_behind_shared_inputs_on_a_full_pool(
     async with served(tmp_path, {"alice": INVOKER}) as srv:
         state = srv.handler.state
         assert state is not None
-        eng = Engine.load(tmp_path / "rt" / TINY_MODEL, kv_pages=12, max_seqs=4)
+        # 12 pages of 16 positions: the scenario's geometry (the default page is 8)
+        eng = Engine.load(tmp_path / "rt" / TINY_MODEL, kv_pages=12, max_seqs=4, page_tokens=16)
         # revision 2: the pool is sized for its contexts (the tiny byte-level vocabulary
         # spends ~75 tokens on revision 3's historical-data rule)
         executor = Executor(state.device, state.emitter, native.capacities()["result_bytes"],

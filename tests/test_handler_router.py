@@ -66,7 +66,7 @@ async def test_identity_of_the_tiny_runtime(tmp_path: Path) -> None:
         gguf = (tmp_path / "rt" / TINY_MODEL).read_bytes()
         assert row["kind"] == "textgen" and row["name"] == TINY_MODEL
         assert row["artifact_sha256"] == hashlib.sha256(gguf).hexdigest()
-        assert row["descriptor"] == {"backend": "cpu", "threads": 0, "kv_page_tokens": 16,
+        assert row["descriptor"] == {"backend": "cpu", "threads": 0, "kv_page_tokens": 8,
                                      "context": 1024}
         assert row["descriptor_sha256"] == descriptor_sha256(row["descriptor"])
         caps = await handler.call("capabilities", {})

@@ -120,7 +120,8 @@ def test_want_logits_rows_are_compacted(models: dict[str, Path]) -> None:
 
 def test_kv_exhaustion_refuses_the_step_and_changes_nothing(models: dict[str, Path]) -> None:
     # gemma3 6 layers: groups of 1 layer (5 sliding + 1 global) -> 6 pages per 16 positions
-    with Engine.load(models["gemma3_f32"], threads=1, kv_pages=12, max_seqs=3) as eng:
+    with Engine.load(models["gemma3_f32"], threads=1, kv_pages=12, max_seqs=3,
+                     page_tokens=16) as eng:
         want = run_chunks(eng, TOKENS, [20])[0]
         s1 = eng.add_sequence()
         eng.step([(s1, TOKENS[:16])])                 # 6 pages
@@ -137,13 +138,13 @@ def test_kv_exhaustion_refuses_the_step_and_changes_nothing(models: dict[str, Pa
 
 
 def test_fork_shares_the_prefix(models: dict[str, Path]) -> None:
-    with Engine.load(models["llama_f32"], threads=2) as eng:
+    with Engine.load(models["llama_f32"], threads=2) as eng:     # pages of 8 (the default)
         want = run_chunks(eng, TOKENS, [20])[0]
         src = eng.add_sequence()
         eng.step([(src, TOKENS[:18])])
         child, shared = eng.fork_sequence(src, 18)
         assert shared == 16
-        assert eng.kv_stats().shared_pages == 1
+        assert eng.kv_stats().shared_pages == 2
         got = eng.step([(child, TOKENS[16:20])]).logits(0)
         assert rel(got, want) < 1e-6
 

@@ -64,8 +64,9 @@ def test_the_cache_keeps_one_sequence_per_conversation(tmp_path: Path) -> None:
 async def wide_env(tmp_path: Path, kv_pages: int = 0) -> AsyncIterator[tuple[Env, Executor,
                                                                             Engine]]:
     async with embedded(tmp_path, dict.fromkeys(NAMES, ALL)) as env:
+        # pages of 16 positions: the scenarios' geometry (the default page is 8)
         eng = Engine.load(sg.write_model(tmp_path / "wide.gguf", WIDE), kv_pages=kv_pages,
-                          max_seqs=4)
+                          max_seqs=4, page_tokens=16)
         state = env.handler.state
         assert state is not None
         # revision 2: the pool is sized for its contexts (the tiny byte-level vocabulary

@@ -21,7 +21,7 @@ from aotx_trio.router.scratch import Scratch
 
 pytestmark = pytest.mark.timeout(120)
 PROMPT = {"request": {"prompt": "hello", "max_tokens": 3}}
-DESC = {"backend": "cpu", "threads": 0, "kv_page_tokens": 16, "context": 512}
+DESC = {"backend": "cpu", "threads": 0, "kv_page_tokens": 8, "context": 512}
 
 
 def other_gguf(folder: Path, seed: int) -> Path:

@@ -24,7 +24,7 @@ def _descriptor(p: argparse.ArgumentParser) -> None:
                    "$AOTX_SOURCE_COMMIT, else the package's git HEAD)")
     p.add_argument("--backend", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--threads", type=int, default=0, help="0 = one per core")
-    p.add_argument("--kv-page-tokens", type=int, default=16)
+    p.add_argument("--kv-page-tokens", type=int, default=8)
     p.add_argument("--context", type=int, default=2048)
 
 

@@ -168,7 +168,7 @@ class Descriptor(Doc):
 
     backend: Literal["cpu", "cuda"] = "cpu"
     threads: int = Field(default=0, ge=0, le=1024)
-    kv_page_tokens: int = Field(default=16, ge=1, le=4096)
+    kv_page_tokens: int = Field(default=8, ge=1, le=4096)
     context: int = Field(default=2048, ge=16, le=1 << 20)
 
 

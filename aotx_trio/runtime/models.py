@@ -29,7 +29,7 @@ from typing import Any
 
 from aotx_trio import errors
 from aotx_trio.embed import Embedder
-from aotx_trio.engine import Engine
+from aotx_trio.engine import PAGE_TOKENS, Engine
 from aotx_trio.router.identity import descriptor_sha256, tree_sha256
 from aotx_trio.runtime.ccir import Component, RuntimeFile
 from aotx_trio.runtime.validate import shown
@@ -210,7 +210,7 @@ class ModelSet:
         threads = int(d.get("threads", 0))
         eng = Engine.load(path, threads=threads, max_seqs=max_seqs,
                           max_tokens=int(d.get("context", 0)),
-                          page_tokens=int(d.get("kv_page_tokens", 16)))
+                          page_tokens=int(d.get("kv_page_tokens", PAGE_TOKENS)))
         name = f"artifact-{sha256[:16]}"
         log.info("model %s loaded on demand: %s, context %d", name, eng.info.arch,
                  eng.info.max_tokens)
