@@ -40,6 +40,13 @@ process on the machine), of each event at each subscriber:
                   admission fsync (the event is created when the admission is
                   saved, before the 202 leaves).
 
+``main CPU``      CPU seconds of the servers' main threads (the trio loops: HTTP,
+                  fanout, the executor's Python; engine steps run in worker
+                  threads) while the inputs were posted, and per delivery: the
+                  number that noise on a shared machine moves least.
+                  ``--profile DIR`` runs the gateway (``aotx serve``) under
+                  cProfile and writes one file per side there.
+
 Drops: streams that ended with a ``dropped`` event (slow consumer) or an
 ``error`` event, or that missed an event.  Target: p99 < 100 ms with 500
 subscribers.  The machine load (1-minute average) is printed before and
