@@ -26,6 +26,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import itertools
+import json
 import logging
 import math
 from collections.abc import AsyncIterator, Sequence
@@ -35,12 +36,14 @@ import trio
 
 from aotx_trio import errors, wire
 from aotx_trio.errors import RuntimeUnavailable
+from aotx_trio.pushed import Pushed
 
 log = logging.getLogger("aotx.client")
 
 
 SLOW_CONSUMER = "slow_consumer"
 DEFAULT_BUFFER = 64
+RECENT_ITEMS = 32      # item frames' values kept to share among the streams they reach
 
 
 class Handler(Protocol):
@@ -234,7 +237,10 @@ class InProcessClient(DeviceClient):
                             return
                     sub._finish(wire.END_COMPLETE)
                 except errors.AotxError as exc:
-                    sub._finish(wire.END_ERROR, exc)
+                    if exc.code == SLOW_CONSUMER:   # the runtime's fanout dropped it
+                        sub._finish(SLOW_CONSUMER)
+                    else:
+                        sub._finish(wire.END_ERROR, exc)
                 finally:
                     aclose = getattr(items, "aclose", None)
                     if aclose is not None:
@@ -286,6 +292,7 @@ class SocketClient(DeviceClient):
         self._ids = itertools.count(1)
         self._waiting: dict[int, tuple[trio.Event, list[Any]]] = {}
         self._streams: dict[int, _Stream] = {}
+        self._recent: dict[bytes, Any] = {}   # item bytes -> the value decoded from them
 
     async def _connect(self, deadline: float) -> trio.SocketStream:
         delay = 0.05
@@ -340,9 +347,12 @@ class SocketClient(DeviceClient):
     async def _read_loop(self, stream: trio.SocketStream) -> None:
         reader = wire.FrameReader(stream)
         while True:
-            frame = await reader.read()
-            if frame is None:
+            body = await reader.read_body()
+            if body is None:
                 return
+            if self._item_frame(body):
+                continue
+            frame = wire.decode_body(body)
             fid = frame.get("id", -1)
             st = self._streams.get(fid) if isinstance(fid, int) else None
             if st is not None:
@@ -355,6 +365,42 @@ class SocketClient(DeviceClient):
             entry[1].append(frame)
             entry[0].set()
 
+    def _item_frame(self, body: bytes) -> bool:
+        """Route ``body`` if it is an item frame of an open stream laid out as the runtime
+        writes it (``{"id":N,"item":VALUE}``); False: decode it as any frame.  The same
+        item bytes pushed to many streams decode once, to one shared value."""
+        if not body.startswith(b'{"id":') or not body.endswith(b"}"):
+            return False
+        cut = body.find(b',"item":', 6)
+        digits = body[6:cut] if cut > 0 else b""
+        if not digits.isdigit() or len(digits) > 18:
+            return False
+        st = self._streams.get(int(digits))
+        if st is None or st.open_frame is None:
+            return False
+        raw = body[cut + 8:-1]
+        value = self._recent.get(raw)
+        if value is None:
+            try:
+                value = json.loads(raw)
+            except (ValueError, RecursionError):   # not that layout: the general path
+                return False
+            if isinstance(value, dict):
+                value = Pushed(value)
+            if len(self._recent) >= RECENT_ITEMS:
+                del self._recent[next(iter(self._recent))]
+            self._recent[raw] = value
+        self._item(st, value)
+        return True
+
+    def _item(self, st: _Stream, value: Any) -> None:
+        if st.sub.end_reason is None:
+            try:
+                st.send.send_nowait(value)
+            except trio.WouldBlock:
+                st.sub._finish(SLOW_CONSUMER)  # cancelled when the subscriber leaves
+                st.send.close()
+
     def _stream_frame(self, sid: int, st: _Stream, frame: dict[str, Any]) -> None:
         """Route one frame of stream ``sid``: open answer, item, or end."""
         if st.open_frame is None:
@@ -365,16 +411,14 @@ class SocketClient(DeviceClient):
                 st.finish(wire.END_ERROR)
             return
         if "item" in frame:
-            if st.sub.end_reason is None:
-                try:
-                    st.send.send_nowait(frame["item"])
-                except trio.WouldBlock:
-                    st.sub._finish(SLOW_CONSUMER)  # cancelled when the subscriber leaves
-                    st.send.close()
+            self._item(st, frame["item"])
             return
         reason = str(frame.get("end", wire.END_ERROR))
         self._streams.pop(sid, None)
-        st.finish(reason, wire.error_from_frame(frame) if reason == wire.END_ERROR else None)
+        error = wire.error_from_frame(frame) if reason == wire.END_ERROR else None
+        if error is not None and error.code == SLOW_CONSUMER:   # the runtime dropped it
+            reason, error = SLOW_CONSUMER, None
+        st.finish(reason, error)
 
     async def _send(self, stream: trio.SocketStream, frame: dict[str, Any]) -> None:
         data = wire.encode_frame(frame)

@@ -93,6 +93,11 @@ class FrameReader:
 
     async def read(self) -> dict[str, Any] | None:
         """The next frame's object, or None at a clean end of stream."""
+        body = await self.read_body()
+        return None if body is None else decode_body(body)
+
+    async def read_body(self) -> bytes | None:
+        """The next frame's body bytes (not decoded), or None at a clean end of stream."""
         if not await self._fill(4):
             return None
         (n,) = _LEN.unpack_from(self._buf, 0)
@@ -102,7 +107,7 @@ class FrameReader:
             raise FrameError("connection closed inside a frame", offset=len(self._buf))
         body = bytes(self._buf[4:4 + n])
         del self._buf[:4 + n]
-        return decode_body(body)
+        return body
 
 
 # --------------------------------------------------------------------------- frame shapes

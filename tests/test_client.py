@@ -16,6 +16,7 @@ import pytest
 import trio
 
 from aotx_trio import client, errors
+from aotx_trio.pushed import Pushed
 from aotx_trio.runtime import socket_server as service
 
 
@@ -35,10 +36,14 @@ class Recorder:
         return {"method": method, "params": params}
 
     # streams: count (n items, then complete), burst (n items without a pause),
-    # forever (one item per ``delay``), boom (one item, then an error)
+    # forever (one item per ``delay``), boom (one item, then an error), dropped (one
+    # item, then the runtime drops it as a slow consumer), shared (the same pushed
+    # items to every stream)
     async def open_stream(self, method: str, params: dict[str, Any],
                           ) -> tuple[Any, AsyncIterator[Any]]:
-        if method not in ("count", "burst", "forever", "boom"):
+        if method == "shared":
+            return {"stream": method}, self._shared(params.get("n", 1))
+        if method not in ("count", "burst", "forever", "boom", "dropped"):
             raise errors.NotFound(f"no stream {method}", code="method_not_found")
         self.calls.append((method, params))
         return {"stream": method}, self._items(method, params)
@@ -56,9 +61,20 @@ class Recorder:
                 i += 1
             if method == "boom":
                 raise errors.JournalHold("hold", code="journal_hold", hold=["disk"])
+            if method == "dropped":
+                raise errors.OverCapacity("fell behind", code="slow_consumer")
         finally:
             self.open_streams -= 1
             self.closed.set()
+
+
+    async def _shared(self, n: int) -> AsyncIterator[Any]:
+        for i in range(n):
+            await trio.lowlevel.checkpoint()
+            yield SHARED[i]
+
+
+SHARED = [Pushed({"i": i, "text": "é" * i}) for i in range(8)]
 
 
 @pytest.fixture
@@ -320,3 +336,35 @@ async def test_connection_loss_fails_an_open_stream(sock_path: Path) -> None:
                     await sub.__anext__()
         assert sub.end_reason == "error"
         n.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("kind", TRANSPORTS)
+async def test_a_stream_the_runtime_drops_ends_as_a_slow_consumer(kind: str,
+                                                                  sock_path: Path) -> None:
+    async with _transport(kind, sock_path, Recorder()) as c:
+        with trio.fail_after(10):
+            async with c.subscribe("dropped", {"n": 1}) as sub:
+                got = [item async for item in sub]
+        assert got == [{"i": 0}]
+        assert (sub.end_reason, sub.error) == ("slow_consumer", None)
+
+
+@pytest.mark.parametrize("kind", TRANSPORTS)
+async def test_pushed_items_reach_every_stream_as_one_object(kind: str,
+                                                             sock_path: Path) -> None:
+    """The runtime pushes one shared item to many streams: over the socket it is
+    decoded once, and every stream gets the same object (as in process)."""
+    got: list[list[Any]] = [[], [], []]
+    async with _transport(kind, sock_path, Recorder()) as c:
+        with trio.fail_after(10):
+            async with trio.open_nursery() as n:
+                async def one(i: int) -> None:
+                    async with c.subscribe("shared", {"n": 5}) as sub:
+                        got[i] = [item async for item in sub]
+
+                for i in range(3):
+                    n.start_soon(one, i)
+    assert got[0] == [dict(x) for x in SHARED[:5]]
+    for k in range(5):
+        assert got[0][k] is got[1][k] is got[2][k]
+        assert isinstance(got[0][k], Pushed)

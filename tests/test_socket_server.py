@@ -14,6 +14,7 @@ import pytest
 import trio
 
 from aotx_trio import errors, wire
+from aotx_trio.pushed import Pushed
 from aotx_trio.runtime import socket_server as service
 
 
@@ -126,3 +127,15 @@ async def test_regular_file_at_the_socket_path_is_refused(sock_path: Path) -> No
     with pytest.raises(errors.ConfigError, match="not a socket"):
         await service.serve_socket(sock_path, SlowEcho())
     assert sock_path.read_text() == "not a socket"
+
+
+def test_a_pushed_item_frame_is_the_plain_frame_encoded_once() -> None:
+    item = Pushed({"cursor": "7", "text": "naïve ☃", "data": None, "n": [1, 2.5]})
+    for sid in (1, 12345678901):
+        assert service.item_frame(sid, item) == wire.encode_frame(wire.item(sid, dict(item)))
+    assert service.item_frame(3, {"plain": True}) == \
+        wire.encode_frame(wire.item(3, {"plain": True}))
+    calls = []
+    item.encoded("probe", lambda v: calls.append(v) or b"x")
+    item.encoded("probe", lambda v: calls.append(v) or b"y")
+    assert calls == [item] and item.encoded("probe", bytes) == b"x"

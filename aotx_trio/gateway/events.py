@@ -33,6 +33,7 @@ from aotx_trio.client import SLOW_CONSUMER, DeviceClient
 from aotx_trio.gateway.auth import Principal
 from aotx_trio.gateway.errors import dumps
 from aotx_trio.gateway.streams import open_stream, sse_response
+from aotx_trio.pushed import Pushed
 from aotx_trio.vocab import is_decimal
 
 log = logging.getLogger("aotx.gateway")
@@ -41,10 +42,17 @@ DEFAULT_KEEPALIVE_S = 15.0
 DEFAULT_QUEUE_DEPTH = 256
 
 
+def _json(data: Any) -> bytes:
+    return dumps(data).encode("utf-8")
+
+
 def _event(kind: str, data: Any, event_id: str | None = None) -> bytes:
-    lines = [] if event_id is None else [f"id: {event_id}"]
-    lines += [f"event: {kind}", "data: " + dumps(data)]
-    return ("\n".join(lines) + "\n\n").encode("utf-8")
+    """One SSE event; an item the runtime pushed to many subscribers (``Pushed``) is
+    JSON-encoded once for all of them."""
+    body = data.encoded("sse", _json) if isinstance(data, Pushed) else _json(data)
+    head = f"event: {kind}\ndata: " if event_id is None else \
+        f"id: {event_id}\nevent: {kind}\ndata: "
+    return head.encode("utf-8") + body + b"\n\n"
 
 
 def _resume(resource: str, arg: str, what: str) -> int:

@@ -40,6 +40,7 @@ from aotx_trio.runtime import checkpoint, faults
 from aotx_trio.runtime.ccir import RuntimeFile
 from aotx_trio.runtime.emitter import Emitter, open_journal_file
 from aotx_trio.runtime.executor import Executor
+from aotx_trio.runtime.fanout import Fanout
 from aotx_trio.runtime.handler import ServiceHandler
 from aotx_trio.runtime.media import MediaStore
 from aotx_trio.runtime.models import ModelSet
@@ -166,9 +167,11 @@ async def run_runtime(ccir: str | Path, journal: str | Path, grants_dir: str | P
                                          grants, models=models, executor=executor)
                 handler.state = state
                 handler.media = MediaStore(journal_dir / "media")
+                handler.fanout = Fanout(state.device, state.emitter, state.lineage)
                 async with trio.open_nursery() as nursery:
                     await nursery.start(state.emitter.run)
                     await nursery.start(executor.run)
+                    await nursery.start(handler.fanout.run)
                     if socket:
                         await nursery.start(serve_socket, journal_dir / SOCKET_NAME, handler)
                     task_status.started(handler)

@@ -13,8 +13,10 @@ a cursor below it reports ``gap: true`` and lists from the floor on.
 the cursor to continue from), "more" (another page is ready now),
 "event_floor", "gap"}``.  ``conversation.watch`` opens with ``{"cursor",
 "event_floor", "gap"}`` and pushes each event as its admission is saved, for
-as long as the caller may read the conversation (every push re-reads with
-the caller's current grants).
+as long as the caller may read the conversation: it reads pages with the
+caller's current grants while it is behind, then follows the runtime's
+fanout (runtime/fanout.py: one read per conversation and save, the read
+right checked again per reader before each push).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from aotx_trio.device import Device, Receipt
+from aotx_trio.runtime.fanout import Fanout
 from aotx_trio.runtime.render import render_receipt
 
 Saver = Any   # the emitter: saved_records, wait_saved(record)
@@ -53,7 +56,12 @@ def event(r: Receipt, lineage: str) -> dict[str, Any]:
 
 async def watch(device: Device, saver: Saver, caller: Callable[[], tuple[int, str]],
                 conversation: str, cursor: int, lineage: str, batch: int = 64,
+                fanout: Fanout | None = None,
                 ) -> tuple[dict[str, Any], AsyncIterator[dict[str, Any]]]:
+    """The open value and the items of ``conversation.watch``.  With ``fanout`` (the
+    runtime's, runtime/fanout.py) the stream reads pages with the caller's grants only
+    while it is behind, then follows the fanout's pushes; without it, every save makes
+    it read again."""
     grants, key = caller()
     first = page(device, grants, key, conversation, cursor, 1, lineage)
     opened = {"cursor": str(cursor), "event_floor": first["event_floor"], "gap": first["gap"]}
@@ -67,7 +75,14 @@ async def watch(device: Device, saver: Saver, caller: Callable[[], tuple[int, st
             for item in got["items"]:
                 yield item
             at = int(got["next_cursor"])
-            if not got["more"]:
+            if got["more"]:
+                continue
+            if fanout is None:
                 await saver.wait_saved(mark)     # the next save may make one visible
+            elif not got["items"]:     # caught up, nothing yielded since the read: follow
+                with fanout.follow_conversation(conversation, key, caller, at) as live:
+                    async for item in live:
+                        yield item
+                        at = int(item["cursor"])
 
     return opened, items()

@@ -25,6 +25,7 @@ from aotx_trio.journal import SaveState
 from aotx_trio.router.identity import build_commit, descriptor_sha256
 from aotx_trio.runtime import conv_events, history, render, validate
 from aotx_trio.runtime.executor import Executor
+from aotx_trio.runtime.fanout import Fanout
 from aotx_trio.runtime.job import Job
 from aotx_trio.runtime.media import MediaStore
 from aotx_trio.runtime.memory import MemoryService, render_object, render_row
@@ -86,6 +87,7 @@ class ServiceHandler:
         self.quotas = Quotas(device)   # per-principal quotas (the grant file's limits)
         self.state: RuntimeState | None = None   # set by boot (tests, tools)
         self.media: MediaStore | None = None     # set by boot: the journal folder's media
+        self.fanout: Fanout | None = None        # set by boot: the event fanout's task
         self.memory = MemoryService(device, self.models.embedding)
         self._handing: set[str] = set()          # inputs being retained and handed over
         # principal name -> (device key, deployed actions) of the grant table self.grants
@@ -339,7 +341,7 @@ class ServiceHandler:
         con = validate.parse_id("conversation", params.get("conversation"), self.lineage)
         cursor, _ = validate.cursor(params)
         return await conv_events.watch(self.device, self.saver, lambda: self._caller(params),
-                                       con, cursor, self.lineage)
+                                       con, cursor, self.lineage, fanout=self.fanout)
 
     async def _operation(self, params: Mapping[str, Any]) -> dict[str, Any]:
         grants, key = self._caller(params)
@@ -591,6 +593,14 @@ class ServiceHandler:
                     yield {"end": receipt.status,
                            "receipt": render.render_receipt(receipt, self.lineage)}
                     return
+                if self.fanout is not None and self.executor is not None \
+                        and self.executor.knows(op):   # running: follow the fanout's spans
+                    with self.fanout.follow_operation(op, key, lambda: self._caller(params),
+                                                      pos, self.executor) as spans:
+                        async for span in spans:
+                            yield span
+                            pos = span["next_offset"]
+                    continue
                 live = self.executor.output(op) if self.executor is not None else None
                 if live is not None and len(live) > pos:
                     yield chunk(pos, live[pos:])

@@ -12,10 +12,12 @@ open streams end with ``end: "shutdown"``.
 from __future__ import annotations
 
 import errno
+import json
 import logging
 import os
 import socket as _socket
 import stat
+import struct
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, Protocol
@@ -23,6 +25,7 @@ from typing import Any, Protocol
 import trio
 
 from aotx_trio import errors, wire
+from aotx_trio.pushed import Pushed
 
 log = logging.getLogger("aotx.service")
 
@@ -80,6 +83,23 @@ def _request_parts(req: dict[str, Any]) -> tuple[int, str, dict[str, Any]]:
     return req_id, method, params
 
 
+def _compact(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def item_frame(sid: int, value: Any) -> bytes:
+    """The item frame of ``value`` on stream ``sid``: the same bytes as
+    ``wire.encode_frame(wire.item(sid, value))``, but an item pushed to many streams
+    (:class:`aotx_trio.pushed.Pushed`) is JSON-encoded once for all of them."""
+    if not isinstance(value, Pushed):
+        return wire.encode_frame(wire.item(sid, value))
+    body = b'{"id":%d,"item":%s}' % (sid, value.encoded("wire", _compact))
+    if len(body) > wire.MAX_FRAME:
+        raise errors.FrameError(f"frame of {len(body)} bytes is over the limit of "
+                                f"{wire.MAX_FRAME}", length=len(body))
+    return struct.pack("<I", len(body)) + body
+
+
 class _Connection:
     def __init__(self, stream: trio.abc.Stream, handler: Handler) -> None:
         self.stream = stream
@@ -89,7 +109,9 @@ class _Connection:
         self.streams: dict[int, trio.CancelScope] = {}
 
     async def reply(self, frame: dict[str, Any]) -> None:
-        data = wire.encode_frame(frame)
+        await self.send(wire.encode_frame(frame))
+
+    async def send(self, data: bytes) -> None:
         async with self.send_lock:
             with trio.CancelScope(shield=True):
                 await self.stream.send_all(data)
@@ -131,7 +153,7 @@ class _Connection:
             with scope:
                 try:
                     async for value in items:
-                        await self.reply(wire.item(sid, value))
+                        await self.send(item_frame(sid, value))
                 except errors.AotxError as exc:
                     end = wire.end(sid, wire.END_ERROR, exc)
                 except Exception as exc:
