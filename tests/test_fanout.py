@@ -18,7 +18,7 @@ from _gateway_env import ALL, LINEAGE, TINY_MODEL, Env, embedded
 from aotx_trio import errors, native
 from aotx_trio.client import InProcessClient, Subscription
 from aotx_trio.pushed import Pushed
-from aotx_trio.runtime.executor import Executor
+from aotx_trio.runtime.executor import OUTPUT_BATCH_BYTES, Executor
 from aotx_trio.runtime.fanout import Fanout
 from aotx_trio.vocab import principal_key
 
@@ -200,7 +200,7 @@ async def test_operation_followers_share_the_executors_spans(tmp_path: Path) -> 
         assert state is not None
         executor = Executor(state.device, state.emitter, native.capacities()["result_bytes"])
         env.handler.executor = executor                   # rounds by hand
-        op = await room.say("alice", "a long answer", tokens=24)
+        op = await room.say("alice", "a long answer", tokens=400)
         readers = ["alice", "alice", "bob"]
         got: list[list[Any]] = [[] for _ in readers]
         with trio.fail_after(60):
@@ -227,7 +227,12 @@ async def test_operation_followers_share_the_executors_spans(tmp_path: Path) -> 
             assert all(s["next_offset"] == s["offset"] + s["length"] for s in spans)
         live = [s for s in got[0] if isinstance(s, Pushed)]
         assert len(live) > 1
-        for items in got[1:]:      # the same span objects, whoever reads them
-            assert [s for s in items if isinstance(s, Pushed)] == live
-            assert all(a is b for a, b in zip(live, items, strict=False))
+        # the same span objects for every follower of one view: alice's two streams
+        assert [s for s in got[1] if isinstance(s, Pushed)] == live
+        assert all(a is b for a, b in zip(live, got[1], strict=False))
+        # bob (not the actor) follows only saved output: live spans end on an OUTPUT
+        # transfer's boundary, never inside bytes the journal does not hold yet
+        bob_live = [s for s in got[2] if isinstance(s, Pushed)]
+        assert all(s["next_offset"] % OUTPUT_BATCH_BYTES == 0 for s in bob_live), bob_live
+        assert len(base64.b64decode(result["data"])) > 2 * OUTPUT_BATCH_BYTES   # it mattered
         assert got[2][-1]["receipt"]["sequence"] is None       # bob's view of alice's

@@ -303,18 +303,25 @@ class Fanout:
         behind = [f for f in topic.followers if f.cursor < total]
         if not behind:
             return
-        spans: dict[int, Pushed] = {}
+        spans: dict[tuple[int, int], Pushed] = {}
         for (grants, key), followers in self._readers(behind).items():
             try:
                 self.reads += 1
-                self.device.receipt(grants, key, topic.name)     # the read right, now
+                receipt = self.device.receipt(grants, key, topic.name)  # the read right, now
+                # the actor follows the live bytes; anyone else only what is saved (the
+                # device's result read of a running input: its saved OUTPUT transfers)
+                end = total if receipt.participant == key else \
+                    min(total, self.device.result(grants, key, topic.name, 0, 0)[1])
             except errors.AotxError as exc:
                 for f in followers:
                     f.fail(exc)
                 continue
             for f in followers:
-                item = spans.get(f.cursor)
+                if f.cursor >= end:
+                    continue
+                item = spans.get((f.cursor, end))
                 if item is None:
-                    item = spans[f.cursor] = Pushed(render_span(f.cursor, live[f.cursor:]))
+                    item = spans[(f.cursor, end)] = Pushed(
+                        render_span(f.cursor, live[f.cursor:end]))
                 if f.push(item):
-                    f.cursor = total
+                    f.cursor = end

@@ -601,7 +601,9 @@ class ServiceHandler:
                             yield span
                             pos = span["next_offset"]
                     continue
-                live = self.executor.output(op) if self.executor is not None else None
+                # live bytes to the actor only; anyone else reads what is saved
+                live = self.executor.output(op) \
+                    if self.executor is not None and receipt.participant == key else None
                 if live is not None and len(live) > pos:
                     yield chunk(pos, live[pos:])
                     pos = len(live)
