@@ -235,25 +235,6 @@ static void enc_receipts(const aotx_device *d, ck_writer *w) {
     table_end(w, at);
 }
 
-/* The 128-byte memory row as docs/formats/device.md lays it out. */
-static void memory_row_encode(const aotx_memory_row *r, uint8_t *b) {
-    memcpy(b, r->object, 16);
-    dev_le64(b + 16, r->version);
-    b[24] = r->kind;
-    b[25] = r->scope;
-    b[26] = r->mode;
-    b[27] = r->origin;
-    dev_le32(b + 28, r->byte_length);
-    memcpy(b + 32, r->owner, 16);
-    memcpy(b + 48, r->room, 16);
-    memcpy(b + 64, r->source, 16);
-    memcpy(b + 80, r->actor, 16);
-    memcpy(b + 96, r->conversation, 16);
-    dev_le64(b + 112, r->admission_number);
-    dev_le32(b + 120, r->dim);
-    dev_le32(b + 124, r->reserved1);
-}
-
 static void memory_row_decode(const uint8_t *b, aotx_memory_row *r) {
     memset(r, 0, sizeof *r);
     memcpy(r->object, b, 16);
@@ -282,7 +263,7 @@ static void enc_memory(const aotx_device *d, ck_writer *w) {
         uint8_t *payload = ck_put(w, m->row.byte_length);
         if (!b || !payload) continue;
         dev_le64(b + CKY_RECORD, m->record);
-        memory_row_encode(&m->row, b + CKY_ROW);
+        dev_memory_row_encode(&m->row, b + CKY_ROW);
         memcpy(payload, m->payload, m->row.byte_length);
     }
     table_end(w, at);

@@ -158,6 +158,7 @@ typedef struct dev_plan {
 /* device_canon.c */
 int dev_validate_request(const aotx_request *req);
 bool dev_utf8_valid(const uint8_t *s, size_t n);
+void dev_memory_row_encode(const aotx_memory_row *r, uint8_t *b);   /* 128 bytes */
 void dev_le16(uint8_t *p, uint16_t v);
 void dev_le32(uint8_t *p, uint32_t v);
 void dev_le64(uint8_t *p, uint64_t v);

@@ -55,7 +55,9 @@ static void memory_id(const aotx_device *d, uint64_t m, uint8_t out[16]) {
     dev_le64(out + 8, mix64(m ^ l1 ^ 0x6f626a5f69645f32ULL));
 }
 
-static void row_encode(const aotx_memory_row *r, uint8_t *b) {
+/* The 128-byte memory row as docs/formats/device.md lays it out (the MEMORY
+ * transfer's rows and the checkpoint's, device_checkpoint.c). */
+void dev_memory_row_encode(const aotx_memory_row *r, uint8_t *b) {
     memset(b, 0, AOTX_MEMORY_ROW_BYTES);
     memcpy(b, r->object, 16);
     dev_le64(b + 16, r->version);
@@ -176,7 +178,7 @@ static size_t transfer_encode(const mem_plan *mp, uint8_t *buf) {
     buf[0] = 1;
     buf[1] = 2;    /* row count */
     size_t at = AOTX_MEMORY_HEADER;
-    for (int k = 0; k < 2; k++, at += AOTX_MEMORY_ROW_BYTES) row_encode(&mp->rows[k], buf + at);
+    for (int k = 0; k < 2; k++, at += AOTX_MEMORY_ROW_BYTES) dev_memory_row_encode(&mp->rows[k], buf + at);
     memcpy(buf + at, mp->text, mp->text_len);
     at += mp->text_len;
     memcpy(buf + at, mp->vec, mp->rows[1].byte_length);

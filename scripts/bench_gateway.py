@@ -145,15 +145,12 @@ def prepare(data: Path, clients: int, runtime: Path, bind: str, split: bool) -> 
 # --------------------------------------------------------------------------- bare server
 
 
-def bare_server(data: Path, bind: str) -> int:
-    """hypercorn + quart-trio, one POST route, group commit to ``data/bodies``."""
+def bare_app(data: Path) -> Any:
+    """The bare stack's app: quart-trio, one POST route, group commit to ``data/bodies``
+    (one write + fsync per tick); also scripts/bench_mutation_path.py's."""
     import trio
-    from hypercorn.trio import serve
     from quart import Response, request
     from quart_trio import QuartTrio
-
-    from aotx_trio.gateway.serve import hypercorn_config, on_signal
-    from aotx_trio.serve import SWITCH_INTERVAL_S
 
     app = QuartTrio("bare", static_folder=None)
     app.config["PROVIDE_AUTOMATIC_OPTIONS"] = False
@@ -197,6 +194,18 @@ def bare_server(data: Path, bind: str) -> int:
                         content_type="application/json",
                         headers={"Cache-Control": "no-store"})
 
+    return app
+
+
+def bare_server(data: Path, bind: str) -> int:
+    """hypercorn + quart-trio, one POST route, group commit to ``data/bodies``."""
+    import trio
+    from hypercorn.trio import serve
+
+    from aotx_trio.gateway.serve import hypercorn_config, on_signal
+    from aotx_trio.serve import SWITCH_INTERVAL_S
+
+    app = bare_app(data)
     cfg = GatewayConfig.model_validate({"bind": bind, "principals": []})
 
     async def main() -> None:

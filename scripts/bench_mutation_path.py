@@ -111,51 +111,9 @@ async def null_app(scope: Any, receive: Any, send: Any) -> None:
 
 def bare_app(folder: Path) -> ASGIApp:
     """scripts/bench_gateway.py's bare server, as an app (no hypercorn)."""
-    from quart import Response, request
-    from quart_trio import QuartTrio
+    from bench_gateway import bare_app as app_of
 
-    app = QuartTrio("bare", static_folder=None)
-    app.config["PROVIDE_AUTOMATIC_OPTIONS"] = False
-    fd = os.open(folder / "bodies", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    pending: list[bytes] = []
-    tick = {"saved": trio.Event(), "wake": trio.Event()}
-    written = 0
-
-    def write_and_fsync(blob: bytes) -> None:
-        view = memoryview(blob)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-
-    async def committer(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
-                        ) -> None:
-        nonlocal pending, written
-        task_status.started()
-        while True:
-            await tick["wake"].wait()
-            batch, saved = pending, tick["saved"]
-            pending = []
-            tick["saved"], tick["wake"] = trio.Event(), trio.Event()
-            blob = b"".join(batch)
-            await trio.to_thread.run_sync(write_and_fsync, blob)
-            written += len(blob)
-            saved.set()
-
-    @app.before_serving
-    async def _start() -> None:
-        await app.nursery.start(committer)
-
-    @app.post(BARE_PATH)
-    async def mutate() -> Response:
-        body = await request.get_data(cache=False, as_text=False, parse_form_data=False)
-        pending.append(body + b"\n")
-        saved = tick["saved"]
-        tick["wake"].set()
-        await saved.wait()
-        return Response(json.dumps({"saved": True, "bytes": written}), status=202,
-                        content_type="application/json",
-                        headers={"Cache-Control": "no-store"})
-
+    app: ASGIApp = app_of(folder)
     return app
 
 

@@ -12,13 +12,14 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
 from _gateway_env import ALL, LINEAGE, make_config, make_runtime_file, short_dir
+from _runtime_proc import body as _body
+from _runtime_proc import boot as _boot
 
 from aotx_trio import device as D
 from aotx_trio import errors
@@ -230,19 +231,6 @@ def test_pack_cli_checkpoint(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- kill -9
 
 
-def _boot(ccir_path: Path, folder: Path) -> subprocess.Popen[str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "aotx_trio", "boot", "--ccir", str(ccir_path), "--journal",
-         str(folder / "journal"), "--service-grants", str(folder / "grants")],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
-    sock = folder / "journal" / SOCKET_NAME
-    deadline = time.monotonic() + 120
-    while not sock.exists():
-        assert proc.poll() is None, proc.communicate(timeout=30)
-        assert time.monotonic() < deadline, "runtime did not start"
-        time.sleep(0.05)
-    return proc
-
 
 def _stop(proc: subprocess.Popen[str], sig: int) -> str:
     try:
@@ -254,11 +242,6 @@ def _stop(proc: subprocess.Popen[str], sig: int) -> str:
     assert proc.returncode == (-sig if sig == signal.SIGKILL else 0), err
     return err
 
-
-def _body(kind: str, seq: int, **fields: Any) -> dict[str, Any]:
-    return {"principal": "alice", "actions": list(ALL), "kind": kind,
-            "body": {"schema": "aotx.shared.mutation.v1", "lineage": LINEAGE,
-                     "operation_key": f"{seq:032x}", "sequence": str(seq), **fields}}
 
 
 def test_kill9_after_a_checkpoint_keeps_everything_acknowledged(tmp_path: Path) -> None:

@@ -17,7 +17,9 @@ import pytest
 import trio
 from _gateway_env import ALL, LINEAGE, make_config, short_dir
 from _real import real_embedding_dir, real_gguf
-from test_memory_kill9 import _body, _boot
+from _runtime_proc import body as _body
+from _runtime_proc import boot as _boot
+from _runtime_proc import first_conversation
 
 from aotx_trio.client import SocketClient
 from aotx_trio.journal import JournalReader
@@ -54,14 +56,7 @@ def test_kill9_during_generation_keeps_the_journaled_output(tmp_path: Path) -> N
             client = SocketClient(sock)
             async with trio.open_nursery() as n:
                 await n.start(client.run)
-                caps = await client.call("capabilities", {})
-                model = next(m["name"] for m in caps["models"] if m["kind"] == "text")
-                await client.call("mutation.submit", _body("participant.register", 1))
-                r = await client.call("mutation.submit", _body("space.create", 2))
-                space = r["receipt"]["resource"]
-                r = await client.call("mutation.submit", _body("conversation.create", 3,
-                                                               space=space))
-                con = r["receipt"]["resource"]
+                model, _space, con = await first_conversation(client)
                 r = await client.call("mutation.submit", _body(
                     "input", 4, conversation=con, model=model, max_output_tokens=2000,
                     text="Count from one to one thousand in words, one per line."))

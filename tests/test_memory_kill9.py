@@ -9,9 +9,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +16,9 @@ import pytest
 import trio
 from _gateway_env import ALL, LINEAGE, make_config, short_dir
 from _real import real_embedding_dir, real_gguf
+from _runtime_proc import body as _body
+from _runtime_proc import boot as _boot
+from _runtime_proc import first_conversation
 
 from aotx_trio.client import SocketClient
 from aotx_trio.runtime import pack
@@ -27,24 +27,6 @@ from aotx_trio.runtime.socket_server import SOCKET_NAME
 pytestmark = pytest.mark.timeout(300)
 
 
-def _boot(ccir: Path, folder: Path) -> subprocess.Popen[str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "aotx_trio", "boot", "--ccir", str(ccir), "--journal",
-         str(folder / "journal"), "--service-grants", str(folder / "grants")],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
-    sock = folder / "journal" / SOCKET_NAME
-    deadline = time.monotonic() + 120
-    while not sock.exists():
-        assert proc.poll() is None, proc.communicate(timeout=30)
-        assert time.monotonic() < deadline, "runtime did not start"
-        time.sleep(0.05)
-    return proc
-
-
-def _body(kind: str, seq: int, **fields: Any) -> dict[str, Any]:
-    return {"principal": "alice", "actions": list(ALL), "kind": kind,
-            "body": {"schema": "aotx.shared.mutation.v1", "lineage": LINEAGE,
-                     "operation_key": f"{seq:032x}", "sequence": str(seq), **fields}}
 
 
 def test_kill9_between_retention_and_generation(tmp_path: Path) -> None:
@@ -62,14 +44,7 @@ def test_kill9_between_retention_and_generation(tmp_path: Path) -> None:
             client = SocketClient(sock)
             async with trio.open_nursery() as n:
                 await n.start(client.run)
-                caps = await client.call("capabilities", {})
-                model = next(m["name"] for m in caps["models"] if m["kind"] == "text")
-                await client.call("mutation.submit", _body("participant.register", 1))
-                r = await client.call("mutation.submit", _body("space.create", 2))
-                space = r["receipt"]["resource"]
-                r = await client.call("mutation.submit", _body("conversation.create", 3,
-                                                               space=space))
-                con = r["receipt"]["resource"]
+                model, space, con = await first_conversation(client)
                 r = await client.call("mutation.submit", _body(
                     "input", 4, conversation=con, model=model, max_output_tokens=2000,
                     text="Write a very long story about the sea."))

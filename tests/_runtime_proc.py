@@ -1,0 +1,50 @@
+"""A real ``aotx boot`` child process and its socket client, shared by the kill -9
+tests (tests/test_memory_kill9.py, test_executor_kill9.py, test_checkpoint.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from _gateway_env import ALL, LINEAGE
+
+from aotx_trio.client import SocketClient
+from aotx_trio.runtime.socket_server import SOCKET_NAME
+
+
+def boot(ccir: Path, folder: Path) -> subprocess.Popen[str]:
+    """``aotx boot`` on ``folder``'s journal and grants; returns once its socket is up."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "aotx_trio", "boot", "--ccir", str(ccir), "--journal",
+         str(folder / "journal"), "--service-grants", str(folder / "grants")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+    sock = folder / "journal" / SOCKET_NAME
+    deadline = time.monotonic() + 120
+    while not sock.exists():
+        assert proc.poll() is None, proc.communicate(timeout=30)
+        assert time.monotonic() < deadline, "runtime did not start"
+        time.sleep(0.05)
+    return proc
+
+
+def body(kind: str, seq: int, **fields: Any) -> dict[str, Any]:
+    """alice's mutation ``kind`` with sequence (and operation key) ``seq``."""
+    return {"principal": "alice", "actions": list(ALL), "kind": kind,
+            "body": {"schema": "aotx.shared.mutation.v1", "lineage": LINEAGE,
+                     "operation_key": f"{seq:032x}", "sequence": str(seq), **fields}}
+
+
+async def first_conversation(client: SocketClient) -> tuple[str, str, str]:
+    """alice registers (sequence 1), makes a space (2) and a conversation (3) in it:
+    (the runtime's text model, space id, conversation id)."""
+    caps = await client.call("capabilities", {})
+    model = next(m["name"] for m in caps["models"] if m["kind"] == "text")
+    await client.call("mutation.submit", body("participant.register", 1))
+    r = await client.call("mutation.submit", body("space.create", 2))
+    space = r["receipt"]["resource"]
+    r = await client.call("mutation.submit", body("conversation.create", 3, space=space))
+    return model, space, r["receipt"]["resource"]
