@@ -4,12 +4,15 @@ tests (tests/test_memory_kill9.py, test_executor_kill9.py, test_checkpoint.py)."
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import trio
 from _gateway_env import ALL, LINEAGE
 
 from aotx_trio.client import SocketClient
@@ -48,3 +51,16 @@ async def first_conversation(client: SocketClient) -> tuple[str, str, str]:
     space = r["receipt"]["resource"]
     r = await client.call("mutation.submit", body("conversation.create", 3, space=space))
     return model, space, r["receipt"]["resource"]
+
+
+def run_once(ccir: Path, folder: Path, main: Callable[[], Awaitable[None]]) -> None:
+    """Boot the runtime, run ``main`` (its socket client) under trio, then stop the
+    runtime cleanly (SIGTERM); a runtime still up after a failure is killed."""
+    proc = boot(ccir, folder)
+    try:
+        trio.run(main)
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()

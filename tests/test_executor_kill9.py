@@ -19,7 +19,7 @@ from _gateway_env import ALL, LINEAGE, make_config, short_dir
 from _real import real_embedding_dir, real_gguf
 from _runtime_proc import body as _body
 from _runtime_proc import boot as _boot
-from _runtime_proc import first_conversation
+from _runtime_proc import first_conversation, run_once
 
 from aotx_trio.client import SocketClient
 from aotx_trio.journal import JournalReader
@@ -98,14 +98,7 @@ def test_kill9_during_generation_keeps_the_journaled_output(tmp_path: Path) -> N
                 assert data2 == data and again["status"] == "interrupted"
                 n.cancel_scope.cancel()
 
-        proc = _boot(ccir, folder)
-        try:
-            trio.run(second)
-            proc.send_signal(signal.SIGTERM)
-            proc.communicate(timeout=60)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
+        run_once(ccir, folder, second)
         # the journal: one lease named the input, its OUTPUT transfers hold exactly the
         # interrupted result's bytes, none written after the restart
         outputs = [t for t in _journal_transfers(folder)

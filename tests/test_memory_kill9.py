@@ -18,15 +18,13 @@ from _gateway_env import ALL, LINEAGE, make_config, short_dir
 from _real import real_embedding_dir, real_gguf
 from _runtime_proc import body as _body
 from _runtime_proc import boot as _boot
-from _runtime_proc import first_conversation
+from _runtime_proc import first_conversation, run_once
 
 from aotx_trio.client import SocketClient
 from aotx_trio.runtime import pack
 from aotx_trio.runtime.socket_server import SOCKET_NAME
 
 pytestmark = pytest.mark.timeout(300)
-
-
 
 
 def test_kill9_between_retention_and_generation(tmp_path: Path) -> None:
@@ -86,14 +84,7 @@ def test_kill9_between_retention_and_generation(tmp_path: Path) -> None:
                 assert text["text"] == "Write a very long story about the sea."
                 n.cancel_scope.cancel()
 
-        proc = _boot(ccir, folder)
-        try:
-            trio.run(second)
-            proc.send_signal(signal.SIGTERM)
-            proc.communicate(timeout=60)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
+        run_once(ccir, folder, second)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
@@ -183,13 +174,6 @@ def test_kill9_in_mode_2_then_boot_without_the_flag(tmp_path: Path) -> None:
                     [("text", 1), ("embedding", 1)]
                 n.cancel_scope.cancel()
 
-        proc = _boot(ccir, folder)
-        try:
-            trio.run(second)
-            proc.send_signal(signal.SIGTERM)
-            proc.communicate(timeout=60)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
+        run_once(ccir, folder, second)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
