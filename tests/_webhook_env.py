@@ -63,6 +63,8 @@ class Receiver:
         raw = b""
         while True:
             msg = await receive()
+            if msg["type"] == "http.disconnect":
+                return      # the sender died mid-post (a killed router): no post at all
             raw += msg.get("body", b"")
             if not msg.get("more_body"):
                 break
