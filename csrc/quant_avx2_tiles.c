@@ -11,7 +11,12 @@
  *   Q4_0 / Q5_0: u = the raw quant (0..15 / 0..31); four maddubs are summed in int16
  *     (|sum| <= 8 * 31 * 127 < 32768) and the offset comes back as a per-token seed
  *     -c * sum(x_q), c = 8 / 16: the block's integer sum is the reference's exactly.
- *   Q8_0: maddubs(|w|, sign(x_q, w)) (|pair| <= 2 * 128 * 127 < 32768), one madd each.
+ *   Q8_0 tiles: int16 pairs, no sign step: each row's dword g (quants 4g .. 4g + 3) is
+ *     sign-extended into two int16-pair lanes (4g, 4g + 2) and (4g + 1, 4g + 3), the
+ *     activation staged as int16 in the same pair order, so one madd (|pair| <= 2 * 128 *
+ *     127) + one add per 2 quants x 8 rows (the sign trick costs a psignb on the same
+ *     ports per 4 quants); n_tok == 1 runs q8_0_rows1 (maddubs(|w|, sign(x_q, w)), rows as
+ *     stored): the same exact integer block sums, so the same bits.
  *   Q4_K: per 32-element sub-block 8 maddubs in int16 (<= 16 * 15 * 127), times its
  *     scale by madd: the super-block's sum S exact in int32; the mins M = sum m * bsum
  *     pairs (madd, exact); float: S * (d dx) - M * (dmin dx) in one fused step.
@@ -39,6 +44,9 @@
 #define KB 32               /* blocks per K slab (1024 columns) */
 #define ACTB (20 * 1024)    /* bytes of signed activation quants per slab */
 #define PFC 2               /* weight prefetch distance in 8-row chunks */
+#define PFT 6               /* the same for q8fam_tiles, into L2 (_MM_HINT_T1): the prefetches
+                             * come in a burst per chunk, and to L1 they stall (measured: +10-20%
+                             * at 8 tokens on the 262144-row head) */
 #define KSL 8               /* super-blocks per scale staging slab */
 
 typedef struct {
@@ -47,10 +55,13 @@ typedef struct {
     __m256 dw[KB];          /* [block] weight scales per row */
     uint16_t d16[KB][TR];   /* staging: fp16 scales (gathers are slow on Zen) */
     uint32_t qh[KB][TR];    /* staging: Q5_0 high bits */
-    int8_t xq[ACTB];        /* [token][block][32] signed x_q */
+    union {
+        int8_t xq[ACTB];        /* [token][block][32] signed x_q (Q4_0 / Q5_0) */
+        int16_t x16[ACTB];      /* Q8_0: [token][block][32] x_q as int16, in pair order */
+    };
     int32_t sd[ACTB / 32];  /* [token][block] seed -c * sum x_q */
     float dx[ACTB / 32];    /* [token][block] activation scale */
-} tiles8;                   /* ~44 KiB, on the caller's stack */
+} tiles8;                   /* ~64 KiB, on the caller's stack */
 
 AI __m256i row_mask(int nr) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(nr), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
@@ -113,7 +124,19 @@ static void tile_act(const uint8_t *act, size_t as, int64_t ts, int64_t k0, int6
             __m256i s4 = _mm256_sad_epu8(xu, _mm256_setzero_si256());  /* sum (x_q + 128) */
             __m128i s2 = _mm_add_epi64(_mm256_castsi256_si128(s4), _mm256_extracti128_si256(s4, 1));
             int32_t sum = (int32_t)(_mm_cvtsi128_si32(s2) + _mm_extract_epi32(s2, 2)) - 32 * 128;
-            _mm256_storeu_si256((__m256i *)(tb->xq + (t * kn + b) * 32), _mm256_xor_si256(xu, c80));
+            const __m256i xs = _mm256_xor_si256(xu, c80);
+            if (c == 0) {  /* Q8_0: see tile_weights' int16 pairs */
+                /* dword 2g + 0 = (x[4g], x[4g + 2]), dword 2g + 1 = (x[4g + 1], x[4g + 3]) */
+                const __m256i ev = _mm256_srai_epi16(_mm256_slli_epi16(xs, 8), 8);
+                const __m256i od = _mm256_srai_epi16(xs, 8);
+                /* ev dword g = (x[4g], x[4g+2]); interleave dwords of ev and od */
+                int16_t *o = tb->x16 + (t * kn + b) * 32;
+                const __m256i lo = _mm256_unpacklo_epi32(ev, od), hi = _mm256_unpackhi_epi32(ev, od);
+                _mm256_storeu_si256((__m256i *)o, _mm256_permute2x128_si256(lo, hi, 0x20));
+                _mm256_storeu_si256((__m256i *)(o + 16), _mm256_permute2x128_si256(lo, hi, 0x31));
+            } else {
+                _mm256_storeu_si256((__m256i *)(tb->xq + (t * kn + b) * 32), xs);
+            }
             tb->sd[t * kn + b] = -c * sum;
             tb->dx[t * kn + b] = *aotx_act8_dx(row, k0 + b);
         }
@@ -138,14 +161,19 @@ static void tile_weights(int kind, size_t bbytes, const uint8_t *const *rows, in
     for (int64_t b = 0; b < kn; b++) {
         const size_t off = (size_t)b * bbytes;
         for (size_t o = 0, pf = (size_t)b * pf_step; o < pf_step && pf + o < next_bytes; o += 64)
-            _mm_prefetch((const char *)next + pf + o, _MM_HINT_T0);
+            _mm_prefetch((const char *)next + pf + o, _MM_HINT_T1);
         tb->dw[b] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)tb->d16[b]));
         __m256i *q = tb->q[b];
         if (kind == AOTX_TK_Q8_0) {
             __m256i *s = tb->s[b];
-            tr8x4(rows, off + 2, s);
-            tr8x4(rows, off + 18, s + 4);
-            for (int g = 0; g < 8; g++) q[g] = _mm256_abs_epi8(s[g]);
+            __m256i t8[8];
+            tr8x4(rows, off + 2, t8);
+            tr8x4(rows, off + 18, t8 + 4);
+            /* int16 pairs per row lane: q[g] = (w[4g], w[4g + 2]), s[g] = (w[4g + 1], w[4g + 3]) */
+            for (int g = 0; g < 8; g++) {
+                q[g] = _mm256_srai_epi16(_mm256_slli_epi16(t8[g], 8), 8);
+                s[g] = _mm256_srai_epi16(t8[g], 8);
+            }
             continue;
         }
         /* packed byte j: low nibble = element j, high = element j + 16 */
@@ -181,12 +209,16 @@ AI void tile_dot(int kind, const tiles8 *tb, int64_t kn, int64_t t0, int nt, flo
         __m256i a[TT];
         for (int t = 0; t < nt; t++) a[t] = _mm256_set1_epi32(tb->sd[(t0 + t) * kn + b]);
         if (kind == AOTX_TK_Q8_0) {
+            /* int16 x int16 pairs (|pair| <= 2 * 128 * 127): one madd + one add per
+             * 2 quants x 8 rows, no sign step; x16 holds the pairs in the same order */
+            const int16_t *x16 = tb->x16 + (t0 * kn + b) * 32;
             for (int g = 0; g < 8; g++) {
-                const __m256i wa = _mm256_load_si256(&tb->q[b][g]);
-                const __m256i ws = _mm256_load_si256(&tb->s[b][g]);
+                const __m256i we = _mm256_load_si256(&tb->q[b][g]);
+                const __m256i wo = _mm256_load_si256(&tb->s[b][g]);
                 for (int t = 0; t < nt; t++) {
-                    __m256i p = _mm256_maddubs_epi16(wa, _mm256_sign_epi8(bcast4(xq + t * ts + 4 * g), ws));
-                    a[t] = _mm256_add_epi32(a[t], _mm256_madd_epi16(p, ones));
+                    const int16_t *xt = x16 + t * ts + 4 * g;
+                    a[t] = _mm256_add_epi32(a[t], _mm256_madd_epi16(we, bcast4((const int8_t *)xt)));
+                    a[t] = _mm256_add_epi32(a[t], _mm256_madd_epi16(wo, bcast4((const int8_t *)(xt + 2))));
                 }
             }
         } else {
@@ -242,7 +274,7 @@ AI void q8fam_tiles(int kind, const uint8_t *w, size_t rb, int64_t nb, const uin
                 const uint8_t *rows[TR];
                 for (int r = 0; r < TR; r++)  /* missing rows repeat the first */
                     rows[r] = w + (size_t)(rc + (r < nr ? r : 0)) * rb + (size_t)k0 * bbytes;
-                const int64_t pa = rc + PFC * TR;
+                const int64_t pa = rc + PFT * TR;
                 const int64_t nn = r1 - pa < TR ? r1 - pa : TR;
                 tile_weights(kind, bbytes, rows, kn, w + (size_t)pa * rb + (size_t)k0 * bbytes,
                              nn > 0 ? (size_t)nn * rb : 0, tb);
@@ -290,7 +322,8 @@ static void q8_0_rows1(const uint8_t *w, size_t rb, int64_t nb, const uint8_t *a
         const int64_t nr = r1 - rc < TR ? r1 - rc : TR;
         const uint8_t *rows[TR];
         for (int r = 0; r < TR; r++) rows[r] = w + (size_t)(rc + (r < nr ? r : 0)) * rb;
-        /* the chunk PFC chunks ahead, spread over this chunk's blocks */
+        /* the chunk PFC chunks ahead, spread over this chunk's blocks, into L2 (measured
+         * ~10% faster than into L1 on the head) */
         const int64_t pa = rc + PFC * TR;
         const int64_t nn = r1 - pa < TR ? r1 - pa : TR;
         const uint8_t *next = w + (size_t)pa * rb;
@@ -303,7 +336,7 @@ static void q8_0_rows1(const uint8_t *w, size_t rb, int64_t nb, const uint8_t *a
             __m256 f = _mm256_setzero_ps();
             for (int64_t b = k0; b < ke; b++) {
                 for (size_t o = 0, pf = (size_t)b * pf_step; o < pf_step && pf + o < next_bytes; o += 64)
-                    _mm_prefetch((const char *)next + pf + o, _MM_HINT_T0);
+                    _mm_prefetch((const char *)next + pf + o, _MM_HINT_T1);
                 const __m256i xs = _mm256_xor_si256(
                     _mm256_loadu_si256((const __m256i *)aotx_act8_xu(act, b)), c80);
                 const size_t off = (size_t)b * bb;

@@ -1,6 +1,7 @@
 """Kernel throughput on the real model's shapes (Gemma 3 270M Q4_K_M + MiniLM F32).
 
     AOTX_NATIVE_DIR=build/dev-kernels .venv/bin/python scripts/bench_kernels.py [--quick]
+        [--types Q8_0,Q5_0 | --cases Q8_0:262144:8,Q8_0:8192:64]
 
 Per type and shape: n_tok = 1 (decode: GB/s of weights streamed), the time of
 n_tok = 2, 4, 8, 16 (batched decode) and 64 (prefill) as a multiple of the
@@ -163,13 +164,33 @@ def bench_decode(min_time: float) -> None:
           f"2 threads {t2 * 1e3:.1f} ms wall ({total / t2 / 1e9:.1f} GB/s)")
 
 
+def bench_cases(min_time: float, cases: str) -> None:
+    """One line per TYPE:ROWS:N_TOK (640 columns): the best time on this thread's CPU
+    clock, for A/B runs of two builds (AOTX_NATIVE_DIR) taken alternately."""
+    rng = np.random.default_rng(1)
+    for case in cases.split(","):
+        tname, rows_s, n_s = case.split(":")
+        rows, n_tok = int(rows_s), int(n_s)
+        m = Mat(tname, rows, 640, rng)
+        act, y, _keep = m.prepare(n_tok, rng)
+        dt = best_time(partial(m.run, act, y, n_tok, 0, rows), min_time)
+        impl = ffi.string(lib.aotx_kernel_impl(m.t)).decode()
+        print(f"{tname} {rows} x 640 n_tok={n_tok} {impl}: {dt * 1e3:.2f} ms, "
+              f"{2 * rows * 640 * n_tok / dt / 1e9:.1f} GFLOP/s")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--cases", help="only these TYPE:ROWS:N_TOK cases (comma-separated, 640 "
+                    "columns, e.g. Q8_0:262144:8), one line each")
     ap.add_argument("--quick", action="store_true", help="shorter timing loops")
     ap.add_argument("--types", help="only these types (comma-separated, e.g. Q8_0,Q5_0); "
                     "skips the decode step")
     args = ap.parse_args()
     min_time = 0.2 if args.quick else 0.6
+    if args.cases:
+        bench_cases(min_time, args.cases)
+        return 0
     bench_shapes(min_time, args.types)
     if not args.types:
         bench_decode(min_time)

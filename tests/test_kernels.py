@@ -428,6 +428,40 @@ def test_matmul_q8fam_tiles_extreme_quants(impl: str) -> None:
         assert np.all(np.abs(y_fast - y_ref) <= 1e-5 * mag + 1e-30), t.name
 
 
+def test_q8_0_tiles_bits_equal_rows1_at_extremes(impl: str) -> None:
+    """Q8_0 at the head's 640 columns with weights at -128 / 127 and activations at
+    +-127: the multi-token tiles (AVX2: int16 pairs, madd) give each token the bits of
+    its n_tok = 1 run (AVX2: maddubs sign trick, rows as stored), at 8 tokens (the
+    8-sequence step) and 37 (a prefill slab with a partial token group), on row ranges
+    that cut 8- and 16-row chunks; and stay within the reference's bound."""
+    rng = np.random.default_rng(23)
+    rows, cols = 43, 640
+    _, bb, offs = LAYOUT[GT.Q8_0]
+    raw = rng.choice(np.array((0x80, 0x7F, 0x81, 0x01), np.uint8), (rows * cols // 32, bb))
+    for off in offs:
+        raw[:, off:off + 2] = np.array([0.25], np.float16).view(np.uint8)
+    w = raw.reshape(rows, -1)
+    for n_tok in (8, 37):
+        x = np.where(rng.random((n_tok, cols)) < 0.5, -1.0, 1.0).astype(np.float32)
+        x[:, :32] *= 3.0  # one block with a different activation scale
+        lib.aotx_kernel_invariant(1)
+        try:
+            alone = np.stack([matmul(GT.Q8_0, w, cols, prepare(GT.Q8_0, x[i:i + 1]), 1, rows,
+                                     0, rows, rows, ref=False)[0] for i in range(n_tok)])
+            act = prepare(GT.Q8_0, x)
+            y = np.full((n_tok, rows), np.nan, np.float32)
+            for r0, r1 in ((0, 5), (5, 24), (24, rows)):
+                y[:, r0:r1] = matmul(GT.Q8_0, w, cols, act, n_tok, rows, r0, r1, rows,
+                                     ref=False)[:, r0:r1]
+        finally:
+            lib.aotx_kernel_invariant(0)
+        assert np.array_equal(y.view(np.uint32), alone.view(np.uint32)), (impl, n_tok)
+        y_ref = matmul(GT.Q8_0, w, cols, act, n_tok, rows, 0, rows, rows, ref=True)
+        mag = magnitude(gguf_dequant(GT.Q8_0, w).reshape(rows, cols),
+                        act_dequant(GT.Q8_0, act, n_tok, cols)[0]).T
+        assert np.all(np.abs(y - y_ref) <= 1e-5 * mag + 1e-30), (impl, n_tok)
+
+
 @pytest.mark.parametrize("t", [GT.Q4_0, GT.Q5_0, GT.Q8_0, GT.BF16], ids=lambda t: t.name)
 def test_matmul_on_gguf_quantized_weights(t: GT, impl: str) -> None:
     run_case(t, 24, 20, 6, 0, 24, seed=11, impl=impl, mode="quantize")
