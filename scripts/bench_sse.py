@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Benchmark: SSE fanout, many subscribers on one conversation's or one operation's events.
 
-    .venv/bin/python scripts/bench_sse.py [--subscribers 500] [--readers 5] [--procs 2]
+    .venv/bin/python scripts/bench_sse.py [--subscribers 500 | 50,500] [--readers 5] [--procs 2]
         [--modes embedded,split] [--variants conversation,operation] [--events 40]
         [--interval 0.25] [--gen-tokens 16] [--op-tokens 256] [--rounds 1]
 
@@ -46,6 +46,12 @@ process on the machine), of each event at each subscriber:
                   number that noise on a shared machine moves least.
                   ``--profile DIR`` runs the gateway (``aotx serve``) under
                   cProfile and writes one file per side there.
+
+``--subscribers 50,500`` measures each side at each count, one right after the
+other in the same round (the order flipped every round), and prints the ratio
+of the largest count's spread p99 to the smallest's (and of main CPU per
+delivery): on a shared, noisy machine the ratio moves less than either
+figure.
 
 Drops: streams that ended with a ``dropped`` event (slow consumer) or an
 ``error`` event, or that missed an event.  Target: p99 < 100 ms with 500
@@ -418,7 +424,8 @@ def summarize(mode: str, variant: str, args: argparse.Namespace, recs: list[dict
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--subscribers", type=int, default=500)
+    ap.add_argument("--subscribers", default="500",
+                    help="subscriber count, or counts (50,500: a same-run ratio)")
     ap.add_argument("--readers", type=int, default=5,
                     help="reader principals the subscribers' tokens cycle through")
     ap.add_argument("--procs", type=int, default=2, help="load processes")
@@ -448,18 +455,23 @@ def main() -> int:
     if set(modes) - {"embedded", "split"} or set(variants) - {"conversation", "operation"}:
         ap.error("--modes takes embedded,split; --variants conversation,operation")
     print(f"machine: {machine()}")
+    counts = [int(c) for c in a.subscribers.split(",") if c.strip()]
+    if not counts or min(counts) < 1:
+        ap.error("--subscribers takes positive counts: 500 or 50,500")
     print(f"{a.subscribers} subscribers in {a.procs} load processes, {a.readers} reader "
           f"principals; conversation: {a.events} inputs every {a.interval:g} s, "
           f"{a.gen_tokens} tokens each; operation: {a.op_tokens} tokens", flush=True)
     results = []
-    sides = [(m, v) for m in modes for v in variants]
+    sides = [(m, v, n) for m in modes for v in variants for n in counts]
     for r in range(a.rounds):   # interleaved, the order flipped every round
-        for mode, variant in sides if r % 2 == 0 else sides[::-1]:
-            out = run_side(mode, variant, a, runtime)
+        for mode, variant, n in sides if r % 2 == 0 else sides[::-1]:
+            out = run_side(mode, variant, argparse.Namespace(**{**vars(a), "subscribers": n}),
+                           runtime)
             if out is None:
                 return 1
+            out["round"] = r
             results.append(out)
-            print(f"  {mode} {variant}: spread p99 {out['p99_ms']:.1f} ms, POST p99 "
+            print(f"  {mode} {variant} x{n}: spread p99 {out['p99_ms']:.1f} ms, POST p99 "
                   f"{out['post_p99_ms'] or float('nan'):.1f} ms, load "
                   f"{out['load'][0]:.2f}->{out['load'][1]:.2f}", flush=True)
     print(f"{'mode':<9} {'variant':<13} {'subs':>5} {'open':>5} {'events':>6} "
@@ -479,6 +491,20 @@ def main() -> int:
               f"{o['load'][0]:.2f}->{o['load'][1]:.2f}")
         if o["ends"]:
             print(f"          ends: {o['ends']}")
+    if len(counts) > 1:
+        lo, hi = min(counts), max(counts)
+        for r in range(a.rounds):
+            for mode in modes:
+                for variant in variants:
+                    pick = {o["subscribers"]: o for o in results if o["round"] == r
+                            and o["mode"] == mode and o["variant"] == variant}
+                    if lo in pick and hi in pick and pick[lo]["p99_ms"] > 0:
+                        a_, b_ = pick[lo], pick[hi]
+                        print(f"ratio round {r} {mode} {variant}: spread p99 x{hi} / x{lo} "
+                              f"= {b_['p99_ms']:.1f} / {a_['p99_ms']:.1f} = "
+                              f"{b_['p99_ms'] / a_['p99_ms']:.2f}; main CPU per delivery "
+                              f"{b_['main_cpu_us_per_delivery']:.0f} / "
+                              f"{a_['main_cpu_us_per_delivery']:.0f} us")
     print("target: p99 < 100 ms with 500 subscribers")
     print(json.dumps({"machine": machine(), "results": results}))
     return 0

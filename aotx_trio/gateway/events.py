@@ -9,10 +9,13 @@ byte arrives exactly once across reconnects.  Idle streams get a comment
 line every ``limits.sse_keepalive_s`` seconds (proxies keep them open).
 
 The runtime side is the ``operation.watch`` stream of the device client (in
-process or over the service socket's push frames), fed to the body by
-:func:`aotx_trio.gateway.streams.open_stream` through a bounded channel of
-``limits.sse_queue_depth`` events; a subscriber that falls further behind is
-dropped with a final ``dropped`` event naming why (``slow_consumer``).  The
+process or over the service socket's push frames); the response body reads the
+subscription's own bounded buffer of ``limits.sse_queue_depth`` events
+directly (:func:`aotx_trio.gateway.streams.open_feed`: no pump task between
+them); a subscriber that falls further behind is dropped with a final
+``dropped`` event naming why (``slow_consumer``).  When the body wakes it
+sends every event already buffered as one chunk, and each event the runtime
+pushed to many subscribers is rendered to SSE bytes once for all of them.  The
 visibility check runs when the stream opens, before the response starts (an
 unknown or invisible operation is the plain 404 envelope), and again on every
 push; a failure after the start ends the stream with an ``error`` event
@@ -32,7 +35,7 @@ from aotx_trio import errors
 from aotx_trio.client import SLOW_CONSUMER, DeviceClient
 from aotx_trio.gateway.auth import Principal
 from aotx_trio.gateway.errors import dumps
-from aotx_trio.gateway.streams import open_stream, sse_response
+from aotx_trio.gateway.streams import Feed, open_feed, sse_response
 from aotx_trio.pushed import Pushed
 from aotx_trio.vocab import is_decimal
 
@@ -53,6 +56,17 @@ def _event(kind: str, data: Any, event_id: str | None = None) -> bytes:
     head = f"event: {kind}\ndata: " if event_id is None else \
         f"id: {event_id}\nevent: {kind}\ndata: "
     return head.encode("utf-8") + body + b"\n\n"
+
+
+def _shared(data: Any, kind: str, event_id: str) -> bytes:
+    """The whole SSE event of ``data``; an item the runtime pushed to many subscribers
+    (``Pushed``: one conversation's or operation's, so one ``event_id`` for all of them)
+    is rendered once and its bytes are shared by every subscriber."""
+    if not isinstance(data, Pushed):
+        return _event(kind, data, event_id)
+    frame = data.encoded(f"sse-event {kind} {event_id}",
+                         lambda d: _event(kind, d, event_id))
+    return frame
 
 
 def _resume(resource: str, arg: str, what: str) -> int:
@@ -76,41 +90,39 @@ def _stream_config() -> tuple[int, float, Any]:
     return depth, keepalive, current_app.config.get("AOTX_METRICS")
 
 
-def _sse(receive: trio.MemoryReceiveChannel[tuple[str, Any]], keepalive: float, own: Any,
-         greeting: bytes, frame_of: Callable[[str, Any], bytes]) -> Response:
-    """The SSE response pumping ``receive`` through ``frame_of`` (keepalive comments
-    when idle; the slow-consumer drop and errors as final events)."""
+def _sse(feed: Feed, keepalive: float, own: Any, greeting: bytes,
+         frame_of: Callable[[Any], bytes]) -> Response:
+    """The SSE response of ``feed`` through ``frame_of`` (keepalive comments when idle;
+    the slow-consumer drop and errors as final events).  Every message buffered when
+    the body wakes goes out in one chunk (one send, not one per event)."""
 
     def frame(kind: str, value: Any) -> bytes:
+        if kind == "item":
+            return frame_of(value)
         if kind == "stop" and value == SLOW_CONSUMER:
             if own is not None:
                 own.sse_dropped.labels(SLOW_CONSUMER).inc()
             return _event("dropped", {"reason": SLOW_CONSUMER})
         if kind == "error":
             return _event("error", value.envelope()["error"])
-        if kind == "item":
-            return frame_of(kind, value)
-        return b""          # "stop" for another reason: the channel ends next
+        return b""          # "stop" for another reason: the stream ends
 
     async def body() -> AsyncIterator[bytes]:
         if own is not None:
             own.sse_subscribers.inc()
         try:
-            async with receive:
-                yield greeting
-                while True:
-                    with trio.move_on_after(keepalive) as idle:
-                        try:
-                            kind, value = await receive.receive()
-                        except trio.EndOfChannel:
-                            return
-                    if idle.cancelled_caught:
-                        yield b": keepalive\n\n"
-                        continue
-                    data = frame(kind, value)
-                    if data:
-                        yield data
+            yield greeting
+            while not feed.ended:
+                with trio.move_on_after(keepalive) as idle:
+                    messages = await feed.batch()
+                if idle.cancelled_caught:
+                    yield b": keepalive\n\n"
+                    continue
+                data = b"".join([frame(kind, value) for kind, value in messages])
+                if data:
+                    yield data
         finally:
+            feed.close()
             if own is not None:
                 own.sse_subscribers.dec()
 
@@ -124,16 +136,16 @@ async def operation_events(client: DeviceClient, principal: Principal,
     params = {"principal": principal.name, "actions": list(principal.actions),
               "operation": operation, "offset": _resume(operation, "offset", "byte offset")}
     depth, keepalive, own = _stream_config()
-    _, receive = await open_stream(client, "operation.watch", params, depth)
+    _, feed = await open_feed(client, "operation.watch", params, depth)
 
-    def frame_of(kind: str, value: Any) -> bytes:
+    def frame_of(value: Any) -> bytes:
         if "end" in value:
             total = value["receipt"]["result"]["bytes"]   # a resume gets the end only
             return _event("end", {"status": value["end"], "receipt": value["receipt"]},
                           f"{operation}/{total}")
-        return _event("output", value, f"{operation}/{value['next_offset']}")
+        return _shared(value, "output", f"{operation}/{value['next_offset']}")
 
-    return _sse(receive, keepalive, own, b": aotx operation events\n\n", frame_of)
+    return _sse(feed, keepalive, own, b": aotx operation events\n\n", frame_of)
 
 
 async def conversation_events(client: DeviceClient, principal: Principal,
@@ -146,13 +158,13 @@ async def conversation_events(client: DeviceClient, principal: Principal,
     params = {"principal": principal.name, "actions": list(principal.actions),
               "conversation": conversation, "cursor": str(cursor)}
     depth, keepalive, own = _stream_config()
-    opened, receive = await open_stream(client, "conversation.watch", params, depth)
+    opened, feed = await open_feed(client, "conversation.watch", params, depth)
     greeting = b": aotx conversation events\n\n"
     if opened.get("gap"):
         greeting += _event("gap", {"cursor": str(cursor), "event_floor": opened["event_floor"]},
                            f"{conversation}/{opened['event_floor']}")
 
-    def frame_of(kind: str, value: Any) -> bytes:
-        return _event("input", value, f"{conversation}/{value['cursor']}")
+    def frame_of(value: Any) -> bytes:
+        return _shared(value, "input", f"{conversation}/{value['cursor']}")
 
-    return _sse(receive, keepalive, own, greeting, frame_of)
+    return _sse(feed, keepalive, own, greeting, frame_of)

@@ -20,10 +20,11 @@ from quart import Response, current_app
 
 from aotx_trio import errors
 from aotx_trio._process import leaves
-from aotx_trio.client import DeviceClient
+from aotx_trio.client import DeviceClient, Subscription
 
 Message = tuple[str, Any]
 _GONE = (trio.BrokenResourceError, trio.ClosedResourceError)
+BATCH = 64          # messages one body chunk carries at most (Feed.batch)
 
 
 async def open_stream(client: DeviceClient, method: str, params: dict[str, Any],
@@ -55,6 +56,89 @@ async def open_stream(client: DeviceClient, method: str, params: dict[str, Any],
     nursery: trio.Nursery = current_app.nursery   # type: ignore[attr-defined]
     opened = await nursery.start(pump)
     return opened, receive
+
+
+class Feed:
+    """The messages of one open subscription, read by the response body itself (no
+    pump hop between the subscription and the body): :meth:`batch` waits for the next
+    message and returns it together with every one already buffered, so a subscriber
+    that is behind gets them in one body chunk (one send)."""
+
+    def __init__(self, sub: Subscription, done: trio.Event) -> None:
+        self._sub = sub
+        self._done = done
+        self.failure: errors.AotxError | None = None   # the subscription's own exit
+        self.ended = False
+
+    def _end(self) -> Message:
+        self.ended = True
+        failure = self._sub.error or self.failure
+        if failure is not None:
+            return ("error", failure)
+        return ("stop", self._sub.end_reason)
+
+    async def batch(self, limit: int = BATCH) -> list[Message]:
+        """The next message and every one ready behind it (at most ``limit``); the last
+        of a stream is ``("stop", reason)`` or ``("error", AotxError)``; ``[]`` after
+        that."""
+        if self.ended:
+            return []
+        try:
+            first = await self._sub.__anext__()
+        except StopAsyncIteration:
+            return [self._end()]
+        except errors.AotxError as exc:
+            self.ended = True
+            return [("error", exc)]
+        out: list[Message] = [("item", first)]
+        items = self._sub._items
+        while len(out) < limit:
+            try:
+                value = items.receive_nowait()
+            except trio.WouldBlock:
+                break
+            except (trio.EndOfChannel, trio.ClosedResourceError):
+                out.append(self._end())
+                break
+            self._sub.delivered += 1
+            out.append(("item", value))
+        return out
+
+    def close(self) -> None:
+        """The body is done: end the subscription (which cancels it at the runtime)."""
+        self.ended = True
+        self._done.set()
+
+
+async def open_feed(client: DeviceClient, method: str, params: dict[str, Any],
+                    depth: int) -> tuple[Any, Feed]:
+    """(the stream's open value, its :class:`Feed`): like :func:`open_stream`, but a
+    task in the app's nursery only holds the subscription open until the body calls
+    :meth:`Feed.close`; the body reads the subscription's own bounded buffer
+    (``depth`` items; a subscriber further behind is dropped, ``slow_consumer``)."""
+    done = trio.Event()
+
+    async def hold(task_status: trio.TaskStatus[Feed] = trio.TASK_STATUS_IGNORED) -> None:
+        feed: Feed | None = None
+        try:
+            async with client.subscribe(method, params, buffer=depth) as sub:
+                feed = Feed(sub, done)
+                task_status.started(feed)
+                await done.wait()
+        except (BaseExceptionGroup, errors.AotxError, *_GONE) as exc:
+            if feed is None:
+                raise
+            found = list(leaves(exc))
+            if any(not isinstance(e, (errors.AotxError, *_GONE)) for e in found):
+                raise
+            feed.failure = next((e for e in found if isinstance(e, errors.AotxError)), None)
+        finally:
+            if feed is not None:       # the body, still reading, ends next
+                feed._sub._items.close()
+
+    nursery: trio.Nursery = current_app.nursery   # type: ignore[attr-defined]
+    feed: Feed = await nursery.start(hold)
+    return feed._sub.opened, feed
 
 
 def sse_response(body: AsyncIterator[bytes]) -> Response:
