@@ -345,9 +345,11 @@ def _open_locked(d: Path, path: Path, lineage: bytes, base: JournalParams, ops: 
     try:
         start: Anchor | None = None
         image: Image
+        asked = False   # position consulted on the file's spans (not on its bytes)
         if position is not None and not check_prefix:
             size = ops.size(fd)
-            start = position(FileView(ops, fd, size)) if size >= FILE_HEADER else None
+            if size >= FILE_HEADER:
+                asked, start = True, position(FileView(ops, fd, size))
         if start is not None:   # from the checkpoint: read its last record and the suffix
             image = read_suffix(ops, fd, size, record_offset(start.records - 1))
             reader = JournalReader(image, expected_lineage=lineage, source=str(path))
@@ -356,7 +358,7 @@ def _open_locked(d: Path, path: Path, lineage: bytes, base: JournalParams, ops: 
             data = ops.read_all(fd)
             image = data
             reader = JournalReader(image, expected_lineage=lineage, source=str(path))
-            start = position(data) if position is not None else None
+            start = position(data) if position is not None and not asked else None
             if start is not None:
                 reader.seek(start)   # every prefix record's CRC-32C and index checked
         transfers = list(reader)
