@@ -274,6 +274,14 @@ class JournalReader:
             lib.aotx_journal_reader_expect_lineage(self._r, expected_lineage)
         self.finished = False
 
+    def release(self) -> None:
+        """Free the native reader and let go of the image's buffer now (an image that
+        is a map can then be closed); the reader is unusable after."""
+        r, self._r = self._r, ffi.NULL
+        ffi.gc(r, None)   # no second free by the collector
+        lib.aotx_journal_reader_free(r)
+        ffi.release(self._cbuf)
+
     @property
     def handle(self) -> Any:
         """The ``aotx_journal_reader *`` (for the device's replay)."""

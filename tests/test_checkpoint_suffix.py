@@ -1,8 +1,8 @@
-"""A boot from a checkpoint reads O(suffix), not O(file) (issue 8, item 9): the
+"""A boot from a checkpoint copies and replays only the suffix (issue 8, item 9): the
 journal's header, the checkpoint's last record and the records after it, into a
-private snapshot (never the prefix, never a live map of the file), with the torn-tail
-quarantine, the watermark check and fail-closed damage refusals kept for the suffix,
-and ``check_prefix`` still reading and checking every prefix record."""
+private snapshot (never a live map of the file), the prefix CRC-checked through a
+read-only map (never copied), with the torn-tail quarantine, the watermark check and
+fail-closed damage refusals kept."""
 
 from __future__ import annotations
 
@@ -48,10 +48,9 @@ def _journal(tmp_path: Path, prefix: int = 40, suffix: int = 6) -> tuple[Path, P
     return j, rt, info.anchor
 
 
-def _open(j: Path, rt: Path, ops: FileOps | None = None, *,
-          check_prefix: bool = False) -> JournalFile:
+def _open(j: Path, rt: Path, ops: FileOps | None = None) -> JournalFile:
     info = checkpoint.parse_section(checkpoint.read_section(rt) or b"")
-    return open_journal_file(j, LIN, resume=False, ops=ops, check_prefix=check_prefix,
+    return open_journal_file(j, LIN, resume=False, ops=ops,
                              position=checkpoint.journal_position(info, LIN, str(j)))
 
 
@@ -150,17 +149,19 @@ def test_acknowledged_records_missing_after_the_checkpoint_refuse(tmp_path: Path
     assert path.stat().st_size == cut and not (j / "quarantine").exists()
 
 
-def test_prefix_damage_is_found_by_check_prefix_not_read_by_a_boot(tmp_path: Path) -> None:
+def test_prefix_damage_still_refuses_a_checkpoint_boot(tmp_path: Path) -> None:
+    """The prefix is CRC-checked through a map (not copied): damage there fails closed
+    with the record's offset, as a full read would."""
     j, rt, anchor = _journal(tmp_path)
     path = j / JOURNAL_NAME
     raw = bytearray(path.read_bytes())
     off = record_offset(anchor.records // 2) + 50
     raw[off] ^= 1
     path.write_bytes(bytes(raw))
-    jf = _open(j, rt)          # O(suffix): the prefix is the checkpoint's, not read
-    jf.close()
+    ops = CountingOps()
     with pytest.raises(errors.JournalDamage) as exc:
-        _open(j, rt, check_prefix=True).close()
+        _open(j, rt, ops).close()
     assert exc.value.fields["offset"] == record_offset(anchor.records // 2)
+    assert path.read_bytes() == bytes(raw) and not (j / "quarantine").exists()
     with pytest.raises(errors.JournalDamage):   # and a full replay refuses as ever
         open_journal_file(j, LIN, resume=False).close()

@@ -222,8 +222,7 @@ def _create(directory: Path, path: Path, header: bytes, ops: FileOps) -> None:
 def open_journal_file(directory: str | os.PathLike[str], lineage: bytes, *,
                       params: JournalParams | None = None, ops: FileOps | None = None,
                       name: str = JOURNAL_NAME, resume: bool = True,
-                      position: Callable[[Spans], Anchor | None] | None = None,
-                      check_prefix: bool = False) -> JournalFile:
+                      position: Callable[[Spans], Anchor | None] | None = None) -> JournalFile:
     """Lock ``directory`` (:func:`lock_journal_dir`), then create or open
     ``directory/name``; verify, truncate a torn tail, continue it.
 
@@ -234,9 +233,9 @@ def open_journal_file(directory: str | os.PathLike[str], lineage: bytes, *,
     ``position`` (a checkpoint's check, runtime/checkpoint.py) gets a
     :class:`FileView` of the file and returns where reading starts (None: from the
     first record); then only the header, the checkpoint's last record and the records
-    after it are read (:func:`read_suffix`): an open costs O(suffix), not O(file).
-    ``check_prefix``: read the whole file and check every prefix record's CRC-32C and
-    index too (``aotx_journal_reader_seek``), as a full read would.
+    after it are read into memory (:func:`read_suffix`), and the records before it are
+    CRC-checked through a read-only map (:func:`check_prefix`): no copy of the prefix,
+    no replay of it.
     """
     ops = ops or FileOps()
     d = Path(directory)
@@ -244,8 +243,7 @@ def open_journal_file(directory: str | os.PathLike[str], lineage: bytes, *,
     base = replace(params or JournalParams(), lineage=lineage)
     lock_fd = lock_journal_dir(d)
     try:
-        return _open_locked(d, path, lineage, base, ops, resume, lock_fd, position,
-                            check_prefix)
+        return _open_locked(d, path, lineage, base, ops, resume, lock_fd, position)
     except BaseException:
         os.close(lock_fd)
         raise
@@ -331,10 +329,24 @@ def read_suffix(ops: FileOps, fd: int, size: int, start: int) -> mmap.mmap:
     return image
 
 
+def check_prefix(fd: int, start: Anchor, lineage: bytes, source: str) -> None:
+    """Every record before a checkpoint's end: its CRC-32C, type, class and index, and the
+    last one chained to the checkpoint's digest (``aotx_journal_reader_seek``), damage
+    raising ``JournalDamage`` at that record as a full read would.  Read through a
+    read-only map of the prefix, unmapped before this returns (no copy of it is kept,
+    and nothing written to the file later can reach it); the emitter only ever writes
+    after the checkpoint's records."""
+    with mmap.mmap(fd, record_offset(start.records), access=mmap.ACCESS_READ) as prefix:
+        reader = JournalReader(prefix, expected_lineage=lineage, source=source)
+        try:
+            reader.seek(start)
+        finally:
+            reader.release()
+
+
 def _open_locked(d: Path, path: Path, lineage: bytes, base: JournalParams, ops: FileOps,
                  resume: bool, lock_fd: int,
-                 position: Callable[[Spans], Anchor | None] | None = None,
-                 check_prefix: bool = False) -> JournalFile:
+                 position: Callable[[Spans], Anchor | None] | None = None) -> JournalFile:
     created = False
     if not path.exists():
         incarnation = secrets.randbits(64)
@@ -346,14 +358,15 @@ def _open_locked(d: Path, path: Path, lineage: bytes, base: JournalParams, ops: 
         start: Anchor | None = None
         image: Image
         asked = False   # position consulted on the file's spans (not on its bytes)
-        if position is not None and not check_prefix:
+        if position is not None:
             size = ops.size(fd)
             if size >= FILE_HEADER:
                 asked, start = True, position(FileView(ops, fd, size))
         if start is not None:   # from the checkpoint: read its last record and the suffix
+            check_prefix(fd, start, lineage, str(path))
             image = read_suffix(ops, fd, size, record_offset(start.records - 1))
             reader = JournalReader(image, expected_lineage=lineage, source=str(path))
-            reader.seek(start, check_prefix=False)   # the prefix is not in the snapshot
+            reader.seek(start, check_prefix=False)   # checked on the map above
         else:
             data = ops.read_all(fd)
             image = data
