@@ -11,11 +11,12 @@ byte offset in ``exc.fields["offset"]`` and in the message.
 
 from __future__ import annotations
 
+import mmap
 import os
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from aotx_trio.native import check, ffi, lib
 
@@ -38,6 +39,19 @@ HOLD_DISK = 2
 HOLD_PENDING = 4
 
 DEFAULT_MAX_PENDING = 4 << 20
+
+#: what a reader verifies: a journal file's bytes, each at its file offset (a checkpoint
+#: boot's snapshot is an anonymous map holding only the header and the suffix)
+Image = bytes | bytearray | memoryview | mmap.mmap
+
+
+class Spans(Protocol):
+    """A journal file's length and byte spans by offset (``bytes``, or the emitter's
+    ``FileView`` that reads only the spans asked for)."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, key: slice, /) -> bytes: ...
 
 
 def record_offset(index: int) -> int:
@@ -246,7 +260,7 @@ class JournalReader:
     ``JournalDamage`` (or the foreign-file error) naming the byte offset.
     """
 
-    def __init__(self, image: bytes, expected_lineage: bytes | None = None,
+    def __init__(self, image: Image, expected_lineage: bytes | None = None,
                  *, source: str = "journal") -> None:
         self._image = image
         self._cbuf: Any = ffi.from_buffer(image)
@@ -259,6 +273,14 @@ class JournalReader:
                 raise ValueError("expected_lineage must be 16 bytes")
             lib.aotx_journal_reader_expect_lineage(self._r, expected_lineage)
         self.finished = False
+
+    def release(self) -> None:
+        """Free the native reader and let go of the image's buffer now (an image that
+        is a map can then be closed); the reader is unusable after."""
+        r, self._r = self._r, ffi.NULL
+        ffi.gc(r, None)   # no second free by the collector
+        lib.aotx_journal_reader_free(r)
+        ffi.release(self._cbuf)
 
     @property
     def handle(self) -> Any:

@@ -14,8 +14,9 @@ replay).  Then the state is opened ``--rounds`` times each way, interleaved:
 
 * full: no runtime file, every record read, verified and replayed;
 * checkpoint: from the runtime file's checkpoint (restored before each round,
-  so the suffix stays the same): the prefix records' CRCs checked, the suffix
-  verified and replayed.
+  so the suffix stays the same): only the journal's header, the checkpoint's last
+  record and the suffix copied, every prefix record's CRC-32C checked through a
+  read-only map, the suffix verified and replayed.
 
 The time of each open (to the state being ready) is the recovery time.  Prints
 one table (admissions, records, journal MB, full and checkpoint seconds, the

@@ -46,6 +46,7 @@ from aotx_trio.journal import (
     Journal,
     JournalParams,
     JournalReader,
+    Spans,
     record_offset,
 )
 from aotx_trio.runtime import ccir
@@ -201,15 +202,17 @@ def write_section(path: Path, section: bytes) -> int:
 
 
 def journal_position(info: SectionInfo, lineage: bytes, source: str,
-                     ) -> Callable[[bytes], Anchor | None]:
+                     ) -> Callable[[Spans], Anchor | None]:
     """The check :func:`~aotx_trio.runtime.emitter.open_journal_file` runs on the
-    journal's bytes: where reading starts, or a refusal naming what does not match.
+    journal (its bytes, or a ``FileView`` that reads only the header's incarnation and
+    the checkpoint's last record): where reading starts, or a refusal naming what does
+    not match.
 
     A journal with no records yet (a new folder) starts a new history and reads from
     its first record: the checkpoint, of another journal, is kept until this runtime's
     first clean shutdown replaces it (docs/decisions.md)."""
 
-    def check(image: bytes) -> Anchor | None:
+    def check(image: Spans) -> Anchor | None:
         a = info.anchor
         if info.lineage != lineage:
             raise _mismatch(f"the checkpoint is of lineage {info.lineage.hex()}, the runtime "
@@ -220,7 +223,7 @@ def journal_position(info: SectionInfo, lineage: bytes, source: str,
                         "incarnation %016x, %d records) is not used", source,
                         a.file_incarnation, a.records)
             return None
-        (incarnation,) = struct.unpack_from("<Q", image, 32)
+        incarnation = int.from_bytes(image[32:40], "little")
         if incarnation != a.file_incarnation:
             raise _mismatch(f"{source}: the checkpoint is of journal incarnation "
                             f"{a.file_incarnation:016x}, this journal is {incarnation:016x}",

@@ -2,7 +2,8 @@
 
 :func:`open_journal_file` creates a journal file (header written to a
 temporary file, fsynced, renamed, folder fsynced) or opens one, verifies every
-record, truncates a torn tail (and fsyncs), and returns a :class:`JournalFile`
+record (from a checkpoint: only those after it, read into a private snapshot),
+truncates a torn tail (and fsyncs), and returns a :class:`JournalFile`
 whose :class:`~aotx_trio.journal.Journal` continues the file.  Damage before
 the tail raises ``JournalDamage`` naming the byte offset: the runtime refuses
 to start.
@@ -34,6 +35,7 @@ import heapq
 import itertools
 import logging
 import math
+import mmap
 import os
 import secrets
 import time
@@ -51,9 +53,11 @@ from aotx_trio.journal import (
     RECORD_SIZE,
     TICK_RECORDS,
     Anchor,
+    Image,
     Journal,
     JournalParams,
     JournalReader,
+    Spans,
     Transfer,
     record_offset,
 )
@@ -104,6 +108,18 @@ class FileOps:
             offset += len(b)
         return b"".join(chunks)
 
+    def size(self, fd: int) -> int:
+        return os.fstat(fd).st_size
+
+    def read_into(self, fd: int, buf: memoryview, offset: int) -> None:
+        """Fill ``buf`` with the file's bytes from ``offset`` (EIO when the file ends first)."""
+        done = 0
+        while done < len(buf):
+            n = os.preadv(fd, [buf[done:]], offset + done)
+            if n <= 0:
+                raise OSError(errno.EIO, f"journal ends at byte {offset + done} while reading")
+            done += n
+
     def rename(self, src: str, dst: str) -> None:
         os.rename(src, dst)
 
@@ -120,7 +136,7 @@ class FileOps:
             os.close(fd)
 
 
-def write_all(ops: FileOps, fd: int, data: bytes | memoryview, offset: int) -> int:
+def write_all(ops: FileOps, fd: int, data: bytes | bytearray | memoryview, offset: int) -> int:
     """pwrite all of ``data`` at ``offset`` (continuing short writes); returns calls made."""
     view = memoryview(data)
     calls = 0
@@ -163,7 +179,8 @@ class JournalFile:
     path: Path
     fd: int
     journal: Journal
-    image: bytes                 # the file's bytes up to valid_end (for the device's replay)
+    image: Image                 # the file's bytes up to valid_end (for the device's replay);
+                                 # from a checkpoint: only its header, last record and suffix
     transfers: list[Transfer]
     created: bool
     truncated_bytes: int         # torn tail removed at open
@@ -205,7 +222,7 @@ def _create(directory: Path, path: Path, header: bytes, ops: FileOps) -> None:
 def open_journal_file(directory: str | os.PathLike[str], lineage: bytes, *,
                       params: JournalParams | None = None, ops: FileOps | None = None,
                       name: str = JOURNAL_NAME, resume: bool = True,
-                      position: Callable[[bytes], Anchor | None] | None = None) -> JournalFile:
+                      position: Callable[[Spans], Anchor | None] | None = None) -> JournalFile:
     """Lock ``directory`` (:func:`lock_journal_dir`), then create or open
     ``directory/name``; verify, truncate a torn tail, continue it.
 
@@ -213,8 +230,12 @@ def open_journal_file(directory: str | os.PathLike[str], lineage: bytes, *,
     the returned journal is fresh and the caller resumes it through
     ``replay_reader()`` (the device's recovery does).  Raises
     ``JournalDamage`` / the foreign-file error naming the byte offset.
-    ``position`` (a checkpoint's check, runtime/checkpoint.py) gets the file's bytes
-    and returns where reading starts (None: from the first record).
+    ``position`` (a checkpoint's check, runtime/checkpoint.py) gets a
+    :class:`FileView` of the file and returns where reading starts (None: from the
+    first record); then only the header, the checkpoint's last record and the records
+    after it are read into memory (:func:`read_suffix`), and the records before it are
+    CRC-checked through a read-only map (:func:`check_prefix`): no copy of the prefix,
+    no replay of it.
     """
     ops = ops or FileOps()
     d = Path(directory)
@@ -249,7 +270,7 @@ def check_watermark(directory: Path, path: Path, reader: JournalReader) -> None:
             "to start", offset=reader.valid_end, record=records)
 
 
-def quarantine_tail(directory: Path, image: bytes, valid_end: int) -> Path:
+def quarantine_tail(directory: Path, image: Image, valid_end: int) -> Path:
     """Keep the bytes a torn-tail truncation drops: ``quarantine/torn-<offset>-<unix s>.aotxj``
     in the journal folder, fsynced (with its folder) before the journal is truncated."""
     folder = directory / QUARANTINE
@@ -271,9 +292,61 @@ def quarantine_tail(directory: Path, image: bytes, valid_end: int) -> Path:
     return target
 
 
+class FileView:
+    """The journal file read by offset: its length and the spans asked for, as bytes.
+
+    What a checkpoint's position check (runtime/checkpoint.py) reads instead of the whole
+    file: the header's incarnation and the checkpoint's last record."""
+
+    def __init__(self, ops: FileOps, fd: int, size: int) -> None:
+        self.ops, self.fd, self.size = ops, fd, size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, key: slice, /) -> bytes:
+        start, stop, step = key.indices(self.size)
+        if step != 1:
+            raise ValueError("FileView reads contiguous spans")
+        buf = bytearray(max(0, stop - start))
+        self.ops.read_into(self.fd, memoryview(buf), start)
+        return bytes(buf)
+
+
+def read_suffix(ops: FileOps, fd: int, size: int, start: int) -> mmap.mmap:
+    """A private snapshot of the file for a replay from a checkpoint: the header and every
+    byte from ``start`` (the checkpoint's last record) to ``size``, each at its own offset
+    in anonymous memory the file's size.  The bytes between are never read (they stay
+    zero pages: the checkpoint holds their state), so this costs O(suffix), not O(file).
+    Anonymous, not a map of the file: the emitter's later writes never show through."""
+    image = mmap.mmap(-1, size)
+    view = memoryview(image)
+    try:
+        ops.read_into(fd, view[:FILE_HEADER], 0)
+        ops.read_into(fd, view[start:size], start)
+    finally:
+        view.release()
+    return image
+
+
+def check_prefix(fd: int, start: Anchor, lineage: bytes, source: str) -> None:
+    """Every record before a checkpoint's end: its CRC-32C, type, class and index, and the
+    last one chained to the checkpoint's digest (``aotx_journal_reader_seek``), damage
+    raising ``JournalDamage`` at that record as a full read would.  Read through a
+    read-only map of the prefix, unmapped before this returns (no copy of it is kept,
+    and nothing written to the file later can reach it); the emitter only ever writes
+    after the checkpoint's records."""
+    with mmap.mmap(fd, record_offset(start.records), access=mmap.ACCESS_READ) as prefix:
+        reader = JournalReader(prefix, expected_lineage=lineage, source=source)
+        try:
+            reader.seek(start)
+        finally:
+            reader.release()
+
+
 def _open_locked(d: Path, path: Path, lineage: bytes, base: JournalParams, ops: FileOps,
                  resume: bool, lock_fd: int,
-                 position: Callable[[bytes], Anchor | None] | None = None) -> JournalFile:
+                 position: Callable[[Spans], Anchor | None] | None = None) -> JournalFile:
     created = False
     if not path.exists():
         incarnation = secrets.randbits(64)
@@ -282,11 +355,25 @@ def _open_locked(d: Path, path: Path, lineage: bytes, base: JournalParams, ops: 
         created = True
     fd = ops.open(str(path), os.O_RDWR)
     try:
-        image = ops.read_all(fd)
-        reader = JournalReader(image, expected_lineage=lineage, source=str(path))
-        start = position(image) if position is not None else None
-        if start is not None:
-            reader.seek(start)
+        start: Anchor | None = None
+        image: Image
+        asked = False   # position consulted on the file's spans (not on its bytes)
+        if position is not None:
+            size = ops.size(fd)
+            if size >= FILE_HEADER:
+                asked, start = True, position(FileView(ops, fd, size))
+        if start is not None:   # from the checkpoint: read its last record and the suffix
+            check_prefix(fd, start, lineage, str(path))
+            image = read_suffix(ops, fd, size, record_offset(start.records - 1))
+            reader = JournalReader(image, expected_lineage=lineage, source=str(path))
+            reader.seek(start, check_prefix=False)   # checked on the map above
+        else:
+            data = ops.read_all(fd)
+            image = data
+            reader = JournalReader(image, expected_lineage=lineage, source=str(path))
+            start = position(data) if position is not None and not asked else None
+            if start is not None:
+                reader.seek(start)   # every prefix record's CRC-32C and index checked
         transfers = list(reader)
         valid_end = reader.valid_end
         check_watermark(d, path, reader)
@@ -297,7 +384,7 @@ def _open_locked(d: Path, path: Path, lineage: bytes, base: JournalParams, ops: 
                         path, truncated, valid_end, kept)
             ops.ftruncate(fd, valid_end)
             ops.fsync(fd)
-            image = image[:valid_end]
+            image = memoryview(image)[:valid_end]   # no copy of the (unread) prefix
         journal = Journal(replace(base, file_incarnation=reader.incarnation))
         if resume:
             journal.resume(reader)
