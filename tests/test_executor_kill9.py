@@ -28,7 +28,7 @@ from aotx_trio.runtime.executor import OUTPUT_BATCH_BYTES
 from aotx_trio.runtime.socket_server import SOCKET_NAME
 
 pytestmark = pytest.mark.timeout(300)
-XFER_LEASE, XFER_OUTPUT = 3, 4
+XFER_LEASE, XFER_OUTPUT, XFER_MEMORY = 3, 4, 7
 
 
 def _journal_transfers(folder: Path) -> list[Any]:
@@ -111,5 +111,77 @@ def test_kill9_during_generation_keeps_the_journaled_output(tmp_path: Path) -> N
                                           for t in outputs)
         leases = [t for t in _journal_transfers(folder) if t.kind == XFER_LEASE]
         assert len(leases) == 1
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_kill9_between_lease_and_memory(tmp_path: Path,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lease comes first, then memory processing: a runtime killed after the lease
+    and before retention (memory.DELAY_ENV holds it there) boots again with the input
+    ``interrupted`` and its memory never retained (no MEMORY transfer, no rows, before
+    or after the restart): it is not repeated; the acknowledged admission is kept."""
+    from aotx_trio.runtime import memory
+
+    ccir = tmp_path / "real.aotxccir"
+    pack.pack(ccir, models=[real_gguf()], embedding=real_embedding_dir(), shared=True,
+              lineage=LINEAGE, progress=False)
+    folder = short_dir()
+    try:
+        make_config(folder, {"alice": ALL})
+        sock = str(folder / "journal" / SOCKET_NAME)
+        who = {"principal": "alice", "actions": list(ALL)}
+        state: dict[str, Any] = {}
+
+        async def first() -> None:
+            client = SocketClient(sock)
+            async with trio.open_nursery() as n:
+                await n.start(client.run)
+                model, space, con = await first_conversation(client)
+                r = await client.call("mutation.submit", _body(
+                    "input", 4, conversation=con, model=model, max_output_tokens=20,
+                    text="Remember that the boat is blue."))
+                op = r["receipt"]["operation"]
+                with trio.fail_after(60):
+                    while True:   # leased, its memory processing waiting
+                        got = await client.call("operation.get", {**who, "operation": op})
+                        if got["status"] == "running":
+                            break
+                        await trio.sleep(0.05)
+                await trio.sleep(1.0)     # the lease saved (the emitter saves in ms)
+                rows = await client.call("memory.list", {**who, "space": space})
+                assert rows["items"] == []
+                state.update(op=op, space=space)
+                n.cancel_scope.cancel()
+
+        monkeypatch.setenv(memory.DELAY_ENV, "600")
+        proc = _boot(ccir, folder)
+        monkeypatch.delenv(memory.DELAY_ENV)
+        try:
+            trio.run(first)
+            proc.send_signal(signal.SIGKILL)
+            proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        assert proc.returncode == -signal.SIGKILL
+        kinds = [t.kind for t in _journal_transfers(folder)]
+        assert kinds.count(XFER_LEASE) == 1 and XFER_MEMORY not in kinds
+
+        async def second() -> None:
+            client = SocketClient(sock)
+            async with trio.open_nursery() as n:
+                await n.start(client.run)
+                got = await client.call("operation.get", {**who, "operation": state["op"]})
+                assert got["status"] == "interrupted"
+                await trio.sleep(1.0)                             # nothing is re-run
+                rows = await client.call("memory.list", {**who, "space": state["space"]})
+                assert rows["items"] == []
+                assert (await client.call("capabilities", {}))["usage"]["memory"] == 0
+                n.cancel_scope.cancel()
+
+        run_once(ccir, folder, second)
+        kinds = [t.kind for t in _journal_transfers(folder)]
+        assert kinds.count(XFER_LEASE) == 1 and XFER_MEMORY not in kinds
     finally:
         shutil.rmtree(folder, ignore_errors=True)
