@@ -361,7 +361,7 @@ async def test_the_deadline_counts_from_the_applied_lease(tmp_path: Path) -> Non
         op = body["operation"]
         journal = state.journal_file.journal
         journal.set_hold(HOLD_DISK, True)
-        await executor.cycle()                 # it joins; its lease waits for the journal
+        await executor.cycle()                 # its lease waits for the journal
         clock.jump(100.0)                      # far past a deadline counted from joining
         await executor.cycle()
         assert (await _get(env, "alice", f"/operations/{op}"))["status"] == "admitted"
