@@ -89,8 +89,9 @@ EMBED_BATCH = 32            # retention texts per encoder run at most
 CALL_TOKENS = 32            # output tokens per call
 CALL_TIMEOUT_S = 20.0       # a call still running this long fails (deadline_exceeded)
 FALLBACK_S = 300.0          # after a failed call the model's inputs use mode 1 this long
-#: A test seam, off unless set: seconds each input's memory processing waits after its
-#: lease before it retains (tests/test_executor_kill9.py kills a runtime there).
+#: A test seam, off unless set: ``SECONDS`` each input's memory processing waits after
+#: its lease before it retains, or with ``after:SECONDS`` after it retained, before
+#: mode 2's calls (tests/test_executor_kill9.py kills a runtime there).
 DELAY_ENV = "AOTX_TEST_MEMORY_DELAY_S"
 
 
@@ -118,7 +119,8 @@ class MemoryService:
         self._ran = trio.Event()             # set (and replaced) after every encoder run
         self.calls_failed = 0                # mode 2 memory calls that failed or timed out
         self._unavailable: dict[str, float] = {}   # model name -> mode 2 again from then
-        self.delay_s = float(os.environ.get(DELAY_ENV) or 0.0)
+        when, _, delay = (os.environ.get(DELAY_ENV) or "").rpartition(":")
+        self.delay_s, self.delay_after = float(delay or 0.0), when == "after"
 
     def retention_mode(self, model: TextModel) -> int:
         """The retention mode recorded for an input on ``model``: 2 when the model has
@@ -147,9 +149,11 @@ class MemoryService:
         """``job``'s memory processing, after its lease: retain ``text`` with the mode
         the lease recorded (the embedding becomes the recall query); mode 2 then runs
         its memory calls (:meth:`interpret`)."""
-        if self.delay_s:    # the kill -9 tests' seam (DELAY_ENV): a lease, no memory yet
+        if self.delay_s and not self.delay_after:   # the kill -9 tests' seam (DELAY_ENV)
             await trio.sleep(self.delay_s)
         job.query = await self.retain(job.op_id, text, job.retention_mode)
+        if self.delay_s and self.delay_after:
+            await trio.sleep(self.delay_s)
         if job.retention_mode == 2 and job.query is not None and not job.cancelled:
             await self.interpret(executor, job)
 
