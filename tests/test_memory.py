@@ -173,6 +173,45 @@ async def test_cancellation_after_retention_keeps_memory(tmp_path: Path, ccir: P
         assert rows[0]["source"] == receipt["operation"]
 
 
+async def test_the_input_202_does_not_wait_for_the_embedder(tmp_path: Path,
+                                                            ccir: Path) -> None:
+    """An embedder that blocks until released (its limiter held by another caller): the
+    input's POST is answered 202 while it is blocked; the input is leased (running)
+    with no memory yet; once released, its memory is retained after the lease."""
+    async with served(tmp_path, {"alice": ALL, "bob": ALL}, ccir=ccir) as srv, \
+            httpx.AsyncClient(base_url=srv.url) as http:
+        c = Client(http)
+        space, con = await _setup(c)
+        mem = srv.handler.memory
+        release, held = trio.Event(), trio.Event()
+
+        async def hold() -> None:
+            async with mem.limiter:
+                held.set()
+                await release.wait()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(hold)
+            await held.wait()
+            runs = mem.embed_runs
+            with trio.fail_after(30):
+                receipt = await c.post("alice", f"/conversations/{con}/inputs",
+                                       text="a note held back", model=TINY_MODEL,
+                                       max_output_tokens=4)          # 202 (Client.post)
+            assert not release.is_set() and mem.embed_runs == runs and mem.retained == 0
+            with trio.fail_after(30):
+                while (await c.get("alice", f"/operations/{receipt['operation']}")
+                       )["status"] != "running":
+                    await trio.sleep(0.01)
+            assert (await c.get("alice", f"/spaces/{space}/memory"))["items"] == []
+            release.set()
+        done = await c.settled("alice", receipt["operation"])
+        assert done["status"] == "succeeded"
+        rows = (await c.get("alice", f"/spaces/{space}/memory"))["items"]
+        assert [r["kind"] for r in rows] == ["text", "embedding"]
+        assert rows[0]["source"] == receipt["operation"]
+
+
 # ---- the recall block ---------------------------------------------------------------
 
 
