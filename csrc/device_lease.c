@@ -52,6 +52,16 @@ static bool mode_allowed(uint32_t revision, uint32_t mode) {
     }
 }
 
+/* A row's mode: once the input retained (an older journal retained before its
+ * lease), exactly the recorded mode; before retention (the runtime leases
+ * first, then retains with the mode the lease recorded: device_memory.c), the
+ * mode it will retain with, 0 for an input without text. */
+static bool lease_mode_ok(const dev_receipt *r, uint32_t mode, const aotx_device *d,
+                          uint32_t slot) {
+    if (r->retained) return mode == dev_retention_mode(d, slot);
+    return r->retains || mode == 0;
+}
+
 /* Recovery: the live receipt of (actor, sequence), whatever slot the row
  * names.  Replay reassigns slots: a retirement frees its slots once it is
  * saved, a moment the journal does not record, so a replayed receipt may sit
@@ -91,7 +101,7 @@ static int lease_check(const aotx_device *d, uint32_t revision, const aotx_lease
         if (terminal(r->status)) return AOTX_E_ALREADY_TERMINAL;
         if (r->leased) return AOTX_E_LEASE_CONFLICT;
         if (r->admission_record >= saved) return AOTX_R_ADMISSION_UNSAVED;
-        if (!mode_allowed(revision, w->mode) || w->mode != dev_retention_mode(d, w->slot))
+        if (!mode_allowed(revision, w->mode) || !lease_mode_ok(r, w->mode, d, w->slot))
             return AOTX_E_LEASE_INVALID;
         for (uint32_t k = 0; k < i; k++)
             if (rows[k].slot == w->slot) return AOTX_E_LEASE_INVALID;

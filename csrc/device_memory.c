@@ -137,6 +137,8 @@ static int plan_retention(const aotx_device *d, uint32_t slot, uint8_t mode,
     if (terminal(r->status)) return AOTX_E_ALREADY_TERMINAL;
     if (mode != AOTX_RETENTION_MODE_1 && mode != AOTX_RETENTION_MODE_2)
         return AOTX_E_RETENTION_MODE_INVALID;
+    /* retained after its lease: with the mode the lease row recorded */
+    if (r->leased && r->lease_mode != mode) return AOTX_E_RETENTION_MODE_INVALID;
     int rc = check_vector(vec_le, dim);
     if (rc) return rc;
     uint32_t c = dev_find_conversation(d, r->resource_id);

@@ -226,9 +226,9 @@ def test_every_row_check_refuses_with_nothing_changed(fx: Fixture,
             flip = bytes.fromhex(r.actor)
             flip = bytes([flip[0] ^ (value & 0xFF or 1)]) + flip[1:]
             r = D.LeaseRow(r.request_index, r.slot, r.sequence, flip.hex(), r.mode)
-        elif what == "mode":
+        elif what == "mode":   # not retained yet (mode 0 here): only 3.. is wrong
             r = D.LeaseRow(r.request_index, r.slot, r.sequence, r.actor,
-                           r.mode ^ (value % 8 or 1))
+                           r.mode ^ (value % 8 or 1) if r.mode else 3 + value % 5)
         elif what == "reserved":
             r = D.LeaseRow(r.request_index, r.slot, r.sequence, r.actor, r.mode, value)
         elif what == "duplicate":

@@ -17,6 +17,7 @@ from aotx_trio import native
 from aotx_trio.engine import Engine
 from aotx_trio.runtime.executor import Executor
 from aotx_trio.runtime.history import label_of
+from aotx_trio.runtime.job import Job
 from aotx_trio.runtime.models import ModelSet, TextModel
 from aotx_trio.runtime.prompt import Turn, _markers, render
 from aotx_trio.vocab import ALL_GRANTS, principal_key
@@ -360,7 +361,7 @@ async def test_the_deadline_counts_from_the_applied_lease(tmp_path: Path) -> Non
         op = body["operation"]
         journal = state.journal_file.journal
         journal.set_hold(HOLD_DISK, True)
-        await executor.cycle()                 # it joins; its lease waits for the journal
+        await executor.cycle()                 # its lease waits for the journal
         clock.jump(100.0)                      # far past a deadline counted from joining
         await executor.cycle()
         assert (await _get(env, "alice", f"/operations/{op}"))["status"] == "admitted"
@@ -467,3 +468,60 @@ async def test_a_follow_up_that_shares_a_long_prefix_fits_the_context(tmp_path: 
                 break
         assert done["result"]["input_tokens"] > context * 2 // 3
         assert env.handler.executor.resident.reused_tokens > context // 2   # it forked
+
+
+@pytest.fixture
+def switch_clock() -> trio.testing.MockClock:
+    """Real time (rate 1) until the test makes it a MockClock(autojump_threshold=0)."""
+    return trio.testing.MockClock(rate=1.0)
+
+
+async def test_the_deadline_includes_memory_processing_from_the_lease(
+        tmp_path: Path, switch_clock: trio.testing.MockClock) -> None:
+    """The lease comes first: an input's memory processing (here 4 s of it, the job's
+    ``prepare``) starts at the applied lease and is charged to the deadline that starts
+    there (5 s): the input generates in the 1 s left and ends deadline_exceeded 5 s
+    after its lease, not 5 s after its memory processing (once the input is answered,
+    a MockClock(autojump_threshold=0): no real sleeps)."""
+    async with embedded(tmp_path, {"alice": ALL}) as env:
+        con = await _room(env, ("alice",))
+        state = env.handler.state
+        assert state is not None
+        marks: dict[str, Any] = {}
+
+        async def memory_processing(job: Job) -> None:
+            marks.update(leased=job.leased, started=job.started, memory_from=trio.current_time())
+            await trio.sleep(4.0)
+            marks["memory_to"] = trio.current_time()
+
+        class WithMemory(Executor):
+            def submit(self, job: Job) -> None:
+                job.prepare = memory_processing
+                super().submit(job)
+
+        executor = WithMemory(state.device, state.emitter, native.capacities()["result_bytes"],
+                              deadline_s=5.0)
+        ended: dict[str, Any] = {}
+        executor.on_complete = lambda job, status: ended.update(
+            status=status, at=trio.current_time(), started=job.started, deadline=job.deadline,
+            tokens=len(job.out_tokens))
+        async with trio.open_nursery() as nursery:
+            await nursery.start(executor.run)
+            env.handler.executor = executor
+            status, body = await _input(env, "alice", con, "tick tock", max_output_tokens=200)
+            assert status == 202
+            switch_clock.rate = 0.0                  # virtual time from here:
+            switch_clock.autojump_threshold = 0.0    # it jumps whenever everything waits
+            while not ended:
+                await trio.sleep(0.05)
+            nursery.cancel_scope.cancel()
+        assert marks["leased"] is True and executor.leases == 1
+        assert marks["started"] == ended["started"]                 # the lease's time
+        assert marks["memory_from"] == pytest.approx(marks["started"], abs=0.01)
+        assert marks["memory_to"] - marks["started"] == pytest.approx(4.0, abs=0.01)
+        assert ended["status"] == "deadline_exceeded"
+        assert ended["deadline"] == ended["started"] + 5.0      # lease + 5 s, memory in it
+        assert ended["at"] >= ended["deadline"]
+        assert 1 <= ended["tokens"] < 200                        # generated after memory
+        done = await _get(env, "alice", f"/operations/{body['operation']}")
+        assert done["status"] == done["finish"] == "deadline_exceeded"

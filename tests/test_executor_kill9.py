@@ -2,7 +2,9 @@
 leases the input (one LEASE transfer), journals its output as OUTPUT transfers (the
 running result read serves them), is killed mid-way and boots again: the input reads
 ``interrupted`` with the output journaled before the kill readable, and it is never
-leased or run again (reuses tests/test_memory_kill9.py's boot helpers)."""
+leased or run again (reuses tests/test_memory_kill9.py's boot helpers).  Also killed
+after the lease and before its memory processing, and during it (mode 2, retained but
+not interpreted): interrupted, memory never repeated."""
 
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ from aotx_trio.runtime.executor import OUTPUT_BATCH_BYTES
 from aotx_trio.runtime.socket_server import SOCKET_NAME
 
 pytestmark = pytest.mark.timeout(300)
-XFER_LEASE, XFER_OUTPUT = 3, 4
+XFER_LEASE, XFER_OUTPUT, XFER_MEMORY = 3, 4, 7
 
 
 def _journal_transfers(folder: Path) -> list[Any]:
@@ -111,5 +113,151 @@ def test_kill9_during_generation_keeps_the_journaled_output(tmp_path: Path) -> N
                                           for t in outputs)
         leases = [t for t in _journal_transfers(folder) if t.kind == XFER_LEASE]
         assert len(leases) == 1
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_kill9_between_lease_and_memory(tmp_path: Path,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lease comes first, then memory processing: a runtime killed after the lease
+    and before retention (memory.DELAY_ENV holds it there) boots again with the input
+    ``interrupted`` and its memory never retained (no MEMORY transfer, no rows, before
+    or after the restart): it is not repeated; the acknowledged admission is kept."""
+    from aotx_trio.runtime import memory
+
+    ccir = tmp_path / "real.aotxccir"
+    pack.pack(ccir, models=[real_gguf()], embedding=real_embedding_dir(), shared=True,
+              lineage=LINEAGE, progress=False)
+    folder = short_dir()
+    try:
+        make_config(folder, {"alice": ALL})
+        sock = str(folder / "journal" / SOCKET_NAME)
+        who = {"principal": "alice", "actions": list(ALL)}
+        state: dict[str, Any] = {}
+
+        async def first() -> None:
+            client = SocketClient(sock)
+            async with trio.open_nursery() as n:
+                await n.start(client.run)
+                model, space, con = await first_conversation(client)
+                r = await client.call("mutation.submit", _body(
+                    "input", 4, conversation=con, model=model, max_output_tokens=20,
+                    text="Remember that the boat is blue."))
+                op = r["receipt"]["operation"]
+                with trio.fail_after(60):
+                    while True:   # leased, its memory processing waiting
+                        got = await client.call("operation.get", {**who, "operation": op})
+                        if got["status"] == "running":
+                            break
+                        await trio.sleep(0.05)
+                await trio.sleep(1.0)     # the lease saved (the emitter saves in ms)
+                rows = await client.call("memory.list", {**who, "space": space})
+                assert rows["items"] == []
+                state.update(op=op, space=space)
+                n.cancel_scope.cancel()
+
+        monkeypatch.setenv(memory.DELAY_ENV, "600")
+        proc = _boot(ccir, folder)
+        monkeypatch.delenv(memory.DELAY_ENV)
+        try:
+            trio.run(first)
+            proc.send_signal(signal.SIGKILL)
+            proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        assert proc.returncode == -signal.SIGKILL
+        kinds = [t.kind for t in _journal_transfers(folder)]
+        assert kinds.count(XFER_LEASE) == 1 and XFER_MEMORY not in kinds
+
+        async def second() -> None:
+            client = SocketClient(sock)
+            async with trio.open_nursery() as n:
+                await n.start(client.run)
+                got = await client.call("operation.get", {**who, "operation": state["op"]})
+                assert got["status"] == "interrupted"
+                await trio.sleep(1.0)                             # nothing is re-run
+                rows = await client.call("memory.list", {**who, "space": state["space"]})
+                assert rows["items"] == []
+                assert (await client.call("capabilities", {}))["usage"]["memory"] == 0
+                n.cancel_scope.cancel()
+
+        run_once(ccir, folder, second)
+        kinds = [t.kind for t in _journal_transfers(folder)]
+        assert kinds.count(XFER_LEASE) == 1 and XFER_MEMORY not in kinds
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_kill9_during_memory_processing_in_mode_2(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Killed during memory processing: leased, retained (mode 2), its interpretation
+    not run yet (memory.DELAY_ENV ``after:``).  After the restart the input reads
+    ``interrupted``, its two rows are there as saved, and its memory input is not
+    repeated: no interpretation, no further MEMORY transfer."""
+    from aotx_trio.runtime import memory
+
+    gguf = real_gguf()
+    ccir = tmp_path / "real.aotxccir"
+    pack.pack(ccir, models=[gguf], embedding=real_embedding_dir(), shared=True,
+              lineage=LINEAGE, progress=False, auto_memory=[gguf.name])
+    folder = short_dir()
+    try:
+        make_config(folder, {"alice": ALL})
+        sock = str(folder / "journal" / SOCKET_NAME)
+        who = {"principal": "alice", "actions": list(ALL)}
+        state: dict[str, Any] = {}
+
+        async def first() -> None:
+            client = SocketClient(sock)
+            async with trio.open_nursery() as n:
+                await n.start(client.run)
+                model, space, con = await first_conversation(client)
+                r = await client.call("mutation.submit", _body(
+                    "input", 4, conversation=con, model=model, max_output_tokens=20,
+                    text="My locker number is 318."))
+                op = r["receipt"]["operation"]
+                with trio.fail_after(60):
+                    while True:   # leased and retained (saved rows), the calls waiting
+                        rows = await client.call("memory.list", {**who, "space": space})
+                        got = await client.call("operation.get", {**who, "operation": op})
+                        if got["status"] == "running" and len(rows["items"]) == 2:
+                            break
+                        await trio.sleep(0.05)
+                state.update(op=op, space=space, rows=rows["items"])
+                n.cancel_scope.cancel()
+
+        monkeypatch.setenv(memory.DELAY_ENV, "after:600")
+        proc = _boot(ccir, folder)
+        monkeypatch.delenv(memory.DELAY_ENV)
+        try:
+            trio.run(first)
+            proc.send_signal(signal.SIGKILL)
+            proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        assert proc.returncode == -signal.SIGKILL
+        assert [(r["kind"], r["retention_mode"]) for r in state["rows"]] == \
+            [("text", 2), ("embedding", 2)]
+        kinds = [t.kind for t in _journal_transfers(folder)]
+        assert kinds.count(XFER_LEASE) == 1 and kinds.count(XFER_MEMORY) == 1
+        assert kinds.index(XFER_LEASE) < kinds.index(XFER_MEMORY)   # the lease first
+
+        async def second() -> None:
+            client = SocketClient(sock)
+            async with trio.open_nursery() as n:
+                await n.start(client.run)
+                got = await client.call("operation.get", {**who, "operation": state["op"]})
+                assert got["status"] == "interrupted"
+                await trio.sleep(1.0)                             # nothing is re-run
+                rows = await client.call("memory.list", {**who, "space": state["space"]})
+                assert rows["items"] == state["rows"]
+                assert (await client.call("capabilities", {}))["usage"]["memory"] == 2
+                n.cancel_scope.cancel()
+
+        run_once(ccir, folder, second)
+        kinds = [t.kind for t in _journal_transfers(folder)]
+        assert kinds.count(XFER_LEASE) == 1 and kinds.count(XFER_MEMORY) == 1
     finally:
         shutil.rmtree(folder, ignore_errors=True)

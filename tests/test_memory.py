@@ -159,13 +159,54 @@ async def test_cancellation_after_retention_keeps_memory(tmp_path: Path, ccir: P
         space, con = await _setup(c)
         receipt = await c.post("alice", f"/conversations/{con}/inputs", text="keep this note",
                                model=TINY_MODEL, max_output_tokens=1000)
-        # the answer comes after retention: the rows exist (once saved) before the cancel
-        assert srv.handler.memory.retained == 1
+        # retention runs after the lease (the 202 does not wait for it): cancel once done
+        with trio.fail_after(30):
+            while srv.handler.memory.retained != 1:
+                await trio.sleep(0.01)
         await c.post("alice", "/participant/cancellations",
                      target_sequence=receipt["sequence"])
         done = await c.settled("alice", receipt["operation"])
         assert done["cancel_requested"] is True       # cancelled after retention
         assert done["status"] in ("cancelled", "succeeded")
+        rows = (await c.get("alice", f"/spaces/{space}/memory"))["items"]
+        assert [r["kind"] for r in rows] == ["text", "embedding"]
+        assert rows[0]["source"] == receipt["operation"]
+
+
+async def test_the_input_202_does_not_wait_for_the_embedder(tmp_path: Path,
+                                                            ccir: Path) -> None:
+    """An embedder that blocks until released (its limiter held by another caller): the
+    input's POST is answered 202 while it is blocked; the input is leased (running)
+    with no memory yet; once released, its memory is retained after the lease."""
+    async with served(tmp_path, {"alice": ALL, "bob": ALL}, ccir=ccir) as srv, \
+            httpx.AsyncClient(base_url=srv.url) as http:
+        c = Client(http)
+        space, con = await _setup(c)
+        mem = srv.handler.memory
+        release, held = trio.Event(), trio.Event()
+
+        async def hold() -> None:
+            async with mem.limiter:
+                held.set()
+                await release.wait()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(hold)
+            await held.wait()
+            runs = mem.embed_runs
+            with trio.fail_after(30):
+                receipt = await c.post("alice", f"/conversations/{con}/inputs",
+                                       text="a note held back", model=TINY_MODEL,
+                                       max_output_tokens=4)          # 202 (Client.post)
+            assert not release.is_set() and mem.embed_runs == runs and mem.retained == 0
+            with trio.fail_after(30):
+                while (await c.get("alice", f"/operations/{receipt['operation']}")
+                       )["status"] != "running":
+                    await trio.sleep(0.01)
+            assert (await c.get("alice", f"/spaces/{space}/memory"))["items"] == []
+            release.set()
+        done = await c.settled("alice", receipt["operation"])
+        assert done["status"] == "succeeded"
         rows = (await c.get("alice", f"/spaces/{space}/memory"))["items"]
         assert [r["kind"] for r in rows] == ["text", "embedding"]
         assert rows[0]["source"] == receipt["operation"]

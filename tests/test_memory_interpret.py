@@ -196,9 +196,12 @@ def _body(kind: str, seq: int, **fields: Any) -> dict[str, Any]:
 
 async def test_memory_processing_counts_against_the_execution_deadline(
         tmp_path: Path, models: Path, clock: trio.testing.MockClock) -> None:
-    """Retention waits for the embedder (held by another caller) past the 5 s deadline:
-    the input ends deadline_exceeded without generating; its committed memory stays.
-    The same input without the wait succeeds."""
+    """The submit is answered while the embedder is blocked (held by another caller
+    until released): retention runs after the lease, not on the acknowledgment's path.
+    The input is leased (running) with no memory yet; the wait for the embedder passes
+    the 5 s deadline that started at the lease: the input ends deadline_exceeded
+    without generating; its memory, retained inside the deadline, stays.  The same
+    input without the wait succeeds."""
     ccir = _runtime(models, tmp_path / "rt.aotxccir", auto=False)
     folder = short_dir()
     try:
@@ -231,26 +234,29 @@ async def test_memory_processing_counts_against_the_execution_deadline(
 
             nursery.start_soon(hold)
             await held.wait()
-            answer: dict[str, Any] = {}
-
-            async def submit() -> None:
-                answer.update(await client.call("mutation.submit", _body(
+            runs = handler.memory.embed_runs
+            with trio.fail_after(30):   # answered while the embedder is blocked
+                answer = await client.call("mutation.submit", _body(
                     "input", 4, conversation=con, model=TINY_MODEL, max_output_tokens=4,
-                    text="Remember the slow one.")))
-
-            nursery.start_soon(submit)
-            while not handler._handing:          # saved, and waiting for the embedder
-                await trio.sleep(0.01)
+                    text="Remember the slow one."))
+            op = answer["receipt"]["operation"]
+            assert answer["receipt"]["status"] in ("admitted", "running")
+            assert not release.is_set() and handler.memory.embed_runs == runs
+            with trio.fail_after(30):   # leased while its memory waits for the embedder
+                while (await client.call("operation.get",
+                                         {**who, "operation": op}))["status"] != "running":
+                    await trio.sleep(0.01)
+            assert (await client.call("memory.list", {**who, "space": space}))["items"] == []
+            assert handler.memory.retained == 0
             clock.jump(10.0)                     # memory processing takes 10 s
             release.set()
-            while not answer:
-                await trio.sleep(0.01)
-            done = await settled(answer["receipt"]["operation"])
+            done = await settled(op)
             assert done["status"] == "deadline_exceeded"
             assert done["result"]["output_tokens"] == 0       # it never generated
             rows = (await client.call("memory.list", {**who, "space": space}))["items"]
-            assert [r["kind"] for r in rows] == ["text", "embedding"]   # memory stays
-            assert rows[0]["source"] == answer["receipt"]["operation"]
+            assert [(r["kind"], r["retention_mode"]) for r in rows] == \
+                [("text", 1), ("embedding", 1)]               # memory stays
+            assert rows[0]["source"] == op
             r = await client.call("mutation.submit", _body(
                 "input", 5, conversation=con, model=TINY_MODEL, max_output_tokens=4,
                 text="Remember the quick one."))

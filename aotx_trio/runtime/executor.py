@@ -11,16 +11,20 @@ join and leave between steps).  Every step feeds each running input either
 its next prefill chunk or its one decode token, in one native step per model
 run in a worker thread (the GIL is released for the step).
 
-**Leases.**  The inputs that join a model's group in one round form an execution
-group: before any of them runs, the executor (the runtime nursery's supervised
-executor task, which is the lease applier) applies one execution lease for them on
-the device (``Device.lease``: every row checked before anything changes, one LEASE
-transfer journaled, each input ``running``), at the revision its context was
-rendered with (runtime/prompt.py, "Revisions"; the conversation's recorded revision
-family, else ``revision``, by the input's retention mode).  A lease the journal
-cannot take yet (a hold) is retried every round; the inputs keep their reserved
-pages and do not run meanwhile.  The execution deadline starts when the lease is
-applied.
+**Leases.**  A saved input's execution lease comes first: the inputs the executor
+takes off its queue in one round (the runtime nursery's supervised executor task is
+the lease applier) get one execution lease per model and revision on the device
+(``Device.lease``: every row checked before anything changes, one LEASE transfer
+journaled, each input ``running``), at the revision its context will be rendered with
+(runtime/prompt.py, "Revisions"; the conversation's recorded revision family, else
+``revision``, by the input's retention mode), each row carrying the input's retention
+mode (``Job.retention_mode``, memory.py).  The execution deadline starts when the
+lease is applied and covers everything after it: the input's memory processing
+(retention, mode 2's memory calls: the job's ``prepare``, run in the executor's
+nursery right after the lease), waiting for pages, generation and the result's
+publication.  A lease the journal cannot take yet (a hold) is retried every round;
+the inputs do nothing meanwhile.  Then an input waits in admission order and joins its
+model's group as below (its context, with what memory recalls, rendered then).
 
 **Output.**  A running input's output bytes are journaled as OUTPUT transfers, one
 per :data:`OUTPUT_BATCH_BYTES` produced (one journal record each), so its result
@@ -31,19 +35,18 @@ journals the bytes after the OUTPUT ones; the emitter is woken to save it.
 Its engine sequence stays resident for the conversation's next input, which
 forks it and prefills only what it does not share (runtime/resident.py);
 resident sequences are freed whenever an input needs their pages.
-An input still running ``deadline_s`` after its lease was applied (the execution
-deadline, ``limits.execution_deadline_s``, less the time its memory processing took
-before: runtime/memory.py) ends ``deadline_exceeded`` before its next step, keeping
-the bytes it produced; one whose memory processing alone passed the deadline ends so
-before it joins.  The runtime restarts
+An input still unfinished ``deadline_s`` after its lease was applied (the execution
+deadline, ``limits.execution_deadline_s``) ends ``deadline_exceeded`` before its next
+step, keeping the bytes it produced; one whose deadline passed in memory processing or
+waiting for pages ends so before it joins.  The runtime restarts
 an input never: one left running when the process
 dies reads ``interrupted`` after recovery (the device marks it).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-import math
 from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -103,7 +106,7 @@ class Executor:
         self.page_waits = 0           # times an input waited for KV pages
         self.on_complete: Callable[[Job, str], None] | None = None  # tests, metrics
         self._nursery: trio.Nursery | None = None     # runs jobs' ``prepare`` (run())
-        self._unleased: list[Job] = []    # joined, pages reserved, lease not applied yet
+        self._unleased: list[Job] = []    # taken off the queue, lease not applied yet
         self._lease_held = False
         self.leases = 0               # lease transfers applied
         self.output_transfers = 0     # OUTPUT transfers journaled
@@ -179,7 +182,8 @@ class Executor:
             task_status.started()
             while True:
                 if not self._waiting and not any(self._running.values()):
-                    if self._completions:      # a held journal: retry them every 50 ms
+                    if self._completions or self._unleased:
+                        # a held journal: retry completions and leases every 50 ms
                         with trio.move_on_after(COMPLETION_RETRY_S):
                             self._take(await self._receive.receive())
                     else:
@@ -188,24 +192,21 @@ class Executor:
                 await trio.lowlevel.checkpoint()
 
     def _take(self, job: Job) -> None:
-        """A job off the queue: it waits, or first runs its ``prepare`` (then queues)."""
+        """A job off the queue: a device input not leased yet waits for its lease
+        (:meth:`_lease`, this round); any other waits to join."""
+        if not job.ephemeral and not job.leased:
+            self._unleased.append(job)
+        else:
+            self._waiting.append(job)
+
+    def _leased(self, job: Job) -> None:
+        """Its lease is applied: its memory processing runs now (in the nursery), then
+        it queues again to join; without memory processing it waits at once."""
         if job.prepare is None:
-            self._memory_done(job)
             self._waiting.append(job)
             return
         assert self._nursery is not None, "jobs with memory processing need run()"
         self._nursery.start_soon(self._prepare, job)
-
-    def _memory_done(self, job: Job) -> None:
-        """Its memory processing (retention, mode 2's calls) ended: the time it took is
-        charged to the deadline that starts at the lease (:meth:`_lease`); until then
-        only a deadline that memory processing itself already passed stands."""
-        if job.memory_from is None or job.ephemeral:
-            return
-        job.memory_s = self.clock() - job.memory_from
-        job.memory_from = None
-        if job.memory_s < self.deadline_s:
-            job.deadline = math.inf
 
     async def _prepare(self, job: Job) -> None:
         prepare, job.prepare = job.prepare, None
@@ -250,15 +251,15 @@ class Executor:
             self._finish(job, "cancelled")
         now = self.clock()
         for job in [j for j in self._waiting if j.deadline <= now]:
-            self._waiting.remove(job)      # its deadline passed in memory processing
+            self._waiting.remove(job)      # passed in memory processing or a page wait
             self._finish(job, "deadline_exceeded")
         for group in self._running.values():
             for job in [j for j in group if j.cancelled]:
                 self._finish(job, "cancelled")
             for job in [j for j in group if j.deadline <= now]:
                 self._finish(job, "deadline_exceeded")
-        self._admit()
         self._lease()
+        self._admit()
         for group in list(self._running.values()):
             if group:
                 await self._step(group)
@@ -309,8 +310,6 @@ class Executor:
                                      self.result_cap, budget)
             recalled = memory.recall_block(self.device, job.actor, job.conversation,
                                            job.query, job.op_id)
-            job.revision = lease_revision(self.revision, self._retention_mode(job),
-                                          history.recorded_revision(earlier))
             job.prompt = render(eng, earlier, job.turn, budget, recalled, job.revision)
         job.max_output = min(job.max_output, context - len(job.prompt))
         if job.max_output < 1:
@@ -320,37 +319,49 @@ class Executor:
         if seq is None:
             return False
         job.seq = seq
-        job.started = self.clock()
         if job.ephemeral:   # from the moment it starts, or earlier (memory.py)
+            job.started = self.clock()
             job.deadline = min(job.deadline, job.started + self.deadline_s)
-        else:
-            self._unleased.append(job)    # runs once its lease is applied (_lease)
         return True
 
-    def _retention_mode(self, job: Job) -> int:
-        """The input's retention mode as the device recorded it (the lease row's)."""
-        try:
-            return self.device.lease_row(job.op_id).mode
-        except errors.AotxError:
-            return 0
+    def _history_budget(self, job: Job) -> int:
+        """The tokens of history ``job``'s context may hold (:meth:`_join`)."""
+        kv = job.model.engine.kv_stats()
+        room = min(job.model.context, (kv.n_pages - 1) * kv.page_tokens)
+        return max(1, room - job.max_output)
+
+    def _revision(self, job: Job) -> int:
+        """The lease revision of ``job``: its conversation's recorded family, else the
+        executor's default, by its retention mode (prompt.lease_revision)."""
+        earlier = history.before(self.device, job.conversation, job.input_index,
+                                 self.result_cap, self._history_budget(job))
+        return lease_revision(self.revision, job.retention_mode,
+                              history.recorded_revision(earlier))
 
     def _lease(self) -> None:
-        """Apply the execution leases of the inputs that joined: one per model and
-        revision (at most LEASE_MAX_ROWS rows), rows checked by the device before it
-        changes anything.  The execution deadline starts here.  A refusal that may
-        pass (a journal hold) leaves them waiting for the next round; any other ends
-        them failed."""
+        """Apply the execution leases of the inputs taken off the queue: one per model
+        and revision (at most LEASE_MAX_ROWS rows), each row carrying the input's
+        retention mode, rows checked by the device before it changes anything.  The
+        execution deadline starts here; then each input's memory processing runs
+        (:meth:`_leased`).  A refusal that may pass (a journal hold) leaves them for
+        the next round; any other ends them failed.  One cancelled before its lease
+        ends ``cancelled`` unleased."""
+        for job in [j for j in self._unleased if j.cancelled]:
+            self._finish(job, "cancelled")
         if not self._unleased:
             return
         groups: dict[tuple[int, int], list[Job]] = {}
         for job in self._unleased:
+            job.revision = self._revision(job)
             groups.setdefault((id(job.model), job.revision), []).append(job)
         self._unleased = []
         for (_, revision), jobs in groups.items():
             for at in range(0, len(jobs), LEASE_MAX_ROWS):
                 chunk = jobs[at:at + LEASE_MAX_ROWS]
                 try:
-                    rows = [self.device.lease_row(j.op_id, i) for i, j in enumerate(chunk)]
+                    rows = [dataclasses.replace(self.device.lease_row(j.op_id, i),
+                                                mode=j.retention_mode)
+                            for i, j in enumerate(chunk)]
                     self.device.lease(revision, rows)
                 except errors.Refusal as exc:
                     if not self._lease_held:
@@ -369,9 +380,8 @@ class Executor:
                 for job in chunk:
                     job.leased = True
                     job.started = now
-                    # from the applied lease, or earlier: set when its memory
-                    # processing began (memory.py hand_over)
-                    job.deadline = min(job.deadline, now + self.deadline_s - job.memory_s)
+                    job.deadline = min(job.deadline, now + self.deadline_s)
+                    self._leased(job)
                 self.saver.wake()
 
     def _journal_output(self, job: Job) -> None:

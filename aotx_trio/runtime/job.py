@@ -46,12 +46,13 @@ class Job:
     tried_at: int = -1          # Executor.completed when it last failed to join
     actor: str = ""             # its participant's key
     query: Any = None           # its retained embedding: the recall query (runtime/memory.py)
-    retention_mode: int = 1     # the shared memory retention mode recorded for it (memory.py)
-    # memory processing still to run before it may join (mode 2's memory calls): run once
-    # in the executor's nursery, then the job queues (memory.MemoryService.hand_over)
+    # the shared memory retention mode of the input (memory.py hand_over): recorded in its
+    # lease row, then its retention uses it; 0 = it retains nothing
+    retention_mode: int = 0
+    # its memory processing (retention, mode 2's memory calls): run once in the executor's
+    # nursery right after its lease is applied, then the job queues to join a group
+    # (memory.MemoryService.hand_over)
     prepare: Callable[[Job], Awaitable[None]] | None = None
     leased: bool = False        # its execution lease is applied (device jobs run only then)
     revision: int = DEFAULT_REVISION   # the lease revision its context is rendered with
     journaled: int = 0          # output bytes journaled as OUTPUT transfers
-    memory_from: float | None = None   # clock time its memory processing began (memory.py)
-    memory_s: float = 0.0       # seconds its memory processing took: counted in its deadline

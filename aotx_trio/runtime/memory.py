@@ -7,17 +7,18 @@ last :data:`FALLBACK_S` seconds, else 1.  The job carries it
 (``Job.retention_mode``); the device records it in the memory rows (byte 26) and
 recovery replays the recorded mode, whatever the flags say at the next boot.
 
-**Retention** (:meth:`MemoryService.hand_over`, once an input's admission is saved):
-its memory processing's time starts (charged to the deadline at the lease), the input's
-text is embedded with the runtime's embedding model (all-MiniLM-L6-v2, our C
+**Retention** (:meth:`MemoryService.process`, the job's ``prepare``: the handler hands
+a saved admission over with its mode and submits it at once, the executor applies the
+lease that records the mode, then runs it, within the deadline that starts there): the
+input's text is embedded with the runtime's embedding model (all-MiniLM-L6-v2, our C
 encoder, in a worker thread, one call at a time) and the device retains the text and
 the embedding as two memory rows of the conversation's space, journaled in one
 MEMORY transfer (docs/formats/device.md).  The embedding is kept on the job as its
 recall query.  A runtime without a loaded embedding model retains nothing
 (``capabilities.features.memory`` is false).
 
-**Mode 2** adds the two memory calls, both on the input's own model, run by the
-executor before the input joins (:meth:`MemoryService.interpret`, as two ephemeral
+**Mode 2** adds the two memory calls, both on the input's own model, run after its
+retention, before the input joins (:meth:`MemoryService.interpret`, as two ephemeral
 greedy generations batched with everything else, within the input's deadline and at
 most :data:`CALL_TIMEOUT_S`): call 1, the interpretation (:data:`INTERPRET_PROMPT`),
 retained with its embedding as an ``interpretation`` row and an embedding row (a
@@ -43,6 +44,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -87,6 +89,10 @@ EMBED_BATCH = 32            # retention texts per encoder run at most
 CALL_TOKENS = 32            # output tokens per call
 CALL_TIMEOUT_S = 20.0       # a call still running this long fails (deadline_exceeded)
 FALLBACK_S = 300.0          # after a failed call the model's inputs use mode 1 this long
+#: A test seam, off unless set: ``SECONDS`` each input's memory processing waits after
+#: its lease before it retains, or with ``after:SECONDS`` after it retained, before
+#: mode 2's calls (tests/test_executor_kill9.py kills a runtime there).
+DELAY_ENV = "AOTX_TEST_MEMORY_DELAY_S"
 
 
 def capable(model: TextModel) -> bool:
@@ -113,6 +119,8 @@ class MemoryService:
         self._ran = trio.Event()             # set (and replaced) after every encoder run
         self.calls_failed = 0                # mode 2 memory calls that failed or timed out
         self._unavailable: dict[str, float] = {}   # model name -> mode 2 again from then
+        when, _, delay = (os.environ.get(DELAY_ENV) or "").rpartition(":")
+        self.delay_s, self.delay_after = float(delay or 0.0), when == "after"
 
     def retention_mode(self, model: TextModel) -> int:
         """The retention mode recorded for an input on ``model``: 2 when the model has
@@ -126,16 +134,28 @@ class MemoryService:
         return 2
 
     async def hand_over(self, executor: Executor, job: Job, text: bytes) -> None:
-        """Start ``job``'s execution deadline, retain its memory with the mode
-        :meth:`retention_mode` decides (mode 2: its memory calls become the job's
-        ``prepare``, run by the executor), then submit it."""
-        job.memory_from = executor.clock()   # bounds memory processing; charged at the lease
-        job.deadline = min(job.deadline, job.memory_from + executor.deadline_s)
-        job.retention_mode = self.retention_mode(job.model)
-        job.query = await self.retain(job.op_id, text, job.retention_mode)
-        if job.retention_mode == 2 and job.query is not None:
-            job.prepare = functools.partial(self.interpret, executor)
+        """Record ``job``'s retention mode (:meth:`retention_mode`; 0 when it retains
+        nothing: no text, or no embedding model) and make its memory processing
+        (:meth:`process`) the job's ``prepare``, then submit it.  Nothing here waits
+        for the encoder: the executor applies the lease that records the mode first,
+        then runs ``prepare``, within the deadline that starts at that lease."""
+        retains = bool(text) and self.enabled
+        job.retention_mode = self.retention_mode(job.model) if retains else 0
+        if retains:
+            job.prepare = functools.partial(self.process, executor, text)
         executor.submit(job)
+
+    async def process(self, executor: Executor, text: bytes, job: Job) -> None:
+        """``job``'s memory processing, after its lease: retain ``text`` with the mode
+        the lease recorded (the embedding becomes the recall query); mode 2 then runs
+        its memory calls (:meth:`interpret`)."""
+        if self.delay_s and not self.delay_after:   # the kill -9 tests' seam (DELAY_ENV)
+            await trio.sleep(self.delay_s)
+        job.query = await self.retain(job.op_id, text, job.retention_mode)
+        if self.delay_s and self.delay_after:
+            await trio.sleep(self.delay_s)
+        if job.retention_mode == 2 and job.query is not None and not job.cancelled:
+            await self.interpret(executor, job)
 
     @property
     def enabled(self) -> bool:
