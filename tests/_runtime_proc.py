@@ -19,12 +19,15 @@ from aotx_trio.client import SocketClient
 from aotx_trio.runtime.socket_server import SOCKET_NAME
 
 
-def boot(ccir: Path, folder: Path) -> subprocess.Popen[str]:
-    """``aotx boot`` on ``folder``'s journal and grants; returns once its socket is up."""
+def boot(ccir: Path, folder: Path, env: dict[str, str] | None = None
+         ) -> subprocess.Popen[str]:
+    """``aotx boot`` on ``folder``'s journal and grants (``env`` added to this process's
+    environment); returns once its socket is up."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "aotx_trio", "boot", "--ccir", str(ccir), "--journal",
          str(folder / "journal"), "--service-grants", str(folder / "grants")],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, **(env or {})})
     sock = folder / "journal" / SOCKET_NAME
     deadline = time.monotonic() + 120
     while not sock.exists():
@@ -64,3 +67,18 @@ def run_once(ccir: Path, folder: Path, main: Callable[[], Awaitable[None]]) -> N
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def kill_once(ccir: Path, folder: Path, main: Callable[[], Awaitable[None]],
+              env: dict[str, str] | None = None) -> None:
+    """Boot the runtime (with ``env``), run ``main`` (its socket client) under trio, then
+    kill the runtime with a real SIGKILL and check that is how it ended."""
+    proc = boot(ccir, folder, env)
+    try:
+        trio.run(main)
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == -signal.SIGKILL

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import shutil
-import signal
 import struct
 from pathlib import Path
 from typing import Any
@@ -20,8 +19,7 @@ import trio
 from _gateway_env import ALL, LINEAGE, make_config, short_dir
 from _real import real_embedding_dir, real_gguf
 from _runtime_proc import body as _body
-from _runtime_proc import boot as _boot
-from _runtime_proc import first_conversation, run_once
+from _runtime_proc import first_conversation, kill_once, run_once
 
 from aotx_trio.client import SocketClient
 from aotx_trio.journal import JournalReader
@@ -73,15 +71,7 @@ def test_kill9_during_generation_keeps_the_journaled_output(tmp_path: Path) -> N
                 state.update(op=op, seen=data)
                 n.cancel_scope.cancel()
 
-        proc = _boot(ccir, folder)
-        try:
-            trio.run(first)
-            proc.send_signal(signal.SIGKILL)
-            proc.communicate(timeout=60)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-        assert proc.returncode == -signal.SIGKILL
+        kill_once(ccir, folder, first)
         op_hex = state["op"].rsplit("-", 1)[1]
 
         async def second() -> None:
@@ -117,8 +107,7 @@ def test_kill9_during_generation_keeps_the_journaled_output(tmp_path: Path) -> N
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def test_kill9_between_lease_and_memory(tmp_path: Path,
-                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_kill9_between_lease_and_memory(tmp_path: Path) -> None:
     """The lease comes first, then memory processing: a runtime killed after the lease
     and before retention (memory.DELAY_ENV holds it there) boots again with the input
     ``interrupted`` and its memory never retained (no MEMORY transfer, no rows, before
@@ -156,17 +145,7 @@ def test_kill9_between_lease_and_memory(tmp_path: Path,
                 state.update(op=op, space=space)
                 n.cancel_scope.cancel()
 
-        monkeypatch.setenv(memory.DELAY_ENV, "600")
-        proc = _boot(ccir, folder)
-        monkeypatch.delenv(memory.DELAY_ENV)
-        try:
-            trio.run(first)
-            proc.send_signal(signal.SIGKILL)
-            proc.communicate(timeout=60)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-        assert proc.returncode == -signal.SIGKILL
+        kill_once(ccir, folder, first, {memory.DELAY_ENV: "600"})
         kinds = [t.kind for t in _journal_transfers(folder)]
         assert kinds.count(XFER_LEASE) == 1 and XFER_MEMORY not in kinds
 
@@ -189,8 +168,7 @@ def test_kill9_between_lease_and_memory(tmp_path: Path,
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def test_kill9_during_memory_processing_in_mode_2(tmp_path: Path,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_kill9_during_memory_processing_in_mode_2(tmp_path: Path) -> None:
     """Killed during memory processing: leased, retained (mode 2), its interpretation
     not run yet (memory.DELAY_ENV ``after:``).  After the restart the input reads
     ``interrupted``, its two rows are there as saved, and its memory input is not
@@ -227,17 +205,7 @@ def test_kill9_during_memory_processing_in_mode_2(tmp_path: Path,
                 state.update(op=op, space=space, rows=rows["items"])
                 n.cancel_scope.cancel()
 
-        monkeypatch.setenv(memory.DELAY_ENV, "after:600")
-        proc = _boot(ccir, folder)
-        monkeypatch.delenv(memory.DELAY_ENV)
-        try:
-            trio.run(first)
-            proc.send_signal(signal.SIGKILL)
-            proc.communicate(timeout=60)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-        assert proc.returncode == -signal.SIGKILL
+        kill_once(ccir, folder, first, {memory.DELAY_ENV: "after:600"})
         assert [(r["kind"], r["retention_mode"]) for r in state["rows"]] == \
             [("text", 2), ("embedding", 2)]
         kinds = [t.kind for t in _journal_transfers(folder)]

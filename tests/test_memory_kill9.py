@@ -6,9 +6,7 @@ its memory input is never repeated (still two rows, and no third retention)."""
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +15,7 @@ import trio
 from _gateway_env import ALL, LINEAGE, make_config, short_dir
 from _real import real_embedding_dir, real_gguf
 from _runtime_proc import body as _body
-from _runtime_proc import boot as _boot
-from _runtime_proc import first_conversation, run_once
+from _runtime_proc import first_conversation, kill_once, run_once
 
 from aotx_trio.client import SocketClient
 from aotx_trio.runtime import pack
@@ -58,15 +55,7 @@ def test_kill9_between_retention_and_generation(tmp_path: Path) -> None:
                 state.update(space=space, op=op, rows=rows["items"])
                 n.cancel_scope.cancel()
 
-        proc = _boot(ccir, folder)
-        try:
-            trio.run(first)
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.communicate(timeout=60)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-        assert proc.returncode == -signal.SIGKILL
+        kill_once(ccir, folder, first)
 
         async def second() -> None:
             client = SocketClient(sock)
@@ -135,15 +124,7 @@ def test_kill9_in_mode_2_then_boot_without_the_flag(tmp_path: Path) -> None:
                              model=model["name"])
                 n.cancel_scope.cancel()
 
-        proc = _boot(ccir, folder)
-        try:
-            trio.run(first)
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.communicate(timeout=60)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-        assert proc.returncode == -signal.SIGKILL
+        kill_once(ccir, folder, first)
         assert [(r["kind"], r["retention_mode"]) for r in state["rows"]] == \
             [("text", 2), ("embedding", 2), ("interpretation", 2), ("embedding", 2)]
         pack.pack(ccir, no_auto_memory=[gguf.name], progress=False)   # the flag flipped
