@@ -56,29 +56,29 @@ async def first_conversation(client: SocketClient) -> tuple[str, str, str]:
     return model, space, r["receipt"]["resource"]
 
 
-def run_once(ccir: Path, folder: Path, main: Callable[[], Awaitable[None]]) -> None:
-    """Boot the runtime, run ``main`` (its socket client) under trio, then stop the
-    runtime cleanly (SIGTERM); a runtime still up after a failure is killed."""
-    proc = boot(ccir, folder)
+def _run(ccir: Path, folder: Path, main: Callable[[], Awaitable[None]],
+         sig: signal.Signals, env: dict[str, str] | None) -> int:
+    """Boot the runtime (with ``env``), run ``main`` (its socket client) under trio, send
+    ``sig``; its exit status (a runtime still up after a failure is killed)."""
+    proc = boot(ccir, folder, env)
     try:
         trio.run(main)
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(sig)
         proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
+            proc.communicate(timeout=60)
+    return proc.returncode
+
+
+def run_once(ccir: Path, folder: Path, main: Callable[[], Awaitable[None]]) -> None:
+    """Boot the runtime, run ``main``, then stop the runtime cleanly (SIGTERM)."""
+    _run(ccir, folder, main, signal.SIGTERM, None)
 
 
 def kill_once(ccir: Path, folder: Path, main: Callable[[], Awaitable[None]],
               env: dict[str, str] | None = None) -> None:
-    """Boot the runtime (with ``env``), run ``main`` (its socket client) under trio, then
-    kill the runtime with a real SIGKILL and check that is how it ended."""
-    proc = boot(ccir, folder, env)
-    try:
-        trio.run(main)
-        proc.send_signal(signal.SIGKILL)
-        proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == -signal.SIGKILL
+    """Boot the runtime (with ``env``), run ``main``, then kill it with a real SIGKILL and
+    check that is how it ended."""
+    assert _run(ccir, folder, main, signal.SIGKILL, env) == -signal.SIGKILL
