@@ -30,7 +30,7 @@ import json
 import logging
 import math
 from collections.abc import AsyncIterator, Sequence
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 import trio
 
@@ -84,11 +84,28 @@ class Subscription:
         try:
             value = await self._items.receive()
         except (trio.EndOfChannel, trio.ClosedResourceError):
-            if self.error is not None:
-                raise self.error from None
-            raise StopAsyncIteration from None
+            self._ended()
         self.delivered += 1
         return value
+
+    def next_nowait(self) -> Any:
+        """The next item if one is buffered already (``trio.WouldBlock`` if not); the
+        end as iteration reports it (StopAsyncIteration, or the stream's error)."""
+        try:
+            value = self._items.receive_nowait()
+        except (trio.EndOfChannel, trio.ClosedResourceError):
+            self._ended()
+        self.delivered += 1
+        return value
+
+    def _ended(self) -> NoReturn:
+        if self.error is not None:
+            raise self.error from None
+        raise StopAsyncIteration from None
+
+    def close(self) -> None:
+        """Stop reading: the items not read yet are dropped, the iteration ends."""
+        self._items.close()
 
 
 class DeviceClient:

@@ -342,14 +342,19 @@ static uint32_t crc_hw(uint32_t crc, const uint8_t *p, size_t n) { return aotx_c
 static int have_hw_crc(void) { return 0; }
 #endif
 
+/* A record's type and class are ours and its CRC field holds ``crc`` (computed). */
+static int fields_intact(const uint8_t *rec, uint32_t crc) {
+    return rec[JP_TYPE] == AOTX_JOURNAL_RECORD_TYPE &&
+           rec[JP_CLASS] == AOTX_JOURNAL_RECORD_CLASS && get_u32(rec + JP_CRC) == crc;
+}
+
 static int prefix_intact(const uint8_t *rec, int hw) {
     if (!hw) return intact(rec);
     static const uint8_t zero4[4] = {0, 0, 0, 0};
     uint32_t c = crc_hw(0, rec, JP_CRC);
     c = crc_hw(c, zero4, 4);
     c = crc_hw(c, rec + AOTX_JOURNAL_PART_HEADER, AOTX_JOURNAL_PART_DATA);
-    return rec[JP_TYPE] == AOTX_JOURNAL_RECORD_TYPE &&
-           rec[JP_CLASS] == AOTX_JOURNAL_RECORD_CLASS && get_u32(rec + JP_CRC) == c;
+    return fields_intact(rec, c);
 }
 
 int aotx_journal_reader_seek(aotx_journal_reader *r, const aotx_journal_anchor *a,
@@ -374,8 +379,7 @@ int aotx_journal_reader_seek(aotx_journal_reader *r, const aotx_journal_anchor *
         crc_hw3(p, p + AOTX_JOURNAL_RECORD_SIZE, p + 2 * AOTX_JOURNAL_RECORD_SIZE, c);
         for (int k = 0; k < 3; k++) {
             const uint8_t *q = p + (size_t)k * AOTX_JOURNAL_RECORD_SIZE;
-            if (q[JP_TYPE] != AOTX_JOURNAL_RECORD_TYPE || q[JP_CLASS] != AOTX_JOURNAL_RECORD_CLASS ||
-                get_u32(q + JP_CRC) != c[k] || get_u64(q + JP_INDEX) != i + (uint64_t)k)
+            if (!fields_intact(q, c[k]) || get_u64(q + JP_INDEX) != i + (uint64_t)k)
                 return fail(r, AOTX_E_JOURNAL_DAMAGE, rec_off(i + (uint64_t)k));
         }
     }

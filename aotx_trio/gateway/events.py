@@ -64,9 +64,7 @@ def _shared(data: Any, kind: str, event_id: str) -> bytes:
     is rendered once and its bytes are shared by every subscriber."""
     if not isinstance(data, Pushed):
         return _event(kind, data, event_id)
-    frame = data.encoded(f"sse-event {kind} {event_id}",
-                         lambda d: _event(kind, d, event_id))
-    return frame
+    return data.encoded(f"sse-event {kind} {event_id}", lambda d: _event(kind, d, event_id))
 
 
 def _resume(resource: str, arg: str, what: str) -> int:

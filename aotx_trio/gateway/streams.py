@@ -83,25 +83,18 @@ class Feed:
         that."""
         if self.ended:
             return []
+        out: list[Message] = []
         try:
-            first = await self._sub.__anext__()
+            out.append(("item", await self._sub.__anext__()))
+            while len(out) < limit:
+                out.append(("item", self._sub.next_nowait()))
+        except trio.WouldBlock:
+            pass
         except StopAsyncIteration:
-            return [self._end()]
+            out.append(self._end())
         except errors.AotxError as exc:
             self.ended = True
-            return [("error", exc)]
-        out: list[Message] = [("item", first)]
-        items = self._sub._items
-        while len(out) < limit:
-            try:
-                value = items.receive_nowait()
-            except trio.WouldBlock:
-                break
-            except (trio.EndOfChannel, trio.ClosedResourceError):
-                out.append(self._end())
-                break
-            self._sub.delivered += 1
-            out.append(("item", value))
+            out.append(("error", exc))
         return out
 
     def close(self) -> None:
@@ -134,7 +127,7 @@ async def open_feed(client: DeviceClient, method: str, params: dict[str, Any],
             feed.failure = next((e for e in found if isinstance(e, errors.AotxError)), None)
         finally:
             if feed is not None:       # the body, still reading, ends next
-                feed._sub._items.close()
+                feed._sub.close()
 
     nursery: trio.Nursery = current_app.nursery   # type: ignore[attr-defined]
     feed: Feed = await nursery.start(hold)

@@ -300,12 +300,8 @@ class Executor:
     def _join(self, job: Job) -> bool:
         eng = job.model.engine
         context = job.model.context
-        kv = eng.kv_stats()
-        # the history is cut to fit the context and the whole page pool (one page of
-        # slack for rounding), so an input alone never waits for pages that cannot be
-        room = min(context, (kv.n_pages - 1) * kv.page_tokens)
         if not job.ephemeral:
-            budget = max(1, room - job.max_output)
+            budget = self._history_budget(job)
             earlier = history.before(self.device, job.conversation, job.input_index,
                                      self.result_cap, budget)
             recalled = memory.recall_block(self.device, job.actor, job.conversation,
@@ -325,7 +321,9 @@ class Executor:
         return True
 
     def _history_budget(self, job: Job) -> int:
-        """The tokens of history ``job``'s context may hold (:meth:`_join`)."""
+        """The tokens of history ``job``'s context may hold (:meth:`_join`): cut to fit
+        the context and the whole page pool (one page of slack for rounding), so an
+        input alone never waits for pages that cannot be freed."""
         kv = job.model.engine.kv_stats()
         room = min(job.model.context, (kv.n_pages - 1) * kv.page_tokens)
         return max(1, room - job.max_output)
