@@ -11,6 +11,8 @@
 #include "vecmath_internal.h"
 
 #include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define SMALL_T 4   /* up to this many tokens, element-wise ops stay on the caller */
@@ -47,6 +49,61 @@ AOTX_CLONES static void glu_silu(float *g, const float *u, int64_t n) {
     for (int64_t i = 0; i < n; i++) g[i] = g[i] / (1.0f + aotx_exp_approx(-g[i])) * u[i];
 }
 
+/* ---------- the activation residual of ffn_down ----------
+ *
+ * The kernels multiply quantized weights with Q8 activations: per block of `blk`
+ * values (256 before k-quant weights, 32 before the Q8_0 family) d = max|x| / 127 and
+ * q = round-half-even(x / d) (quant.c, quant_group; the fast preparations are byte-equal).
+ * Measured against the float64 model (scripts/bench_engine_fidelity.py), the largest
+ * error of the whole forward is that rounding on the input of ffn_down: gelu(gate) * up
+ * has outliers, so a 256-block's step d is coarse for the rest of it.  So ffn_down also
+ * runs on the residual r = x - d*q (itself quantized: steps ~254x finer) and the two
+ * products are added: W(x) ~ W Q(x) + W Q(r). */
+
+/* AOTX_ACT_RESIDUAL=0 in the environment (read once) turns the residual product off:
+ * prefill then costs ~10-15 % less CPU and the logits move ~2.5x further from the exact
+ * model (docs/benchmarks.md, engine round 3, fidelity). */
+static int residual_on = 1;
+static pthread_once_t residual_once = PTHREAD_ONCE_INIT;
+
+static void residual_read(void) {
+    const char *e = getenv("AOTX_ACT_RESIDUAL");
+    residual_on = !(e && strcmp(e, "0") == 0);
+}
+
+/* Values per activation block in front of weights of `type`; 0: float activations
+ * (or the residual turned off). */
+static int act_block(int type) {
+    pthread_once(&residual_once, residual_read);
+    if (!residual_on) return 0;
+    switch (type) {
+    case AOTX_T_Q4_K: case AOTX_T_Q5_K: case AOTX_T_Q6_K: return AOTX_QK_K;
+    case AOTX_T_Q4_0: case AOTX_T_Q5_0: case AOTX_T_Q8_0: return AOTX_QK;
+    default: return 0;
+    }
+}
+
+/* r = x - d*q, d and q as quant.c's quant_group computes them (same float operations;
+ * the clamp between the multiply and the rounding add keeps them apart). */
+AOTX_CLONES static void act_residual(const float *x, float *r, int64_t n, int blk) {
+    const float magic = 12582912.0f;   /* 1.5 * 2^23: adding it rounds to an integer */
+    for (int64_t b = 0; b < n; b += blk) {
+        float amax = 0.0f;
+        for (int j = 0; j < blk; j++) {
+            float a = fabsf(x[b + j]);
+            amax = a > amax ? a : amax;
+        }
+        float d = amax / 127.0f;
+        float id = d > 0.0f ? 1.0f / d : 0.0f;
+        for (int j = 0; j < blk; j++) {
+            float v = x[b + j] * id;
+            v = v > 127.0f ? 127.0f : (v < -127.0f ? -127.0f : v);
+            float q = (v + magic) - magic;
+            r[b + j] = x[b + j] - d * q;
+        }
+    }
+}
+
 typedef struct ew_job {
     aotx_model *m;
     const mlayer *ly;
@@ -54,6 +111,8 @@ typedef struct ew_job {
     int op;   /* 0 = norm x->xn with w; 1 = residual (+post norm) from o, then norm; 2 = GLU */
     const float *w;          /* op 0/1: the next norm weight */
     const float *post;       /* op 1: post norm weight or NULL */
+    int res;                 /* op 1: o += xn (ffn_down on the residual) first;
+                                op 2: the residual's block size (0: none) into up */
 } ew_job;
 
 static void ew_token(ew_job *e, int32_t t) {
@@ -64,10 +123,13 @@ static void ew_token(ew_job *e, int32_t t) {
         float *g = m->gate + t * ff, *u = m->up + t * ff;
         if (m->info.arch == AOTX_ARCH_GEMMA3) glu_gelu(g, u, ff);
         else glu_silu(g, u, ff);
+        if (e->res) act_residual(g, u, ff, e->res);
         return;
     }
     if (e->op == 1) {
         float *o = m->o + t * d;
+        if (e->res)
+            for (int64_t i = 0; i < d; i++) o[i] += xn[i];
         if (e->post) rmsnorm(o, o, e->post, d, m->info.eps);
         for (int64_t i = 0; i < d; i++) x[i] += o[i];
     }
@@ -178,15 +240,18 @@ static void layer_forward(aotx_model *m, int32_t l, int32_t T) {
     m->be_ops->attention(m->be, m->kv, m->kv_store, &ab);
     int64_t od = (int64_t)in->n_heads * in->v_dim;
     matmul(m, m->att, od, T, 1, &ly->o, m->o, d, NULL, NULL, 0, NULL, NULL, 0);
-    ew_job e = {m, ly, T, 1, ly->ffn_norm, ly->post_attn_norm};
+    ew_job e = {m, ly, T, 1, ly->ffn_norm, ly->post_attn_norm, 0};
     elementwise(m, &e);
     matmul(m, m->xn, d, T, 2, &ly->gate, m->gate, in->d_ff, &ly->up, m->up, in->d_ff, NULL, NULL,
            0);
-    e = (ew_job){m, ly, T, 2, NULL, NULL};
+    int blk = act_block(ly->down.type);
+    e = (ew_job){m, ly, T, 2, NULL, NULL, blk};
     elementwise(m, &e);
+    /* xn (the ffn input) is free now: W Q(r) goes there, added to o below */
+    if (blk) matmul(m, m->up, in->d_ff, T, 1, &ly->down, m->xn, d, NULL, NULL, 0, NULL, NULL, 0);
     matmul(m, m->gate, in->d_ff, T, 1, &ly->down, m->o, d, NULL, NULL, 0, NULL, NULL, 0);
     const float *next = l + 1 < in->n_layers ? m->layers[l + 1].attn_norm : NULL;
-    e = (ew_job){m, ly, T, 1, next, ly->post_ffn_norm};
+    e = (ew_job){m, ly, T, 1, next, ly->post_ffn_norm, blk != 0};
     elementwise(m, &e);
 }
 
@@ -194,7 +259,7 @@ void model_forward(aotx_model *m, int32_t T, int32_t n_logits, float *logits) {
     const aotx_model_info *in = &m->info;
     int64_t d = in->d_model;
     rope_tables(m, T);
-    ew_job e = {m, NULL, T, 0, m->layers[0].attn_norm, NULL};
+    ew_job e = {m, NULL, T, 0, m->layers[0].attn_norm, NULL, 0};
     elementwise(m, &e);
     for (int32_t l = 0; l < in->n_layers; l++) layer_forward(m, l, T);
     if (n_logits <= 0) return;

@@ -36,13 +36,24 @@ def quantize_act(x: np.ndarray, block: int) -> np.ndarray:
     return np.asarray((q.astype(F) * d.astype(F)).reshape(shp))
 
 
+def act_residual(x: np.ndarray, block: int) -> np.ndarray:
+    """What quantize_act leaves out, x - quantize_act(x), in float32 (rounded once, as
+    the engine's FMA computes it)."""
+    x32 = np.asarray(x, dtype=np.float32)
+    return np.asarray((x32.astype(F) - quantize_act(x32, block)).astype(np.float32))
+
+
 class Reference:
     """act_quant=True reproduces the kernels' Q8 activations (Q8_K blocks of 256
     before k-quant weights, blocks of 32 before Q4_0/Q5_0/Q8_0 weights), so
-    quantized models can be compared tightly too."""
+    quantized models can be compared tightly too; with act_residual (the engine's
+    default, AOTX_ACT_RESIDUAL unset) ffn_down multiplies quantize_act(x) and
+    quantize_act(r) of the residual r = x - quantize_act(x), as csrc/model_fwd.c does."""
 
-    def __init__(self, path: Path | str, act_quant: bool = False) -> None:
+    def __init__(self, path: Path | str, act_quant: bool = False,
+                 act_residual: bool = True) -> None:
         self.act_quant = act_quant
+        self.act_residual = act_residual
         self.types: dict[str, str] = {}
         r = gguf.GGUFReader(str(path))
         self.meta: dict[str, Any] = {}
@@ -76,10 +87,13 @@ class Reference:
         """x @ W.T for the matrix `name`, activations quantized like the kernels."""
         if self.act_quant:
             t = self.types[name]
-            if t in K_QUANTS:
-                x = quantize_act(x, 256)
-            elif t in LEGACY_QUANTS:
-                x = quantize_act(x, 32)
+            block = 256 if t in K_QUANTS else 32 if t in LEGACY_QUANTS else 0
+            if block and self.act_residual and name.endswith("ffn_down.weight"):
+                r = act_residual(x, block)
+                return np.asarray(quantize_act(x, block) @ self.w[name].T
+                                  + quantize_act(r, block) @ self.w[name].T)
+            if block:
+                x = quantize_act(x, block)
         return np.asarray(x @ self.w[name].T)
 
     def rms(self, x: np.ndarray, w: np.ndarray) -> np.ndarray:
