@@ -222,7 +222,11 @@ static void rope_fn(void *ctx, int32_t ith, int32_t nth) {
 
 /* ---------- the layers ---------- */
 
-static void layer_forward(aotx_model *m, int32_t l, int32_t T) {
+/* Layer l for T tokens.  keep >= 0 (the last layer): only the first `keep` entries of
+ * logit_tok need the layer's output, so after the attention (whose K/V every token
+ * writes) their rows of att and x move to rows 0..keep-1 and the rest of the layer runs
+ * on those alone (the kernels are batch invariant: the kept rows come out the same). */
+static void layer_forward(aotx_model *m, int32_t l, int32_t T, int32_t keep) {
     const aotx_model_info *in = &m->info;
     const mlayer *ly = &m->layers[l];
     int64_t d = in->d_model, hd = in->head_dim;
@@ -239,6 +243,16 @@ static void layer_forward(aotx_model *m, int32_t l, int32_t T) {
                           in->v_dim, ly->sliding ? in->window : 0, in->attn_scale, m->q, m->att};
     m->be_ops->attention(m->be, m->kv, m->kv_store, &ab);
     int64_t od = (int64_t)in->n_heads * in->v_dim;
+    if (keep >= 0) {
+        for (int32_t i = 0; i < keep; i++) {   /* logit_tok ascends: row i <= logit_tok[i] */
+            int32_t t = m->logit_tok[i];
+            if (t == i) continue;
+            memcpy(m->att + i * od, m->att + (int64_t)t * od, sizeof(float) * (size_t)od);
+            memcpy(m->x + i * d, m->x + (int64_t)t * d, sizeof(float) * (size_t)d);
+        }
+        T = keep;
+        if (T == 0) return;
+    }
     matmul(m, m->att, od, T, 1, &ly->o, m->o, d, NULL, NULL, 0, NULL, NULL, 0);
     ew_job e = {m, ly, T, 1, ly->ffn_norm, ly->post_attn_norm, 0};
     elementwise(m, &e);
@@ -261,9 +275,13 @@ void model_forward(aotx_model *m, int32_t T, int32_t n_logits, float *logits) {
     rope_tables(m, T);
     ew_job e = {m, NULL, T, 0, m->layers[0].attn_norm, NULL, 0};
     elementwise(m, &e);
-    for (int32_t l = 0; l < in->n_layers; l++) layer_forward(m, l, T);
+    int32_t keep = n_logits > 0 ? n_logits : 0;
+    for (int32_t l = 0; l < in->n_layers; l++)
+        layer_forward(m, l, T, l + 1 == in->n_layers && keep < T ? keep : -1);
     if (n_logits <= 0) return;
+    /* x row r is logit_tok[r]'s (moved there by the last layer when it kept fewer rows) */
     for (int32_t r = 0; r < n_logits; r++)
-        rmsnorm(m->xn + r * d, m->x + (int64_t)m->logit_tok[r] * d, m->out_norm, d, in->eps);
+        rmsnorm(m->xn + r * d, m->x + (int64_t)(keep < T ? r : m->logit_tok[r]) * d, m->out_norm,
+                d, in->eps);
     matmul(m, m->xn, d, n_logits, 1, &m->output, logits, in->n_vocab, NULL, NULL, 0, NULL, NULL, 0);
 }
