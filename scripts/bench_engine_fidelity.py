@@ -10,10 +10,13 @@ generates a greedy continuation of N_CONT tokens, then every engine is teacher-f
 prompt + continuation (the prompt in one prefill, then one forced token per step, the
 way decode runs) and gives a logits row at each of the N_CONT positions.  Per engine:
 top-1 agreement with the exact model (the engine's argmax equals the exact argmax) and
-the mean KL(exact || engine) in nats over the whole vocabulary.
+the mean KL(exact || engine) in nats over the whole vocabulary, with its standard error
+over the prompts (the positions of one prompt are correlated, so the prompt is the unit).
 
 Engines (each in its own child process, so AOTX_KERNELS is read fresh):
-``aotx:<kernels>:<kv>`` with kernels auto | avx2 | ref and kv f32 | f16, and ``llama.cpp``
+``aotx:<kernels>:<kv>[:nores]`` with kernels auto | avx2 | ref, kv f32 | f16 and ``nores``
+for AOTX_ACT_RESIDUAL=0 (ffn_down without its residual product, csrc/model_fwd.c), and
+``llama.cpp``
 (llama-cpp-python, its default KV type f16, 1 thread), skipped when not importable.
 Children write their float32 rows to a temporary .npy file; the parent scores them.
 Not a test: a measurement, printed as a table.
@@ -109,8 +112,11 @@ def score(exact_lp: list[np.ndarray], rows: np.ndarray) -> dict[str, float]:
     lp = log_softmax(rows)
     kl = (np.exp(ex) * (ex - lp)).sum(axis=-1)
     agree = (ex.argmax(axis=-1) == lp.argmax(axis=-1)).mean()
-    return {"top1": float(agree), "kl": float(kl.mean()), "kl_max": float(kl.max()),
-            "n": int(ex.shape[0])}
+    # standard error of the mean over prompts (positions of one prompt are correlated)
+    per = kl.reshape(len(exact_lp), -1).mean(axis=1)
+    se = float(per.std(ddof=1) / np.sqrt(len(per))) if len(per) > 1 else float("nan")
+    return {"top1": float(agree), "kl": float(kl.mean()), "kl_se": se,
+            "kl_max": float(kl.max()), "n": int(ex.shape[0])}
 
 
 # ---- the engines (children) --------------------------------------------------------------
@@ -184,6 +190,7 @@ def run_config(cfg: str, model: Path, work_file: Path, out: Path) -> dict[str, A
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
     if cfg.startswith("aotx:"):
         env["AOTX_KERNELS"] = cfg.split(":")[1]
+        env["AOTX_ACT_RESIDUAL"] = "0" if cfg.endswith(":nores") else "1"
     p = subprocess.run(argv, capture_output=True, text=True, check=False, env=env, timeout=1800)
     if p.returncode != 0:
         return {"error": f"exit {p.returncode}: {(p.stderr or p.stdout).strip()[-300:]}"}
@@ -225,19 +232,21 @@ def fidelity(model: Path, n_prompts: int, configs: list[str]) -> int:
             results[cfg] = doc
             print(f"  {cfg}: done", flush=True)
     print("| engine | kernels | KV | top-1 agreement | mean KL(exact \\|\\| engine), nats "
-          "| max KL |")
-    print("|---|---|---|---:|---:|---:|")
+          "| s.e. over prompts | max KL |")
+    print("|---|---|---|---:|---:|---:|---:|")
     for cfg, r in results.items():
         if "error" in r:
-            print(f"| {cfg} | | | failed: {r['error']} | | |")
+            print(f"| {cfg} | | | failed: {r['error']} | | | |")
             continue
         if cfg == "llama.cpp":
             kern, kv = f"llama.cpp {r['version']}", r["kv"]
         else:
             kern = f"AOTX_KERNELS={cfg.split(':')[1]} (Q4_K {r['kernels']})"
+            if cfg.endswith(":nores"):
+                kern += ", AOTX_ACT_RESIDUAL=0"
             kv = "f32" if r["elem_bytes"] == 4 else f"f16 ({r['kv_impl']})"
         print(f"| {cfg} | {kern} | {kv} | {100 * r['top1']:.1f}% of {r['n']} | "
-              f"{r['kl']:.5f} | {r['kl_max']:.4f} |")
+              f"{r['kl']:.5f} | {r['kl_se']:.5f} | {r['kl_max']:.4f} |")
     peer = results.get("llama.cpp", {})
     if "kl" in peer:
         for cfg, r in results.items():
@@ -254,7 +263,7 @@ def main() -> int:
     ap.add_argument("--model", type=Path, default=DEFAULT)
     ap.add_argument("--prompts", type=int, default=10)
     ap.add_argument("--configs", default=",".join(DEFAULT_CONFIGS),
-                    help="comma-separated: aotx:<auto|avx2|ref>:<f32|f16>, llama.cpp")
+                    help="comma-separated: aotx:<auto|avx2|ref>:<f32|f16>[:nores], llama.cpp")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--work", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--out", type=Path, help=argparse.SUPPRESS)
