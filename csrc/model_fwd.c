@@ -60,22 +60,25 @@ AOTX_CLONES static void glu_silu(float *g, const float *u, int64_t n) {
  * runs on the residual r = x - d*q (itself quantized: steps ~254x finer) and the two
  * products are added: W(x) ~ W Q(x) + W Q(r). */
 
-/* AOTX_ACT_RESIDUAL=0 in the environment (read once) turns the residual product off:
- * prefill then costs ~10-15 % less CPU and the logits move ~2.5x further from the exact
- * model (docs/benchmarks.md, engine round 3, fidelity). */
-static int residual_on = 1;
+/* AOTX_ACT_RESIDUAL in the environment (read once): unset or 1, every quantized ffn_down;
+ * 6, only those whose weights have 6 bits or more (Q6_K, Q8_0: the layers a Q4_K_M file
+ * marks as the sensitive ones); 0, none.  The residual product costs ~15-20 % of a
+ * prefill's CPU (all) or about half that (6); without it the logits are ~2.7x further
+ * from the exact model (docs/benchmarks.md, engine round 3, fidelity). */
+static int residual_mode = 1;
 static pthread_once_t residual_once = PTHREAD_ONCE_INIT;
 
 static void residual_read(void) {
     const char *e = getenv("AOTX_ACT_RESIDUAL");
-    residual_on = !(e && strcmp(e, "0") == 0);
+    residual_mode = !e ? 1 : strcmp(e, "0") == 0 ? 0 : strcmp(e, "6") == 0 ? 6 : 1;
 }
 
-/* Values per activation block in front of weights of `type`; 0: float activations
- * (or the residual turned off). */
+/* Values per activation block of ffn_down's input with weights of `type` when it also
+ * runs on the residual; 0: no residual product (float activations, or not selected). */
 static int act_block(int type) {
     pthread_once(&residual_once, residual_read);
-    if (!residual_on) return 0;
+    if (residual_mode == 0) return 0;
+    if (residual_mode == 6 && type != AOTX_T_Q6_K && type != AOTX_T_Q8_0) return 0;
     switch (type) {
     case AOTX_T_Q4_K: case AOTX_T_Q5_K: case AOTX_T_Q6_K: return AOTX_QK_K;
     case AOTX_T_Q4_0: case AOTX_T_Q5_0: case AOTX_T_Q8_0: return AOTX_QK;

@@ -45,6 +45,8 @@ SPECS = {
     # quantized one
     "gemma3_down_q4k": sg.Spec(types=(sg.Q.F32,) * 6 + (sg.Q.Q4_K,), embd_type=sg.Q.F32,
                                n_layers=2, seed=5),
+    "gemma3_down_q6k": sg.Spec(types=(sg.Q.F32,) * 6 + (sg.Q.Q6_K,), embd_type=sg.Q.F32,
+                               n_layers=2, seed=6),
 }
 
 
@@ -92,7 +94,8 @@ def _logits_child(path: Path, residual: str) -> np.ndarray:
 def test_ffn_down_residual_product(models: dict[str, Path]) -> None:
     """ffn_down multiplies Q(x) and Q(x - Q(x)) (csrc/model_fwd.c): on a model whose only
     quantized product is ffn_down the engine follows the reference that emulates it and
-    lands ~250x closer to the exact model than without; AOTX_ACT_RESIDUAL=0 turns it off."""
+    lands ~250x closer to the exact model than without; AOTX_ACT_RESIDUAL=0 turns it off,
+    =6 keeps it for Q6_K / Q8_0 weights only."""
     path = models["gemma3_down_q4k"]
     ends = np.cumsum(CHUNKS) - 1
     with_res = Reference(path, act_quant=True).forward(TOKENS)[ends]
@@ -107,6 +110,11 @@ def test_ffn_down_residual_product(models: dict[str, Path]) -> None:
     # model 5e-5 with the residual, 1.3e-2 without
     assert max(e_on) < 1e-3 and max(e_off) < 1e-3, (e_on, e_off)
     assert rel(on, exact) < rel(off, exact) / 20, (rel(on, exact), rel(off, exact))
+    # AOTX_ACT_RESIDUAL=6: only ffn_down weights of 6 bits or more (Q6_K, Q8_0)
+    assert np.array_equal(_logits_child(path, "6"), off)
+    q6 = models["gemma3_down_q6k"]
+    assert np.array_equal(_logits_child(q6, "6"), _logits_child(q6, "1"))
+    assert not np.array_equal(_logits_child(q6, "0"), _logits_child(q6, "1"))
 
 
 def test_window_is_applied(models: dict[str, Path]) -> None:
