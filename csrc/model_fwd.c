@@ -62,7 +62,7 @@ AOTX_CLONES static void glu_silu(float *g, const float *u, int64_t n) {
 
 /* AOTX_ACT_RESIDUAL in the environment (read once): unset or 1, every quantized ffn_down;
  * 6, only those whose weights have 6 bits or more (Q6_K, Q8_0: the layers a Q4_K_M file
- * marks as the sensitive ones); 0, none.  The residual product costs ~15-20 % of a
+ * marks as the sensitive ones); 0, none.  The residual product costs ~15-25 % of a
  * prefill's CPU (all) or about half that (6); without it the logits are ~2.7x further
  * from the exact model (docs/benchmarks.md, engine round 3, fidelity). */
 static int residual_mode = 1;
