@@ -370,6 +370,13 @@ class SocketClient(DeviceClient):
             if self._item_frame(body):
                 continue
             frame = wire.decode_body(body)
+            if isinstance(frame.get("ids"), list) and "item" in frame:   # shared item frame
+                value = frame["item"]
+                for i in frame["ids"]:
+                    st = self._streams.get(i) if isinstance(i, int) else None
+                    if st is not None and st.open_frame is not None:
+                        self._item(st, value)
+                continue
             fid = frame.get("id", -1)
             st = self._streams.get(fid) if isinstance(fid, int) else None
             if st is not None:
@@ -383,19 +390,33 @@ class SocketClient(DeviceClient):
             entry[0].set()
 
     def _item_frame(self, body: bytes) -> bool:
-        """Route ``body`` if it is an item frame of an open stream laid out as the runtime
-        writes it (``{"id":N,"item":VALUE}``); False: decode it as any frame.  The same
-        item bytes pushed to many streams decode once, to one shared value."""
-        if not body.startswith(b'{"id":') or not body.endswith(b"}"):
+        """Route ``body`` if it is an item frame laid out as the runtime writes it
+        (``{"id":N,"item":VALUE}``, or the shared ``{"ids":[N,...],"item":VALUE}``);
+        False: decode it as any frame.  The same item bytes pushed to many streams
+        decode once, to one shared value."""
+        if not body.endswith(b"}"):
             return False
-        cut = body.find(b',"item":', 6)
-        digits = body[6:cut] if cut > 0 else b""
-        if not digits.isdigit() or len(digits) > 18:
+        if body.startswith(b'{"ids":['):
+            cut = body.find(b'],"item":', 8)
+            if cut < 0:
+                return False
+            try:
+                ids = [int(x) for x in body[8:cut].split(b",")]
+            except ValueError:
+                return False
+            raw = body[cut + 9:-1]
+        elif body.startswith(b'{"id":'):
+            cut = body.find(b',"item":', 6)
+            digits = body[6:cut] if cut > 0 else b""
+            if not digits.isdigit() or len(digits) > 18:
+                return False
+            ids = [int(digits)]
+            raw = body[cut + 8:-1]
+        else:
             return False
-        st = self._streams.get(int(digits))
-        if st is None or st.open_frame is None:
-            return False
-        raw = body[cut + 8:-1]
+        streams = [self._streams.get(i) for i in ids]
+        if len(ids) == 1 and (streams[0] is None or streams[0].open_frame is None):
+            return False          # the general path (it logs an unknown id)
         value = self._recent.get(raw)
         if value is None:
             try:
@@ -407,7 +428,9 @@ class SocketClient(DeviceClient):
             if len(self._recent) >= RECENT_ITEMS:
                 del self._recent[next(iter(self._recent))]
             self._recent[raw] = value
-        self._item(st, value)
+        for st in streams:        # a stream this side ended already: nothing to route
+            if st is not None and st.open_frame is not None:
+                self._item(st, value)
         return True
 
     def _item(self, st: _Stream, value: Any) -> None:
