@@ -340,11 +340,12 @@ class Executor:
 
     def _revision(self, job: Job) -> int:
         """The lease revision of ``job``: its conversation's recorded family, else the
-        executor's default, by its retention mode (prompt.lease_revision)."""
-        earlier = history.before(self.device, job.conversation, job.input_index,
-                                 self.result_cap, self._history_budget(job))
-        return lease_revision(self.revision, job.retention_mode,
-                              history.recorded_revision(earlier))
+        executor's default, by its retention mode (prompt.lease_revision).  The family
+        comes from the receipts (history.revision_before): the texts and outputs are
+        read once, when the input joins (:meth:`_join`)."""
+        recorded = history.revision_before(self.device, job.conversation, job.input_index,
+                                           self.result_cap, self._history_budget(job))
+        return lease_revision(self.revision, job.retention_mode, recorded)
 
     def _lease(self) -> None:
         """Apply the execution leases of the inputs taken off the queue: one per model
