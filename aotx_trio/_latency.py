@@ -38,7 +38,7 @@ GC_THRESHOLDS = (20_000, 50, 100)
 WORKER_NICE = 10
 
 _tuned = False
-_lowered: set[int] = set()        # native thread ids already lowered
+_local = threading.local()        # .lowered: this thread lowered itself already
 
 
 def tune_gc() -> bool:
@@ -54,20 +54,23 @@ def tune_gc() -> bool:
     return True
 
 
-def _lower(tid: int) -> None:
+def _lower(tid: int) -> bool:
+    """Lower thread ``tid``; True when it was above :data:`WORKER_NICE`."""
     try:
         if os.getpriority(os.PRIO_PROCESS, tid) < WORKER_NICE:
             os.setpriority(os.PRIO_PROCESS, tid, WORKER_NICE)
+            return True
     except OSError:          # gone already, or not allowed: only latency is at stake
         pass
-    _lowered.add(tid)
+    return False
 
 
 def lower_this_thread() -> None:
-    """Lower the calling (worker) thread; cheap after the first call per thread."""
-    tid = threading.get_native_id()
-    if tid not in _lowered:
-        _lower(tid)
+    """Lower the calling (worker) thread; free after the first call per thread (thread
+    ids are reused, so it is remembered per thread, not per id)."""
+    if not getattr(_local, "lowered", False):
+        _lower(threading.get_native_id())
+        _local.lowered = True
 
 
 def lower_worker_priority(main_tid: int | None = None) -> int:
@@ -78,7 +81,4 @@ def lower_worker_priority(main_tid: int | None = None) -> int:
         tids = [int(t) for t in os.listdir("/proc/self/task")]
     except OSError:          # not Linux: nothing to do
         return 0
-    fresh = [t for t in tids if t != keep and t not in _lowered]
-    for tid in fresh:
-        _lower(tid)
-    return len(fresh)
+    return sum(_lower(t) for t in tids if t != keep)
