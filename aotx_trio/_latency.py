@@ -12,8 +12,9 @@ were measured (docs/benchmarks.md, "SSE fanout", trio Instrument of
   on whichever task allocated.  :func:`tune_gc` freezes what start-up allocated
   (moved to the permanent generation: never scanned again) and raises the
   thresholds to :data:`GC_THRESHOLDS`, so a young collection comes every 20,000
-  container allocations and older ones far less often; reference cycles are still
-  collected (the young generation's every few hundred ms under load).
+  container allocations, a middle one every million and a full one at most every
+  100 middle ones; reference cycles are still collected, the long-lived ones later
+  (docs/decisions.md, "SSE fanout latency").
 * **CPU time slices**: an engine step runs on a worker thread plus the engine's
   pool threads, spinning flat out on every core; at the same priority the trio
   thread waits for a time slice behind them.  :func:`lower_worker_priority` gives
