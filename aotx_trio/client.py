@@ -282,6 +282,8 @@ class _Stream:
         self.send, receive = trio.open_memory_channel[Any](buffer)
         self.sub = Subscription(None, receive)
         self.live = True    # the runtime has not ended it yet
+        self.sid = 0
+        self.cancel_sent = False
 
     def finish(self, reason: str, error: errors.AotxError | None = None) -> None:
         self.live = False
@@ -310,6 +312,8 @@ class SocketClient(DeviceClient):
         self._waiting: dict[int, tuple[trio.Event, list[Any]]] = {}
         self._streams: dict[int, _Stream] = {}
         self._recent: dict[bytes, Any] = {}   # item bytes -> the value decoded from them
+        # streams dropped as slow consumers, to cancel at the runtime now (run())
+        self._dropped, self._to_cancel = trio.open_memory_channel[int](math.inf)
 
     async def _connect(self, deadline: float) -> trio.SocketStream:
         delay = 0.05
@@ -339,10 +343,31 @@ class SocketClient(DeviceClient):
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         self._stream = await self._connect(trio.current_time() + self.connect_timeout)
-        task_status.started()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._cancel_dropped)
+            task_status.started()
+            try:
+                await self._serve()
+            finally:
+                nursery.cancel_scope.cancel()
+
+    async def _cancel_dropped(self) -> None:
+        """Cancel at once, at the runtime, each stream dropped as a slow consumer (its
+        subscriber may not leave for a long time: a body blocked on its HTTP client),
+        so the runtime stops following and pushing it."""
+        async for sid in self._to_cancel:
+            st, stream = self._streams.get(sid), self._stream
+            if st is None or not st.live or stream is None:
+                continue
+            with contextlib.suppress(OSError, trio.BrokenResourceError,
+                                     trio.ClosedResourceError):
+                await self._send(stream, wire.cancel(sid))
+
+    async def _serve(self) -> None:
         try:
             while True:
                 stream = self._stream
+                assert stream is not None
                 try:
                     await self._read_loop(stream)
                     reason = "the runtime closed the service socket"
@@ -370,6 +395,13 @@ class SocketClient(DeviceClient):
             if self._item_frame(body):
                 continue
             frame = wire.decode_body(body)
+            if isinstance(frame.get("ids"), list) and "item" in frame:   # shared item frame
+                value = frame["item"]
+                for i in frame["ids"]:
+                    st = self._streams.get(i) if isinstance(i, int) else None
+                    if st is not None and st.open_frame is not None:
+                        self._item(st, value)
+                continue
             fid = frame.get("id", -1)
             st = self._streams.get(fid) if isinstance(fid, int) else None
             if st is not None:
@@ -383,19 +415,33 @@ class SocketClient(DeviceClient):
             entry[0].set()
 
     def _item_frame(self, body: bytes) -> bool:
-        """Route ``body`` if it is an item frame of an open stream laid out as the runtime
-        writes it (``{"id":N,"item":VALUE}``); False: decode it as any frame.  The same
-        item bytes pushed to many streams decode once, to one shared value."""
-        if not body.startswith(b'{"id":') or not body.endswith(b"}"):
+        """Route ``body`` if it is an item frame laid out as the runtime writes it
+        (``{"id":N,"item":VALUE}``, or the shared ``{"ids":[N,...],"item":VALUE}``);
+        False: decode it as any frame.  The same item bytes pushed to many streams
+        decode once, to one shared value."""
+        if not body.endswith(b"}"):
             return False
-        cut = body.find(b',"item":', 6)
-        digits = body[6:cut] if cut > 0 else b""
-        if not digits.isdigit() or len(digits) > 18:
+        if body.startswith(b'{"ids":['):
+            cut = body.find(b'],"item":', 8)
+            if cut < 0:
+                return False
+            try:
+                ids = [int(x) for x in body[8:cut].split(b",")]
+            except ValueError:
+                return False
+            raw = body[cut + 9:-1]
+        elif body.startswith(b'{"id":'):
+            cut = body.find(b',"item":', 6)
+            digits = body[6:cut] if cut > 0 else b""
+            if not digits.isdigit() or len(digits) > 18:
+                return False
+            ids = [int(digits)]
+            raw = body[cut + 8:-1]
+        else:
             return False
-        st = self._streams.get(int(digits))
-        if st is None or st.open_frame is None:
-            return False
-        raw = body[cut + 8:-1]
+        streams = [self._streams.get(i) for i in ids]
+        if len(ids) == 1 and (streams[0] is None or streams[0].open_frame is None):
+            return False          # the general path (it logs an unknown id)
         value = self._recent.get(raw)
         if value is None:
             try:
@@ -407,7 +453,9 @@ class SocketClient(DeviceClient):
             if len(self._recent) >= RECENT_ITEMS:
                 del self._recent[next(iter(self._recent))]
             self._recent[raw] = value
-        self._item(st, value)
+        for st in streams:        # a stream this side ended already: nothing to route
+            if st is not None and st.open_frame is not None:
+                self._item(st, value)
         return True
 
     def _item(self, st: _Stream, value: Any) -> None:
@@ -415,8 +463,11 @@ class SocketClient(DeviceClient):
             try:
                 st.send.send_nowait(value)
             except trio.WouldBlock:
-                st.sub._finish(SLOW_CONSUMER)  # cancelled when the subscriber leaves
+                st.sub._finish(SLOW_CONSUMER)
                 st.send.close()
+                if not st.cancel_sent:       # cancelled at the runtime now (run())
+                    st.cancel_sent = True
+                    self._dropped.send_nowait(st.sid)
 
     def _stream_frame(self, sid: int, st: _Stream, frame: dict[str, Any]) -> None:
         """Route one frame of stream ``sid``: open answer, item, or end."""
@@ -478,6 +529,7 @@ class SocketClient(DeviceClient):
         stream = self._connected()
         sid = next(self._ids)
         st = _Stream(buffer)
+        st.sid = sid
         self._streams[sid] = st
         try:
             try:
@@ -494,7 +546,8 @@ class SocketClient(DeviceClient):
             yield st.sub
         finally:
             st.sub._finish(wire.END_CANCELLED)
-            if st.live and self._streams.get(sid) is st and self._stream is stream:
+            if st.live and not st.cancel_sent and self._streams.get(sid) is st \
+                    and self._stream is stream:
                 # Tell the runtime; its end frame then removes the stream.
                 with trio.move_on_after(1, shield=True):
                     try:

@@ -273,7 +273,13 @@ def run_side(mode: str, variant: str, args: argparse.Namespace,
     load_before = os.getloadavg()[0]
     try:
         if mode == "split":
-            boot = launch(["-m", "aotx_trio", "boot", "--ccir", str(data / "runtime.aotxccir"),
+            wrap = [] if args.stalls is None else [
+                __file__, "--stall-wrap",
+                str(args.stalls / f"{mode}-{variant}-{args.subscribers}-runtime.json")]
+            if args.stalls is not None:
+                args.stalls.mkdir(parents=True, exist_ok=True)
+            boot = launch([*wrap, "-m", "aotx_trio", "boot",
+                           "--ccir", str(data / "runtime.aotxccir"),
                            "--journal", str(data / "journal"), "--service-grants",
                            str(data / "grants")], data / "boot.log", "serving")
             if boot is None:
@@ -285,6 +291,10 @@ def run_side(mode: str, variant: str, args: argparse.Namespace,
         if args.profile is not None:       # the gateway (or aotx serve) under cProfile
             args.profile.mkdir(parents=True, exist_ok=True)
             cmd = ["-m", "cProfile", "-o", str(args.profile / f"{mode}-{variant}.prof"), *cmd]
+        elif args.stalls is not None:      # the gateway (or aotx serve) with a trio Instrument
+            args.stalls.mkdir(parents=True, exist_ok=True)
+            cmd = [__file__, "--stall-wrap",
+                   str(args.stalls / f"{mode}-{variant}-{args.subscribers}.json"), *cmd]
         gateway = launch(cmd, data / "serve.log", "listening on")
         if gateway is None:
             return None
@@ -325,6 +335,7 @@ def run_side(mode: str, variant: str, args: argparse.Namespace,
             all_open = max(all_open, float(words[2]))
         pids = [x.pid for x in servers]
         cpu0 = cpu(pids)
+        mains0 = [main_thread_cpu(x) for x in pids]
         load_cpu0 = sum(proc_cpu(x.pid) for x in loads)
         t0 = time.monotonic()
         if variant == "conversation":
@@ -340,6 +351,7 @@ def run_side(mode: str, variant: str, args: argparse.Namespace,
             time.sleep(args.drain)
         wall = time.monotonic() - t0
         cpu1 = cpu(pids)
+        mains = [round(main_thread_cpu(x) - c, 2) for x, c in zip(pids, mains0, strict=True)]
         load_cpu = sum(proc_cpu(x.pid) for x in loads) - load_cpu0
         server_cpu = (cpu1[0] - cpu0[0], cpu1[1] - cpu0[1])
         recs: list[dict[str, Any]] = []
@@ -355,6 +367,7 @@ def run_side(mode: str, variant: str, args: argparse.Namespace,
         out = summarize(mode, variant, args, recs, sent, all_open, opened, wall,
                         load_before, load_after)
         out.update({"server_main_cpu_s": server_cpu[0], "server_cpu_s": server_cpu[1],
+                    "main_cpu_s_by_server": mains,   # the gateway (or aotx serve) first
                     "load_cpu_s": load_cpu,
                     "main_cpu_us_per_delivery": server_cpu[0] / max(1, out["deliveries"]) * 1e6})
         return out
@@ -401,6 +414,11 @@ def summarize(mode: str, variant: str, args: argparse.Namespace, recs: list[dict
             got = {c for c, _ in r["events"]}
             if r["end"] is None and r["failed"] is None:
                 missed += sum(1 for k in sent if k not in got)
+    worst: dict[int, float] = {}    # per event, its largest spread (--stalls: a timeline)
+    for mine in spans:
+        for lo, t in mine:
+            if lo in counted:
+                worst[lo] = max(worst.get(lo, 0.0), t - first[lo])
     events = len(counted)
     dropped = sum(1 for r in recs if r["end"] and r["end"] != "end")
     failed = sum(1 for r in recs if r["failed"])
@@ -414,14 +432,129 @@ def summarize(mode: str, variant: str, args: argparse.Namespace, recs: list[dict
            "dropped": dropped, "failed": failed, "missed": missed, "wall_s": wall,
            "load": [round(load_before, 2), round(load_after, 2)],
            "ends": sorted({str(r["end"] or r["failed"])[:80] for r in recs
-                           if (r["end"] and r["end"] != "end") or r["failed"]})[:3]}
+                           if (r["end"] and r["end"] != "end") or r["failed"]})[:3],
+           "per_event": [[lo, round(first[lo], 3), round(worst[lo] * 1000, 1)]
+                         for lo in sorted(worst)] if args.stalls is not None else None}
     return out
+
+
+# --------------------------------------------------------------------------- stalls
+
+
+STALL_MS = 5.0
+
+
+def stall_wrap(out: str, argv: list[str]) -> None:
+    """Run ``python -m argv...`` with a trio Instrument timing every task step of the
+    first ``trio.run``: steps over :data:`STALL_MS` are counted per task name, and a
+    watchdog thread samples the main thread's stack once per long step (where the loop
+    is held).  The report (JSON) is written to ``out`` when the run ends."""
+    import collections
+    import runpy
+    import threading
+    import traceback
+
+    import trio
+
+    steps: dict[str, list[float]] = collections.defaultdict(list)
+    stacks: collections.Counter[tuple[str, str]] = collections.Counter()
+    state: dict[str, Any] = {"t0": 0.0, "task": "", "samples": 0}
+    timeline: list[tuple[float, str, float, float]] = []
+    cpu: dict[str, float] = {}
+    main_id = threading.get_ident()
+
+    class Stalls(trio.abc.Instrument):
+        def before_task_step(self, task: Any) -> None:
+            state["task"] = task.name
+            state["samples"] = 0
+            state["c0"] = time.thread_time()
+            state["t0"] = time.perf_counter()
+
+        def after_task_step(self, task: Any) -> None:
+            dt = (time.perf_counter() - state["t0"]) * 1e3
+            state["t0"] = 0.0
+            if dt > STALL_MS:   # with the main thread's CPU time in it (the rest: off-CPU)
+                cpu_ms = (time.thread_time() - state["c0"]) * 1e3
+                steps[task.name].append(dt)
+                cpu[task.name] = cpu.get(task.name, 0.0) + cpu_ms
+                timeline.append((round(time.monotonic(), 3), task.name, round(dt, 1),
+                                 round(cpu_ms, 1)))
+
+        def after_run(self) -> None:
+            write()
+
+    def write() -> None:
+        got = {n: sorted(v) for n, v in list(steps.items())}
+        report = {"threshold_ms": STALL_MS,
+                  "tasks": {n: {"count": len(v), "total_ms": round(sum(v), 1),
+                                "cpu_ms": round(cpu.get(n, 0.0), 1),
+                                "max_ms": round(v[-1], 1), "p50_ms": round(v[len(v) // 2], 1)}
+                            for n, v in sorted(got.items(), key=lambda kv: -sum(kv[1]))},
+                  "stacks": [{"task": t, "count": c, "stack": s}
+                             for (t, s), c in stacks.most_common(40)],
+                  "timeline": timeline[-400:],
+                  "gc": {g: {"count": sum(1 for x in gcs if x[0] == g),
+                             "total_ms": round(sum(x[1] for x in gcs if x[0] == g), 1),
+                             "max_ms": max((x[1] for x in gcs if x[0] == g), default=0.0)}
+                         for g in (0, 1, 2)},
+                  "gc2": gcs and [x for x in gcs if x[0] == 2][-5:]}
+        Path(out).write_text(json.dumps(report, indent=1))
+
+    def watchdog() -> None:
+        last = time.monotonic()
+        while True:
+            time.sleep(0.002)
+            if time.monotonic() - last > 1.0:   # the process may be killed, not stopped
+                last = time.monotonic()
+                write()
+            t0 = state["t0"]
+            held = (time.perf_counter() - t0) * 1e3 if t0 else 0.0
+            if held > STALL_MS * (1 + state["samples"]):   # one sample per 5 ms held
+                state["samples"] += 1
+                frame = sys._current_frames().get(main_id)
+                if frame is not None:
+                    lines = traceback.format_stack(frame)[-10:]
+                    stacks[(state["task"], "".join(lines))] += 1
+
+    import gc
+
+    gcs: list[tuple[int, float, int]] = []    # (generation, ms, objects tracked after)
+    gc_t0 = [0.0]
+
+    def on_gc(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            gc_t0[0] = time.perf_counter()
+        elif threading.get_ident() == main_id:
+            gcs.append((info["generation"], round((time.perf_counter() - gc_t0[0]) * 1e3, 2),
+                        len(gc.get_objects(info["generation"]))
+                        if info["generation"] == 2 else 0))
+
+    gc.callbacks.append(on_gc)
+    knob = os.environ.get("BENCH_SSE_GC")      # experiment: "t0,t1,t2"
+    if knob:
+        gc.set_threshold(*[int(x) for x in knob.split(",")])
+    real_run = trio.run
+    installed = []
+
+    def run(*a: Any, **kw: Any) -> Any:
+        if not installed:
+            installed.append(1)
+            kw["instruments"] = [*kw.get("instruments", ()), Stalls()]
+            threading.Thread(target=watchdog, daemon=True).start()
+        return real_run(*a, **kw)
+
+    trio.run = run  # type: ignore[assignment]
+    sys.argv = [argv[1], *argv[2:]]
+    runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
 
 
 # --------------------------------------------------------------------------- main
 
 
 def main() -> int:
+    if len(sys.argv) > 3 and sys.argv[1] == "--stall-wrap":   # python -m wrapped
+        stall_wrap(sys.argv[2], sys.argv[3:])
+        return 0
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--subscribers", default="500",
@@ -439,6 +572,9 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--profile", type=Path, help="write the gateway's (aotx serve's) cProfile "
                     "data into this folder, one file per side")
+    ap.add_argument("--stalls", type=Path, help="run the gateway (aotx serve) with a trio "
+                    "Instrument naming the tasks whose steps hold the loop over 5 ms, with "
+                    "sampled stacks; one JSON report per side in this folder")
     ap.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "aotx-trio" / "bench")
     ap.add_argument("--load", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--base", help=argparse.SUPPRESS)
@@ -491,6 +627,9 @@ def main() -> int:
               f"{o['load'][0]:.2f}->{o['load'][1]:.2f}")
         if o["ends"]:
             print(f"          ends: {o['ends']}")
+        if len(o["main_cpu_s_by_server"]) > 1:
+            print(f"          main CPU s: gateway {o['main_cpu_s_by_server'][0]}, runtime "
+                  f"{o['main_cpu_s_by_server'][1]}")
     if len(counts) > 1:
         lo, hi = min(counts), max(counts)
         for r in range(a.rounds):

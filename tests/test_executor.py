@@ -525,3 +525,41 @@ async def test_the_deadline_includes_memory_processing_from_the_lease(
         assert 1 <= ended["tokens"] < 200                        # generated after memory
         done = await _get(env, "alice", f"/operations/{body['operation']}")
         assert done["status"] == done["finish"] == "deadline_exceeded"
+
+
+async def test_an_inputs_history_texts_are_read_once(tmp_path: Path) -> None:
+    """The lease takes the recorded revision from the receipts (history.revision_before):
+    an input whose earlier turns were all leased reads each earlier text and output
+    once, when it joins, not a second time at its lease."""
+    from aotx_trio import device as D
+
+    async with embedded(tmp_path, {"alice": ALL}) as env:
+        con = await _room(env, ("alice",))
+        earlier = []
+        for i in range(3):
+            status, r = await _input(env, "alice", con, f"turn {i}", max_output_tokens=2)
+            assert status == 202, r
+            assert (await _finished(env, "alice", r["operation"]))["status"] == "succeeded"
+            earlier.append(r["operation"].rsplit("-", 1)[1])
+        reads: list[str] = []
+        real_canonical, real_result = D.Device.canonical, D.Device.result
+
+        def canonical(self: D.Device, op_id: str) -> bytes:
+            reads.append(op_id)
+            return real_canonical(self, op_id)
+
+        def result(self: D.Device, *a: Any, **k: Any) -> Any:
+            reads.append(a[2])
+            return real_result(self, *a, **k)
+
+        D.Device.canonical = canonical  # type: ignore[method-assign]
+        D.Device.result = result  # type: ignore[method-assign]
+        try:
+            status, r = await _input(env, "alice", con, "turn 3", max_output_tokens=2)
+            assert status == 202, r
+            assert (await _finished(env, "alice", r["operation"]))["status"] == "succeeded"
+        finally:
+            D.Device.canonical = real_canonical  # type: ignore[method-assign]
+            D.Device.result = real_result  # type: ignore[method-assign]
+        # each earlier turn: its text once and its output once (the join's render)
+        assert {op: reads.count(op) for op in earlier} == dict.fromkeys(earlier, 2)

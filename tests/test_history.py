@@ -127,3 +127,61 @@ def test_turns_carry_their_recorded_lease_revision() -> None:
         dev.close()
     finally:
         rig.dev.close()
+
+
+def test_the_lease_revision_reads_receipts_in_the_same_window() -> None:
+    """history.revision_before (the executor's lease-time read) answers what
+    recorded_revision(before(...)) answers for every budget, leased rows at any place
+    and unleased turns of any size in front of them (the budget window's edge,
+    docs/decisions.md), and reads no leased turn's text or output: only the unleased
+    turns newer than the newest leased one."""
+    from test_device import A, Rig
+
+    from aotx_trio import device as D
+    from aotx_trio.runtime import history
+
+    rig = Rig()
+    try:
+        rig.register(A)
+        conv = rig.conversation(A, rig.space(A, "private"))
+        # 1 leased rev 2 (long output), 2 unleased, 3 leased rev 3, 4..6 unleased, of
+        # growing sizes: the window reaches 3 (or 1) only for large enough budgets
+        sizes = [40, 300, 20, 100, 200, 400]
+        ops = [rig.input(A, conv, text="t" * n).op_id for n in sizes]
+        rig.journal.save()
+        rig.dev.lease(2, [rig.dev.lease_row(ops[0])])
+        rig.dev.complete(ops[0], "succeeded", b"a" * 500, 1, 1, finish="stop")
+        rig.dev.lease(3, [rig.dev.lease_row(ops[2])])
+        rig.journal.save()
+        reads: list[str] = []
+        real_canonical, real_result = D.Device.canonical, D.Device.result
+
+        def canonical(self: D.Device, op_id: str) -> bytes:
+            reads.append(op_id)
+            return real_canonical(self, op_id)
+
+        def result(self: D.Device, *a: object, **k: object) -> object:
+            reads.append(f"result {a[2]}")
+            return real_result(self, *a, **k)  # type: ignore[arg-type]
+
+        seen = set()
+        for before in range(1, 8):
+            for budget in [None, 1, 2, 3, 4, 5, 8, 10, 12, 16, 20, 40]:
+                want = history.recorded_revision(history.before(rig.dev, conv, before,
+                                                                65536, budget))
+                D.Device.canonical = canonical  # type: ignore[method-assign]
+                D.Device.result = result  # type: ignore[method-assign,assignment]
+                reads.clear()
+                try:
+                    got = history.revision_before(rig.dev, conv, before, 65536, budget)
+                finally:
+                    D.Device.canonical = real_canonical  # type: ignore[method-assign]
+                    D.Device.result = real_result  # type: ignore[method-assign]
+                assert got == want, (before, budget)
+                seen.add(got)
+                newest = max([i for i in (1, 3) if i < before], default=0)
+                newer_unleased = ops[newest:before - 1]   # inputs newest+1 .. before-1
+                assert set(reads) <= set(newer_unleased), (before, budget, reads)
+        assert seen == {None, 2, 3}      # every edge was met: no window, rev 2, rev 3
+    finally:
+        rig.dev.close()

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 
 from aotx_trio import errors, wire
 from aotx_trio.pushed import Pushed
@@ -139,3 +140,127 @@ def test_a_pushed_item_frame_is_the_plain_frame_encoded_once() -> None:
     item.encoded("probe", lambda v: calls.append(v) or b"x")
     item.encoded("probe", lambda v: calls.append(v) or b"y")
     assert calls == [item] and item.encoded("probe", bytes) == b"x"
+
+
+class Broadcast:
+    """``watch`` streams that all push the same :class:`Pushed` items once ``go`` is set
+    (what the fanout does), then a plain item of their own."""
+
+    def __init__(self, items: list[Pushed]) -> None:
+        self.items = items
+        self.go = trio.Event()
+
+    async def call(self, method: str, params: dict[str, Any]) -> Any:
+        raise errors.NotFound("no calls", code="method_not_found")
+
+    async def open_stream(self, method: str, params: dict[str, Any]) -> tuple[Any, Any]:
+        async def items() -> Any:
+            await self.go.wait()
+            for item in self.items:
+                yield item
+            yield {"own": params["n"]}
+        return {"n": params["n"]}, items()
+
+
+async def test_one_item_pushed_to_many_streams_is_one_shared_frame(sock_path: Path) -> None:
+    """Items the fanout pushes to many streams of one connection go out as one shared
+    item frame per item (the ids, then the JSON once: docs/formats/socket.md), in
+    order with each stream's other frames, in very few writes; a plain item is its
+    own frame."""
+    first = Pushed({"cursor": "1", "text": "naïve"})
+    second = Pushed({"cursor": "2"})
+    handler = Broadcast([first, second])
+    conns: list[service._Connection] = []
+    real = service._Connection.__init__
+
+    def keep(self: service._Connection, *a: Any) -> None:
+        real(self, *a)
+        conns.append(self)
+
+    service._Connection.__init__ = keep  # type: ignore[method-assign]
+    try:
+        with trio.fail_after(20):
+            async with trio.open_nursery() as n:
+                await n.start(service.serve_socket, sock_path, handler)
+                stream = await trio.open_unix_socket(str(sock_path))
+                async with stream:
+                    ids = [3, 5, 9, 12]
+                    for sid in ids:
+                        await stream.send_all(wire.encode_frame(
+                            wire.request(sid, "watch", {"n": sid}, stream=True)))
+                    reader = wire.FrameReader(stream)
+                    for _ in ids:
+                        body = await reader.read_body()
+                        assert body is not None and b'"stream":true' in body
+                    await trio.testing.wait_all_tasks_blocked()   # all at go.wait()
+                    writes = conns[0].writes
+                    handler.go.set()
+                    per: dict[int, list[Any]] = {sid: [] for sid in ids}
+                    bodies = []
+                    while any(len(v) < 3 for v in per.values()):
+                        body = await reader.read_body()
+                        assert body is not None
+                        frame = wire.decode_body(body)
+                        if "item" not in frame:
+                            assert frame["end"] == "complete"   # a stream done already
+                            continue
+                        bodies.append(body)
+                        for sid in frame.get("ids", [frame.get("id")]):
+                            per[sid].append(frame["item"])
+                    # each stream: both shared items, then its own, in order
+                    assert per == {s: [first, second, {"own": s}] for s in ids}
+                    # the first went out as one shared frame for all four (the ids in the
+                    # order the stream tasks ran, trio's, not fixed), the JSON once
+                    order = wire.decode_body(bodies[0])["ids"]
+                    assert sorted(order) == ids
+                    listed = b",".join(b"%d" % i for i in order)
+                    assert bodies[0] == b'{"ids":[' + listed + b'],"item":' + \
+                        json_compact(first) + b"}"
+                    # 12 item deliveries, far fewer frames; a lone stream's is a plain one
+                    assert len(bodies) <= 8
+                    assert all(b.startswith(b'{"ids":[') == (b'"own"' not in b)
+                               for b in bodies if b'"cursor":"2"' not in b)
+                    # 16 frames (12 items, 4 ends) and far fewer writes than that
+                    assert conns[0].writes - writes <= 8
+                n.cancel_scope.cancel()
+    finally:
+        service._Connection.__init__ = real  # type: ignore[method-assign]
+
+
+def json_compact(value: Any) -> bytes:
+    import json
+
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+async def test_the_socket_client_routes_a_shared_frame_to_every_stream(
+        sock_path: Path) -> None:
+    """SocketClient: each subscription named by a shared item frame gets the item once,
+    in order with its own items, all of them the same decoded object."""
+    from aotx_trio.client import SocketClient
+
+    first = Pushed({"cursor": "1", "receipt": {"status": "admitted"}})
+    handler = Broadcast([first])
+    with trio.fail_after(20):
+        async with trio.open_nursery() as n:
+            await n.start(service.serve_socket, sock_path, handler)
+            client = SocketClient(str(sock_path))
+            await n.start(client.run)
+            got: dict[int, list[Any]] = {}
+
+            async def follow(k: int, task_status: trio.TaskStatus[None]) -> None:
+                async with client.subscribe("watch", {"n": k}) as sub:
+                    assert sub.opened == {"n": k}
+                    task_status.started()
+                    got[k] = [await sub.__anext__(), await sub.__anext__()]
+
+            async with trio.open_nursery() as subs:
+                for k in range(6):
+                    await subs.start(follow, k)
+                handler.go.set()
+            assert sorted(got) == list(range(6))
+            values = [v[0] for v in got.values()]
+            assert all(v == first for v in values)
+            assert all(v is values[0] for v in values)     # decoded once, shared
+            assert [v[1] for v in got.values()] == [{"own": k} for k in got]
+            n.cancel_scope.cancel()

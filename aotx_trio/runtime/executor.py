@@ -53,10 +53,10 @@ from typing import Any, Protocol
 
 import trio
 
-from aotx_trio import errors
+from aotx_trio import _latency, errors
 from aotx_trio.config import DEFAULT_DEADLINE_S
 from aotx_trio.device import LEASE_MAX_ROWS, Device
-from aotx_trio.engine import Engine, EngineSequence
+from aotx_trio.engine import Engine, EngineSequence, StepResult
 from aotx_trio.runtime import history, memory
 from aotx_trio.runtime.job import Job
 from aotx_trio.runtime.prompt import DEFAULT_REVISION, lease_revision, render
@@ -71,6 +71,14 @@ OUTPUT_BATCH_BYTES = 128
 
 class Waker(Protocol):
     def wake(self) -> None: ...
+
+
+def _lowered_step(eng: Engine, feeds: list[tuple[EngineSequence, list[int]]],
+                  want: list[bool]) -> StepResult:
+    """``eng.step`` on a worker thread whose priority is below the trio thread's
+    (aotx_trio/_latency.py: the step's spinning pool must not take the loop's slices)."""
+    _latency.lower_this_thread()
+    return eng.step(feeds, want)
 
 
 class Executor:
@@ -108,6 +116,7 @@ class Executor:
         self._nursery: trio.Nursery | None = None     # runs jobs' ``prepare`` (run())
         self._unleased: list[Job] = []    # taken off the queue, lease not applied yet
         self._lease_held = False
+        self._engines: set[int] = set()   # id() of the engines stepped so far
         self.leases = 0               # lease transfers applied
         self.output_transfers = 0     # OUTPUT transfers journaled
 
@@ -177,6 +186,7 @@ class Executor:
     # -- the task ----------------------------------------------------------------------
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
                   ) -> None:
+        _latency.lower_worker_priority()     # the engines' pool threads: below the loop
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             task_status.started()
@@ -330,11 +340,12 @@ class Executor:
 
     def _revision(self, job: Job) -> int:
         """The lease revision of ``job``: its conversation's recorded family, else the
-        executor's default, by its retention mode (prompt.lease_revision)."""
-        earlier = history.before(self.device, job.conversation, job.input_index,
-                                 self.result_cap, self._history_budget(job))
-        return lease_revision(self.revision, job.retention_mode,
-                              history.recorded_revision(earlier))
+        executor's default, by its retention mode (prompt.lease_revision).  The family
+        comes from the receipts (history.revision_before): the texts and outputs are
+        read once, when the input joins (:meth:`_join`)."""
+        recorded = history.revision_before(self.device, job.conversation, job.input_index,
+                                           self.result_cap, self._history_budget(job))
+        return lease_revision(self.revision, job.retention_mode, recorded)
 
     def _lease(self) -> None:
         """Apply the execution leases of the inputs taken off the queue: one per model
@@ -464,8 +475,11 @@ class Executor:
             return
         self.max_group = max(self.max_group, len(feeds))
         self.steps += 1
+        if id(eng) not in self._engines:   # loaded since: its pool threads go below the loop
+            self._engines.add(id(eng))
+            _latency.lower_worker_priority()
         try:
-            res = await trio.to_thread.run_sync(eng.step, feeds, want)
+            res = await trio.to_thread.run_sync(_lowered_step, eng, feeds, want)
         except errors.AotxError as exc:
             log.error("engine step of %d inputs failed: %s", len(fed), exc)
             for job in fed:

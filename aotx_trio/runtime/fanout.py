@@ -40,7 +40,7 @@ from typing import Any
 
 import trio
 
-from aotx_trio import errors
+from aotx_trio import _latency, errors
 from aotx_trio.device import Device, Receipt
 from aotx_trio.pushed import Pushed
 from aotx_trio.runtime.render import render_receipt, render_span
@@ -190,6 +190,7 @@ class Fanout:
     # -- the task -----------------------------------------------------------------------
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
                   ) -> None:
+        _latency.tune_gc()     # no collector pauses of tens of ms on the loop (_latency.py)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._saves)
             self._nursery = nursery

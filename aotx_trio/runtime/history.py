@@ -52,11 +52,8 @@ def recorded_revision(turns: list[Turn]) -> int | None:
     return next((t.revision for t in reversed(turns) if t.revision is not None), None)
 
 
-def before(device: Device, conversation: str, input_index: int, result_cap: int,
-           budget_tokens: int | None = None) -> list[Turn]:
-    """The live inputs of ``conversation`` before ``input_index``, oldest first; with
-    ``budget_tokens``, only the newest ones that could still fit that many tokens
-    (their bytes are read newest first until they pass ``budget * BYTES_PER_TOKEN``)."""
+def _rows(device: Device, conversation: str, input_index: int) -> list[Receipt]:
+    """The live INPUT receipts of ``conversation`` before ``input_index``, oldest first."""
     rows: list[Receipt] = []
     cursor = 0
     while True:
@@ -65,14 +62,50 @@ def before(device: Device, conversation: str, input_index: int, result_cap: int,
         if not nxt or (page and page[-1].input_index >= input_index):
             break
         cursor = nxt
-    limit = None if budget_tokens is None else budget_tokens * BYTES_PER_TOKEN
+    return rows
+
+
+def _held(turn: Turn) -> int:
+    """The bytes a turn counts toward the window (:func:`before`)."""
+    return len(turn.text) + len(turn.output or b"") + len(turn.label) + 8
+
+
+def _limit(budget_tokens: int | None) -> int | None:
+    return None if budget_tokens is None else budget_tokens * BYTES_PER_TOKEN
+
+
+def before(device: Device, conversation: str, input_index: int, result_cap: int,
+           budget_tokens: int | None = None) -> list[Turn]:
+    """The live inputs of ``conversation`` before ``input_index``, oldest first; with
+    ``budget_tokens``, only the newest ones that could still fit that many tokens
+    (their bytes are read newest first until they pass ``budget * BYTES_PER_TOKEN``)."""
+    limit = _limit(budget_tokens)
     turns: list[Turn] = []
     held = 0
-    for row in reversed(rows):
+    for row in reversed(_rows(device, conversation, input_index)):
         if limit is not None and held >= limit:
             break
         turn = turn_of(device, row, result_cap)
-        held += len(turn.text) + len(turn.output or b"") + len(turn.label) + 8
+        held += _held(turn)
         turns.append(turn)
     turns.reverse()
     return turns
+
+
+def revision_before(device: Device, conversation: str, input_index: int, result_cap: int,
+                    budget_tokens: int | None = None) -> int | None:
+    """``recorded_revision(before(...))`` from the receipts, without reading the texts
+    and outputs of leased turns: the newest leased input inside the same window, or
+    None.  Only the turns newer than it that were never leased (cancelled, failed or
+    interrupted before their lease, or leased in the same round) are read, since
+    their bytes decide whether the window reaches it (docs/decisions.md, "The lease
+    revision reads receipts")."""
+    limit = _limit(budget_tokens)
+    held = 0
+    for row in reversed(_rows(device, conversation, input_index)):
+        if limit is not None and held >= limit:
+            return None
+        if row.leased:
+            return row.lease_revision
+        held += _held(turn_of(device, row, result_cap))
+    return None

@@ -3,8 +3,12 @@
 :func:`serve_socket` serves any :class:`Handler` over the socket.  Each
 connection is read frame by frame; each call runs in its own task (at most
 ``MAX_IN_FLIGHT`` per connection) and each stream in its own task (at most
-``MAX_STREAMS``); every frame is written whole under a per-connection lock,
-so answers and pushed items of different ids interleave in any order.  A
+``MAX_STREAMS``); every frame is written whole, one writer at a time per
+connection, which writes every frame queued by then in one ``send_all``
+(:meth:`_Connection._flush`), so answers and pushed items of different ids
+interleave in any order.  One pushed item (:class:`Pushed`) queued for several
+streams next to each other goes out as one shared item frame
+(``{"ids":[...],"item":...}``, docs/formats/socket.md).  A
 cancel frame ends its stream with ``end: "cancelled"``; when the runtime stops,
 open streams end with ``end: "shutdown"``.
 """
@@ -87,6 +91,28 @@ def _compact(value: Any) -> bytes:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
+#: room left in a frame for a shared item frame's ids (MAX_STREAMS ids of <= 19 digits)
+_IDS_ROOM = MAX_STREAMS * 20 + 64
+
+
+class _Shared:
+    """One pushed item queued for several streams of a connection: written as one
+    shared item frame ``{"ids":[...],"item":...}`` (docs/formats/socket.md)."""
+
+    __slots__ = ("ids", "item")
+
+    def __init__(self, sid: int, item: Pushed) -> None:
+        self.item = item
+        self.ids = [sid]
+
+    def frame(self) -> bytes:
+        if len(self.ids) == 1:
+            return item_frame(self.ids[0], self.item)
+        body = b'{"ids":[%s],"item":%s}' % (b",".join(b"%d" % i for i in self.ids),
+                                             self.item.encoded("wire", _compact))
+        return struct.pack("<I", len(body)) + body
+
+
 def item_frame(sid: int, value: Any) -> bytes:
     """The item frame of ``value`` on stream ``sid``: the same bytes as
     ``wire.encode_frame(wire.item(sid, value))``, but an item pushed to many streams
@@ -104,17 +130,84 @@ class _Connection:
     def __init__(self, stream: trio.abc.Stream, handler: Handler) -> None:
         self.stream = stream
         self.handler = handler
-        self.send_lock = trio.Lock()
+        self._writing = False             # a task is in send_all
+        self._wrote = trio.Event()        # set (and replaced) when a write ends
         self.slots = trio.Semaphore(MAX_IN_FLIGHT)
         self.streams: dict[int, trio.CancelScope] = {}
+        self._pending: list[bytes | _Shared] = []   # frames queued, not written yet
+        self._queued = 0                  # frames queued so far
+        self._taken = 0                   # frames a writer took so far (all queued up to it)
+        self._broken: BaseException | None = None
+        self.writes = 0                   # send_all calls (tests, benchmarks)
 
     async def reply(self, frame: dict[str, Any]) -> None:
         await self.send(wire.encode_frame(frame))
 
     async def send(self, data: bytes) -> None:
-        async with self.send_lock:
-            with trio.CancelScope(shield=True):
-                await self.stream.send_all(data)
+        """Write one whole frame, in order with the frames queued before it (see
+        :meth:`_flush`)."""
+        if self._broken is not None:
+            raise trio.BrokenResourceError("the connection failed") from self._broken
+        self._pending.append(data)
+        await self._flush()
+
+    async def push(self, sid: int, value: Any) -> None:
+        """Write item ``value`` of stream ``sid``.  An item pushed to many streams
+        (:class:`Pushed`) that the stream right before in the queue also pushes joins
+        that stream's frame: one shared item frame carries it to all of them (500
+        streams of one event: one frame of their ids and the item's JSON once, not
+        500 copies)."""
+        if self._broken is not None:
+            raise trio.BrokenResourceError("the connection failed") from self._broken
+        if not isinstance(value, Pushed):
+            self._pending.append(item_frame(sid, value))
+            return await self._flush()
+        last = self._pending[-1] if self._pending else None
+        if isinstance(last, _Shared) and last.item is value:
+            last.ids.append(sid)
+        else:
+            size = len(value.encoded("wire", _compact))
+            if size + _IDS_ROOM > wire.MAX_FRAME:     # too big to share: its own frame
+                self._pending.append(item_frame(sid, value))
+            else:
+                self._pending.append(_Shared(sid, value))
+        await self._flush()
+
+    async def _flush(self) -> None:
+        """Return once the frame just queued is taken by a write (written whole, in
+        queue order, or the connection fails).  One task at a time writes: it first
+        lets the tasks woken with it (a fanout pass pushing one event to 500 streams
+        of this connection) queue their frames, then writes every frame queued by
+        then in one ``send_all``; a task whose frame it took returns at once, one
+        that queued during the write waits for it to end (all woken together, no
+        lock handed from task to task) and writes the next batch.  A client that
+        does not read blocks the writer and so every sender of its connection."""
+        self._queued += 1
+        mine = self._queued
+        while self._taken < mine:
+            if self._writing:
+                await self._wrote.wait()
+                if self._broken is not None:
+                    raise trio.BrokenResourceError("the connection failed") from self._broken
+                continue
+            self._writing = True
+            try:
+                with trio.CancelScope(shield=True):
+                    # the other tasks woken with this one (a fanout pass) queue theirs first
+                    await trio.lowlevel.cancel_shielded_checkpoint()
+                    batch, self._pending = self._pending, []
+                    self._taken = self._queued
+                    data = b"".join([f.frame() if isinstance(f, _Shared) else f
+                                     for f in batch])
+                    await self.stream.send_all(data)
+                self.writes += 1
+            except BaseException as exc:
+                self._broken = exc
+                raise
+            finally:
+                self._writing = False
+                wrote, self._wrote = self._wrote, trio.Event()
+                wrote.set()
 
     async def call(self, req: dict[str, Any]) -> None:
         req_id = req.get("id")
@@ -153,7 +246,7 @@ class _Connection:
             with scope:
                 try:
                     async for value in items:
-                        await self.send(item_frame(sid, value))
+                        await self.push(sid, value)
                 except errors.AotxError as exc:
                     end = wire.end(sid, wire.END_ERROR, exc)
                 except Exception as exc:

@@ -1,0 +1,63 @@
+"""The trio thread's latency policy (aotx_trio/_latency.py): the collector's thresholds
+and frozen start-up heap, and worker threads below the trio thread's priority."""
+
+from __future__ import annotations
+
+import gc
+import os
+import threading
+
+import pytest
+
+from aotx_trio import _latency
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def test_tune_gc_freezes_once_and_raises_the_thresholds() -> None:
+    before = gc.get_threshold()
+    try:
+        first = _latency.tune_gc()
+        assert gc.get_threshold() == _latency.GC_THRESHOLDS
+        assert gc.get_freeze_count() > 0 or not first
+        assert _latency.tune_gc() is False          # once per process
+    finally:
+        gc.set_threshold(*before)
+        gc.unfreeze()
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="Linux thread ids")
+def test_worker_threads_go_below_the_calling_thread() -> None:
+    me = threading.get_native_id()
+    mine = os.getpriority(os.PRIO_PROCESS, me)
+    started, stop = threading.Event(), threading.Event()
+    tid: list[int] = []
+
+    def worker() -> None:
+        tid.append(threading.get_native_id())
+        started.set()
+        stop.wait(10)
+
+    t = threading.Thread(target=worker)
+    t.start()
+    try:
+        assert started.wait(10)
+        assert os.getpriority(os.PRIO_PROCESS, tid[0]) == mine
+        assert _latency.lower_worker_priority() >= 1
+        assert os.getpriority(os.PRIO_PROCESS, tid[0]) == max(mine, _latency.WORKER_NICE)
+        assert os.getpriority(os.PRIO_PROCESS, me) == mine     # the loop's stays
+        assert _latency.lower_worker_priority() == 0            # nothing new since
+    finally:
+        stop.set()
+        t.join()
+
+    seen: list[int] = []
+
+    def step() -> None:
+        _latency.lower_this_thread()
+        seen.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+
+    t = threading.Thread(target=step)
+    t.start()
+    t.join()
+    assert seen == [max(mine, _latency.WORKER_NICE)]
