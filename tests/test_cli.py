@@ -34,7 +34,7 @@ def test_settle_heap_collects_then_freezes() -> None:
     import gc
     import weakref
 
-    from aotx_trio._process import settle_heap
+    from aotx_trio._process import YOUNG_GENERATION, settle_heap
 
     class Node:
         def __init__(self) -> None:
@@ -45,6 +45,7 @@ def test_settle_heap_collects_then_freezes() -> None:
     del garbage
     kept = [Node() for _ in range(10)]
     was_enabled = gc.isenabled()
+    thresholds = gc.get_threshold()
     gc.disable()   # no collection between here and settle_heap's own
     try:
         before = gc.get_freeze_count()
@@ -52,8 +53,10 @@ def test_settle_heap_collects_then_freezes() -> None:
         assert gone() is None                     # collected, not frozen
         assert gc.get_freeze_count() >= before + len(kept)
         assert all(not gc.is_finalized(k) for k in kept)
+        assert gc.get_threshold() == (YOUNG_GENERATION, *thresholds[1:])
     finally:
         gc.unfreeze()
+        gc.set_threshold(*thresholds)
         if was_enabled:
             gc.enable()
 
