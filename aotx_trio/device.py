@@ -45,15 +45,28 @@ from aotx_trio.vocab import PERMISSIONS as RIGHT_NAMES
 # ---- ids ----------------------------------------------------------------
 
 
+_HEX16: dict[str, bytes] = {}   # ids seen lately (lineage, actors, spaces): their bytes
+_HEX16_MAX = 8192
+
+
 def _hex16(value: str, name: str) -> bytes:
+    """A 32-digit lowercase hex id as its 16 bytes (422 ``{name}_invalid`` otherwise);
+    the ids a device call names again and again are looked up, not parsed again."""
+    found = _HEX16.get(value)
+    if found is not None:
+        return found
     if len(value) != 32 or value.lower() != value:
         raise errors.InvalidInput(f"{name} must be 32 lowercase hex digits", code=f"{name}_invalid",
                                   field=name)
     try:
-        return bytes.fromhex(value)
+        raw = bytes.fromhex(value)
     except ValueError:
         raise errors.InvalidInput(f"{name} must be 32 lowercase hex digits",
                                   code=f"{name}_invalid", field=name) from None
+    if len(_HEX16) >= _HEX16_MAX:
+        _HEX16.clear()
+    _HEX16[value] = raw
+    return raw
 
 
 def _hex(buf: Any, n: int = 16) -> str:

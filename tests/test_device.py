@@ -765,3 +765,20 @@ def test_receipt_conversion_reads_every_field_of_the_view(seed: int) -> None:
     if seed % 4 == 0:
         v.terminal_record = 2**64 - 1
     assert D._receipt(v) == _receipt_oracle(v)
+
+
+def test_hex16_ids_are_remembered_but_checked_alike() -> None:
+    """device._hex16 looks up ids it has parsed (bounded), and refuses a bad id under
+    the name it is checked as, whatever was seen before."""
+    good = "0123456789abcdef" * 2
+    assert D._hex16(good, "actor") == bytes.fromhex(good) == D._hex16(good, "space")
+    assert D._HEX16[good] == bytes.fromhex(good)
+    for bad in (good.upper(), good[:-1], good + "0", "g" * 32):
+        for name in ("actor", "space"):
+            with pytest.raises(errors.InvalidInput) as info:
+                D._hex16(bad, name)
+            assert info.value.code == f"{name}_invalid"
+            assert bad not in D._HEX16
+    for i in range(D._HEX16_MAX + 10):
+        D._hex16(f"{i:032x}", "id")
+    assert len(D._HEX16) <= D._HEX16_MAX
