@@ -610,7 +610,12 @@ async def test_thread_loop_faults_rewrite_before_the_next_fsync(kind: str, at: i
     # a transfer enqueued while the failed write holds the journal is refused (429 in the
     # API); whether one was depends on when the thread drained: every other is saved
     assert len(out.acked) == len(out.enqueued) == 5 - out.refused >= 3
-    assert check_recovery(f.durable, out, emitter.saved_records) == len(out.enqueued)
+    # (no byte-for-byte check against the trio loop's baseline: each record carries the
+    # generation of the save that wrote it, and the thread's ticks fall where they fall)
+    assert check_recovery(f.durable, out, None) == len(out.enqueued)
+    saved = recover_journal(f.durable[:FILE_HEADER + RECORD_SIZE * emitter.saved_records],
+                            LINEAGE)   # every acked record is durable and verifies
+    assert saved.valid_end == FILE_HEADER + RECORD_SIZE * emitter.saved_records
     check_rewrites(f)
     assert emitter.failures == (1 if kind != "short" and (kind != "fsync" or any(
         op == "fsync" and not ok for op, _, _, ok in f.events)) else 0)

@@ -37,6 +37,7 @@ inject faults at the I/O edge.  Byte layout: ``docs/formats/journal.md``.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import errno
 import heapq
@@ -458,6 +459,11 @@ class Emitter:
         self._cv = threading.Condition(threading.Lock())
         self._kicked = True              # records may be pending (checked at its start)
         self._stopping = False
+        # acked by the thread, not yet seen by trio: the save count and each tick's times;
+        # _notifying while a _saved callback is scheduled and has not started
+        self._thread_saved = 0
+        self._tick_times: collections.deque[tuple[float, float]] = collections.deque()
+        self._notifying = False
 
     @classmethod
     def for_file(cls, jf: JournalFile, *, tick_records: int = TICK_RECORDS,
@@ -727,8 +733,11 @@ class Emitter:
                 self.check_floor()
             if self.watermark is not None:
                 self._commit_at = time.monotonic() + self.commit_delay_s
-            token.run_sync_soon(self._saved, first + len(data) // RECORD_SIZE,
-                                time.perf_counter() - started, fsync_s)
+            self._thread_saved = first + len(data) // RECORD_SIZE
+            self._tick_times.append((time.perf_counter() - started, fsync_s))
+            if not self._notifying:   # else the callback pending reads this save too
+                self._notifying = True
+                token.run_sync_soon(self._saved)
 
     def _write_sync_timed(self, first: int, data: bytes) -> float:
         write_all(self.ops, self.fd, data, record_offset(first))
@@ -736,12 +745,21 @@ class Emitter:
         self.ops.fsync(self.fd)
         return time.perf_counter() - start
 
-    def _saved(self, saved_records: int, tick_s: float, fsync_s: float) -> None:
-        """(trio thread) A tick of the worker thread was acknowledged: wake its waiters."""
-        self.tick_seconds.observe(tick_s)
-        self.fsync_seconds.observe(fsync_s)
-        self.saved_records = max(self.saved_records, saved_records)
-        self._wake_saved()
+    def _saved(self) -> None:
+        """(trio thread) Ticks of the worker thread were acknowledged: wake their waiters.
+        One call for however many ticks were acked before trio ran it (the thread
+        schedules one only when none is pending; the flag is cleared before anything
+        is read, so a tick acked meanwhile either is read here or schedules anew)."""
+        self._notifying = False
+        saved = self._thread_saved
+        times = self._tick_times
+        while times:
+            tick_s, fsync_s = times.popleft()
+            self.tick_seconds.observe(tick_s)
+            self.fsync_seconds.observe(fsync_s)
+        if saved > self.saved_records:
+            self.saved_records = saved
+            self._wake_saved()
 
     def _mark_if_due(self) -> None:
         """(worker thread) Idle since the last save for commit_delay_s: write the commit
