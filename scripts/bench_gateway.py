@@ -97,6 +97,15 @@ def thread_cpu(pid: int, tid: int) -> tuple[float, float]:
     return int(fields[11]) / CLK_TCK, int(fields[12]) / CLK_TCK
 
 
+def thread_switches(pid: int, tid: int) -> int:
+    """Context switches (voluntary + not) of thread ``tid`` of process ``pid`` so far."""
+    n = 0
+    for line in Path(f"/proc/{pid}/task/{tid}/status").read_text().splitlines():
+        if line.endswith("ctxt_switches:") or "ctxt_switches:" in line:
+            n += int(line.split()[1])
+    return n
+
+
 def machine_cpu() -> tuple[float, float]:
     """(busy, total) CPU seconds of the whole machine so far (/proc/stat)."""
     parts = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
@@ -500,6 +509,9 @@ def report(side: str, samples: list[tuple[float, float, str]], t_from: float, t_
                                        f"{1e3 * cpu['main_thread'] / max(1, len(ok)):.3f} "
                                        "ms/mutation, of which system "
                                        f"{1e3 * cpu['main_thread_system'] / max(1, len(ok)):.3f}"),
+        ("  its context switches", f"{cpu['main_thread_switches'] / span:,.0f}/s = "
+                                   f"{cpu['main_thread_switches'] / max(1, len(ok)):.2f} "
+                                   "per mutation"),
         *([("  of which gateway", f"{cpu['gateway']:.2f} s"),
            ("  of which runtime", f"{cpu['runtime']:.2f} s")] if "gateway" in cpu else []),
         ("load generator CPU", f"{cpu['load']:.2f} s = {cpu['load'] / span:.2f} cores"),
@@ -686,18 +698,20 @@ def run_side(side: str, args: argparse.Namespace, runtime: Path | None,
                                     str(int(args.seconds)), "--nonblocking", *raw,
                                     *args.py_spy_args.split()])
         main0 = thread_cpu(gateway.pid, gateway.pid)   # the server's trio thread
+        switches0 = thread_switches(gateway.pid, gateway.pid)
         c0 = ([proc_cpu(p.pid) for p in servers], sum(proc_cpu(w.pid) for w in workers),
               *machine_cpu())
         time.sleep(max(0.0, t_to - time.monotonic()))
         c1 = ([proc_cpu(p.pid) for p in servers], sum(proc_cpu(w.pid) for w in workers),
               *machine_cpu())
         main1 = thread_cpu(gateway.pid, gateway.pid)
+        switches = thread_switches(gateway.pid, gateway.pid) - switches0
         each = [b - a for a, b in zip(c0[0], c1[0], strict=True)]
         server, load_cpu = sum(each), c1[1] - c0[1]
         busy, total = c1[2] - c0[2], c1[3] - c0[3]
         cpu = {"server": server, "load": load_cpu, "other": max(0.0, busy - server - load_cpu),
                "idle": total - busy, "main_thread": sum(main1) - sum(main0),
-               "main_thread_system": main1[1] - main0[1]}
+               "main_thread_system": main1[1] - main0[1], "main_thread_switches": switches}
         if args.split and not bare:
             cpu["gateway"], cpu["runtime"] = each
         samples: list[tuple[float, float, str]] = []
