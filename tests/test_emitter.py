@@ -747,3 +747,48 @@ async def test_thread_loop_disk_floor_holds_new_writes_but_saves_pending_ones() 
         n.cancel_scope.cancel()
     assert [t.data for t in recover_journal(f.durable).transfers if t.kind != XFER_BOOT] == [
         b"admitted before the pressure", b"after"]
+
+
+class TimedFile(ThreadedFile):
+    """Records when each fsync starts (time.monotonic)."""
+
+    def __init__(self, *args: object, **kw: object) -> None:
+        super().__init__(*args, **kw)   # type: ignore[arg-type]
+        self.fsync_at: list[float] = []
+
+    def fsync(self, fd: int) -> None:
+        import time
+        self.fsync_at.append(time.monotonic())
+        super().fsync(fd)
+
+
+async def test_thread_loop_spaces_back_to_back_ticks() -> None:
+    """Ticks that follow each other start tick_spacing_s apart (records pile up into the
+    next one meanwhile); a tick after an idle spell starts at once."""
+    import time
+
+    j, f0 = fresh()
+    f = TimedFile(cache=f0.cache, durable=f0.durable)
+    emitter = Emitter(j, 3, ops=f, tick_spacing_s=0.05)
+    async with trio.open_nursery() as n:
+        await n.start(emitter.run)
+
+        async def producer(i: int) -> None:
+            for k in range(3):
+                last = j.enqueue(XFER_ADMISSION, b"%d.%d" % (i, k))
+                emitter.wake()
+                await emitter.wait_saved(last)
+
+        with trio.fail_after(20):
+            async with trio.open_nursery() as p:
+                for i in range(8):
+                    p.start_soon(producer, i)
+        gaps = [b - a for a, b in zip(f.fsync_at, f.fsync_at[1:], strict=False)]
+        assert gaps and min(gaps) >= 0.045 and len(f.fsync_at) < 24
+        await trio.sleep(0.2)   # idle, then one more: written without waiting
+        last = j.enqueue(XFER_ADMISSION, b"after a pause")
+        t0 = time.monotonic()
+        emitter.wake()
+        await emitter.wait_saved(last)
+        assert time.monotonic() - t0 < 0.045
+        n.cancel_scope.cancel()

@@ -20,8 +20,12 @@ in one long-lived worker thread, tick after tick, and hands each save to trio wi
 ``TrioToken.run_sync_soon`` (which wakes its waiters): a tick never waits for a turn
 of the (busy) trio loop, neither to start its write nor to see its fsync's result.
 The journal's native calls it makes (drain, ack, nack, hold) take the journal's own
-mutex.  With in-memory file operations (the tests' fakes) the loop is a trio task
-(:meth:`Emitter.tick`); both run the same steps with the same rules.
+mutex.  Back-to-back ticks start at least ``tick_spacing_s`` (1 ms) apart: with a
+fast fsync an eager loop wrote a tick per mutation or two, and every tick costs the
+trio thread a hand-off (the callback, and the thread taking the GIL six times); a
+tick after an idle spell starts at once.  With in-memory file operations (the tests'
+fakes) the loop is a trio task (:meth:`Emitter.tick`); both run the same steps with
+the same rules.
 
 Under ``min_free_bytes`` of free space (statvfs of the journal folder) the
 emitter sets the disk hold, so new enqueues are refused before a write can
@@ -81,6 +85,7 @@ JOURNAL_NAME = "journal.aotxj"
 LOCK_NAME = "journal.lock"
 QUARANTINE = "quarantine"
 COMMIT_DELAY_S = 0.05     # idle this long after a save before the watermark records it
+TICK_SPACING_S = 0.001    # the thread loop's ticks start at least this far apart
 
 
 class FileOps:
@@ -414,7 +419,8 @@ class Emitter:
                  backoff_max: float = 2.0, directory: str | os.PathLike[str] | None = None,
                  min_free_bytes: int = 0, floor_recheck_s: float = 1.0,
                  watermark: WatermarkWriter | None = None,
-                 commit_delay_s: float = COMMIT_DELAY_S) -> None:
+                 commit_delay_s: float = COMMIT_DELAY_S,
+                 tick_spacing_s: float = TICK_SPACING_S) -> None:
         if not 0 < tick_records <= TICK_RECORDS:
             raise ValueError(f"tick_records must be 1..{TICK_RECORDS}")
         self.journal = journal
@@ -433,6 +439,8 @@ class Emitter:
         # never reads a damaged acknowledged record as a torn tail (watermark.py)
         self.watermark = watermark
         self.commit_delay_s = commit_delay_s
+        # the thread loop starts a tick at most this often (module doc)
+        self.tick_spacing_s = tick_spacing_s
         self._commit_at: float | None = None
         self.watermarks = 0
         self.saved_records = journal.save_state().saved_records
@@ -671,8 +679,8 @@ class Emitter:
         result[0].unwrap()   # the loop only returns when stopped: re-raise what it raised
 
     def _idle_wait(self, backoff: float | None) -> bool:
-        """(worker thread) Wait for wake(), a due watermark, a floor recheck, or the end of
-        a backoff; False once stopping."""
+        """(worker thread) Wait for wake(), a due watermark or a floor recheck; or, given
+        ``backoff``, that many seconds whatever wakes it.  False once stopping."""
         now = time.monotonic()
         if backoff is not None:
             until = now + backoff
@@ -698,7 +706,11 @@ class Emitter:
         write or fsync is a nack: back off, then the same records are drained again and
         rewritten before the next fsync."""
         backoff = self.backoff_initial
+        last_start = -math.inf
         while not self._stopping:
+            spacing = last_start + self.tick_spacing_s - time.monotonic()
+            if spacing > 0 and not self._idle_wait(spacing):
+                return
             drained = self.journal.drain(self.tick_records)
             if drained is None:
                 if self.floor_hold:
@@ -709,6 +721,7 @@ class Emitter:
                 continue
             first, data = drained
             started = time.perf_counter()
+            last_start = time.monotonic()
             self.ticks += 1
             self.check_floor(len(data))
             try:
