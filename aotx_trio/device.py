@@ -14,6 +14,7 @@ a ``handle`` attribute holding it); it must outlive the device.
 from __future__ import annotations
 
 import math
+import operator
 import struct
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,15 +45,28 @@ from aotx_trio.vocab import PERMISSIONS as RIGHT_NAMES
 # ---- ids ----------------------------------------------------------------
 
 
+_HEX16: dict[str, bytes] = {}   # ids seen lately (lineage, actors, spaces): their bytes
+_HEX16_MAX = 8192
+
+
 def _hex16(value: str, name: str) -> bytes:
+    """A 32-digit lowercase hex id as its 16 bytes (422 ``{name}_invalid`` otherwise);
+    the ids a device call names again and again are looked up, not parsed again."""
+    found = _HEX16.get(value)
+    if found is not None:
+        return found
     if len(value) != 32 or value.lower() != value:
         raise errors.InvalidInput(f"{name} must be 32 lowercase hex digits", code=f"{name}_invalid",
                                   field=name)
     try:
-        return bytes.fromhex(value)
+        raw = bytes.fromhex(value)
     except ValueError:
         raise errors.InvalidInput(f"{name} must be 32 lowercase hex digits",
                                   code=f"{name}_invalid", field=name) from None
+    if len(_HEX16) >= _HEX16_MAX:
+        _HEX16.clear()
+    _HEX16[value] = raw
+    return raw
 
 
 def _hex(buf: Any, n: int = 16) -> str:
@@ -420,37 +434,46 @@ _KIND_OF = {int(k): k for k in Kind}
 _NO_RECORD = 2**64 - 1
 
 
+#: the view's values _receipt reads, in this order (a name the view lacks fails import)
+_RECEIPT_PICK = operator.itemgetter(*(_RECEIPT_FIELDS.index(name) for name in (
+    "op_id", "kind", "status", "foreign", "retry", "device_committed", "admission_saved",
+    "terminal_saved", "cancel_requested", "participant", "operation_key", "sequence",
+    "admission_number", "admission_record", "terminal_record", "resource_id", "result_len",
+    "input_tokens", "output_tokens", "saved_records", "pending_bytes", "file_incarnation",
+    "generation", "boot", "commit_digest", "disk_error", "hold", "admission_save_known",
+    "finish", "leased", "lease_revision", "lease_mode", "admission_save.file_incarnation",
+    "admission_save.generation", "admission_save.boot", "admission_save.commit_records",
+    "admission_save.commit_digest", "input_index")))
+
+
 def _receipt(v: Any) -> Receipt:
-    f = dict(zip(_RECEIPT_FIELDS, _RECEIPT_VIEW.unpack(ffi.buffer(v)), strict=True))
-    foreign = bool(f["foreign"])
-    status = STATUSES[f["status"]]
-    kind = _KIND_OF.get(f["kind"]) or Kind(f["kind"])
-    terminal_record = f["terminal_record"]
-    saved_by = SaveId(file_incarnation=f["admission_save.file_incarnation"],
-                      generation=f["admission_save.generation"],
-                      boot=f["admission_save.boot"],
-                      commit_records=f["admission_save.commit_records"],
-                      commit_digest=f["admission_save.commit_digest"].hex()) \
-        if f["admission_save_known"] else None
+    """The native ``aotx_receipt_view`` ``v`` as a :class:`Receipt` (one ``unpack``)."""
+    (op_id, kind, status, foreign, retry, device_committed, admission_saved, terminal_saved,
+     cancel_requested, participant, operation_key, sequence, admission_number,
+     admission_record, terminal_record, resource_id, result_len, input_tokens,
+     output_tokens, saved_records, pending_bytes, file_incarnation, generation, boot,
+     commit_digest, disk_error, hold, save_known, finish, leased, lease_revision, lease_mode,
+     save_incarnation, save_generation, save_boot, save_records, save_digest,
+     input_index) = _RECEIPT_PICK(_RECEIPT_VIEW.unpack(ffi.buffer(v)))
+    status_name = STATUSES[status]
     return Receipt(
-        op_id=f["op_id"].hex(), kind=kind, status=status, participant=f["participant"].hex(),
-        sequence=None if foreign else f["sequence"],
-        operation_key=None if foreign else f["operation_key"].hex(),
-        retry=bool(f["retry"]), device_committed=bool(f["device_committed"]),
-        admission_saved=bool(f["admission_saved"]), terminal_saved=bool(f["terminal_saved"]),
-        cancel_requested=bool(f["cancel_requested"]),
-        admission_number=f["admission_number"], admission_record=f["admission_record"],
+        op_id=op_id.hex(), kind=_KIND_OF.get(kind) or Kind(kind), status=status_name,
+        participant=participant.hex(), sequence=None if foreign else sequence,
+        operation_key=None if foreign else operation_key.hex(), retry=retry != 0,
+        device_committed=device_committed != 0, admission_saved=admission_saved != 0,
+        terminal_saved=terminal_saved != 0, cancel_requested=cancel_requested != 0,
+        admission_number=admission_number, admission_record=admission_record,
         terminal_record=None if terminal_record == _NO_RECORD else terminal_record,
-        resource_id=f["resource_id"].hex(), result_len=f["result_len"],
-        input_tokens=f["input_tokens"], output_tokens=f["output_tokens"],
-        save=SaveState(saved_records=f["saved_records"], pending_bytes=f["pending_bytes"],
-                       file_incarnation=f["file_incarnation"], generation=f["generation"],
-                       boot=f["boot"], commit_digest=f["commit_digest"].hex(),
-                       disk_error=f["disk_error"], hold=f["hold"]),
-        saved_by=saved_by, input_index=f["input_index"],
-        finish=finish_of(status, f["finish"]),
-        leased=bool(f["leased"]), lease_revision=f["lease_revision"],
-        lease_mode=f["lease_mode"])
+        resource_id=resource_id.hex(), result_len=result_len, input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        save=SaveState(saved_records=saved_records, pending_bytes=pending_bytes,
+                       file_incarnation=file_incarnation, generation=generation, boot=boot,
+                       commit_digest=commit_digest.hex(), disk_error=disk_error, hold=hold),
+        saved_by=SaveId(file_incarnation=save_incarnation, generation=save_generation,
+                        boot=save_boot, commit_records=save_records,
+                        commit_digest=save_digest.hex()) if save_known else None,
+        input_index=input_index, finish=finish_of(status_name, finish), leased=leased != 0,
+        lease_revision=lease_revision, lease_mode=lease_mode)
 
 
 def _save_id(v: Any) -> SaveId:

@@ -169,6 +169,9 @@ class Journal:
         self._j: Any = ffi.gc(out[0], lib.aotx_journal_free)
         self._buf: Any = ffi.new("uint8_t[]", RECORD_SIZE * TICK_RECORDS)
         self._u64: Any = ffi.new("uint64_t *")
+        # drain's own out-parameter: the emitter may drain on its thread while the
+        # device enqueues on the trio thread (the native calls share one mutex)
+        self._first: Any = ffi.new("uint64_t *")
 
     @property
     def handle(self) -> Any:
@@ -195,11 +198,11 @@ class Journal:
         if not 0 < max_records <= TICK_RECORDS:
             raise ValueError(f"max_records must be 1..{TICK_RECORDS}")
         n = int(lib.aotx_journal_drain(self._j, self._buf, RECORD_SIZE * TICK_RECORDS,
-                                       max_records, self._u64))
+                                       max_records, self._first))
         check(n, "drain", ok_positive=True)
         if n == 0:
             return None
-        return int(self._u64[0]), bytes(ffi.buffer(self._buf, n))
+        return int(self._first[0]), bytes(ffi.buffer(self._buf, n))
 
     def ack(self) -> None:
         check(lib.aotx_journal_ack(self._j), "ack")

@@ -34,7 +34,7 @@ from typing import Any
 
 import trio
 
-from aotx_trio._process import on_signal, run_trio, setup_logging
+from aotx_trio._process import on_signal, run_trio, settle_heap, setup_logging
 from aotx_trio.client import InProcessClient
 from aotx_trio.config import GatewayConfig, load_gateway_config, write_gateway_config
 from aotx_trio.errors import AotxError
@@ -162,9 +162,11 @@ async def serve_embedded(data: Path, bind: str, *,
                          shutdown: trio.Event | None = None,
                          journal_max_bytes: int | None = None,
                          journal_min_free_bytes: int | None = None,
-                         service_socket: bool = False) -> None:
+                         service_socket: bool = False, freeze_heap: bool = False) -> None:
     """Flags given as None take gateway.json's ``limits.journal_*``.  The runtime's
     service socket is opened only with ``service_socket`` (``--service-socket``).
+    ``freeze_heap`` (the CLI's): once serving, the start-up heap goes to the collector's
+    permanent generation (:func:`aotx_trio._process.settle_heap`).
     SIGHUP re-reads gateway.json: the gateway's principals and the runtime's grants
     (the grant file is rewritten from it) change without a restart."""
     runtime, config, token = await trio.to_thread.run_sync(prepare, data, bind)
@@ -194,6 +196,8 @@ async def serve_embedded(data: Path, bind: str, *,
             binds = await gateway.start(functools.partial(
                 serve_gateway, config, InProcessClient(handler), shutdown,
                 config_path=data / CONFIG_NAME, on_reload=reload))
+            if freeze_heap:
+                settle_heap()
             print(f"aotx serve: lineage {handler.lineage}, listening on {' '.join(binds)}",
                   flush=True)
             task_status.started(binds)
@@ -214,6 +218,6 @@ def main(args: argparse.Namespace) -> int:
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     run_trio(functools.partial(serve_embedded, journal_max_bytes=args.journal_max_bytes,
                                journal_min_free_bytes=args.journal_min_free_bytes,
-                               service_socket=args.service_socket),
+                               service_socket=args.service_socket, freeze_heap=True),
              Path(args.data), args.bind)
     return 0

@@ -90,6 +90,22 @@ def proc_cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
+def thread_cpu(pid: int, tid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds of thread ``tid`` of process ``pid`` so far."""
+    text = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+    fields = text.rpartition(")")[2].split()
+    return int(fields[11]) / CLK_TCK, int(fields[12]) / CLK_TCK
+
+
+def thread_switches(pid: int, tid: int) -> int:
+    """Context switches (voluntary + not) of thread ``tid`` of process ``pid`` so far."""
+    n = 0
+    for line in Path(f"/proc/{pid}/task/{tid}/status").read_text().splitlines():
+        if line.endswith("ctxt_switches:") or "ctxt_switches:" in line:
+            n += int(line.split()[1])
+    return n
+
+
 def machine_cpu() -> tuple[float, float]:
     """(busy, total) CPU seconds of the whole machine so far (/proc/stat)."""
     parts = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
@@ -413,7 +429,10 @@ def side_by_side(results: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
 
     def cell(rows: list[dict[str, Any]], key: str) -> str:
         vals = [r[key] for r in rows if r.get(key) is not None]
-        return f"{median(vals):,.1f}" if vals else "-"
+        if not vals:
+            return "-"
+        m = median(vals)
+        return f"{m:,.3f}" if abs(m) < 10 else f"{m:,.1f}"   # ms/mutation: 3 decimals
 
     def ratio(key: str) -> float | None:
         va = [r[key] for r in a if r.get(key) is not None]
@@ -424,6 +443,7 @@ def side_by_side(results: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
 
     rows = [("durable mutations/s", "per_second"), ("p50 latency ms", "p50_ms"),
             ("p99 latency ms", "p99_ms"), ("server CPU ms/mutation", "cpu_ms_per_mutation"),
+            ("main thread CPU ms/mutation", "main_thread_ms_per_mutation"),
             ("other processes (cores)", "other_cores")]
     name_a = SIDE_NAMES[a[0]["deployment"]] if a else "aotx"
     print(f"side by side (medians of {len(a)} + {len(b)} runs, interleaved):")
@@ -470,6 +490,8 @@ def report(side: str, samples: list[tuple[float, float, str]], t_from: float, t_
            "errors": errs, "connections": connections, "capped_clients": capped,
            "cpu_s": {k: round(v, 2) for k, v in cpu.items()},
            "cpu_ms_per_mutation": round(1e3 * cpu["server"] / max(1, len(ok)), 3),
+           "main_thread_ms_per_mutation": round(1e3 * cpu["main_thread"] / max(1, len(ok)),
+                                                3),
            "other_cores": round(cpu["other"] / span, 2)}
     rows = [
         ("durable mutations (202)", f"{len(ok)}"),
@@ -482,6 +504,14 @@ def report(side: str, samples: list[tuple[float, float, str]], t_from: float, t_
         ("clients stopped by --max-requests", f"{capped} (before the window's end)"),
         ("server CPU", f"{cpu['server']:.2f} s = {cpu['server'] / span:.2f} cores, "
                        f"{1e3 * cpu['server'] / max(1, len(ok)):.2f} ms/mutation"),
+        ("  of which its main thread", f"{cpu['main_thread']:.2f} s = "
+                                       f"{cpu['main_thread'] / span:.2f} cores, "
+                                       f"{1e3 * cpu['main_thread'] / max(1, len(ok)):.3f} "
+                                       "ms/mutation, of which system "
+                                       f"{1e3 * cpu['main_thread_system'] / max(1, len(ok)):.3f}"),
+        ("  its context switches", f"{cpu['main_thread_switches'] / span:,.0f}/s = "
+                                   f"{cpu['main_thread_switches'] / max(1, len(ok)):.2f} "
+                                   "per mutation"),
         *([("  of which gateway", f"{cpu['gateway']:.2f} s"),
            ("  of which runtime", f"{cpu['runtime']:.2f} s")] if "gateway" in cpu else []),
         ("load generator CPU", f"{cpu['load']:.2f} s = {cpu['load'] / span:.2f} cores"),
@@ -496,6 +526,15 @@ def report(side: str, samples: list[tuple[float, float, str]], t_from: float, t_
 
 
 # --------------------------------------------------------------------------- main
+
+
+def spy_file(name: str, side: str) -> str:
+    """Where ``--py-spy NAME`` records ``side``: NAME for aotx, NAME with ``.bare`` before
+    its suffix for the bare server (``a.txt`` -> ``a.bare.txt``)."""
+    if side != "bare":
+        return name
+    stem, dot, ext = name.rpartition(".")
+    return f"{stem}.bare.{ext}" if dot else f"{name}.bare"
 
 
 def launch(cmd: list[str], log: Path, ready: str) -> subprocess.Popen[bytes] | None:
@@ -545,7 +584,10 @@ def main() -> int:
     ap.add_argument("--cache", type=Path,
                     default=Path.home() / ".cache" / "aotx-trio" / "bench")
     ap.add_argument("--py-spy", metavar="SVG", help="record the aotx server with py-spy "
-                    "during the window (the profiler costs CPU: do not quote its numbers)")
+                    "during the window, and the bare one into SVG with .bare before its "
+                    "suffix (the profiler costs CPU: do not quote its numbers)")
+    ap.add_argument("--py-spy-args", default="", help="more py-spy record arguments "
+                    "(e.g. '--gil --rate 250')")
     ap.add_argument("--keep", action="store_true", help="keep the data folders")
     ap.add_argument("--server-script", help="run this script (same --data/--bind arguments) "
                     "instead of 'aotx serve' (an instrumented server)")
@@ -648,21 +690,28 @@ def run_side(side: str, args: argparse.Namespace, runtime: Path | None,
             w.stdin.flush()
         time.sleep(max(0.0, t_from - time.monotonic()))
         spy = None
-        if args.py_spy and not bare:
+        if args.py_spy:
             raw = ["--format", "raw"] if args.py_spy.endswith(".txt") else []  # folded stacks
             spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record",
-                                    "-o", args.py_spy, "--pid", str(gateway.pid), "-d",
-                                    str(int(args.seconds)), "--nonblocking", *raw])
+                                    "-o", spy_file(args.py_spy, side), "--pid",
+                                    str(gateway.pid), "-d",
+                                    str(int(args.seconds)), "--nonblocking", *raw,
+                                    *args.py_spy_args.split()])
+        main0 = thread_cpu(gateway.pid, gateway.pid)   # the server's trio thread
+        switches0 = thread_switches(gateway.pid, gateway.pid)
         c0 = ([proc_cpu(p.pid) for p in servers], sum(proc_cpu(w.pid) for w in workers),
               *machine_cpu())
         time.sleep(max(0.0, t_to - time.monotonic()))
         c1 = ([proc_cpu(p.pid) for p in servers], sum(proc_cpu(w.pid) for w in workers),
               *machine_cpu())
+        main1 = thread_cpu(gateway.pid, gateway.pid)
+        switches = thread_switches(gateway.pid, gateway.pid) - switches0
         each = [b - a for a, b in zip(c0[0], c1[0], strict=True)]
         server, load_cpu = sum(each), c1[1] - c0[1]
         busy, total = c1[2] - c0[2], c1[3] - c0[3]
         cpu = {"server": server, "load": load_cpu, "other": max(0.0, busy - server - load_cpu),
-               "idle": total - busy}
+               "idle": total - busy, "main_thread": sum(main1) - sum(main0),
+               "main_thread_system": main1[1] - main0[1], "main_thread_switches": switches}
         if args.split and not bare:
             cpu["gateway"], cpu["runtime"] = each
         samples: list[tuple[float, float, str]] = []

@@ -9,7 +9,8 @@ divided by the mutations answered in the window.  Sides:
 
 ``aotx``  the gateway's ASGI stack as ``aotx serve`` builds it (metrics, framing guard,
           body budget, fast path) over an embedded runtime with the cached bench
-          runtime file (scripts/bench_gateway.py packs it): every answer a saved 202;
+          runtime file (scripts/bench_gateway.py packs it), its heap settled as
+          ``aotx serve`` settles it once serving: every answer a saved 202;
 ``bare``  bench_gateway.py's bare quart-trio route (append + group-commit fsync);
 ``null``  an ASGI app that answers at once: the harness's own cost.
 
@@ -140,6 +141,9 @@ async def aotx_app(folder: Path, tokens: list[str], runtime: Path,
                                   folder / "journal", folder / "grants")
     app = make_app_from_config(cfg, InProcessClient(handler))
     await lifespan(app, nursery)
+    from aotx_trio._process import settle_heap
+
+    settle_heap()   # as aotx serve does once serving (gc.freeze, young generation)
     return app.asgi_app, handler.lineage
 
 

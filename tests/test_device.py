@@ -713,3 +713,72 @@ def test_receipts_keep_the_save_that_acknowledged_them(rig: Rig) -> None:
         assert {op: dev2.receipt(ALL, A, op).saved_by for op in ids} == ids
     finally:
         dev2.close()
+
+
+def _receipt_oracle(v: Any) -> D.Receipt:
+    """``aotx_receipt_view`` read field by field through cffi (the oracle of the one
+    ``unpack`` device._receipt does)."""
+    foreign = bool(v.foreign)
+    status = D.STATUSES[v.status]
+    save = v.admission_save
+    return D.Receipt(
+        op_id=bytes(v.op_id).hex(), kind=D.Kind(v.kind), status=status,
+        participant=bytes(v.participant).hex(),
+        sequence=None if foreign else int(v.sequence),
+        operation_key=None if foreign else bytes(v.operation_key).hex(),
+        retry=bool(v.retry), device_committed=bool(v.device_committed),
+        admission_saved=bool(v.admission_saved), terminal_saved=bool(v.terminal_saved),
+        cancel_requested=bool(v.cancel_requested), admission_number=int(v.admission_number),
+        admission_record=int(v.admission_record),
+        terminal_record=None if v.terminal_record == 2**64 - 1 else int(v.terminal_record),
+        resource_id=bytes(v.resource_id).hex(), result_len=int(v.result_len),
+        input_tokens=int(v.input_tokens), output_tokens=int(v.output_tokens),
+        save=D.SaveState(saved_records=int(v.saved_records), pending_bytes=int(v.pending_bytes),
+                         file_incarnation=int(v.file_incarnation),
+                         generation=int(v.generation), boot=int(v.boot),
+                         commit_digest=bytes(v.commit_digest).hex(),
+                         disk_error=int(v.disk_error), hold=int(v.hold)),
+        saved_by=D.SaveId(file_incarnation=int(save.file_incarnation),
+                          generation=int(save.generation), boot=int(save.boot),
+                          commit_records=int(save.commit_records),
+                          commit_digest=bytes(save.commit_digest).hex())
+        if v.admission_save_known else None,
+        input_index=int(v.input_index), finish=D.finish_of(status, int(v.finish)),
+        leased=bool(v.leased), lease_revision=int(v.lease_revision),
+        lease_mode=int(v.lease_mode))
+
+
+@pytest.mark.parametrize("seed", range(64))
+def test_receipt_conversion_reads_every_field_of_the_view(seed: int) -> None:
+    import random
+
+    rng = random.Random(seed)
+    v = ffi.new("aotx_receipt_view *")
+    raw = bytes(rng.getrandbits(8) for _ in range(ffi.sizeof("aotx_receipt_view")))
+    ffi.memmove(v, raw, len(raw))
+    v.kind = int(rng.choice(list(D.Kind)))
+    v.status = rng.randrange(len(D.STATUSES))
+    v.finish = rng.randrange(3)
+    for flag in ("foreign", "retry", "device_committed", "admission_saved", "terminal_saved",
+                 "cancel_requested", "admission_save_known", "leased"):
+        setattr(v, flag, rng.choice((0, 1, rng.randrange(2, 256))))
+    if seed % 4 == 0:
+        v.terminal_record = 2**64 - 1
+    assert D._receipt(v) == _receipt_oracle(v)
+
+
+def test_hex16_ids_are_remembered_but_checked_alike() -> None:
+    """device._hex16 looks up ids it has parsed (bounded), and refuses a bad id under
+    the name it is checked as, whatever was seen before."""
+    good = "0123456789abcdef" * 2
+    assert D._hex16(good, "actor") == bytes.fromhex(good) == D._hex16(good, "space")
+    assert D._HEX16[good] == bytes.fromhex(good)
+    for bad in (good.upper(), good[:-1], good + "0", "g" * 32):
+        for name in ("actor", "space"):
+            with pytest.raises(errors.InvalidInput) as info:
+                D._hex16(bad, name)
+            assert info.value.code == f"{name}_invalid"
+            assert bad not in D._HEX16
+    for i in range(D._HEX16_MAX + 10):
+        D._hex16(f"{i:032x}", "id")
+    assert len(D._HEX16) <= D._HEX16_MAX

@@ -161,3 +161,64 @@ async def test_v1_routes_have_a_rate_of_their_own(tmp_path: Path) -> None:
         assert r.status_code == 401
         await trio.sleep(1.1)                          # one token back
         assert (await http.get("/v1/models", headers=bob.auth)).status_code == 200
+
+
+def test_a_member_row_seen_once_is_not_scanned_for_again() -> None:
+    """Quotas remembers the member rows it found on the device (rows are never freed): a
+    member.set of a known row neither scans the space's rows again nor charges anyone,
+    and a new row is still charged to the space's owner."""
+    from dataclasses import dataclass
+
+    from test_device import A, B, Rig
+
+    from aotx_trio import device as D
+    from aotx_trio import errors
+    from aotx_trio.runtime.quota import Quotas
+
+    @dataclass
+    class Lim:
+        receipts: int = 100
+        spaces: int = 100
+        conversations: int = 100
+        members: int = 1
+        media_bytes: int = 0
+
+    rig = Rig()
+    try:
+        rig.register(A, B)
+        space = rig.space(A, scope="room")
+        quotas = Quotas(rig.dev)
+        scans = 0
+        members = rig.dev.members
+
+        def counted(*args: object, **kw: object) -> tuple[list[D.Member], int]:
+            nonlocal scans
+            scans += 1
+            return members(*args, **kw)   # type: ignore[arg-type]
+
+        rig.dev.members = counted         # type: ignore[method-assign]
+
+        def member_set(who: str) -> D.Request:
+            return rig.req(A, D.Kind.MEMBER_SET, space=space, participant=who,
+                           permissions=("read",))
+
+        first = member_set(B)
+        quotas.check(Lim(), A, first)        # a new row: charged to the owner (A)
+        assert scans == 2 and quotas._new_row == A   # its rows, then the owner's count
+        scans = 0
+        quotas.admitted(A, rig.dev.submit(D.ALL_GRANTS, A, first))
+        again = member_set(B)
+        quotas.check(Lim(), A, again)        # found on the device: no charge, remembered
+        assert scans == 1 and quotas._new_row is None
+        rig.dev.submit(D.ALL_GRANTS, A, again)
+        for _ in range(3):                   # known: no scan, no charge, even at the limit
+            req = member_set(B)
+            quotas.check(Lim(), A, req)
+            assert quotas._new_row is None
+            rig.dev.submit(D.ALL_GRANTS, A, req)
+        assert scans == 1
+        with pytest.raises(errors.AotxError) as info:   # a new row is over
+            quotas.check(Lim(), A, member_set("c3" * 16))
+        assert info.value.code == "over_quota" and scans == 2
+    finally:
+        rig.dev.close()

@@ -78,3 +78,8 @@ def test_receipt_json_of_a_saved_admission() -> None:
         '"save":{"source":"journal","file_incarnation":"00000000000000ff",'
         f'"generation":"8","boot":"1","commit_digest":"{"77" * 32}","saved_records":"42",'
         '"pending_bytes":0,"disk_error":null,"hold":["pending_cap"]}}')
+
+
+@given(st.none() | st.text() | st.text(alphabet="abcdefXYZ0129_-\"\\\u00e9\u2028\x00"))
+def test_js_is_the_encoders_json_of_any_string(value: str | None) -> None:
+    assert render._js(value) == dumps(value)

@@ -8,12 +8,24 @@ whose :class:`~aotx_trio.journal.Journal` continues the file.  Damage before
 the tail raises ``JournalDamage`` naming the byte offset: the runtime refuses
 to start.
 
-:class:`Emitter` is the trio task that makes records durable::
+:class:`Emitter` makes records durable::
 
     loop: wait until records are pending (Emitter.wake())
           drain <= 16 records -> disk floor check -> pwrite at their offsets -> fsync -> ack
           on OSError: nack(errno) (journal holds), back off, then drain the
           same records again and REWRITE them before the next fsync.
+
+With blocking file operations (``FileOps.in_thread``: the real file) that loop runs
+in one long-lived worker thread, tick after tick, and hands each save to trio with
+``TrioToken.run_sync_soon`` (which wakes its waiters): a tick never waits for a turn
+of the (busy) trio loop, neither to start its write nor to see its fsync's result.
+The journal's native calls it makes (drain, ack, nack, hold) take the journal's own
+mutex.  Back-to-back ticks start at least ``tick_spacing_s`` (1 ms) apart: with a
+fast fsync an eager loop wrote a tick per mutation or two, and every tick costs the
+trio thread a hand-off (the callback, and the thread taking the GIL six times); a
+tick after an idle spell starts at once.  With in-memory file operations (the tests'
+fakes) the loop is a trio task (:meth:`Emitter.tick`); both run the same steps with
+the same rules.
 
 Under ``min_free_bytes`` of free space (statvfs of the journal folder) the
 emitter sets the disk hold, so new enqueues are refused before a write can
@@ -29,6 +41,7 @@ inject faults at the I/O edge.  Byte layout: ``docs/formats/journal.md``.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import errno
 import heapq
@@ -38,10 +51,12 @@ import math
 import mmap
 import os
 import secrets
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import trio
 
@@ -70,6 +85,7 @@ JOURNAL_NAME = "journal.aotxj"
 LOCK_NAME = "journal.lock"
 QUARANTINE = "quarantine"
 COMMIT_DELAY_S = 0.05     # idle this long after a save before the watermark records it
+TICK_SPACING_S = 0.001    # the thread loop's ticks start at least this far apart
 
 
 class FileOps:
@@ -403,7 +419,8 @@ class Emitter:
                  backoff_max: float = 2.0, directory: str | os.PathLike[str] | None = None,
                  min_free_bytes: int = 0, floor_recheck_s: float = 1.0,
                  watermark: WatermarkWriter | None = None,
-                 commit_delay_s: float = COMMIT_DELAY_S) -> None:
+                 commit_delay_s: float = COMMIT_DELAY_S,
+                 tick_spacing_s: float = TICK_SPACING_S) -> None:
         if not 0 < tick_records <= TICK_RECORDS:
             raise ValueError(f"tick_records must be 1..{TICK_RECORDS}")
         self.journal = journal
@@ -422,6 +439,8 @@ class Emitter:
         # never reads a damaged acknowledged record as a torn tail (watermark.py)
         self.watermark = watermark
         self.commit_delay_s = commit_delay_s
+        # the thread loop starts a tick at most this often (module doc)
+        self.tick_spacing_s = tick_spacing_s
         self._commit_at: float | None = None
         self.watermarks = 0
         self.saved_records = journal.save_state().saved_records
@@ -444,6 +463,15 @@ class Emitter:
         self._expirer_until = math.inf   # the deadline the expirer sleeps to
         self._expirer_wake = trio.Event()
         self._expiring = False           # run's expirer is up
+        # the worker thread's loop (ops.in_thread): woken by wake() through _kick
+        self._cv = threading.Condition(threading.Lock())
+        self._kicked = True              # records may be pending (checked at its start)
+        self._stopping = False
+        # acked by the thread, not yet seen by trio: the save count and each tick's times;
+        # _notifying while a _saved callback is scheduled and has not started
+        self._thread_saved = 0
+        self._tick_times: collections.deque[tuple[float, float]] = collections.deque()
+        self._notifying = False
 
     @classmethod
     def for_file(cls, jf: JournalFile, *, tick_records: int = TICK_RECORDS,
@@ -486,6 +514,10 @@ class Emitter:
     def wake(self) -> None:
         """Records were enqueued (call from the trio thread)."""
         self._wake.set()
+        if not self._kicked:   # set: the thread has yet to drain, and drains these too
+            with self._cv:
+                self._kicked = True
+                self._cv.notify()
 
     def set_file_cap(self, file_cap_bytes: int) -> None:
         """Raise (or set) the file cap; clears the file-cap hold."""
@@ -607,10 +639,158 @@ class Emitter:
             nursery.start_soon(self._expire)
             self._expiring = True
             try:
-                await self._run(task_status)
+                if self.ops.in_thread:
+                    await self._run_thread(task_status)
+                else:
+                    await self._run(task_status)
             finally:
                 self._expiring = False
                 nursery.cancel_scope.cancel()
+
+    # -- the worker thread's loop (blocking file operations) ------------------------
+    async def _run_thread(self, task_status: trio.TaskStatus[None]) -> None:
+        """Run :meth:`_thread_loop` in a worker thread until cancelled; then stop it and
+        wait for it (a tick in flight finishes: its ack or nack is always recorded)."""
+        self.saved_records = self.journal.save_state().saved_records  # after any resume
+        self.check_floor()
+        token = trio.lowlevel.current_trio_token()
+        ended = trio.Event()
+        result: list[Any] = []
+
+        def deliver(outcome: Any) -> None:
+            def done() -> None:
+                result.append(outcome)
+                ended.set()
+            token.run_sync_soon(done)
+
+        with self._cv:
+            self._stopping = False
+        trio.lowlevel.start_thread_soon(lambda: self._thread_loop(token), deliver,
+                                        name="aotx journal emitter")
+        task_status.started()
+        try:
+            await ended.wait()
+        finally:
+            with self._cv:
+                self._stopping = True
+                self._cv.notify()
+            with trio.CancelScope(shield=True):
+                await ended.wait()
+        result[0].unwrap()   # the loop only returns when stopped: re-raise what it raised
+
+    def _idle_wait(self, backoff: float | None) -> bool:
+        """(worker thread) Wait for wake(), a due watermark or a floor recheck; or, given
+        ``backoff``, that many seconds whatever wakes it.  False once stopping."""
+        now = time.monotonic()
+        if backoff is not None:
+            until = now + backoff
+        else:
+            due = [now + self.floor_recheck_s] if self.floor_hold else []
+            if self._commit_at is not None:
+                due.append(self._commit_at)
+            until = min(due) if due else math.inf
+        with self._cv:
+            while not self._stopping:
+                if backoff is None and self._kicked:
+                    self._kicked = False
+                    return True
+                left = until - time.monotonic()
+                if left <= 0:
+                    return True   # the caller looks at its reason
+                self._cv.wait(None if left == math.inf else left)
+            return False
+
+    def _thread_loop(self, token: trio.lowlevel.TrioToken) -> None:
+        """(worker thread) Drain -> floor check -> pwrite -> fsync -> ack, tick after tick
+        while records are pending; each save handed to trio (:meth:`_saved`).  A failed
+        write or fsync is a nack: back off, then the same records are drained again and
+        rewritten before the next fsync."""
+        backoff = self.backoff_initial
+        last_start = -math.inf
+        while not self._stopping:
+            spacing = last_start + self.tick_spacing_s - time.monotonic()
+            if spacing > 0 and not self._idle_wait(spacing):
+                return
+            drained = self.journal.drain(self.tick_records)
+            if drained is None:
+                if self.floor_hold:
+                    self.check_floor()
+                self._mark_if_due()
+                if not self._idle_wait(None):
+                    return
+                continue
+            first, data = drained
+            started = time.perf_counter()
+            last_start = time.monotonic()
+            self.ticks += 1
+            self.check_floor(len(data))
+            try:
+                fsync_s = self._write_sync_timed(first, data)
+            except OSError as exc:
+                self.failures += 1
+                self.last_error = exc
+                self.journal.nack(exc.errno or errno.EIO)
+                log.warning("journal write of records %d..%d failed: %s (holding, will "
+                            "rewrite)", first, first + len(data) // RECORD_SIZE - 1, exc)
+                if not self._idle_wait(backoff):
+                    return
+                backoff = min(backoff * 2, self.backoff_max)
+                continue
+            except BaseException:
+                self.journal.nack(errno.ECANCELED)   # outcome unknown: rewrite them later
+                raise
+            self.journal.ack()   # clears hold bit 1: the floor check sets it again if low
+            backoff = self.backoff_initial
+            self.last_error = None
+            if self.floor_hold:
+                self.check_floor()
+            if self.watermark is not None:
+                self._commit_at = time.monotonic() + self.commit_delay_s
+            self._thread_saved = first + len(data) // RECORD_SIZE
+            self._tick_times.append((time.perf_counter() - started, fsync_s))
+            if not self._notifying:   # else the callback pending reads this save too
+                self._notifying = True
+                token.run_sync_soon(self._saved)
+
+    def _write_sync_timed(self, first: int, data: bytes) -> float:
+        write_all(self.ops, self.fd, data, record_offset(first))
+        start = time.perf_counter()
+        self.ops.fsync(self.fd)
+        return time.perf_counter() - start
+
+    def _saved(self) -> None:
+        """(trio thread) Ticks of the worker thread were acknowledged: wake their waiters.
+        One call for however many ticks were acked before trio ran it (the thread
+        schedules one only when none is pending; the flag is cleared before anything
+        is read, so a tick acked meanwhile either is read here or schedules anew)."""
+        self._notifying = False
+        saved = self._thread_saved
+        times = self._tick_times
+        while times:
+            tick_s, fsync_s = times.popleft()
+            self.tick_seconds.observe(tick_s)
+            self.fsync_seconds.observe(fsync_s)
+        if saved > self.saved_records:
+            self.saved_records = saved
+            self._wake_saved()
+
+    def _mark_if_due(self) -> None:
+        """(worker thread) Idle since the last save for commit_delay_s: write the commit
+        watermark (time.monotonic, as _thread_loop sets _commit_at)."""
+        mark = self.watermark
+        if mark is None or self._commit_at is None or time.monotonic() < self._commit_at:
+            return
+        self._commit_at = None   # the next save sets it again
+        if self._pending():
+            return
+        s = self.journal.save_state()
+        if s.saved_records <= mark.saved_records:
+            return
+        try:
+            mark.write(s.generation, s.saved_records, s.commit_digest)
+            self.watermarks += 1
+        except OSError as exc:   # the journal is fine; only the damage check is weaker
+            log.warning("journal commit watermark not written: %s", exc)
 
     async def _run(self, task_status: trio.TaskStatus[None]) -> None:
         backoff = self.backoff_initial

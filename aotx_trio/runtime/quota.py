@@ -41,6 +41,7 @@ PAGE = 256
 #: cancellations may pass the receipt quota by this many, so a principal at its quota
 #: can still cancel its own running inputs (whose receipts it cannot retire yet)
 CANCEL_MARGIN = 8
+MAX_KNOWN_ROWS = 1 << 16   # member rows remembered as existing (then forgotten, re-read)
 _ALL = vocab.grant_mask(["shared_read", "shared_write", "shared_manage"])
 
 
@@ -68,6 +69,9 @@ class Quotas:
         self._conversations: dict[str, int] = {}
         self._members: dict[str, int] = {}       # owner -> member rows of its spaces
         self._new_row: str | None = None         # the owner a checked member.set adds to
+        # (space, participant) member rows seen on the device: rows are never freed, so
+        # a member.set of one of these changes a row and charges nobody (no device scan)
+        self._rows: set[tuple[str, str]] = set()
 
     def check(self, limits: Limits, key: str, req: Request) -> None:
         """Raise :func:`over_quota` when ``req`` (a new operation of principal ``key``)
@@ -118,12 +122,18 @@ class Quotas:
         it answers that itself)."""
         if req.space is None or req.participant is None:
             return None
+        row = (req.space, req.participant)
+        if row in self._rows:
+            return None
         try:
             space = self.device.space(_ALL, key, req.space)
             cursor = 0
             while True:
                 rows, cursor = self.device.members(_ALL, key, req.space, cursor, PAGE)
                 if any(r.participant == req.participant for r in rows):
+                    if len(self._rows) >= MAX_KNOWN_ROWS:
+                        self._rows.clear()
+                    self._rows.add(row)
                     return None
                 if cursor == 0:
                     return space.owner

@@ -106,8 +106,13 @@ _BOOL = ("false", "true")
 
 
 def _js(value: str | None) -> str:
-    """A string (or null) as JSON, as the gateway's encoder writes it."""
-    return "null" if value is None else _ENCODER.encode(value)
+    """A string (or null) as JSON, as the gateway's encoder writes it (ASCII letters and
+    digits only, e.g. a hex id or a status name, need no escape: quoted as they are)."""
+    if value is None:
+        return "null"
+    if value.isascii() and value.isalnum():
+        return f'"{value}"'
+    return _ENCODER.encode(value)
 
 
 def receipt_json(r: dev.Receipt, lineage: str) -> bytes:
