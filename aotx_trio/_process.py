@@ -6,7 +6,6 @@ own errors unwrapped.  A leaf: it imports nothing of ``runtime`` or
 
 from __future__ import annotations
 
-import gc
 import logging
 import signal
 import sys
@@ -51,26 +50,6 @@ async def on_reload(action: Callable[[], object], *,
                 action()
             except errors.AotxError as exc:
                 log.error("reload refused, keeping the running configuration: %s", exc)
-
-
-#: young objects (allocations less deallocations) before a collection, once serving
-YOUNG_GENERATION = 20_000
-
-
-def settle_heap() -> None:
-    """Once a server has started: collect, then move every object left (the models'
-    tables, the tokenizer, the app, the imported modules) into the collector's
-    permanent generation (``gc.freeze``), so the full collections that requests'
-    garbage triggers no longer walk the whole start-up heap (docs/benchmarks.md:
-    a full collection of it took ~25 ms of the trio thread).  The young generation
-    then collects after :data:`YOUNG_GENERATION` objects instead of 700: a request's
-    objects (its task, frames, dicts) live only until it is answered, so with the
-    default every young collection walked ~700 live ones of the requests in flight
-    (~0.3 ms, 40 times a second under load) to promote them and see them die later."""
-    gc.collect()
-    gc.freeze()
-    _, older, oldest = gc.get_threshold()
-    gc.set_threshold(YOUNG_GENERATION, older, oldest)
 
 
 def leaves(exc: BaseException) -> Iterator[BaseException]:

@@ -34,7 +34,8 @@ from typing import Any
 
 import trio
 
-from aotx_trio._process import on_signal, run_trio, settle_heap, setup_logging
+from aotx_trio import _latency
+from aotx_trio._process import on_signal, run_trio, setup_logging
 from aotx_trio.client import InProcessClient
 from aotx_trio.config import GatewayConfig, load_gateway_config, write_gateway_config
 from aotx_trio.errors import AotxError
@@ -166,7 +167,7 @@ async def serve_embedded(data: Path, bind: str, *,
     """Flags given as None take gateway.json's ``limits.journal_*``.  The runtime's
     service socket is opened only with ``service_socket`` (``--service-socket``).
     ``freeze_heap`` (the CLI's): once serving, the start-up heap goes to the collector's
-    permanent generation (:func:`aotx_trio._process.settle_heap`).
+    permanent generation (:func:`aotx_trio._latency.tune_gc`).
     SIGHUP re-reads gateway.json: the gateway's principals and the runtime's grants
     (the grant file is rewritten from it) change without a restart."""
     runtime, config, token = await trio.to_thread.run_sync(prepare, data, bind)
@@ -197,7 +198,7 @@ async def serve_embedded(data: Path, bind: str, *,
                 serve_gateway, config, InProcessClient(handler), shutdown,
                 config_path=data / CONFIG_NAME, on_reload=reload))
             if freeze_heap:
-                settle_heap()
+                _latency.tune_gc()
             print(f"aotx serve: lineage {handler.lineage}, listening on {' '.join(binds)}",
                   flush=True)
             task_status.started(binds)

@@ -141,9 +141,9 @@ async def aotx_app(folder: Path, tokens: list[str], runtime: Path,
                                   folder / "journal", folder / "grants")
     app = make_app_from_config(cfg, InProcessClient(handler))
     await lifespan(app, nursery)
-    from aotx_trio._process import settle_heap
+    from aotx_trio._latency import tune_gc
 
-    settle_heap()   # as aotx serve does once serving (gc.freeze, young generation)
+    tune_gc()   # as aotx serve does once serving (gc.freeze, thresholds)
     return app.asgi_app, handler.lineage
 
 

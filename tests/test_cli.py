@@ -28,39 +28,6 @@ def test_missing_required_argument_names_it() -> None:
     assert "--runtime" in proc.stderr
 
 
-def test_settle_heap_collects_then_freezes() -> None:
-    """_process.settle_heap: cyclic garbage is collected first (never frozen), then what
-    is left moves to the permanent generation, out of every later collection's walk."""
-    import gc
-    import weakref
-
-    from aotx_trio._process import YOUNG_GENERATION, settle_heap
-
-    class Node:
-        def __init__(self) -> None:
-            self.me = self
-
-    garbage = Node()
-    gone = weakref.ref(garbage)
-    del garbage
-    kept = [Node() for _ in range(10)]
-    was_enabled = gc.isenabled()
-    thresholds = gc.get_threshold()
-    gc.disable()   # no collection between here and settle_heap's own
-    try:
-        before = gc.get_freeze_count()
-        settle_heap()
-        assert gone() is None                     # collected, not frozen
-        assert gc.get_freeze_count() >= before + len(kept)
-        assert all(not gc.is_finalized(k) for k in kept)
-        assert gc.get_threshold() == (YOUNG_GENERATION, *thresholds[1:])
-    finally:
-        gc.unfreeze()
-        gc.set_threshold(*thresholds)
-        if was_enabled:
-            gc.enable()
-
-
 def test_the_serve_commands_settle_the_heap_once_serving(
         monkeypatch: pytest.MonkeyPatch, tmp_path: object) -> None:
     """``aotx serve`` asks serve_embedded to freeze the start-up heap once serving (tests
@@ -70,6 +37,7 @@ def test_the_serve_commands_settle_the_heap_once_serving(
 
     from aotx_trio import serve
     from aotx_trio.gateway import serve as gateway_serve
+    from aotx_trio.runtime import boot
 
     seen: dict[str, object] = {}
     monkeypatch.setattr(serve, "run_trio", lambda fn, *a: seen.update(fn.keywords))
@@ -79,4 +47,5 @@ def test_the_serve_commands_settle_the_heap_once_serving(
                                   service_socket=False, data=str(tmp_path), bind="x:1"))
     assert seen["freeze_heap"] is True
     assert inspect.signature(serve.serve_embedded).parameters["freeze_heap"].default is False
-    assert "settle_heap()" in inspect.getsource(gateway_serve._run)
+    assert "_latency.tune_gc()" in inspect.getsource(gateway_serve._run)
+    assert "_latency.tune_gc()" in inspect.getsource(boot._boot)

@@ -236,3 +236,23 @@ async def test_operation_followers_share_the_executors_spans(tmp_path: Path) -> 
         assert all(s["next_offset"] % OUTPUT_BATCH_BYTES == 0 for s in bob_live), bob_live
         assert len(base64.b64decode(result["data"])) > 2 * OUTPUT_BATCH_BYTES   # it mattered
         assert got[2][-1]["receipt"]["sequence"] is None       # bob's view of alice's
+
+
+def test_a_dropped_follower_refuses_later_pushes_of_the_same_pass() -> None:
+    """One pass can hold several rows for a follower: after the push that dropped it
+    (buffer full), the next ones answer False instead of raising on the closed channel
+    (which ended the fanout task, and the runtime with it)."""
+    from types import SimpleNamespace
+
+    from aotx_trio.runtime.fanout import Follow
+
+    fan = SimpleNamespace(dropped=0, pushed=0, depth=1)
+    topic = SimpleNamespace(followers=set())
+    f = Follow(fan, topic, "k", None, 0, 1)   # type: ignore[arg-type]
+    topic.followers.add(f)
+    item = object()
+    assert f.push(item) is True                  # type: ignore[arg-type]
+    assert f.push(item) is False                 # type: ignore[arg-type]
+    assert f.dropped and fan.dropped == 1 and not topic.followers
+    assert f.push(item) is False                 # type: ignore[arg-type]
+    assert fan.dropped == 1 and fan.pushed == 1

@@ -14,16 +14,36 @@ from aotx_trio import _latency
 pytestmark = pytest.mark.timeout(30)
 
 
-def test_tune_gc_freezes_once_and_raises_the_thresholds() -> None:
+def test_tune_gc_collects_then_freezes_once_and_raises_the_thresholds(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cyclic garbage is collected first (never frozen), what is left moves to the
+    permanent generation, the thresholds rise; a second call does nothing."""
+    import weakref
+
+    class Node:
+        def __init__(self) -> None:
+            self.me = self
+
+    garbage = Node()
+    gone = weakref.ref(garbage)
+    del garbage
+    kept = [Node() for _ in range(10)]
+    monkeypatch.setattr(_latency, "_tuned", False)
+    was_enabled = gc.isenabled()
     before = gc.get_threshold()
+    gc.disable()   # no collection between here and tune_gc's own
     try:
-        first = _latency.tune_gc()
+        frozen = gc.get_freeze_count()
+        assert _latency.tune_gc() is True
+        assert gone() is None                                # collected, not frozen
+        assert gc.get_freeze_count() >= frozen + len(kept)
         assert gc.get_threshold() == _latency.GC_THRESHOLDS
-        assert gc.get_freeze_count() > 0 or not first
-        assert _latency.tune_gc() is False          # once per process
+        assert _latency.tune_gc() is False                   # once per process
     finally:
-        gc.set_threshold(*before)
         gc.unfreeze()
+        gc.set_threshold(*before)
+        if was_enabled:
+            gc.enable()
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="Linux thread ids")

@@ -28,9 +28,9 @@ import trio
 from hypercorn.config import Config as HyperConfig
 from hypercorn.trio import serve as hypercorn_serve
 
-from aotx_trio import errors
+from aotx_trio import _latency, errors
 from aotx_trio._process import on_reload as on_reload_signal
-from aotx_trio._process import on_signal, run_trio, settle_heap, setup_logging
+from aotx_trio._process import on_signal, run_trio, setup_logging
 from aotx_trio.client import DeviceClient, SocketClient
 from aotx_trio.config import GatewayConfig, load_gateway_config
 from aotx_trio.gateway.app import make_app_from_config
@@ -92,7 +92,7 @@ async def _run(config: GatewayConfig, path: Path) -> None:
         nursery.start_soon(on_signal, shutdown.set)
         binds = await nursery.start(functools.partial(serve_gateway, config, client,
                                                       shutdown, config_path=path))
-        settle_heap()
+        _latency.tune_gc()
         print(f"aotx gateway: listening on {' '.join(binds)}", flush=True)
         await shutdown.wait()
         # hypercorn returns after its graceful shutdown; then the signal task ends.

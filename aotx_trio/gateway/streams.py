@@ -18,7 +18,7 @@ from typing import Any
 import trio
 from quart import Response, current_app
 
-from aotx_trio import _latency, errors
+from aotx_trio import errors
 from aotx_trio._process import leaves
 from aotx_trio.client import DeviceClient, Subscription
 
@@ -109,7 +109,6 @@ async def open_feed(client: DeviceClient, method: str, params: dict[str, Any],
     task in the app's nursery only holds the subscription open until the body calls
     :meth:`Feed.close`; the body reads the subscription's own bounded buffer
     (``depth`` items; a subscriber further behind is dropped, ``slow_consumer``)."""
-    _latency.tune_gc()      # once per process: no collector pauses of tens of ms per event
     done = trio.Event()
 
     async def hold(task_status: trio.TaskStatus[Feed] = trio.TASK_STATUS_IGNORED) -> None:

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import trio
 
-from aotx_trio import errors, native
+from aotx_trio import _latency, errors, native
 from aotx_trio._fs import flock_nb
 from aotx_trio._process import on_reload, on_signal, run_trio, setup_logging
 from aotx_trio.config import DEFAULT_DEADLINE_S, Limits
@@ -206,6 +206,7 @@ async def _boot(args: argparse.Namespace) -> None:
             handler.grants = load_grants(args.service_grants)
 
         await nursery.start(on_reload, reload)
+        _latency.tune_gc()   # serving: the start-up heap out of every collection's walk
         print(f"aotx boot: lineage {handler.lineage}, serving {sock}", flush=True)
 
 

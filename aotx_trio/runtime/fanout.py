@@ -40,7 +40,7 @@ from typing import Any
 
 import trio
 
-from aotx_trio import _latency, errors
+from aotx_trio import errors
 from aotx_trio.device import Device, Receipt
 from aotx_trio.pushed import Pushed
 from aotx_trio.runtime.render import render_receipt, render_span
@@ -74,9 +74,14 @@ class Follow:
         self.cursor = cursor
         self.send, self._receive = trio.open_memory_channel[Pushed](depth)
         self.dropped = False
+        self.stopped = False
         self.error: errors.AotxError | None = None
 
     def push(self, item: Pushed) -> bool:
+        """Queue ``item``; False when it was not (this push dropped the follower, or its
+        live phase ended before: a pass may hold several rows for one follower)."""
+        if self.stopped:
+            return False
         try:
             self.send.send_nowait(item)
         except trio.WouldBlock:
@@ -93,6 +98,7 @@ class Follow:
 
     def stop(self) -> None:
         """End the live phase (what was pushed is still read first)."""
+        self.stopped = True
         self.send.close()
         self._topic.followers.discard(self)
 
@@ -190,7 +196,6 @@ class Fanout:
     # -- the task -----------------------------------------------------------------------
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
                   ) -> None:
-        _latency.tune_gc()     # no collector pauses of tens of ms on the loop (_latency.py)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._saves)
             self._nursery = nursery
