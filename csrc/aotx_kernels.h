@@ -1,8 +1,9 @@
 /* aotx_kernels.h -- tensor types (GGUF/ggml numbering) and the matrix kernels
  * the decoder runs on.  Weights stay in their GGUF block layout (row-major,
- * one row = cols/block_size blocks).  Activations are converted once per
- * matmul by aotx_act_prepare() (F32 for F32/F16/BF16 weights, Q8_K for
- * k-quants, Q8_0 for Q4_0/Q5_0/Q8_0), then any number of threads run
+ * one row = cols/block_size blocks; the one exception: the re-blocked copy of a
+ * Q8_0 output head for the AVX2 tiles, aotx_q8_0_pack below).  Activations are
+ * converted once per matmul by aotx_act_prepare() (F32 for F32/F16/BF16 weights,
+ * Q8_K for k-quants, Q8_0 for Q4_0/Q5_0/Q8_0), then any number of threads run
  * aotx_matmul_rows() over disjoint row ranges.  Every fast kernel has a
  * portable reference (the *_ref functions) that the tests use as an oracle.
  *

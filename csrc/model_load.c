@@ -221,7 +221,11 @@ static int load_layer(aotx_model *m, int32_t l, char *err, int64_t cap) {
  * the same bits); AOTX_HEAD_PACK=0 keeps the mapping only.  The copy replaces the
  * mapping's pages of the head in the resident set (they are dropped from it here, and
  * only the token embedding's rows read later come back), so RSS grows by the rows
- * embedded, not by the head.  No copy (out of memory) runs the mapping as before. */
+ * embedded, not by the head.  No copy (out of memory) runs the mapping as before.
+ * Caveat: if packing fails half way (it cannot with valid shapes), some of the mapping's
+ * pages are already dropped, which only costs page faults. */
+#define HEAD_PACK_SLICE 8192   /* rows (a multiple of 8) */
+
 static void pack_head(mtensor *o) {
     const char *e = getenv("AOTX_HEAD_PACK");
     if (o->type != AOTX_T_Q8_0 || (e && strcmp(e, "0") == 0)) return;
@@ -231,12 +235,21 @@ static void pack_head(mtensor *o) {
     void *p = aligned_alloc(huge, ((size_t)n + huge - 1) / huge * huge);
     if (!p) return;
     (void)madvise(p, ((size_t)n + huge - 1) / huge * huge, MADV_HUGEPAGE);
-    if (aotx_q8_0_pack(o->w, o->rows, o->cols, 0, o->rows, p)) { free(p); return; }
+    /* in slices, each slice's source pages dropped once read: the peak stays near the
+     * steady state (the file mapping: they come back from the page cache if read) */
+    const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)o->w;
+    const uintptr_t rb = (uintptr_t)aotx_type_row_bytes(o->type, o->cols);
+    uintptr_t done = (a + pg - 1) / pg * pg;
+    for (int64_t r0 = 0; r0 < o->rows; r0 += HEAD_PACK_SLICE) {
+        int64_t r1 = o->rows - r0 < HEAD_PACK_SLICE ? o->rows : r0 + HEAD_PACK_SLICE;
+        if (aotx_q8_0_pack(o->w, o->rows, o->cols, r0, r1, p)) { free(p); return; }
+        uintptr_t hi = (a + (uintptr_t)r1 * rb) / pg * pg;
+        if (hi > done) {
+            (void)madvise((void *)done, hi - done, MADV_DONTNEED);
+            done = hi;
+        }
+    }
     o->packed = p;
-    uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)o->w;
-    uintptr_t lo = (a + pg - 1) / pg * pg;
-    uintptr_t hi = (a + (uintptr_t)(o->rows * aotx_type_row_bytes(o->type, o->cols))) / pg * pg;
-    if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);  /* the file mapping */
 }
 
 int model_load_weights(aotx_model *m, char *err, int64_t cap) {

@@ -27,6 +27,9 @@
  *     blocks in order; y = f for the first slab, y + f for each later one.
  *   k-quants: per super-block in order (see ktile_dot); n_tok == 1 runs k_row1, rows as
  *     stored with the same integer sums and float steps.
+ * The Q8_0 output head can also run from a re-blocked copy made at load
+ * (aotx_avx2_q8_0_pack: the tile's int8 layout stored once, 8 rows per sequential
+ * stream), the Q8_0 tile's integer sums and float steps again: the same bits.
  */
 #include "aotx_kernels.h"
 #include "quant_tiles_internal.h"
