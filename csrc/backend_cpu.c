@@ -170,9 +170,12 @@ static void mm_rows(mm_job *j, int64_t r0, int64_t r1) {
         const aotx_weight *w = j->out[i].w;
         int64_t a = r0 > base ? r0 - base : 0, b = r1 - base;
         if (b > w->rows) b = w->rows;
-        if (a < b)
-            aotx_matmul_rows(w->type, w->w, w->cols, j->be->act[act_class(w->type)], j->n_tok,
-                             j->out[i].y, j->out[i].ldy, a, b);
+        const void *act = j->be->act[act_class(w->type)];
+        /* the re-blocked copy while the kernels it serves are picked (the same bits) */
+        if (a < b && (!w->packed || aotx_q8_0_matmul_packed(w->packed, w->cols, act, j->n_tok,
+                                                            j->out[i].y, j->out[i].ldy, a, b)))
+            aotx_matmul_rows(w->type, w->w, w->cols, act, j->n_tok, j->out[i].y, j->out[i].ldy,
+                             a, b);
         base += w->rows;
     }
 }

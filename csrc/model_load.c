@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 int model_set_err(char *err, int64_t cap, int code, const char *fmt, ...) {
     if (err && cap > 0) {
@@ -144,7 +146,7 @@ static int get_matrix(aotx_model *m, const char *name, int64_t rows, int64_t col
     if (aotx_type_block_elems(ti.type) <= 0 || aotx_act_bytes(ti.type, cols, 1) <= 0)
         return model_set_err(err, cap, AOTX_E_MODEL_TENSOR,
                              "tensor %s has type %d the kernels do not support", name, ti.type);
-    *out = (mtensor){ti.data, ti.type, ti.dims[1], ti.dims[0]};
+    *out = (mtensor){ti.data, ti.type, ti.dims[1], ti.dims[0], NULL};
     return 0;
 }
 
@@ -214,6 +216,42 @@ static int load_layer(aotx_model *m, int32_t l, char *err, int64_t cap) {
     return 0;
 }
 
+/* A Q8_0 output head gets a re-blocked copy when the kernels picked at load use one (the
+ * AVX2 tiles: aotx_q8_0_packed_bytes; it reads one stream per 8 rows, no transposes,
+ * the same bits); AOTX_HEAD_PACK=0 keeps the mapping only.  The copy replaces the
+ * mapping's pages of the head in the resident set (they are dropped from it here, and
+ * only the token embedding's rows read later come back), so RSS grows by the rows
+ * embedded, not by the head.  No copy (out of memory) runs the mapping as before.
+ * Caveat: if packing fails half way (it cannot with valid shapes), some of the mapping's
+ * pages are already dropped, which only costs page faults. */
+#define HEAD_PACK_SLICE 8192   /* rows (a multiple of 8) */
+
+static void pack_head(mtensor *o) {
+    const char *e = getenv("AOTX_HEAD_PACK");
+    if (o->type != AOTX_T_Q8_0 || (e && strcmp(e, "0") == 0)) return;
+    int64_t n = aotx_q8_0_packed_bytes(o->rows, o->cols);
+    if (n <= 0) return;
+    const size_t huge = (size_t)2 << 20;  /* 2 MiB aligned: transparent huge pages */
+    void *p = aligned_alloc(huge, ((size_t)n + huge - 1) / huge * huge);
+    if (!p) return;
+    (void)madvise(p, ((size_t)n + huge - 1) / huge * huge, MADV_HUGEPAGE);
+    /* in slices, each slice's source pages dropped once read: the peak stays near the
+     * steady state (the file mapping: they come back from the page cache if read) */
+    const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)o->w;
+    const uintptr_t rb = (uintptr_t)aotx_type_row_bytes(o->type, o->cols);
+    uintptr_t done = (a + pg - 1) / pg * pg;
+    for (int64_t r0 = 0; r0 < o->rows; r0 += HEAD_PACK_SLICE) {
+        int64_t r1 = o->rows - r0 < HEAD_PACK_SLICE ? o->rows : r0 + HEAD_PACK_SLICE;
+        if (aotx_q8_0_pack(o->w, o->rows, o->cols, r0, r1, p)) { free(p); return; }
+        uintptr_t hi = (a + (uintptr_t)r1 * rb) / pg * pg;
+        if (hi > done) {
+            (void)madvise((void *)done, hi - done, MADV_DONTNEED);
+            done = hi;
+        }
+    }
+    o->packed = p;
+}
+
 int model_load_weights(aotx_model *m, char *err, int64_t cap) {
     int rc;
     aotx_model_info *in = &m->info;
@@ -233,6 +271,7 @@ int model_load_weights(aotx_model *m, char *err, int64_t cap) {
     if (!m->layers) return AOTX_E_NOMEM;
     for (int32_t l = 0; l < in->n_layers; l++)
         if ((rc = load_layer(m, l, err, cap))) return rc;
+    pack_head(&m->output);
     return 0;
 }
 
@@ -248,6 +287,8 @@ void model_free_weights(aotx_model *m) {
     }
     free(m->out_norm);
     free(m->inv_freq);
+    free((void *)m->output.packed);
+    m->output.packed = NULL;
 }
 
 static int32_t tok_id(const aotx_gguf *g, const char *key) {

@@ -27,6 +27,9 @@
  *     blocks in order; y = f for the first slab, y + f for each later one.
  *   k-quants: per super-block in order (see ktile_dot); n_tok == 1 runs k_row1, rows as
  *     stored with the same integer sums and float steps.
+ * The Q8_0 output head can also run from a re-blocked copy made at load
+ * (aotx_avx2_q8_0_pack: the tile's int8 layout stored once, 8 rows per sequential
+ * stream), the Q8_0 tile's integer sums and float steps again: the same bits.
  */
 #include "aotx_kernels.h"
 #include "quant_tiles_internal.h"
@@ -222,16 +225,20 @@ AI void tile_dot(int kind, const tiles8 *tb, int64_t kn, int64_t t0, int nt, flo
                 }
             }
         } else {
+            /* per half block: 4 maddubs summed in int16 (exact, see the header), written
+             * out with constant bounds: GCC 12 made early exits and spills of the loops */
             for (int h = 0; h < 2; h++) {
-                __m256i s16[TT];
-                for (int t = 0; t < nt; t++) s16[t] = _mm256_setzero_si256();
-                for (int g = 4 * h; g < 4 * h + 4; g++) {
-                    const __m256i wv = _mm256_load_si256(&tb->q[b][g]);
-                    for (int t = 0; t < nt; t++)
-                        s16[t] = _mm256_add_epi16(s16[t],
-                                                  _mm256_maddubs_epi16(wv, bcast4(xq + t * ts + 4 * g)));
+                const __m256i *wq = tb->q[b] + 4 * h;
+                const __m256i w0 = _mm256_load_si256(wq), w1 = _mm256_load_si256(wq + 1);
+                const __m256i w2 = _mm256_load_si256(wq + 2), w3 = _mm256_load_si256(wq + 3);
+                for (int t = 0; t < nt; t++) {
+                    const int8_t *xt = xq + t * ts + 16 * h;
+                    __m256i s = _mm256_maddubs_epi16(w0, bcast4(xt));
+                    s = _mm256_add_epi16(s, _mm256_maddubs_epi16(w1, bcast4(xt + 4)));
+                    s = _mm256_add_epi16(s, _mm256_maddubs_epi16(w2, bcast4(xt + 8)));
+                    s = _mm256_add_epi16(s, _mm256_maddubs_epi16(w3, bcast4(xt + 12)));
+                    a[t] = _mm256_add_epi32(a[t], _mm256_madd_epi16(s, ones));
                 }
-                for (int t = 0; t < nt; t++) a[t] = _mm256_add_epi32(a[t], _mm256_madd_epi16(s16[t], ones));
             }
         }
         const __m256 dw = tb->dw[b];
@@ -378,6 +385,192 @@ void aotx_avx2_q8fam_tiles(int kind, const uint8_t *w, size_t rb, int64_t nb, co
     }
 }
 
+/* ------------------------------------------- Q8_0 re-blocked (packed) copy */
+
+/* Layout (aotx_avx2_q8_0_pack): groups of 8 rows (lanes), per group nb blocks of
+ * AOTX_Q8P_BLOCK bytes: the 8 rows' fp16 scales, then 16 x 16 bytes, vector v = 2g + e
+ * (g < 8, e < 2) holding per row lane r the bytes w_r[4g + e], w_r[4g + 2 + e]: one
+ * vpmovsxbw gives tile_weights' int16 pair vector (e = 0: q[g], e = 1: s[g]) with no
+ * transpose, and a group's blocks are one sequential stream.  Missing rows of the last
+ * group are zeros.  Same bytes as the original, rearranged. */
+#define PKG 8               /* packed groups ahead to prefetch */
+#define PFH _MM_HINT_T1
+
+void aotx_avx2_q8_0_pack(const uint8_t *w, size_t rb, int64_t nb, int64_t rows, int64_t g0,
+                         int64_t g1, uint8_t *dst) {
+    const size_t bb = sizeof(aotx_block_q8_0);
+    for (int64_t g = g0; g < g1; g++) {
+        uint8_t *o = dst + (size_t)g * (size_t)nb * AOTX_Q8P_BLOCK;
+        for (int64_t b = 0; b < nb; b++, o += AOTX_Q8P_BLOCK) {
+            memset(o, 0, AOTX_Q8P_BLOCK);
+            for (int r = 0; r < TR; r++) {
+                const int64_t row = g * TR + r;
+                if (row >= rows) break;
+                const uint8_t *p = w + (size_t)row * rb + (size_t)b * bb;
+                memcpy(o + 2 * r, p, 2);
+                for (int v = 0; v < 16; v++) {
+                    const int gg = v >> 1, e = v & 1;
+                    o[16 + 16 * v + 2 * r] = p[2 + 4 * gg + e];
+                    o[16 + 16 * v + 2 * r + 1] = p[2 + 4 * gg + 2 + e];
+                }
+            }
+        }
+    }
+}
+
+/* tile_act's Q8_0 staging, block-major: x16[(b * ts + t) * 32], dx[b * ts + t] (the tokens
+ * of a block at fixed offsets from one pointer). */
+static void pk_act(const uint8_t *act, size_t as, int64_t ts, int64_t k0, int64_t kn, tiles8 *tb) {
+    const __m256i c80 = _mm256_set1_epi8((char)0x80);
+    for (int64_t t = 0; t < ts; t++) {
+        const uint8_t *row = act + (size_t)t * as;
+        for (int64_t b = 0; b < kn; b++) {
+            const __m256i xs = _mm256_xor_si256(
+                _mm256_loadu_si256((const __m256i *)aotx_act8_xu(row, k0 + b)), c80);
+            const __m256i ev = _mm256_srai_epi16(_mm256_slli_epi16(xs, 8), 8);
+            const __m256i od = _mm256_srai_epi16(xs, 8);
+            int16_t *o = tb->x16 + (b * ts + t) * 32;
+            const __m256i lo = _mm256_unpacklo_epi32(ev, od), hi = _mm256_unpackhi_epi32(ev, od);
+            _mm256_storeu_si256((__m256i *)o, _mm256_permute2x128_si256(lo, hi, 0x20));
+            _mm256_storeu_si256((__m256i *)(o + 16), _mm256_permute2x128_si256(lo, hi, 0x31));
+            tb->dx[b * ts + t] = *aotx_act8_dx(row, k0 + b);
+        }
+    }
+}
+
+/* tile_dot (Q8_0) on a packed group pb (its block k0 first): the same exact integer
+ * block sums, the same float steps in the same order, so the same bits. */
+AI void pk_dot(const uint8_t *pb, const uint8_t *pf, const tiles8 *tb, int64_t kn, int64_t ts,
+               int64_t t0, int nt, float *y, int64_t ldy, int nr, int accum) {
+    __m256 f[TT];
+    for (int t = 0; t < nt; t++) f[t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < kn; b++, pb += AOTX_Q8P_BLOCK) {
+        if (pf) {  /* spread over the blocks: a burst of prefetches stalls on fill buffers */
+            for (int o = 0; o < AOTX_Q8P_BLOCK; o += 64) _mm_prefetch((const char *)pf + o, PFH);
+            pf += AOTX_Q8P_BLOCK;
+        }
+        const int16_t *x16 = tb->x16 + (b * ts + t0) * 32;
+        __m256i a[TT];
+        for (int t = 0; t < nt; t++) a[t] = _mm256_setzero_si256();  /* Q8_0: seed 0 */
+        for (int g = 0; g < 8; g++) {
+            const __m256i we = _mm256_cvtepi8_epi16(_mm_load_si128((const __m128i *)(pb + 16 + 32 * g)));
+            const __m256i wo = _mm256_cvtepi8_epi16(_mm_load_si128((const __m128i *)(pb + 32 + 32 * g)));
+            for (int t = 0; t < nt; t++) {
+                const int16_t *xt = x16 + t * 32 + 4 * g;
+                a[t] = _mm256_add_epi32(a[t], _mm256_madd_epi16(we, bcast4((const int8_t *)xt)));
+                a[t] = _mm256_add_epi32(a[t], _mm256_madd_epi16(wo, bcast4((const int8_t *)(xt + 2))));
+            }
+        }
+        const __m256 dw = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)pb));
+        for (int t = 0; t < nt; t++)
+            f[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a[t]),
+                                   _mm256_mul_ps(dw, _mm256_set1_ps(tb->dx[b * ts + t0 + t])), f[t]);
+    }
+    const __m256i m = row_mask(nr);
+    for (int t = 0; t < nt; t++) {
+        float *yt = y + (t0 + t) * ldy;
+        if (nr == TR) {
+            if (accum) f[t] = _mm256_add_ps(f[t], _mm256_loadu_ps(yt));
+            _mm256_storeu_ps(yt, f[t]);
+        } else {
+            if (accum) f[t] = _mm256_add_ps(f[t], _mm256_maskload_ps(yt, m));
+            _mm256_maskstore_ps(yt, m, f[t]);
+        }
+    }
+}
+
+/* pk_dot for 8 tokens: the weights widened once for all 8 (the int32 sums in 8
+ * registers), the float sums in memory; per token the same steps as pk_dot.  The integer
+ * part is written out in asm: per 4 quants x 8 rows x 8 tokens two vpmovsxbw, then per
+ * token two broadcasts, two vpmaddwd and two vpaddd, no register copies or spills (what
+ * GCC 12 made of the intrinsics had both: measured ~7% slower on the 262144-row head).
+ * The integer adds are exact (|sum| <= 32 * 128 * 127), so their order is free. */
+AI void pk_dot8(const uint8_t *pb, const uint8_t *pf, const tiles8 *tb, int64_t kn, int64_t ts,
+                int64_t t0, float *y, int64_t ldy, int nr, int accum) {
+    __m256 f[8];
+    for (int t = 0; t < 8; t++) f[t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < kn; b++, pb += AOTX_Q8P_BLOCK) {
+        if (pf) {
+            for (int o = 0; o < AOTX_Q8P_BLOCK; o += 64) _mm_prefetch((const char *)pf + o, PFH);
+            pf += AOTX_Q8P_BLOCK;
+        }
+        const int16_t *x16 = tb->x16 + (b * ts + t0) * 32;
+        __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+        for (int g = 0; g < 8; g++) {
+            const uint8_t *wp = pb + 16 + 32 * g;
+            const int16_t *xp = x16 + 4 * g;
+#define PKT(A, T, R0, R1) \
+                "vpbroadcastd " #T "*64(%[xp]), %%ymm" #R0 "\n\t" \
+                "vpbroadcastd " #T "*64+4(%[xp]), %%ymm" #R1 "\n\t" \
+                "vpmaddwd %%ymm8, %%ymm" #R0 ", %%ymm" #R0 "\n\t" \
+                "vpmaddwd %%ymm9, %%ymm" #R1 ", %%ymm" #R1 "\n\t" \
+                "vpaddd %%ymm" #R0 ", %[" #A "], %[" #A "]\n\t" \
+                "vpaddd %%ymm" #R1 ", %[" #A "], %[" #A "]\n\t"
+            __asm__("vpmovsxbw (%[wp]), %%ymm8\n\t"
+                    "vpmovsxbw 16(%[wp]), %%ymm9\n\t"
+                    PKT(a0, 0, 10, 11) PKT(a1, 1, 12, 13) PKT(a2, 2, 14, 15) PKT(a3, 3, 10, 11)
+                    PKT(a4, 4, 12, 13) PKT(a5, 5, 14, 15) PKT(a6, 6, 10, 11) PKT(a7, 7, 12, 13)
+                    : [a0] "+x"(a0), [a1] "+x"(a1), [a2] "+x"(a2), [a3] "+x"(a3), [a4] "+x"(a4),
+                      [a5] "+x"(a5), [a6] "+x"(a6), [a7] "+x"(a7)
+                    : [wp] "r"(wp), [xp] "r"(xp), "m"(*(const uint8_t(*)[32])wp),
+                      "m"(*(const int16_t(*)[8 * 32])xp)
+                    : "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15");
+#undef PKT
+        }
+        const __m256i a[8] = {a0, a1, a2, a3, a4, a5, a6, a7};
+        const __m256 dw = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)pb));
+        for (int t = 0; t < 8; t++)
+            f[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a[t]),
+                                   _mm256_mul_ps(dw, _mm256_set1_ps(tb->dx[b * ts + t0 + t])), f[t]);
+    }
+    const __m256i m = row_mask(nr);
+    for (int t = 0; t < 8; t++) {
+        float *yt = y + (t0 + t) * ldy;
+        if (nr == TR) {
+            if (accum) f[t] = _mm256_add_ps(f[t], _mm256_loadu_ps(yt));
+            _mm256_storeu_ps(yt, f[t]);
+        } else {
+            if (accum) f[t] = _mm256_add_ps(f[t], _mm256_maskload_ps(yt, m));
+            _mm256_maskstore_ps(yt, m, f[t]);
+        }
+    }
+}
+
+#define PCASE(n) case n: pk_dot(pb, tg == 0 && pf + kn * AOTX_Q8P_BLOCK <= end ? pf : NULL, tb, kn, ts, tg, \
+                                   n, yc, ldy, (int)nr, accum); break;
+
+void aotx_avx2_q8_0_packed(const uint8_t *pk, int64_t nb, const uint8_t *act, size_t as,
+                           int64_t n_tok, float *y, int64_t ldy, int64_t r0, int64_t r1) {
+    tiles8 tiles, *tb = &tiles;
+    const size_t gbytes = (size_t)nb * AOTX_Q8P_BLOCK;
+    for (int64_t k0 = 0; k0 < nb; k0 += KB) {
+        const int64_t kn = nb - k0 < KB ? nb - k0 : KB;
+        const int64_t ts_max = ACTB / (kn * 32);
+        for (int64_t s0 = 0; s0 < n_tok; s0 += ts_max) {
+            const int64_t ts = n_tok - s0 < ts_max ? n_tok - s0 : ts_max;
+            pk_act(act + (size_t)s0 * as, as, ts, k0, kn, tb);
+            const uint8_t *end = pk + (size_t)((r1 + TR - 1) / TR) * gbytes;
+            for (int64_t rc = r0; rc < r1; rc += TR) {
+                const int64_t nr = r1 - rc < TR ? r1 - rc : TR;
+                const uint8_t *pb = pk + (size_t)(rc / TR) * gbytes + (size_t)k0 * AOTX_Q8P_BLOCK;
+                const uint8_t *pf = pb + PKG * gbytes;
+                const int accum = k0 > 0;
+                float *yc = y + s0 * ldy + rc;
+                int64_t tg = 0;
+                for (; ts - tg >= 8; tg += 8)
+                    pk_dot8(pb, tg == 0 && pf + kn * AOTX_Q8P_BLOCK <= end ? pf : NULL, tb, kn, ts, tg,
+                            yc, ldy, (int)nr, accum);
+                for (; tg < ts; tg += TT) {
+                    switch (ts - tg < TT ? ts - tg : TT) {
+                    PCASE(4) PCASE(3) PCASE(2) default: PCASE(1)
+                    }
+                }
+            }
+        }
+    }
+}
+#undef PCASE
+
 /* ----------------------------------------------------------- Q4_K / Q6_K */
 
 typedef struct {
@@ -499,6 +692,7 @@ AI void ktile_dot(int kind, const ktiles8 *kb, int64_t si, int64_t i, const uint
             for (int h = 0; h < 2; h++) {
                 __m256i s16[TT];
                 for (int t = 0; t < nt; t++) s16[t] = _mm256_setzero_si256();
+#pragma GCC unroll 2
                 for (int g = 4 * j + 2 * h; g < 4 * j + 2 * h + 2; g++) {
                     const __m256i wv = _mm256_load_si256(&kb->q[g]);
                     for (int t = 0; t < nt; t++)
@@ -512,6 +706,7 @@ AI void ktile_dot(int kind, const ktiles8 *kb, int64_t si, int64_t i, const uint
         for (int j = 0; j < 8; j++) {  /* 32 elements: dwords 8j .. 8j + 7 */
             __m256i s16[TT];
             for (int t = 0; t < nt; t++) s16[t] = _mm256_setzero_si256();
+#pragma GCC unroll 8
             for (int g = 8 * j; g < 8 * j + 8; g++) {
                 const __m256i wv = _mm256_load_si256(&kb->q[g]);
                 for (int t = 0; t < nt; t++)

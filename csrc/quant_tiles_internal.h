@@ -21,4 +21,14 @@ void aotx_avx2_q8fam_tiles(int kind, const uint8_t *w, size_t rb, int64_t nb, co
 void aotx_avx2_k_tiles(int kind, const uint8_t *w, size_t rb, int64_t nb, const uint8_t *act,
                        size_t as, int64_t n_tok, float *y, int64_t ldy, int64_t r0, int64_t r1);
 
+/* Q8_0 re-blocked copy (quant_avx2_tiles.c): groups of 8 rows, AOTX_Q8P_BLOCK bytes per
+ * group and block; aotx_avx2_q8_0_pack fills groups [g0, g1) of dst (ceil(rows / 8)
+ * groups of nb blocks); aotx_avx2_q8_0_packed is aotx_avx2_q8fam_tiles(Q8_0) on it (r0 a
+ * multiple of 8), bit for bit. */
+#define AOTX_Q8P_BLOCK 272
+void aotx_avx2_q8_0_pack(const uint8_t *w, size_t rb, int64_t nb, int64_t rows, int64_t g0,
+                         int64_t g1, uint8_t *dst);
+void aotx_avx2_q8_0_packed(const uint8_t *pk, int64_t nb, const uint8_t *act, size_t as,
+                           int64_t n_tok, float *y, int64_t ldy, int64_t r0, int64_t r1);
+
 #endif

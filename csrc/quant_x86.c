@@ -120,6 +120,50 @@ void aotx_x86_pick(int type, int max_level, int invariant, aotx_mm_fn *mm, const
     }
     if (!*mm) *mm_name = NULL;
 }
+
+/* The Q8_0 re-blocked copy (quant_avx2_tiles.c): served while the Q8_0 pick is the AVX2
+ * tiles, whose bits it reproduces (the same integer sums and float steps). */
+static int q8p_active(void) {
+    return strcmp(aotx_kernel_impl(AOTX_T_Q8_0), "avx2") == 0;
+}
+
+int64_t aotx_q8_0_packed_bytes(int64_t rows, int64_t cols) {
+    if (rows <= 0 || cols <= 0 || cols % 32 || !q8p_active()) return 0;
+    return (rows + 7) / 8 * (cols / 32) * AOTX_Q8P_BLOCK;
+}
+
+int aotx_q8_0_pack(const void *w, int64_t rows, int64_t cols, int64_t r0, int64_t r1, void *dst) {
+    if (!w || !dst || rows <= 0 || cols <= 0 || cols % 32 || r0 < 0 || r0 % 8 || r1 > rows ||
+        r0 > r1)
+        return AOTX_E_INVALID_ARGUMENT;
+    int64_t nb = cols / 32;
+    aotx_avx2_q8_0_pack(w, (size_t)nb * sizeof(aotx_block_q8_0), nb, rows, r0 / 8, (r1 + 7) / 8,
+                        dst);
+    return 0;
+}
+
+int aotx_q8_0_matmul_packed(const void *pk, int64_t cols, const void *act, int64_t n_tok,
+                            float *y, int64_t ldy, int64_t r0, int64_t r1) {
+    if (!pk || !act || !y || cols <= 0 || cols % 32 || n_tok <= 0 || r0 < 0 || r0 % 8 || r1 < r0 ||
+        (n_tok > 1 && ldy < r1))
+        return AOTX_E_INVALID_ARGUMENT;
+    if (!q8p_active()) return AOTX_E_UNSUPPORTED;
+    if (r0 == r1) return 0;
+    aotx_avx2_q8_0_packed(pk, cols / 32, act, (size_t)aotx_act_bytes(AOTX_T_Q8_0, cols, 1), n_tok, y,
+                          ldy, r0, r1);
+    return 0;
+}
+#else /* !__x86_64__: no copy */
+int64_t aotx_q8_0_packed_bytes(int64_t rows, int64_t cols) { (void)rows; (void)cols; return 0; }
+int aotx_q8_0_pack(const void *w, int64_t rows, int64_t cols, int64_t r0, int64_t r1, void *dst) {
+    (void)w; (void)rows; (void)cols; (void)r0; (void)r1; (void)dst;
+    return AOTX_E_UNSUPPORTED;
+}
+int aotx_q8_0_matmul_packed(const void *pk, int64_t cols, const void *act, int64_t n_tok,
+                            float *y, int64_t ldy, int64_t r0, int64_t r1) {
+    (void)pk; (void)cols; (void)act; (void)n_tok; (void)y; (void)ldy; (void)r0; (void)r1;
+    return AOTX_E_UNSUPPORTED;
+}
 #endif /* __x86_64__ */
 
 #else /* ------------------------------------------------ QX86_BODY: kernels */

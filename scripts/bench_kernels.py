@@ -1,7 +1,7 @@
 """Kernel throughput on the real model's shapes (Gemma 3 270M Q4_K_M + MiniLM F32).
 
     AOTX_NATIVE_DIR=build/dev-kernels .venv/bin/python scripts/bench_kernels.py [--quick]
-        [--types Q8_0,Q5_0 | --cases Q8_0:262144:8,Q8_0:8192:64]
+        [--types Q8_0,Q5_0 | --cases Q8_0:262144:8,Q8_0:8192:64,Q8P:262144:8]
 
 Per type and shape: n_tok = 1 (decode: GB/s of weights streamed), the time of
 n_tok = 2, 4, 8, 16 (batched decode) and 64 (prefill) as a multiple of the
@@ -10,6 +10,7 @@ implementation aotx_matmul_rows picks (and the reference at n_tok = 1 on the
 small shapes).  Then a whole decode step (every
 layer's matrices + the tied Q8_0 output head, 1 and 2 threads) in ms/token.
 Weights are random blocks with valid scales (same bytes per row as the model).
+Case type Q8P: Q8_0 from the re-blocked copy the AVX2 path makes of the head at load.
 """
 
 from __future__ import annotations
@@ -164,6 +165,10 @@ def bench_decode(min_time: float) -> None:
           f"2 threads {t2 * 1e3:.1f} ms wall ({total / t2 / 1e9:.1f} GB/s)")
 
 
+def run_packed(pk: Any, act: Any, y: Any, n_tok: int, rows: int) -> None:
+    assert lib.aotx_q8_0_matmul_packed(pk, 640, act, n_tok, y, rows, 0, rows) == 0
+
+
 def bench_cases(min_time: float, cases: str) -> None:
     """One line per TYPE:ROWS:N_TOK (640 columns): the best time on this thread's CPU
     clock, for A/B runs of two builds (AOTX_NATIVE_DIR) taken alternately."""
@@ -171,10 +176,19 @@ def bench_cases(min_time: float, cases: str) -> None:
     for case in cases.split(","):
         tname, rows_s, n_s = case.split(":")
         rows, n_tok = int(rows_s), int(n_s)
-        m = Mat(tname, rows, 640, rng)
+        packed = tname == "Q8P"  # Q8_0 from the re-blocked copy (the AVX2 head at load)
+        m = Mat("Q8_0" if packed else tname, rows, 640, rng)
         act, y, _keep = m.prepare(n_tok, rng)
-        dt = best_time(partial(m.run, act, y, n_tok, 0, rows), min_time)
-        impl = ffi.string(lib.aotx_kernel_impl(m.t)).decode()
+        run = partial(m.run, act, y, n_tok, 0, rows)
+        if packed:
+            size = int(lib.aotx_q8_0_packed_bytes(rows, 640))
+            if size <= 0:
+                raise SystemExit("Q8P: no re-blocked copy on this kernel path (AOTX_KERNELS=avx2)")
+            pk = np.zeros(size, np.uint8)
+            assert lib.aotx_q8_0_pack(m.wp, rows, 640, 0, rows, ffi.from_buffer(pk)) == 0
+            run = partial(run_packed, ffi.from_buffer(pk), act, y, n_tok, rows)
+        dt = best_time(run, min_time)
+        impl = ffi.string(lib.aotx_kernel_impl(m.t)).decode() + (" packed" if packed else "")
         print(f"{tname} {rows} x 640 n_tok={n_tok} {impl}: {dt * 1e3:.2f} ms, "
               f"{2 * rows * 640 * n_tok / dt / 1e9:.1f} GFLOP/s")
 

@@ -91,3 +91,22 @@ def test_logits_bit_identical_across_batches_positions_and_threads(model: Path,
                 assert np.array_equal(g.view(np.uint32), w.view(np.uint32)), (
                     f"{path}: prompt {i} step {k} differs {label} "
                     f"(max |diff| {float(np.max(np.abs(g - w))):.3g})")
+
+
+def test_avx2_head_copy_gives_the_mapping_bits(model: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the AVX2 path the Q8_0 output head runs from a re-blocked copy made at load
+    (AOTX_HEAD_PACK=0: from the mapping): alone and in batches of 8 with 2 threads, the
+    logits are the mapping's bit for bit."""
+    assert lib.aotx_kernel_force(b"avx2") == 0
+    try:
+        monkeypatch.setenv("AOTX_HEAD_PACK", "0")
+        mapped = {b: run(model, threads=2, batch=b) for b in (1, 8)}
+        monkeypatch.delenv("AOTX_HEAD_PACK")
+        for b, want in mapped.items():
+            got = run(model, threads=2, batch=b)
+            for i in range(N_PROMPTS):
+                for k, (g, w) in enumerate(zip(got[i], want[i], strict=True)):
+                    assert np.array_equal(g.view(np.uint32), w.view(np.uint32)), (b, i, k)
+    finally:
+        assert lib.aotx_kernel_force(b"auto") == 0

@@ -462,6 +462,81 @@ def test_q8_0_tiles_bits_equal_rows1_at_extremes(impl: str) -> None:
         assert np.all(np.abs(y - y_ref) <= 1e-5 * mag + 1e-30), (impl, n_tok)
 
 
+def packed_matmul(pk: np.ndarray, cols: int, act: np.ndarray, n_tok: int, r0: int, r1: int,
+                  ldy: int) -> np.ndarray:
+    y = np.full(n_tok * ldy, 12345.0, np.float32)
+    rc = lib.aotx_q8_0_matmul_packed(ffi.from_buffer(pk), cols, ffi.from_buffer(act), n_tok,
+                                     fbuf(y), ldy, r0, r1)
+    assert rc == 0
+    return y.reshape(n_tok, ldy)
+
+
+def pack_q8_0(w: np.ndarray, rows: int, cols: int, pieces: tuple[int, ...]) -> np.ndarray:
+    """The re-blocked copy, filled piece by piece ([0, pieces[0]), ...: row splits)."""
+    size = lib.aotx_q8_0_packed_bytes(rows, cols)
+    assert size == (rows + 7) // 8 * (cols // 32) * 272
+    pk = np.full(size, 0xAA, np.uint8)
+    w = np.ascontiguousarray(w)
+    for r0, r1 in itertools.pairwise((0, *pieces, rows)):
+        assert lib.aotx_q8_0_pack(ffi.from_buffer(w), rows, cols, r0, r1, ffi.from_buffer(pk)) == 0
+    return pk
+
+
+@pytest.mark.parametrize("cols", [640, 96, 1088], ids=lambda c: f"cols{c}")
+def test_q8_0_packed_copy_bits_equal_the_tiles(cols: int) -> None:
+    """The re-blocked head copy (AVX2 tiles) gives every token the bits of
+    aotx_matmul_rows on the original rows (n_tok 1, the 8-token kernel, token groups of
+    4 and their tails, a prefill slab of 37), on row ranges that cut 8-row groups at the
+    end and leave other rows untouched; weights random with -128 / 127 blocks mixed in,
+    640 columns (the head), 3 blocks and 34 (two K slabs)."""
+    assert lib.aotx_kernel_force(b"avx2") == 0
+    try:
+        rng = np.random.default_rng(cols)
+        rows = 43
+        w = weights(GT.Q8_0, rows, cols, rng, "random")
+        ext = rng.choice(np.array((0x80, 0x7F, 0x81, 0x01), np.uint8), w.shape)
+        blocks = w.reshape(rows, cols // 32, 34)
+        blocks[::3, ::2, 2:] = ext.reshape(rows, cols // 32, 34)[::3, ::2, 2:]
+        pk = pack_q8_0(w, rows, cols, (16, 40))
+        for n_tok in (1, 3, 8, 9, 13, 37):
+            x = rng.standard_normal((n_tok, cols)).astype(np.float32)
+            x[:, :32] *= 30.0
+            act = prepare(GT.Q8_0, x)
+            want = matmul(GT.Q8_0, w, cols, act, n_tok, rows, 0, rows, rows, ref=False)
+            y = np.full((n_tok, rows), np.nan, np.float32)
+            for r0, r1 in ((0, 8), (8, 40), (40, rows)):
+                got = packed_matmul(pk, cols, act, n_tok, r0, r1, rows)
+                check_untouched(got, n_tok, r0, r1)
+                y[:, r0:r1] = got[:, r0:r1]
+            assert np.array_equal(y.view(np.uint32), want.view(np.uint32)), (cols, n_tok)
+    finally:
+        assert lib.aotx_kernel_force(b"auto") == 0
+
+
+def test_q8_0_packed_copy_only_for_the_avx2_tiles() -> None:
+    """No copy is offered, and a copy made is refused (run the original), when the Q8_0
+    kernels picked are not the AVX2 tiles; bad ranges are refused."""
+    rows, cols = 16, 64
+    w = weights(GT.Q8_0, rows, cols, np.random.default_rng(5), "random")
+    assert lib.aotx_kernel_force(b"avx2") == 0
+    try:
+        pk = pack_q8_0(w, rows, cols, ())
+        act = prepare(GT.Q8_0, np.ones((1, cols), np.float32))
+        y = np.zeros(rows, np.float32)
+        args = (ffi.from_buffer(pk), cols, ffi.from_buffer(act), 1, fbuf(y), rows)
+        assert lib.aotx_q8_0_matmul_packed(*args, 4, 16) == lib.AOTX_E_INVALID_ARGUMENT
+        assert lib.aotx_q8_0_pack(ffi.from_buffer(w), rows, cols, 3, 16,
+                                  ffi.from_buffer(pk)) == lib.AOTX_E_INVALID_ARGUMENT
+        assert lib.aotx_q8_0_packed_bytes(rows, 48) == 0
+        for other in ("ref", "avx512vnni"):
+            if lib.aotx_kernel_force(other.encode()) != 0:
+                continue
+            assert lib.aotx_q8_0_packed_bytes(rows, cols) == 0, other
+            assert lib.aotx_q8_0_matmul_packed(*args, 0, 16) == lib.AOTX_E_UNSUPPORTED, other
+    finally:
+        assert lib.aotx_kernel_force(b"auto") == 0
+
+
 @pytest.mark.parametrize("t", [GT.Q4_0, GT.Q5_0, GT.Q8_0, GT.BF16], ids=lambda t: t.name)
 def test_matmul_on_gguf_quantized_weights(t: GT, impl: str) -> None:
     run_case(t, 24, 20, 6, 0, 24, seed=11, impl=impl, mode="quantize")
