@@ -14,9 +14,10 @@ the mean KL(exact || engine) in nats over the whole vocabulary, with its standar
 over the prompts (the positions of one prompt are correlated, so the prompt is the unit).
 
 Engines (each in its own child process, so AOTX_KERNELS is read fresh):
-``aotx:<kernels>:<kv>[:nores|:res6]`` with kernels auto | avx2 | ref, kv f32 | f16, and
-``nores`` for AOTX_ACT_RESIDUAL=0 (ffn_down without its residual product, csrc/model_fwd.c)
-or ``res6`` for AOTX_ACT_RESIDUAL=6 (only on ffn_down weights of 6 bits or more); and
+``aotx:<kernels>:<kv>[:res|:res6|:nores]`` with kernels auto | avx2 | ref, kv f32 | f16;
+``res`` for AOTX_ACT_RESIDUAL=1 (ffn_down also on its Q8 residual, csrc/model_fwd.c), ``res6``
+for AOTX_ACT_RESIDUAL=6 (only on ffn_down weights of 6 bits or more), none (or ``nores``)
+for the default, AOTX_ACT_RESIDUAL=0; and
 ``llama.cpp``
 (llama-cpp-python, its default KV type f16, 1 thread), skipped when not importable.
 Children write their float32 rows to a temporary .npy file; the parent scores them.
@@ -191,8 +192,8 @@ def run_config(cfg: str, model: Path, work_file: Path, out: Path) -> dict[str, A
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
     if cfg.startswith("aotx:"):
         env["AOTX_KERNELS"] = cfg.split(":")[1]
-        env["AOTX_ACT_RESIDUAL"] = ("0" if cfg.endswith(":nores") else
-                                    "6" if cfg.endswith(":res6") else "1")
+        env["AOTX_ACT_RESIDUAL"] = ("1" if cfg.endswith(":res") else
+                                    "6" if cfg.endswith(":res6") else "0")
     p = subprocess.run(argv, capture_output=True, text=True, check=False, env=env, timeout=1800)
     if p.returncode != 0:
         return {"error": f"exit {p.returncode}: {(p.stderr or p.stdout).strip()[-300:]}"}
@@ -244,8 +245,8 @@ def fidelity(model: Path, n_prompts: int, configs: list[str]) -> int:
             kern, kv = f"llama.cpp {r['version']}", r["kv"]
         else:
             kern = f"AOTX_KERNELS={cfg.split(':')[1]} (Q4_K {r['kernels']})"
-            if cfg.endswith((":nores", ":res6")):
-                kern += f", AOTX_ACT_RESIDUAL={'0' if cfg.endswith(':nores') else '6'}"
+            if cfg.endswith((":res", ":res6")):
+                kern += f", AOTX_ACT_RESIDUAL={'1' if cfg.endswith(':res') else '6'}"
             kv = "f32" if r["elem_bytes"] == 4 else f"f16 ({r['kv_impl']})"
         print(f"| {cfg} | {kern} | {kv} | {100 * r['top1']:.1f}% of {r['n']} | "
               f"{r['kl']:.5f} | {r['kl_se']:.5f} | {r['kl_max']:.4f} |")

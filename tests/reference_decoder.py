@@ -47,11 +47,11 @@ class Reference:
     """act_quant=True reproduces the kernels' Q8 activations (Q8_K blocks of 256
     before k-quant weights, blocks of 32 before Q4_0/Q5_0/Q8_0 weights), so
     quantized models can be compared tightly too; with act_residual (the engine's
-    default, AOTX_ACT_RESIDUAL unset) ffn_down multiplies quantize_act(x) and
+    AOTX_ACT_RESIDUAL=1; off by default, as in the engine) ffn_down multiplies quantize_act(x) and
     quantize_act(r) of the residual r = x - quantize_act(x), as csrc/model_fwd.c does."""
 
     def __init__(self, path: Path | str, act_quant: bool = False,
-                 act_residual: bool = True) -> None:
+                 act_residual: bool = False) -> None:
         self.act_quant = act_quant
         self.act_residual = act_residual
         self.types: dict[str, str] = {}

@@ -94,11 +94,11 @@ def _logits_child(path: Path, residual: str) -> np.ndarray:
 def test_ffn_down_residual_product(models: dict[str, Path]) -> None:
     """ffn_down multiplies Q(x) and Q(x - Q(x)) (csrc/model_fwd.c): on a model whose only
     quantized product is ffn_down the engine follows the reference that emulates it and
-    lands ~250x closer to the exact model than without; AOTX_ACT_RESIDUAL=0 turns it off,
-    =6 keeps it for Q6_K / Q8_0 weights only."""
+    lands ~250x closer to the exact model than without (AOTX_ACT_RESIDUAL=1; unset or 0,
+    the default, is off, =6 keeps it for Q6_K / Q8_0 weights only)."""
     path = models["gemma3_down_q4k"]
     ends = np.cumsum(CHUNKS) - 1
-    with_res = Reference(path, act_quant=True).forward(TOKENS)[ends]
+    with_res = Reference(path, act_quant=True, act_residual=True).forward(TOKENS)[ends]
     ref = Reference(path, act_quant=True, act_residual=False)
     without = ref.forward(TOKENS)[ends]
     ref.act_quant = False
@@ -115,6 +115,7 @@ def test_ffn_down_residual_product(models: dict[str, Path]) -> None:
     q6 = models["gemma3_down_q6k"]
     assert np.array_equal(_logits_child(q6, "6"), _logits_child(q6, "1"))
     assert not np.array_equal(_logits_child(q6, "0"), _logits_child(q6, "1"))
+    assert np.array_equal(_logits_child(q6, ""), _logits_child(q6, "0"))   # the default
 
 
 def test_window_is_applied(models: dict[str, Path]) -> None:
