@@ -70,6 +70,21 @@ AI __m256i row_mask(int nr) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(nr), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
+/* y[(t0 + t) * ldy + r] = f[t][r] (+= with accum) for t < nt, r < nr (<= TR rows). */
+AI void store_tile(__m256 *f, int nt, float *y, int64_t t0, int64_t ldy, int nr, int accum) {
+    const __m256i m = row_mask(nr);
+    for (int t = 0; t < nt; t++) {
+        float *yt = y + (t0 + t) * ldy;
+        if (nr == TR) {
+            if (accum) f[t] = _mm256_add_ps(f[t], _mm256_loadu_ps(yt));
+            _mm256_storeu_ps(yt, f[t]);
+        } else {
+            if (accum) f[t] = _mm256_add_ps(f[t], _mm256_maskload_ps(yt, m));
+            _mm256_maskstore_ps(yt, m, f[t]);
+        }
+    }
+}
+
 AI __m256i bcast4(const int8_t *p) {
     int32_t v;
     memcpy(&v, p, 4);
@@ -246,17 +261,7 @@ AI void tile_dot(int kind, const tiles8 *tb, int64_t kn, int64_t t0, int nt, flo
             f[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a[t]),
                                    _mm256_mul_ps(dw, _mm256_set1_ps(tb->dx[(t0 + t) * kn + b])), f[t]);
     }
-    const __m256i m = row_mask(nr);
-    for (int t = 0; t < nt; t++) {
-        float *yt = y + (t0 + t) * ldy;
-        if (nr == TR) {
-            if (accum) f[t] = _mm256_add_ps(f[t], _mm256_loadu_ps(yt));
-            _mm256_storeu_ps(yt, f[t]);
-        } else {
-            if (accum) f[t] = _mm256_add_ps(f[t], _mm256_maskload_ps(yt, m));
-            _mm256_maskstore_ps(yt, m, f[t]);
-        }
-    }
+    store_tile(f, nt, y, t0, ldy, nr, accum);
 }
 
 #define TCASE(K, n) case n: tile_dot(K, tb, kn, tg, n, yc, ldy, (int)nr, accum); break;
@@ -466,17 +471,7 @@ AI void pk_dot(const uint8_t *pb, const uint8_t *pf, const tiles8 *tb, int64_t k
             f[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a[t]),
                                    _mm256_mul_ps(dw, _mm256_set1_ps(tb->dx[b * ts + t0 + t])), f[t]);
     }
-    const __m256i m = row_mask(nr);
-    for (int t = 0; t < nt; t++) {
-        float *yt = y + (t0 + t) * ldy;
-        if (nr == TR) {
-            if (accum) f[t] = _mm256_add_ps(f[t], _mm256_loadu_ps(yt));
-            _mm256_storeu_ps(yt, f[t]);
-        } else {
-            if (accum) f[t] = _mm256_add_ps(f[t], _mm256_maskload_ps(yt, m));
-            _mm256_maskstore_ps(yt, m, f[t]);
-        }
-    }
+    store_tile(f, nt, y, t0, ldy, nr, accum);
 }
 
 /* pk_dot for 8 tokens: the weights widened once for all 8 (the int32 sums in 8
@@ -523,17 +518,7 @@ AI void pk_dot8(const uint8_t *pb, const uint8_t *pf, const tiles8 *tb, int64_t 
             f[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a[t]),
                                    _mm256_mul_ps(dw, _mm256_set1_ps(tb->dx[b * ts + t0 + t])), f[t]);
     }
-    const __m256i m = row_mask(nr);
-    for (int t = 0; t < 8; t++) {
-        float *yt = y + (t0 + t) * ldy;
-        if (nr == TR) {
-            if (accum) f[t] = _mm256_add_ps(f[t], _mm256_loadu_ps(yt));
-            _mm256_storeu_ps(yt, f[t]);
-        } else {
-            if (accum) f[t] = _mm256_add_ps(f[t], _mm256_maskload_ps(yt, m));
-            _mm256_maskstore_ps(yt, m, f[t]);
-        }
-    }
+    store_tile(f, 8, y, t0, ldy, nr, accum);
 }
 
 #define PCASE(n) case n: pk_dot(pb, tg == 0 && pf + kn * AOTX_Q8P_BLOCK <= end ? pf : NULL, tb, kn, ts, tg, \

@@ -148,17 +148,43 @@ class Served:
 
 
 @contextlib.asynccontextmanager
-async def served(tmp_path: Path, principals: Mapping[str, Sequence[str]], *,
-                 fast_mutations: bool = True, max_body_bytes: int | None = None,
-                 ccir: Path | None = None, limits: Mapping[str, Any] | None = None,
-                 ) -> AsyncIterator[Served]:
-    """Runtime + app over a fresh journal, served by hypercorn (trio worker, the
-    gateway's own hypercorn settings) on a free loopback port; ``fast_mutations`` as
-    in :func:`aotx_trio.gateway.app.create_app`; ``limits`` are gateway.json's.  Shut
-    down gracefully on exit."""
+async def hypercorn_on(app: Any, cfg: GatewayConfig) -> AsyncIterator[str]:
+    """``app`` served by hypercorn (trio worker, the gateway's own hypercorn settings) on
+    ``cfg``'s bind for the block: its URL; then a graceful shutdown."""
     from hypercorn.trio import serve as hypercorn_serve
 
     from aotx_trio.gateway.serve import hypercorn_config
+
+    shutdown, stopped = trio.Event(), trio.Event()
+
+    async def http(task_status: trio.TaskStatus[list[str]]) -> None:
+        try:
+            await hypercorn_serve(app, hypercorn_config(cfg), shutdown_trigger=shutdown.wait,
+                                  task_status=task_status)
+        finally:
+            stopped.set()
+
+    async with trio.open_nursery() as nursery:
+        binds: list[str] = await nursery.start(http)
+        yield binds[0]
+        shutdown.set()
+        await stopped.wait()
+        nursery.cancel_scope.cancel()
+
+
+@contextlib.asynccontextmanager
+async def served(tmp_path: Path, principals: Mapping[str, Sequence[str]], *,
+                 fast_mutations: bool = True, max_body_bytes: int | None = None,
+                 ccir: Path | None = None, limits: Mapping[str, Any] | None = None,
+                 socket: bool = False) -> AsyncIterator[Served]:
+    """Runtime + app over a fresh journal, served by hypercorn on a free loopback port
+    (:func:`hypercorn_on`); ``fast_mutations`` as in
+    :func:`aotx_trio.gateway.app.create_app`; ``limits`` are gateway.json's; ``socket``:
+    the gateway reaches the runtime through its service socket (a SocketClient: streams
+    ride its push frames), as ``aotx gateway serve`` does.  Shut down gracefully on exit
+    (the gateway before the runtime)."""
+    from aotx_trio.client import DeviceClient, SocketClient
+    from aotx_trio.runtime.socket_server import SOCKET_NAME
 
     folder = short_dir()
     try:
@@ -169,22 +195,12 @@ async def served(tmp_path: Path, principals: Mapping[str, Sequence[str]], *,
         async with trio.open_nursery() as nursery:
             handler = await nursery.start(boot.run_runtime, ccir, folder / "journal",
                                           folder / "grants")
-            app = make_app_from_config(cfg, InProcessClient(handler),
-                                       fast_mutations=fast_mutations)
-            shutdown, stopped = trio.Event(), trio.Event()
-
-            async def http(task_status: trio.TaskStatus[list[str]]) -> None:
-                try:
-                    await hypercorn_serve(app, hypercorn_config(cfg),
-                                          shutdown_trigger=shutdown.wait,
-                                          task_status=task_status)
-                finally:
-                    stopped.set()
-
-            binds: list[str] = await nursery.start(http)
-            yield Served(binds[0], app, handler, handler.lineage)
-            shutdown.set()
-            await stopped.wait()
+            client: DeviceClient = InProcessClient(handler)
+            if socket:
+                client = SocketClient(str(folder / "journal" / SOCKET_NAME), connect_timeout=5)
+            app = make_app_from_config(cfg, client, fast_mutations=fast_mutations)
+            async with hypercorn_on(app, cfg) as url:
+                yield Served(url, app, handler, handler.lineage)
             nursery.cancel_scope.cancel()
     finally:
         shutil.rmtree(folder, ignore_errors=True)

@@ -14,7 +14,14 @@ from typing import Any
 
 import httpx
 import trio
-from _gateway_env import TINY_MODEL, make_config, make_runtime_file, short_dir, token_for
+from _gateway_env import (
+    TINY_MODEL,
+    hypercorn_on,
+    make_config,
+    make_runtime_file,
+    short_dir,
+    token_for,
+)
 
 from aotx_trio.client import DeviceClient, InProcessClient, SocketClient
 from aotx_trio.gateway.app import create_app
@@ -102,10 +109,6 @@ async def router_served(tmp_path: Path, *, store_url: str | None = None,
     """Runtime + gateway (with the router) on hypercorn; the store is PostgreSQL at
     ``store_url`` or a folder (``store_dir``, default under ``tmp_path``).  With
     ``handler`` given, no runtime is started: that one is shared."""
-    from hypercorn.trio import serve as hypercorn_serve
-
-    from aotx_trio.gateway.serve import hypercorn_config
-
     folder = short_dir()
     store = open_store(url=store_url) if store_url else \
         open_store(data=store_dir or tmp_path / "data")
@@ -125,21 +128,8 @@ async def router_served(tmp_path: Path, *, store_url: str | None = None,
                                    settings or Settings(index_refresh_s=0.1), upload,
                                    cache_dir)
             app = create_app(client, cfg.principals, router=router)
-            shutdown, stopped = trio.Event(), trio.Event()
-
-            async def http(task_status: trio.TaskStatus[list[str]]) -> None:
-                try:
-                    await hypercorn_serve(app, hypercorn_config(cfg),
-                                          shutdown_trigger=shutdown.wait,
-                                          task_status=task_status)
-                finally:
-                    stopped.set()
-
-            binds: list[str] = await nursery.start(http)
-            async with httpx.AsyncClient(timeout=60) as hc:
-                yield RouterEnv(binds[0], router, handler, folder, hc)
-            shutdown.set()
-            await stopped.wait()
+            async with hypercorn_on(app, cfg) as url, httpx.AsyncClient(timeout=60) as hc:
+                yield RouterEnv(url, router, handler, folder, hc)
             nursery.cancel_scope.cancel()
     finally:
         store.close()

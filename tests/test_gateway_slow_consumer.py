@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import shutil
 import socket
-from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,10 +24,7 @@ from _gateway_env import (
     ALL,
     TINY_MODEL,
     Served,
-    make_config,
-    make_runtime_file,
     served,
-    short_dir,
     token_for,
 )
 from test_gateway_events import BASE, _body, _events, _manual_executor, _setup
@@ -45,48 +40,6 @@ DEPTH = 8            # limits.sse_queue_depth
 # buffers at a 4 KB receive window hold a few dozen; the receipt quota allows 117)
 EVENTS = 100
 HEALTHY = 2
-
-
-@contextlib.asynccontextmanager
-async def served_split(tmp_path: Path, principals: Mapping[str, Any], *,
-                       limits: Mapping[str, Any]) -> AsyncIterator[Served]:
-    """Like ``served``, but the gateway reaches the runtime through the service socket
-    (a SocketClient: streams ride its push frames), as ``aotx gateway serve`` does."""
-    from hypercorn.trio import serve as hypercorn_serve
-
-    from aotx_trio.client import SocketClient
-    from aotx_trio.gateway.app import make_app_from_config
-    from aotx_trio.gateway.serve import hypercorn_config
-    from aotx_trio.runtime import boot
-
-    folder = short_dir()
-    try:
-        ccir = make_runtime_file(tmp_path / "rt")
-        _, cfg = make_config(folder, principals, limits=limits)
-        async with trio.open_nursery() as nursery:
-            handler = await nursery.start(boot.run_runtime, ccir, folder / "journal",
-                                          folder / "grants")
-            sc = SocketClient(str(folder / "journal" / "service.sock"), connect_timeout=5)
-            async with trio.open_nursery() as gateway:    # stopped before the runtime
-                app = make_app_from_config(cfg, sc)       # it runs the client itself
-                shutdown, stopped = trio.Event(), trio.Event()
-
-                async def http(task_status: trio.TaskStatus[list[str]]) -> None:
-                    try:
-                        await hypercorn_serve(app, hypercorn_config(cfg),
-                                              shutdown_trigger=shutdown.wait,
-                                              task_status=task_status)
-                    finally:
-                        stopped.set()
-
-                binds: list[str] = await gateway.start(http)
-                yield Served(binds[0], app, handler, handler.lineage)
-                shutdown.set()
-                await stopped.wait()
-                gateway.cancel_scope.cancel()
-            nursery.cancel_scope.cancel()
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 class RawSubscriber:
@@ -145,8 +98,8 @@ class RawSubscriber:
 async def test_a_subscriber_that_stops_reading_is_dropped_with_a_final_event(
         tmp_path: Path, mode: str) -> None:
     limits = {"sse_queue_depth": DEPTH, "max_connections": 64, "requests_per_second": 0}
-    serve = served if mode == "embedded" else served_split
-    async with serve(tmp_path, {"alice": ALL}, limits=limits) as srv, httpx.AsyncClient(
+    async with served(tmp_path, {"alice": ALL}, limits=limits,
+                      socket=mode == "split") as srv, httpx.AsyncClient(
             base_url=srv.url, headers={"Authorization": f"Bearer {token_for('alice')}"},
             timeout=30) as http:
         con = await _setup(srv, http)
