@@ -172,6 +172,12 @@ class Journal:
         # drain's own out-parameter: the emitter may drain on its thread while the
         # device enqueues on the trio thread (the native calls share one mutex)
         self._first: Any = ffi.new("uint64_t *")
+        # tick's own buffer and out-parameters (only the emitter's thread ticks)
+        self._tick_buf: Any = ffi.new("uint8_t[]", RECORD_SIZE * TICK_RECORDS)
+        self._tick_first: Any = ffi.new("uint64_t *")
+        self._tick_records: Any = ffi.new("uint32_t *")
+        self._tick_errno: Any = ffi.new("int *")
+        self._tick_ns: Any = ffi.new("uint64_t *")
 
     @property
     def handle(self) -> Any:
@@ -203,6 +209,20 @@ class Journal:
         if n == 0:
             return None
         return int(self._first[0]), bytes(ffi.buffer(self._buf, n))
+
+    def tick(self, fd: int, max_records: int = TICK_RECORDS) -> tuple[int, int, int, float]:
+        """One whole tick in one native call (``aotx_journal_tick``: drain, pwrite, fsync,
+        ack; the GIL is released once): (first index, records saved, errno, fsync
+        seconds).  errno > 0: the pwrite or fsync failed and the records stay in flight
+        (nack them, as after a failed write of one's own); 0 records and errno 0:
+        nothing was pending."""
+        if not 0 < max_records <= TICK_RECORDS:
+            raise ValueError(f"max_records must be 1..{TICK_RECORDS}")
+        check(lib.aotx_journal_tick(self._j, fd, self._tick_buf, RECORD_SIZE * TICK_RECORDS,
+                                    max_records, self._tick_first, self._tick_records,
+                                    self._tick_errno, self._tick_ns), "tick")
+        return (int(self._tick_first[0]), int(self._tick_records[0]), int(self._tick_errno[0]),
+                int(self._tick_ns[0]) / 1e9)
 
     def ack(self) -> None:
         check(lib.aotx_journal_ack(self._j), "ack")

@@ -11,6 +11,8 @@
  *                        aotx_journal_nack(errno): the same records are
  *                        drained again and REWRITTEN before the next fsync
  *                        (an fsync is never retried into "success").
+ *                        aotx_journal_tick() does drain, write, fsync and ack
+ *                        in one call (the emitter's thread, plain files).
  *   recovery             aotx_journal_reader_*() over the whole file, then
  *                        aotx_journal_resume() so new records continue it.
  *
@@ -148,6 +150,17 @@ int aotx_journal_ack(aotx_journal *j);
  * is set. Also valid with nothing in flight (a failed truncate or directory
  * fsync). */
 int aotx_journal_nack(aotx_journal *j, int err);
+/* One whole tick on a plain file descriptor, for an emitter thread that should not
+ * come back between its steps: drain up to max_records (<= 16) into buf (cap bytes),
+ * pwrite them at their offset (a short write continues, EINTR retries), fsync, ack.
+ * Returns AOTX_OK or an aotx error (a failed drain); *out_records = records saved
+ * (0: nothing was pending), *out_first_record = the first one's index,
+ * *out_fsync_ns = the fsync's duration.  A failed pwrite or fsync sets *out_errno
+ * (> 0; else 0) and leaves the records in flight: the caller nacks them, exactly
+ * as after its own failed write. */
+int aotx_journal_tick(aotx_journal *j, int fd, uint8_t *buf, size_t cap, uint32_t max_records,
+                      uint64_t *out_first_record, uint32_t *out_records, int *out_errno,
+                      uint64_t *out_fsync_ns);
 /* Set or clear hold reason bits (a mask of AOTX_JOURNAL_HOLD_*). */
 void aotx_journal_set_hold(aotx_journal *j, uint32_t reason_bit, int on);
 /* Change the file cap (0 = none); clears hold bit 0. */

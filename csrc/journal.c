@@ -2,7 +2,10 @@
  * acknowledgement (aotx_journal.h; bytes: docs/formats/journal.md). */
 #include "journal_internal.h"
 
+#include <errno.h>
 #include <pthread.h>
+#include <time.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -290,6 +293,44 @@ int aotx_journal_ack(aotx_journal *j) {
     }
     pthread_mutex_unlock(&j->mu);
     return rc;
+}
+
+int aotx_journal_tick(aotx_journal *j, int fd, uint8_t *buf, size_t cap, uint32_t max_records,
+                      uint64_t *out_first_record, uint32_t *out_records, int *out_errno,
+                      uint64_t *out_fsync_ns) {
+    if (!j || !buf || !out_first_record || !out_records || !out_errno || !out_fsync_ns || fd < 0 ||
+        max_records == 0 || max_records > AOTX_JOURNAL_TICK_RECORDS ||
+        cap < (size_t)max_records * AOTX_JOURNAL_RECORD_SIZE)
+        return AOTX_E_INVALID_ARGUMENT;
+    *out_records = 0;
+    *out_errno = 0;
+    *out_fsync_ns = 0;
+    int64_t n = aotx_journal_drain(j, buf, cap, max_records, out_first_record);
+    if (n < 0) return (int)n;   /* cap fits max_records: only an aotx error */
+    if (n == 0) return AOTX_OK;
+    *out_records = (uint32_t)(n / AOTX_JOURNAL_RECORD_SIZE);
+    off_t at = (off_t)(AOTX_JOURNAL_FILE_HEADER +
+                       *out_first_record * (uint64_t)AOTX_JOURNAL_RECORD_SIZE);
+    size_t done = 0;
+    while (done < (size_t)n) {
+        ssize_t w = pwrite(fd, buf + done, (size_t)n - done, at + (off_t)done);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            *out_errno = w < 0 ? errno : EIO;
+            return AOTX_OK;
+        }
+        done += (size_t)w;
+    }
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int rc = fsync(fd);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    *out_fsync_ns = (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000000LL + (t1.tv_nsec - t0.tv_nsec));
+    if (rc != 0) {   /* never retried into "success": the caller nacks, the records are rewritten */
+        *out_errno = errno ? errno : EIO;
+        return AOTX_OK;
+    }
+    return aotx_journal_ack(j);
 }
 
 int aotx_journal_nack(aotx_journal *j, int err) {

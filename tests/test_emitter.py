@@ -10,6 +10,7 @@ an emitter that retried the fsync without rewriting would lose acked data.
 
 from __future__ import annotations
 
+import collections
 import errno
 import os
 from collections.abc import Callable
@@ -792,3 +793,101 @@ async def test_thread_loop_spaces_back_to_back_ticks() -> None:
         await emitter.wait_saved(last)
         assert time.monotonic() - t0 < 0.045
         n.cancel_scope.cancel()
+
+
+# --------------------------------------------------------------------------- native tick
+
+
+async def test_native_ticks_group_commit_on_a_real_file(tmp_path: Path) -> None:
+    """With the plain file operations the thread loop makes every tick in one native call
+    (aotx_journal_tick): the same group commit (<= 16 records a save), every waiter
+    woken once its record is durable, the file recovers every transfer."""
+    jf = open_journal_file(tmp_path, LINEAGE)
+    emitter = Emitter.for_file(jf)
+    assert emitter.native_ticks_possible()
+    assert not Emitter(jf.journal, jf.fd, ops=ThreadedFile()).native_ticks_possible()
+    j = jf.journal
+    done: list[int] = []
+
+    async def producer(i: int) -> None:
+        for k in range(5):
+            last = j.enqueue(XFER_ADMISSION, b"n%d-%d" % (i, k) * (1 + k * 40))
+            emitter.wake()
+            await emitter.wait_saved(last)
+            assert emitter.saved_records > last
+        done.append(i)
+
+    try:
+        async with trio.open_nursery() as n:
+            await n.start(emitter.run)
+            with trio.fail_after(60):
+                async with trio.open_nursery() as p:
+                    for i in range(20):
+                        p.start_soon(producer, i)
+            n.cancel_scope.cancel()
+        s = j.save_state()
+        assert sorted(done) == list(range(20))
+        assert emitter.native_ticks == emitter.ticks > 0
+        assert emitter.fsync_seconds.count == emitter.tick_seconds.count == emitter.ticks
+        assert s.generation >= emitter.ticks and s.saved_records == emitter.saved_records
+        assert s.in_flight_records == 0
+    finally:
+        jf.close()
+    image = (tmp_path / JOURNAL_NAME).read_bytes()
+    rec = recover_journal(image, LINEAGE)
+    got = [t.data for t in rec.transfers if t.kind != XFER_BOOT]
+    assert sorted(got) == sorted(b"n%d-%d" % (i, k) * (1 + k * 40)
+                                 for i in range(20) for k in range(5))
+    # every save (one generation stamp, bytes 22..27 of a record) holds <= 16 records
+    stamps = collections.Counter(
+        int.from_bytes(image[at + 22:at + 28], "little")
+        for at in range(FILE_HEADER, len(image), RECORD_SIZE))
+    assert len(stamps) >= emitter.ticks and max(stamps.values()) <= 16
+
+
+async def test_native_tick_failed_write_is_nacked_then_rewritten(tmp_path: Path) -> None:
+    """A native tick whose pwrite fails (here: a read-only descriptor) comes back as its
+    errno; the records are nacked (journal hold, disk error), nothing is acknowledged,
+    and once writes work again the same records are written and the waiter wakes."""
+    jf = open_journal_file(tmp_path, LINEAGE)
+    emitter = Emitter.for_file(jf, backoff_initial=0.01, backoff_max=0.02)
+    good = jf.fd
+    bad = os.open(tmp_path / JOURNAL_NAME, os.O_RDONLY)
+    try:
+        async with trio.open_nursery() as n:
+            await n.start(emitter.run)
+            emitter.fd = bad
+            last = jf.journal.enqueue(XFER_ADMISSION, b"written once it can be")
+            emitter.wake()
+            with trio.fail_after(10):
+                while emitter.failures == 0:
+                    await trio.sleep(0.005)
+            s = jf.journal.save_state()
+            assert s.disk_error == errno.EBADF and s.saved_records <= last
+            assert isinstance(emitter.last_error, OSError)
+            assert emitter.last_error.errno == errno.EBADF
+            assert not await emitter.wait_saved(last, timeout=0.05)
+            emitter.fd = good                        # the disk is back
+            with trio.fail_after(10):
+                assert await emitter.wait_saved(last)
+            n.cancel_scope.cancel()
+        s = jf.journal.save_state()
+        assert s.disk_error == 0 and s.in_flight_records == 0 and emitter.last_error is None
+    finally:
+        os.close(bad)
+        jf.close()
+    rec = recover_journal((tmp_path / JOURNAL_NAME).read_bytes(), LINEAGE)
+    assert [t.data for t in rec.transfers if t.kind != XFER_BOOT] == [b"written once it can be"]
+
+
+def test_journal_tick_with_nothing_pending_and_bad_arguments(tmp_path: Path) -> None:
+    j = Journal(JournalParams(lineage=LINEAGE))
+    fd = os.open(tmp_path / "j", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        assert j.tick(fd)[1:] == (0, 0, 0.0)
+        with pytest.raises(ValueError):
+            j.tick(fd, 17)
+        with pytest.raises(errors.AotxError):
+            j.tick(-1)
+    finally:
+        os.close(fd)
