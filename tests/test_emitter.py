@@ -790,6 +790,9 @@ async def test_native_ticks_group_commit_on_a_real_file(tmp_path: Path) -> None:
     emitter = Emitter.for_file(jf)
     assert emitter.native_ticks_possible()
     assert not Emitter(jf.journal, jf.fd, ops=ThreadedFile()).native_ticks_possible()
+    patched = FileOps()
+    patched.fsync = lambda fd: None   # type: ignore[method-assign]
+    assert not Emitter(jf.journal, jf.fd, ops=patched).native_ticks_possible()
     j = jf.journal
     done: list[int] = []
 

@@ -775,10 +775,11 @@ class Emitter:
 
     def native_ticks_possible(self) -> bool:
         """The thread loop ticks in one native call when the file operations are the
-        plain ones (a subclass that overrides pwrite or fsync, e.g. a test's fault
-        injection, keeps the Python steps)."""
-        kind = type(self.ops)
-        return kind.pwrite is FileOps.pwrite and kind.fsync is FileOps.fsync
+        plain ones (a subclass that overrides pwrite or fsync, or one patched on the
+        instance, e.g. a test's fault injection, keeps the Python steps)."""
+        ops = self.ops   # bound methods of FileOps itself (not a subclass's, not patched)
+        return getattr(ops.pwrite, "__func__", None) is FileOps.pwrite and \
+            getattr(ops.fsync, "__func__", None) is FileOps.fsync
 
     def _write_sync_timed(self, first: int, data: bytes) -> float:
         write_all(self.ops, self.fd, data, record_offset(first))
