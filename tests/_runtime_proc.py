@@ -3,20 +3,55 @@ tests (tests/test_memory_kill9.py, test_executor_kill9.py, test_checkpoint.py)."
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import trio
-from _gateway_env import ALL, LINEAGE
+from _gateway_env import ALL, LINEAGE, make_config, short_dir
+from _real import real_embedding_dir, real_gguf
 
 from aotx_trio.client import SocketClient
+from aotx_trio.runtime import pack
 from aotx_trio.runtime.socket_server import SOCKET_NAME
+
+#: alice's credentials in a socket call
+WHO: dict[str, Any] = {"principal": "alice", "actions": list(ALL)}
+
+
+@contextlib.contextmanager
+def real_runtime(tmp_path: Path, *, auto_memory: bool = False
+                 ) -> Iterator[tuple[Path, Path, str]]:
+    """The real default models (Gemma 3 270M, MiniLM) packed into a shared runtime file
+    (``auto_memory``: mode 2 for the text model) and a fresh data folder with alice's
+    grants: (runtime file, folder, service socket path); the folder is removed after."""
+    gguf = real_gguf()
+    ccir = tmp_path / "real.aotxccir"
+    pack.pack(ccir, models=[gguf], embedding=real_embedding_dir(), shared=True,
+              lineage=LINEAGE, progress=False, auto_memory=[gguf.name] if auto_memory else ())
+    folder = short_dir()
+    try:
+        make_config(folder, {"alice": ALL})
+        yield ccir, folder, str(folder / "journal" / SOCKET_NAME)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextlib.asynccontextmanager
+async def connected(sock: str) -> AsyncIterator[SocketClient]:
+    """A running SocketClient on ``sock`` for the block."""
+    client = SocketClient(sock)
+    async with trio.open_nursery() as n:
+        await n.start(client.run)
+        yield client
+        n.cancel_scope.cancel()
 
 
 def boot(ccir: Path, folder: Path, env: dict[str, str] | None = None
@@ -54,6 +89,17 @@ async def first_conversation(client: SocketClient) -> tuple[str, str, str]:
     space = r["receipt"]["resource"]
     r = await client.call("mutation.submit", body("conversation.create", 3, space=space))
     return model, space, r["receipt"]["resource"]
+
+
+async def start_input(client: SocketClient, text: str, max_output_tokens: int
+                      ) -> tuple[str, str]:
+    """:func:`first_conversation`, then alice's input ``text`` in it (sequence 4):
+    (space id, operation id)."""
+    model, space, con = await first_conversation(client)
+    r = await client.call("mutation.submit", body(
+        "input", 4, conversation=con, model=model, max_output_tokens=max_output_tokens,
+        text=text))
+    return space, r["receipt"]["operation"]
 
 
 def _run(ccir: Path, folder: Path, main: Callable[[], Awaitable[None]],

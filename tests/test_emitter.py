@@ -634,32 +634,46 @@ async def test_thread_loop_faults_rewrite_before_the_next_fsync(kind: str, at: i
     assert emitter.journal.save_state().in_flight_records == 0
 
 
-async def test_thread_loop_group_commit_and_save_order() -> None:
-    """Many waiters share the thread's fsyncs (at most 16 records a tick); each wakes once
-    its own record is saved, and the save count only grows."""
-    j, f = fresh()
-    f = ThreadedFile(cache=f.cache, durable=f.durable)
-    emitter = Emitter(j, 3, ops=f)
+def produced(tag: bytes, i: int, k: int) -> bytes:
+    """Producer ``i``'s ``k``-th transfer (sizes from one record to several)."""
+    return (tag + b"%d-%d" % (i, k)) * (1 + k * 40)
+
+
+async def twenty_producers(j: Journal, emitter: Emitter, tag: bytes, timeout: float
+                           ) -> list[int]:
+    """20 tasks, each enqueueing its 5 transfers one after another and waiting for each
+    save; every one finishes within ``timeout``.  The save count each saw, in order."""
     seen: list[int] = []
     done: list[int] = []
 
     async def producer(i: int) -> None:
         for k in range(5):
-            last = j.enqueue(XFER_ADMISSION, b"p%d-%d" % (i, k) * (1 + k * 40))
+            last = j.enqueue(XFER_ADMISSION, produced(tag, i, k))
             emitter.wake()
             await emitter.wait_saved(last)
             assert emitter.saved_records > last
             seen.append(emitter.saved_records)
         done.append(i)
 
+    with trio.fail_after(timeout):
+        async with trio.open_nursery() as p:
+            for i in range(20):
+                p.start_soon(producer, i)
+    assert sorted(done) == list(range(20))
+    return seen
+
+
+async def test_thread_loop_group_commit_and_save_order() -> None:
+    """Many waiters share the thread's fsyncs (at most 16 records a tick); each wakes once
+    its own record is saved, and the save count only grows."""
+    j, f = fresh()
+    f = ThreadedFile(cache=f.cache, durable=f.durable)
+    emitter = Emitter(j, 3, ops=f)
     async with trio.open_nursery() as n:
         await n.start(emitter.run)
-        with trio.fail_after(30):
-            async with trio.open_nursery() as p:
-                for i in range(20):
-                    p.start_soon(producer, i)
+        seen = await twenty_producers(j, emitter, b"p", 30)
         n.cancel_scope.cancel()
-    assert sorted(done) == list(range(20))
+    assert seen == sorted(seen)
     fsyncs = sum(1 for e in f.events if e[0] == "fsync")
     assert fsyncs == emitter.ticks < 100 and emitter.tick_seconds.count == fsyncs
     assert all(length <= 16 * RECORD_SIZE for op, _, length, _ in f.events if op == "pwrite")
@@ -794,26 +808,12 @@ async def test_native_ticks_group_commit_on_a_real_file(tmp_path: Path) -> None:
     patched.fsync = lambda fd: None   # type: ignore[method-assign]
     assert not Emitter(jf.journal, jf.fd, ops=patched).native_ticks_possible()
     j = jf.journal
-    done: list[int] = []
-
-    async def producer(i: int) -> None:
-        for k in range(5):
-            last = j.enqueue(XFER_ADMISSION, b"n%d-%d" % (i, k) * (1 + k * 40))
-            emitter.wake()
-            await emitter.wait_saved(last)
-            assert emitter.saved_records > last
-        done.append(i)
-
     try:
         async with trio.open_nursery() as n:
             await n.start(emitter.run)
-            with trio.fail_after(60):
-                async with trio.open_nursery() as p:
-                    for i in range(20):
-                        p.start_soon(producer, i)
+            await twenty_producers(j, emitter, b"n", 60)
             n.cancel_scope.cancel()
         s = j.save_state()
-        assert sorted(done) == list(range(20))
         assert emitter.native_ticks == emitter.ticks > 0
         assert emitter.fsync_seconds.count == emitter.tick_seconds.count == emitter.ticks
         assert s.generation >= emitter.ticks and s.saved_records == emitter.saved_records
@@ -823,8 +823,7 @@ async def test_native_ticks_group_commit_on_a_real_file(tmp_path: Path) -> None:
     image = (tmp_path / JOURNAL_NAME).read_bytes()
     rec = recover_journal(image, LINEAGE)
     got = [t.data for t in rec.transfers if t.kind != XFER_BOOT]
-    assert sorted(got) == sorted(b"n%d-%d" % (i, k) * (1 + k * 40)
-                                 for i in range(20) for k in range(5))
+    assert sorted(got) == sorted(produced(b"n", i, k) for i in range(20) for k in range(5))
     # every save (one generation stamp, bytes 22..27 of a record) holds <= 16 records
     stamps = collections.Counter(
         int.from_bytes(image[at + 22:at + 28], "little")

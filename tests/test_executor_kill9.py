@@ -9,23 +9,17 @@ not interpreted): interrupted, memory never repeated."""
 from __future__ import annotations
 
 import base64
-import shutil
 import struct
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
-from _gateway_env import ALL, LINEAGE, make_config, short_dir
-from _real import real_embedding_dir, real_gguf
-from _runtime_proc import body as _body
-from _runtime_proc import first_conversation, kill_once, run_once
+from _runtime_proc import WHO, connected, kill_once, real_runtime, run_once, start_input
 
 from aotx_trio.client import SocketClient
 from aotx_trio.journal import JournalReader
-from aotx_trio.runtime import pack
 from aotx_trio.runtime.executor import OUTPUT_BATCH_BYTES
-from aotx_trio.runtime.socket_server import SOCKET_NAME
 
 pytestmark = pytest.mark.timeout(300)
 XFER_LEASE, XFER_OUTPUT, XFER_MEMORY = 3, 4, 7
@@ -37,30 +31,18 @@ def _journal_transfers(folder: Path) -> list[Any]:
 
 
 def test_kill9_during_generation_keeps_the_journaled_output(tmp_path: Path) -> None:
-    ccir = tmp_path / "real.aotxccir"
-    pack.pack(ccir, models=[real_gguf()], embedding=real_embedding_dir(), shared=True,
-              lineage=LINEAGE, progress=False)
-    folder = short_dir()
-    try:
-        make_config(folder, {"alice": ALL})
-        sock = str(folder / "journal" / SOCKET_NAME)
-        who = {"principal": "alice", "actions": list(ALL)}
+    with real_runtime(tmp_path) as (ccir, folder, sock):
         state: dict[str, Any] = {}
 
         async def result(client: SocketClient, op: str) -> tuple[dict[str, Any], bytes]:
-            got = await client.call("operation.result", {**who, "operation": op,
+            got = await client.call("operation.result", {**WHO, "operation": op,
                                                           "offset": 0})
             return got, base64.b64decode(got["data"])
 
         async def first() -> None:
-            client = SocketClient(sock)
-            async with trio.open_nursery() as n:
-                await n.start(client.run)
-                model, _space, con = await first_conversation(client)
-                r = await client.call("mutation.submit", _body(
-                    "input", 4, conversation=con, model=model, max_output_tokens=2000,
-                    text="Count from one to one thousand in words, one per line."))
-                op = r["receipt"]["operation"]
+            async with connected(sock) as client:
+                _space, op = await start_input(
+                    client, "Count from one to one thousand in words, one per line.", 2000)
                 with trio.fail_after(120):
                     while True:   # running, two output batches journaled and saved
                         got, data = await result(client, op)
@@ -69,16 +51,13 @@ def test_kill9_during_generation_keeps_the_journaled_output(tmp_path: Path) -> N
                         await trio.sleep(0.02)
                 assert got["finished"] is False and got["length"] == len(data)
                 state.update(op=op, seen=data)
-                n.cancel_scope.cancel()
 
         kill_once(ccir, folder, first)
         op_hex = state["op"].rsplit("-", 1)[1]
 
         async def second() -> None:
-            client = SocketClient(sock)
-            async with trio.open_nursery() as n:
-                await n.start(client.run)
-                r = await client.call("operation.get", {**who, "operation": state["op"]})
+            async with connected(sock) as client:
+                r = await client.call("operation.get", {**WHO, "operation": state["op"]})
                 assert r["status"] == r["finish"] == "interrupted"
                 got, data = await result(client, state["op"])
                 # every byte a read showed before the kill is still there, in order
@@ -88,7 +67,6 @@ def test_kill9_during_generation_keeps_the_journaled_output(tmp_path: Path) -> N
                 await trio.sleep(1.0)          # nothing runs it again
                 again, data2 = await result(client, state["op"])
                 assert data2 == data and again["status"] == "interrupted"
-                n.cancel_scope.cancel()
 
         run_once(ccir, folder, second)
         # the journal: one lease named the input, its OUTPUT transfers hold exactly the
@@ -103,8 +81,6 @@ def test_kill9_during_generation_keeps_the_journaled_output(tmp_path: Path) -> N
                                           for t in outputs)
         leases = [t for t in _journal_transfers(folder) if t.kind == XFER_LEASE]
         assert len(leases) == 1
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 def test_kill9_between_lease_and_memory(tmp_path: Path) -> None:
@@ -114,58 +90,39 @@ def test_kill9_between_lease_and_memory(tmp_path: Path) -> None:
     or after the restart): it is not repeated; the acknowledged admission is kept."""
     from aotx_trio.runtime import memory
 
-    ccir = tmp_path / "real.aotxccir"
-    pack.pack(ccir, models=[real_gguf()], embedding=real_embedding_dir(), shared=True,
-              lineage=LINEAGE, progress=False)
-    folder = short_dir()
-    try:
-        make_config(folder, {"alice": ALL})
-        sock = str(folder / "journal" / SOCKET_NAME)
-        who = {"principal": "alice", "actions": list(ALL)}
+    with real_runtime(tmp_path) as (ccir, folder, sock):
         state: dict[str, Any] = {}
 
         async def first() -> None:
-            client = SocketClient(sock)
-            async with trio.open_nursery() as n:
-                await n.start(client.run)
-                model, space, con = await first_conversation(client)
-                r = await client.call("mutation.submit", _body(
-                    "input", 4, conversation=con, model=model, max_output_tokens=20,
-                    text="Remember that the boat is blue."))
-                op = r["receipt"]["operation"]
+            async with connected(sock) as client:
+                space, op = await start_input(client, "Remember that the boat is blue.", 20)
                 with trio.fail_after(60):
                     while True:   # leased, its memory processing waiting
-                        got = await client.call("operation.get", {**who, "operation": op})
+                        got = await client.call("operation.get", {**WHO, "operation": op})
                         if got["status"] == "running":
                             break
                         await trio.sleep(0.05)
                 await trio.sleep(1.0)     # the lease saved (the emitter saves in ms)
-                rows = await client.call("memory.list", {**who, "space": space})
+                rows = await client.call("memory.list", {**WHO, "space": space})
                 assert rows["items"] == []
                 state.update(op=op, space=space)
-                n.cancel_scope.cancel()
 
         kill_once(ccir, folder, first, {memory.DELAY_ENV: "600"})
         kinds = [t.kind for t in _journal_transfers(folder)]
         assert kinds.count(XFER_LEASE) == 1 and XFER_MEMORY not in kinds
 
         async def second() -> None:
-            client = SocketClient(sock)
-            async with trio.open_nursery() as n:
-                await n.start(client.run)
-                got = await client.call("operation.get", {**who, "operation": state["op"]})
+            async with connected(sock) as client:
+                got = await client.call("operation.get", {**WHO, "operation": state["op"]})
                 assert got["status"] == "interrupted"
                 await trio.sleep(1.0)                             # nothing is re-run
-                rows = await client.call("memory.list", {**who, "space": state["space"]})
+                rows = await client.call("memory.list", {**WHO, "space": state["space"]})
                 assert rows["items"] == []
                 assert (await client.call("capabilities", {}))["usage"]["memory"] == 0
-                n.cancel_scope.cancel()
 
         run_once(ccir, folder, second)
         kinds = [t.kind for t in _journal_transfers(folder)]
         assert kinds.count(XFER_LEASE) == 1 and XFER_MEMORY not in kinds
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 def test_kill9_during_memory_processing_in_mode_2(tmp_path: Path) -> None:
@@ -175,35 +132,20 @@ def test_kill9_during_memory_processing_in_mode_2(tmp_path: Path) -> None:
     repeated: no interpretation, no further MEMORY transfer."""
     from aotx_trio.runtime import memory
 
-    gguf = real_gguf()
-    ccir = tmp_path / "real.aotxccir"
-    pack.pack(ccir, models=[gguf], embedding=real_embedding_dir(), shared=True,
-              lineage=LINEAGE, progress=False, auto_memory=[gguf.name])
-    folder = short_dir()
-    try:
-        make_config(folder, {"alice": ALL})
-        sock = str(folder / "journal" / SOCKET_NAME)
-        who = {"principal": "alice", "actions": list(ALL)}
+    with real_runtime(tmp_path, auto_memory=True) as (ccir, folder, sock):
         state: dict[str, Any] = {}
 
         async def first() -> None:
-            client = SocketClient(sock)
-            async with trio.open_nursery() as n:
-                await n.start(client.run)
-                model, space, con = await first_conversation(client)
-                r = await client.call("mutation.submit", _body(
-                    "input", 4, conversation=con, model=model, max_output_tokens=20,
-                    text="My locker number is 318."))
-                op = r["receipt"]["operation"]
+            async with connected(sock) as client:
+                space, op = await start_input(client, "My locker number is 318.", 20)
                 with trio.fail_after(60):
                     while True:   # leased and retained (saved rows), the calls waiting
-                        rows = await client.call("memory.list", {**who, "space": space})
-                        got = await client.call("operation.get", {**who, "operation": op})
+                        rows = await client.call("memory.list", {**WHO, "space": space})
+                        got = await client.call("operation.get", {**WHO, "operation": op})
                         if got["status"] == "running" and len(rows["items"]) == 2:
                             break
                         await trio.sleep(0.05)
                 state.update(op=op, space=space, rows=rows["items"])
-                n.cancel_scope.cancel()
 
         kill_once(ccir, folder, first, {memory.DELAY_ENV: "after:600"})
         assert [(r["kind"], r["retention_mode"]) for r in state["rows"]] == \
@@ -213,19 +155,14 @@ def test_kill9_during_memory_processing_in_mode_2(tmp_path: Path) -> None:
         assert kinds.index(XFER_LEASE) < kinds.index(XFER_MEMORY)   # the lease first
 
         async def second() -> None:
-            client = SocketClient(sock)
-            async with trio.open_nursery() as n:
-                await n.start(client.run)
-                got = await client.call("operation.get", {**who, "operation": state["op"]})
+            async with connected(sock) as client:
+                got = await client.call("operation.get", {**WHO, "operation": state["op"]})
                 assert got["status"] == "interrupted"
                 await trio.sleep(1.0)                             # nothing is re-run
-                rows = await client.call("memory.list", {**who, "space": state["space"]})
+                rows = await client.call("memory.list", {**WHO, "space": state["space"]})
                 assert rows["items"] == state["rows"]
                 assert (await client.call("capabilities", {}))["usage"]["memory"] == 2
-                n.cancel_scope.cancel()
 
         run_once(ccir, folder, second)
         kinds = [t.kind for t in _journal_transfers(folder)]
         assert kinds.count(XFER_LEASE) == 1 and kinds.count(XFER_MEMORY) == 1
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)

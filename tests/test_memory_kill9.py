@@ -6,76 +6,54 @@ its memory input is never repeated (still two rows, and no third retention)."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
-from _gateway_env import ALL, LINEAGE, make_config, short_dir
-from _real import real_embedding_dir, real_gguf
+from _real import real_gguf
+from _runtime_proc import WHO, connected, kill_once, real_runtime, run_once, start_input
 from _runtime_proc import body as _body
-from _runtime_proc import first_conversation, kill_once, run_once
 
-from aotx_trio.client import SocketClient
 from aotx_trio.runtime import pack
-from aotx_trio.runtime.socket_server import SOCKET_NAME
 
 pytestmark = pytest.mark.timeout(300)
 
 
 def test_kill9_between_retention_and_generation(tmp_path: Path) -> None:
-    ccir = tmp_path / "real.aotxccir"
-    pack.pack(ccir, models=[real_gguf()], embedding=real_embedding_dir(), shared=True,
-              lineage=LINEAGE, progress=False)
-    folder = short_dir()
-    try:
-        make_config(folder, {"alice": ALL})
-        sock = str(folder / "journal" / SOCKET_NAME)
-        who = {"principal": "alice", "actions": list(ALL)}
+    with real_runtime(tmp_path) as (ccir, folder, sock):
         state: dict[str, Any] = {}
 
         async def first() -> None:
-            client = SocketClient(sock)
-            async with trio.open_nursery() as n:
-                await n.start(client.run)
-                model, space, con = await first_conversation(client)
-                r = await client.call("mutation.submit", _body(
-                    "input", 4, conversation=con, model=model, max_output_tokens=2000,
-                    text="Write a very long story about the sea."))
-                op = r["receipt"]["operation"]
+            async with connected(sock) as client:
+                space, op = await start_input(client, "Write a very long story about the sea.",
+                                              2000)
                 with trio.fail_after(60):
                     while True:   # retained and saved, and generating
-                        rows = await client.call("memory.list", {**who, "space": space})
+                        rows = await client.call("memory.list", {**WHO, "space": space})
                         st = (await client.call("operation.get",
-                                                {**who, "operation": op}))["status"]
+                                                {**WHO, "operation": op}))["status"]
                         if len(rows["items"]) == 2 and st == "running":
                             break
                         await trio.sleep(0.02)
                 state.update(space=space, op=op, rows=rows["items"])
-                n.cancel_scope.cancel()
 
         kill_once(ccir, folder, first)
 
         async def second() -> None:
-            client = SocketClient(sock)
-            async with trio.open_nursery() as n:
-                await n.start(client.run)
-                rows = await client.call("memory.list", {**who, "space": state["space"]})
+            async with connected(sock) as client:
+                rows = await client.call("memory.list", {**WHO, "space": state["space"]})
                 assert rows["items"] == state["rows"]
-                r = await client.call("operation.get", {**who, "operation": state["op"]})
+                r = await client.call("operation.get", {**WHO, "operation": state["op"]})
                 assert r["status"] == "interrupted"
                 caps = await client.call("capabilities", {})
                 assert caps["usage"]["memory"] == 2
-                text = await client.call("memory.get", {**who, "space": state["space"],
+                text = await client.call("memory.get", {**WHO, "space": state["space"],
                                                         "object": rows["items"][0]["object"],
                                                         "offset": 0})
                 assert text["text"] == "Write a very long story about the sea."
-                n.cancel_scope.cancel()
 
         run_once(ccir, folder, second)
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 def test_kill9_in_mode_2_then_boot_without_the_flag(tmp_path: Path) -> None:
@@ -84,21 +62,11 @@ def test_kill9_in_mode_2_then_boot_without_the_flag(tmp_path: Path) -> None:
     lost the automatic-memory flag.  Recovery reads mode 2 for the old rows, the input
     reads interrupted and its interpretation is never repeated (still four rows); a new
     input on the same model is recorded with mode 1."""
-    gguf = real_gguf()
-    ccir = tmp_path / "real.aotxccir"
-    pack.pack(ccir, models=[gguf], embedding=real_embedding_dir(), shared=True,
-              lineage=LINEAGE, progress=False, auto_memory=[gguf.name])
-    folder = short_dir()
-    try:
-        make_config(folder, {"alice": ALL})
-        sock = str(folder / "journal" / SOCKET_NAME)
-        who = {"principal": "alice", "actions": list(ALL)}
+    with real_runtime(tmp_path, auto_memory=True) as (ccir, folder, sock):
         state: dict[str, Any] = {}
 
         async def first() -> None:
-            client = SocketClient(sock)
-            async with trio.open_nursery() as n:
-                await n.start(client.run)
+            async with connected(sock) as client:
                 caps = await client.call("capabilities", {})
                 model = next(m for m in caps["models"] if m["kind"] == "text")
                 assert model["automatic_memory"] is True
@@ -114,31 +82,28 @@ def test_kill9_in_mode_2_then_boot_without_the_flag(tmp_path: Path) -> None:
                 op = r["receipt"]["operation"]
                 with trio.fail_after(120):
                     while True:   # retained, interpreted and saved, and generating
-                        rows = await client.call("memory.list", {**who, "space": space})
+                        rows = await client.call("memory.list", {**WHO, "space": space})
                         st = (await client.call("operation.get",
-                                                {**who, "operation": op}))["status"]
+                                                {**WHO, "operation": op}))["status"]
                         if len(rows["items"]) == 4 and st == "running":
                             break
                         await trio.sleep(0.02)
                 state.update(space=space, con=con, op=op, rows=rows["items"],
                              model=model["name"])
-                n.cancel_scope.cancel()
 
         kill_once(ccir, folder, first)
         assert [(r["kind"], r["retention_mode"]) for r in state["rows"]] == \
             [("text", 2), ("embedding", 2), ("interpretation", 2), ("embedding", 2)]
-        pack.pack(ccir, no_auto_memory=[gguf.name], progress=False)   # the flag flipped
+        pack.pack(ccir, no_auto_memory=[real_gguf().name], progress=False)   # flag flipped
 
         async def second() -> None:
-            client = SocketClient(sock)
-            async with trio.open_nursery() as n:
-                await n.start(client.run)
+            async with connected(sock) as client:
                 caps = await client.call("capabilities", {})
                 assert next(m for m in caps["models"]
                             if m["kind"] == "text")["automatic_memory"] is False
-                rows = await client.call("memory.list", {**who, "space": state["space"]})
+                rows = await client.call("memory.list", {**WHO, "space": state["space"]})
                 assert rows["items"] == state["rows"]          # mode 2, as recorded
-                r = await client.call("operation.get", {**who, "operation": state["op"]})
+                r = await client.call("operation.get", {**WHO, "operation": state["op"]})
                 assert r["status"] == "interrupted"
                 await trio.sleep(1.0)                           # nothing is re-run
                 assert (await client.call("capabilities", {}))["usage"]["memory"] == 4
@@ -148,13 +113,10 @@ def test_kill9_in_mode_2_then_boot_without_the_flag(tmp_path: Path) -> None:
                 op = r["receipt"]["operation"]
                 with trio.fail_after(120):
                     while not (await client.call("operation.get",
-                                                 {**who, "operation": op}))["terminal"]["saved"]:
+                                                 {**WHO, "operation": op}))["terminal"]["saved"]:
                         await trio.sleep(0.05)
-                rows = await client.call("memory.list", {**who, "space": state["space"]})
+                rows = await client.call("memory.list", {**WHO, "space": state["space"]})
                 assert [(r["kind"], r["retention_mode"]) for r in rows["items"][4:]] == \
                     [("text", 1), ("embedding", 1)]
-                n.cancel_scope.cancel()
 
         run_once(ccir, folder, second)
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
