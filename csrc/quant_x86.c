@@ -8,13 +8,14 @@
  * family runs two blocks per 512-bit vector, the k-quants 256-bit vectors).
  *
  * Every kernel computes, per weight block and token, the same integer sum as
- * the reference in quant.c, then scales it by the same float (d_w * d_x); only
- * the order of the float additions differs:
+ * the reference in quant.c, then scales it by the same floats; only the order of
+ * the float additions differs (the AVX-512 k-quant tiles repeat the reference's):
  *   Q4_0/Q5_0/Q8_0: weights as signed bytes w_s (q - 8, q - 16, or int8), the
  *     activation stored as x_q + 128 (unsigned):  sum (x_q+128)*w_s - 128*sum w_s;
  *     the correction depends on the weights only and seeds each token's sum.
- *   Q4_K/Q5_K: maddubs(q, x_q) * sc (vpdpwssd), minus m * (Q8_K block sums).
- *   Q6_K: maddubs(q, x_q) * sc, minus 32 * sum sc * (Q8_K block sums).
+ *   Q4_K/Q5_K x Q8_K32 (one activation scale per 32 values): per 32-value sub-block
+ *     maddubs(q, x_q) * sc (vpdpwssd) scaled by its own d[j]; the mins m_j * dm[j].
+ *   Q6_K: per 32 values maddubs(q, x_q) * sc minus 32 * sum sc * (16-sums), by d[j].
  *
  * Loop structure: n_tok == 1 streams each weight row once (software prefetch
  * QX86_PF bytes ahead: it doubles the DRAM rate on this machine).  n_tok > 1
@@ -28,7 +29,7 @@
  * every n_tok.  Otherwise (Q5_K, F16/BF16, and the unused AVX2 row kernels below)
  * n_tok > 1 walks chunks of QX86_ROWS rows x groups of QX86_NT tokens (8 with
  * AVX-512, 4 with AVX2) so that each unpacked weight block serves QX86_NT tokens.
- * Activation quantization (Q8_0 pairs, Q8_K) also has an AVX-512 version here
+ * Activation quantization (Q8_0 pairs, Q8_K32) also has an AVX-512 version here
  * producing the same bytes as quant.c's.
  */
 #ifndef QX86_BODY
@@ -662,17 +663,21 @@ static void SFX(act8_row)(const float *x, int64_t cols, uint8_t *out) {
     }
 }
 
-static void SFX(act8k_row)(const float *x, int64_t cols, aotx_block_q8_k *out) {
+static void SFX(act8k_row)(const float *x, int64_t cols, aotx_block_q8_k32 *out) {
     for (int64_t b = 0; b < cols / 256; b++, out++, x += 256) {
-        __m512 m = _mm512_setzero_ps();
-        for (int j = 0; j < 16; j++) m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_loadu_ps(x + 16 * j)));
-        float d = _mm512_reduce_max_ps(m) / 127.0f;
-        __m512 id = _mm512_set1_ps(d > 0.0f ? 1.0f / d : 0.0f);
-        out->d = d;
-        for (int j = 0; j < 16; j++) {
-            __m512i q = SFX(quant16)(_mm512_loadu_ps(x + 16 * j), id);
-            _mm_storeu_si128((__m128i *)(out->qs + 16 * j), _mm512_cvtepi32_epi8(q));
-            out->bsums[j] = (int16_t)_mm512_reduce_add_epi32(q);
+        for (int j = 0; j < 8; j++) {  /* each 32 values as one Q8_0-family block */
+            __m512 v0 = _mm512_loadu_ps(x + 32 * j), v1 = _mm512_loadu_ps(x + 32 * j + 16);
+            float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+            float d = amax / 127.0f;
+            __m512 id = _mm512_set1_ps(d > 0.0f ? 1.0f / d : 0.0f);
+            __m512i q0 = SFX(quant16)(v0, id), q1 = SFX(quant16)(v1, id);
+            _mm_storeu_si128((__m128i *)(out->qs + 32 * j), _mm512_cvtepi32_epi8(q0));
+            _mm_storeu_si128((__m128i *)(out->qs + 32 * j + 16), _mm512_cvtepi32_epi8(q1));
+            int s0 = _mm512_reduce_add_epi32(q0), s1 = _mm512_reduce_add_epi32(q1);
+            out->bsums[2 * j] = (int16_t)s0;
+            out->bsums[2 * j + 1] = (int16_t)s1;
+            out->d[j] = d;
+            out->dm[j] = d * (float)(s0 + s1);
         }
     }
 }
@@ -826,212 +831,142 @@ static aotx_dq_fn SFX(qx86_pick_dq)(int type) {
 #undef QX86_RN
 #endif
 
-/* ------------------------------------------------------- k-quants x Q8_K */
+/* ------------------------------------------------------- k-quants x Q8_K32
+ * One super-block of one row, unpacked (qx_ksb), against one token (k_tok): per 32-value
+ * sub-block j the exact integer sum (Q4_K/Q5_K: sc_j * S_j; Q6_K: T_j, the -32 offset
+ * from the 16-sums) as 8 int32 partial lanes, reduced by a hadd tree into one vector
+ * whose lane j is that sum, then scaled by the activation's d[j] in float.  Row kernels
+ * (n_tok == 1) and the chunked n_tok > 1 driver share k_tok, so a token's float steps do
+ * not depend on n_tok (AVX2 Q5_K; the AVX-512 and AVX2 Q4_K / Q6_K tiles below and in
+ * quant_avx2_tiles.c follow the reference's order instead). */
+typedef struct {
+    __m256i q[8];   /* unsigned quants per 32 elements */
+    __m256i sc[8];  /* int16 scale vector per 32 elements */
+    __m256i corr;   /* Q6_K: the 16 scales (int16), for sum sc_g * bsum_g */
+    __m256 mf;      /* Q4_K/Q5_K: m_j as float */
+    float d, dmin;
+} SFX(qx_ksb);
+#define QX86_KSB 64  /* super-blocks buffered per chunk (38 KiB) */
 
-
-/* Q4_K (has_qh = 0) and Q5_K (has_qh = 1) */
-AI void SFX(row_k45)(int has_qh, const uint8_t *w, int64_t nb, const uint8_t *act, size_t astride,
-                     int nt, float *out) {
-    const size_t bbytes = has_qh ? sizeof(aotx_block_q5_k) : sizeof(aotx_block_q4_k);
-    const aotx_block_q8_k *xa[QX86_NT];
-    __m256 facc[QX86_NT];
-    for (int t = 0; t < nt; t++) {
-        xa[t] = (const aotx_block_q8_k *)(act + (size_t)t * astride);
-        facc[t] = _mm256_setzero_ps();
-    }
-    const __m256i m4 = _mm256_set1_epi8(0x0f);
-    for (int64_t i = 0; i < nb; i++) {
-        const uint8_t *wb = w + (size_t)i * bbytes;
-        for (size_t off = 0; off < bbytes; off += 64)
-            _mm_prefetch((const char *)wb + QX86_PF + off, _MM_HINT_T0);
-        uint16_t d16, dm16;
-        memcpy(&d16, wb, 2);
-        memcpy(&dm16, wb + 2, 2);
-        const uint8_t *scales = wb + 4;
-        const uint8_t *qh = wb + 16;
-        const uint8_t *qs = wb + (has_qh ? 48 : 16);
-        uint8_t sc[8], m[8];
-        SFX(k4_scales)(scales, sc, m);
-        float dw = SFX(h16)(d16), dmw = SFX(h16)(dm16);
-        __m256i mins = _mm256_cvtepu8_epi16(_mm_set_epi8(
-            (char)m[7], (char)m[7], (char)m[6], (char)m[6], (char)m[5], (char)m[5], (char)m[4],
-            (char)m[4], (char)m[3], (char)m[3], (char)m[2], (char)m[2], (char)m[1], (char)m[1],
-            (char)m[0], (char)m[0]));
-        __m256i q[8];
-        __m256i hv = has_qh ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
-        for (int p = 0; p < 4; p++) {
-            __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * p));
-            q[2 * p] = _mm256_and_si256(v, m4);
-            q[2 * p + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-            if (has_qh) {
-                const __m256i one = _mm256_set1_epi8(1);
-                __m256i b0 = _mm256_and_si256(_mm256_srli_epi16(hv, 2 * p), one);
-                __m256i b1 = _mm256_and_si256(_mm256_srli_epi16(hv, 2 * p + 1), one);
-                q[2 * p] = _mm256_or_si256(q[2 * p], _mm256_slli_epi16(b0, 4));
-                q[2 * p + 1] = _mm256_or_si256(q[2 * p + 1], _mm256_slli_epi16(b1, 4));
-            }
-        }
-        for (int t = 0; t < nt; t++) {
-            const aotx_block_q8_k *xb = xa[t] + i;
-            __m256i acc = _mm256_setzero_si256();
-            for (int j = 0; j < 8; j++) {
-                __m256i xv = _mm256_loadu_si256((const __m256i *)(xb->qs + 32 * j));
-                acc = DP_S16(acc, _mm256_maddubs_epi16(q[j], xv), _mm256_set1_epi16(sc[j]));
-            }
-            __m256i mn = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)xb->bsums), mins);
-            facc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc), _mm256_set1_ps(dw * xb->d), facc[t]);
-            facc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mn), _mm256_set1_ps(-(dmw * xb->d)),
-                                      facc[t]);
-        }
-    }
-    for (int t = 0; t < nt; t++) out[t] = SFX(hsum)(facc[t]);
-}
-
-AI void SFX(row_q6_k)(const uint8_t *w, int64_t nb, const uint8_t *act, size_t astride, int nt,
-                      float *out) {
-    const aotx_block_q8_k *xa[QX86_NT];
-    __m256 facc[QX86_NT];
-    for (int t = 0; t < nt; t++) {
-        xa[t] = (const aotx_block_q8_k *)(act + (size_t)t * astride);
-        facc[t] = _mm256_setzero_ps();
-    }
+AI void SFX(kq_unpack)(int kind, const uint8_t *wb, SFX(qx_ksb) *k) {
     const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
-    for (int64_t i = 0; i < nb; i++) {
-        const aotx_block_q6_k *b = (const aotx_block_q6_k *)w + i;
-        for (size_t off = 0; off < sizeof(*b); off += 64)
-            _mm_prefetch((const char *)b + QX86_PF + off, _MM_HINT_T0);
-        float dw = SFX(h16)(b->d);
-        __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales));
-        __m256i q[8], scq[8];
+    if (kind == KQ_Q6_K) {
+        const aotx_block_q6_k *b = (const aotx_block_q6_k *)wb;
+        k->d = SFX(h16)(b->d);
+        k->dmin = 0.0f;
+        k->mf = _mm256_setzero_ps();
+        k->corr = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales));
         for (int h = 0; h < 2; h++) {
             __m256i A = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h));
             __m256i B = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h + 32));
             __m256i H = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * h));
-            q[4 * h + 0] = _mm256_or_si256(_mm256_and_si256(A, m4),
-                                           _mm256_and_si256(_mm256_slli_epi16(H, 4), m30));
-            q[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(B, m4),
-                                           _mm256_and_si256(_mm256_slli_epi16(H, 2), m30));
-            q[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(A, 4), m4),
-                                           _mm256_and_si256(H, m30));
-            q[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(B, 4), m4),
-                                           _mm256_and_si256(_mm256_srli_epi16(H, 2), m30));
+            k->q[4 * h + 0] = _mm256_or_si256(_mm256_and_si256(A, m4),
+                                              _mm256_and_si256(_mm256_slli_epi16(H, 4), m30));
+            k->q[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(B, m4),
+                                              _mm256_and_si256(_mm256_slli_epi16(H, 2), m30));
+            k->q[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(A, 4), m4),
+                                              _mm256_and_si256(H, m30));
+            k->q[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(B, 4), m4),
+                                              _mm256_and_si256(_mm256_srli_epi16(H, 2), m30));
         }
-        for (int k = 0; k < 8; k++)
-            scq[k] = _mm256_set_m128i(_mm_set1_epi16(b->scales[2 * k + 1]),
-                                      _mm_set1_epi16(b->scales[2 * k]));
-        for (int t = 0; t < nt; t++) {
-            const aotx_block_q8_k *xb = xa[t] + i;
-            __m256i acc = _mm256_setzero_si256();
-            for (int k = 0; k < 8; k++) {
-                __m256i xv = _mm256_loadu_si256((const __m256i *)(xb->qs + 32 * k));
-                acc = DP_S16(acc, _mm256_maddubs_epi16(q[k], xv), scq[k]);
-            }
-            __m256i corr = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)xb->bsums), sc16);
-            acc = _mm256_sub_epi32(acc, _mm256_slli_epi32(corr, 5));  /* the -32 offset */
-            facc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc), _mm256_set1_ps(dw * xb->d), facc[t]);
+        for (int j = 0; j < 8; j++)
+            k->sc[j] = _mm256_set_m128i(_mm_set1_epi16(b->scales[2 * j + 1]),
+                                        _mm_set1_epi16(b->scales[2 * j]));
+        return;
+    }
+    const int has_qh = kind == KQ_Q5_K;
+    uint16_t d16, dm16;
+    memcpy(&d16, wb, 2);
+    memcpy(&dm16, wb + 2, 2);
+    const uint8_t *qh = wb + 16, *qs = wb + (has_qh ? 48 : 16);
+    uint8_t sc[8], m[8];
+    SFX(k4_scales)(wb + 4, sc, m);
+    k->d = SFX(h16)(d16);
+    k->dmin = SFX(h16)(dm16);
+    k->corr = _mm256_setzero_si256();
+    k->mf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)m)));
+    __m256i hv = has_qh ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
+    for (int p = 0; p < 4; p++) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * p));
+        __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+        if (has_qh) {
+            const __m256i one = _mm256_set1_epi8(1);
+            lo = _mm256_or_si256(lo, _mm256_slli_epi16(
+                                         _mm256_and_si256(_mm256_srli_epi16(hv, 2 * p), one), 4));
+            hi = _mm256_or_si256(hi, _mm256_slli_epi16(
+                                         _mm256_and_si256(_mm256_srli_epi16(hv, 2 * p + 1), one), 4));
         }
+        k->q[2 * p] = lo;
+        k->q[2 * p + 1] = hi;
+    }
+    for (int j = 0; j < 8; j++) k->sc[j] = _mm256_set1_epi16(sc[j]);
+}
+
+/* lane j = the sum of the 8 lanes of v[j] (exact int32) */
+AI __m256i SFX(tree8)(const __m256i *v) {
+    const __m256i h01 = _mm256_hadd_epi32(v[0], v[1]), h23 = _mm256_hadd_epi32(v[2], v[3]);
+    const __m256i h45 = _mm256_hadd_epi32(v[4], v[5]), h67 = _mm256_hadd_epi32(v[6], v[7]);
+    const __m256i a = _mm256_hadd_epi32(h01, h23), b = _mm256_hadd_epi32(h45, h67);
+    return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20),
+                            _mm256_permute2x128_si256(a, b, 0x31));
+}
+
+/* facc (lane j) += this super-block's sub-block j term for one token */
+AI __m256 SFX(k_tok)(int kind, const SFX(qx_ksb) *k, const aotx_block_q8_k32 *xb, __m256 facc) {
+    __m256i v[8];
+    for (int j = 0; j < 8; j++) {
+        const __m256i xv = _mm256_loadu_si256((const __m256i *)(xb->qs + 32 * j));
+        v[j] = DP_S16(_mm256_setzero_si256(), _mm256_maddubs_epi16(k->q[j], xv), k->sc[j]);
+    }
+    __m256i T = SFX(tree8)(v);
+    const __m256 d8 = _mm256_loadu_ps(xb->d);
+    if (kind == KQ_Q6_K) {
+        const __m256i cr = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)xb->bsums), k->corr);
+        T = _mm256_sub_epi32(T, _mm256_slli_epi32(cr, 5));  /* the -32 offset */
+        return _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(T), d8), _mm256_set1_ps(k->d), facc);
+    }
+    facc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(T), d8), _mm256_set1_ps(k->d), facc);
+    return _mm256_fnmadd_ps(_mm256_mul_ps(k->mf, _mm256_loadu_ps(xb->dm)), _mm256_set1_ps(k->dmin),
+                            facc);
+}
+
+AI void SFX(row_kq)(int kind, const uint8_t *w, int64_t nb, const uint8_t *act, size_t astride,
+                    int nt, float *out) {
+    const size_t bbytes = kind == KQ_Q6_K   ? sizeof(aotx_block_q6_k)
+                          : kind == KQ_Q5_K ? sizeof(aotx_block_q5_k)
+                                            : sizeof(aotx_block_q4_k);
+    __m256 facc[QX86_NT];
+    for (int t = 0; t < nt; t++) facc[t] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const uint8_t *wb = w + (size_t)i * bbytes;
+        for (size_t off = 0; off < bbytes; off += 64)
+            _mm_prefetch((const char *)wb + QX86_PF + off, _MM_HINT_T0);
+        SFX(qx_ksb) k;
+        SFX(kq_unpack)(kind, wb, &k);
+        for (int t = 0; t < nt; t++)
+            facc[t] = SFX(k_tok)(kind, &k, (const aotx_block_q8_k32 *)(act + (size_t)t * astride) + i,
+                                 facc[t]);
     }
     for (int t = 0; t < nt; t++) out[t] = SFX(hsum)(facc[t]);
 }
 
-/* n_tok > 1 for the k-quants: chunks of rows unpacked once (quants, int16 scale
- * vectors, the min / offset correction vector, the two float scales), then
- * each group of QX86_NT tokens runs over the chunk from L1.  The same integer
- * arithmetic as row_k45 / row_q6_k. */
-typedef struct {
-    __m256i q[8];   /* unsigned quants per 32 elements */
-    __m256i sc[8];  /* int16 scale vector per 32 elements */
-    __m256i corr;   /* Q4_K/Q5_K: m_j per Q8_K bsum pair; Q6_K: the 16 scales (int16) */
-    float d, dmin;
-} SFX(qx_ksb);
-#define QX86_KSB 64  /* super-blocks buffered per chunk (36 KiB) */
-
+/* n_tok > 1: chunks of rows unpacked once, then each group of QX86_NT tokens runs over
+ * the chunk from L1 (k_tok: the row kernel's float steps). */
 AI void SFX(kbuf_fill)(int kind, const uint8_t *w, int64_t nb, SFX(qx_ksb) *buf) {
-    const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
-    for (int64_t i = 0; i < nb; i++) {
-        SFX(qx_ksb) *k = buf + i;
-        if (kind == KQ_Q6_K) {
-            const aotx_block_q6_k *b = (const aotx_block_q6_k *)w + i;
-            k->d = SFX(h16)(b->d);
-            k->dmin = 0.0f;
-            k->corr = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales));
-            for (int h = 0; h < 2; h++) {
-                __m256i A = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h));
-                __m256i B = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h + 32));
-                __m256i H = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * h));
-                k->q[4 * h + 0] = _mm256_or_si256(_mm256_and_si256(A, m4),
-                                                  _mm256_and_si256(_mm256_slli_epi16(H, 4), m30));
-                k->q[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(B, m4),
-                                                  _mm256_and_si256(_mm256_slli_epi16(H, 2), m30));
-                k->q[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(A, 4), m4),
-                                                  _mm256_and_si256(H, m30));
-                k->q[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(B, 4), m4),
-                                                  _mm256_and_si256(_mm256_srli_epi16(H, 2), m30));
-            }
-            for (int j = 0; j < 8; j++)
-                k->sc[j] = _mm256_set_m128i(_mm_set1_epi16(b->scales[2 * j + 1]),
-                                            _mm_set1_epi16(b->scales[2 * j]));
-            continue;
-        }
-        const int has_qh = kind == KQ_Q5_K;
-        const size_t bbytes = has_qh ? sizeof(aotx_block_q5_k) : sizeof(aotx_block_q4_k);
-        const uint8_t *wb = w + (size_t)i * bbytes;
-        uint16_t d16, dm16;
-        memcpy(&d16, wb, 2);
-        memcpy(&dm16, wb + 2, 2);
-        const uint8_t *qh = wb + 16, *qs = wb + (has_qh ? 48 : 16);
-        uint8_t sc[8], m[8];
-        SFX(k4_scales)(wb + 4, sc, m);
-        k->d = SFX(h16)(d16);
-        k->dmin = SFX(h16)(dm16);
-        k->corr = _mm256_cvtepu8_epi16(_mm_set_epi8(
-            (char)m[7], (char)m[7], (char)m[6], (char)m[6], (char)m[5], (char)m[5], (char)m[4],
-            (char)m[4], (char)m[3], (char)m[3], (char)m[2], (char)m[2], (char)m[1], (char)m[1],
-            (char)m[0], (char)m[0]));
-        __m256i hv = has_qh ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
-        for (int p = 0; p < 4; p++) {
-            __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * p));
-            __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-            if (has_qh) {
-                const __m256i one = _mm256_set1_epi8(1);
-                lo = _mm256_or_si256(lo, _mm256_slli_epi16(
-                                             _mm256_and_si256(_mm256_srli_epi16(hv, 2 * p), one), 4));
-                hi = _mm256_or_si256(hi, _mm256_slli_epi16(
-                                             _mm256_and_si256(_mm256_srli_epi16(hv, 2 * p + 1), one), 4));
-            }
-            k->q[2 * p] = lo;
-            k->q[2 * p + 1] = hi;
-        }
-        for (int j = 0; j < 8; j++) k->sc[j] = _mm256_set1_epi16(sc[j]);
-    }
+    const size_t bbytes = kind == KQ_Q6_K   ? sizeof(aotx_block_q6_k)
+                          : kind == KQ_Q5_K ? sizeof(aotx_block_q5_k)
+                                            : sizeof(aotx_block_q4_k);
+    for (int64_t i = 0; i < nb; i++) SFX(kq_unpack)(kind, w + (size_t)i * bbytes, buf + i);
 }
 
 AI void SFX(kbuf_dot)(int kind, const SFX(qx_ksb) *buf, int64_t nb, const uint8_t *act,
                       size_t astride, int nt, float *out) {
     __m256 facc[QX86_NT];
     for (int t = 0; t < nt; t++) facc[t] = _mm256_setzero_ps();
-    for (int64_t i = 0; i < nb; i++) {
-        const SFX(qx_ksb) *k = buf + i;
-        for (int t = 0; t < nt; t++) {
-            const aotx_block_q8_k *xb = (const aotx_block_q8_k *)(act + (size_t)t * astride) + i;
-            __m256i acc = _mm256_setzero_si256();
-            for (int j = 0; j < 8; j++) {
-                __m256i xv = _mm256_loadu_si256((const __m256i *)(xb->qs + 32 * j));
-                acc = DP_S16(acc, _mm256_maddubs_epi16(k->q[j], xv), k->sc[j]);
-            }
-            __m256i cr = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)xb->bsums), k->corr);
-            if (kind == KQ_Q6_K) {
-                acc = _mm256_sub_epi32(acc, _mm256_slli_epi32(cr, 5));  /* the -32 offset */
-                facc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc), _mm256_set1_ps(k->d * xb->d),
-                                          facc[t]);
-            } else {
-                facc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc), _mm256_set1_ps(k->d * xb->d),
-                                          facc[t]);
-                facc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(cr),
-                                          _mm256_set1_ps(-(k->dmin * xb->d)), facc[t]);
-            }
-        }
-    }
+    for (int64_t i = 0; i < nb; i++)
+        for (int t = 0; t < nt; t++)
+            facc[t] = SFX(k_tok)(kind, buf + i,
+                                 (const aotx_block_q8_k32 *)(act + (size_t)t * astride) + i, facc[t]);
     for (int t = 0; t < nt; t++) out[t] = SFX(hsum)(facc[t]);
 }
 
@@ -1144,9 +1079,9 @@ AI void SFX(row_half)(int bf, const uint8_t *w, int64_t cols, const uint8_t *act
     SFX(row_q8fam)(K_Q5_0, sizeof(aotx_block_q5_0), w, nb, a, as, nt, o)
 #define ROW_Q8_0(w, nb, a, as, nt, o) \
     SFX(row_q8fam)(K_Q8_0, sizeof(aotx_block_q8_0), w, nb, a, as, nt, o)
-#define ROW_Q4_K(w, nb, a, as, nt, o) SFX(row_k45)(0, w, nb, a, as, nt, o)
-#define ROW_Q5_K(w, nb, a, as, nt, o) SFX(row_k45)(1, w, nb, a, as, nt, o)
-#define ROW_Q6_K(w, nb, a, as, nt, o) SFX(row_q6_k)(w, nb, a, as, nt, o)
+#define ROW_Q4_K(w, nb, a, as, nt, o) SFX(row_kq)(KQ_Q4_K, w, nb, a, as, nt, o)
+#define ROW_Q5_K(w, nb, a, as, nt, o) SFX(row_kq)(KQ_Q5_K, w, nb, a, as, nt, o)
+#define ROW_Q6_K(w, nb, a, as, nt, o) SFX(row_kq)(KQ_Q6_K, w, nb, a, as, nt, o)
 #define ROW_F16(w, nb, a, as, nt, o) SFX(row_half)(0, w, nb, a, as, nt, o)
 #define ROW_BF16(w, nb, a, as, nt, o) SFX(row_half)(1, w, nb, a, as, nt, o)
 
@@ -1193,23 +1128,26 @@ QX86_DEFINE_KMULTI(mmb_q6_k, KQ_Q6_K, KDOT_Q6_K, mm_q6_k)
 /* ---- n_tok > 1 for Q4_K / Q6_K: register tiles of 16 rows x up to 8 tokens ----
  * As for the Q8_0 family, lanes = rows: each super-block of 16 rows is transposed
  * into q[e/4] = quants 4(e/4).. of each row (unsigned: Q4_K's 0..15, Q6_K's 0..63), and
- * the Q8_K activations' signed quants are broadcast 4 at a time straight from act:
- * vpdpbusd gives each sub-block's (Q4_K: 32, Q6_K: 16 elements) exact sum q * x_q.
- * Float per sub-block: one conversion and one FMA with d * sc (exact: an fp16 times a
- * 6-bit / 8-bit integer).  The second term is exact in int32 with vpdpwssd on the
- * Q8_K block sums: Q4_K m_j * bsum_j (scaled by dmin), Q6_K sc_g * bsum_g (the
- * -32 offset, scaled by 32 d).  Super-blocks after the first add into y. */
+ * the Q8_K32 activations' signed quants are broadcast 4 at a time straight from act:
+ * vpdpbusd gives each sub-block's (Q4_K: 32, Q6_K: 16 elements) exact sum q * x_q
+ * (Q6_K: seeded with -32 * bsum, so the -32 offset is in it).  The float steps are the
+ * reference's (aotx_block_q8_k32), per row lane:
+ *   Q4_K: F = fma(S_j * sc_j, d[j], F) (the product of two integers < 2^24: exact),
+ *     G = fma(m_j, dm[j], G), r = fma(F, d_w, -(G * dmin)), y = r or y + r;
+ *   Q6_K: T_j = S'_2j * sc_2j + S'_2j+1 * sc_2j+1 (a product and an fma, both exact:
+ *     |T_j| < 2^24), F = fma(T_j, d[j], F), y = F * d_w or fma(F, d_w, y).
+ * Super-blocks after the first add into y. */
 #define QX86_KSL 8   /* super-blocks per scale staging slab */
 
 typedef struct {
     __m512i q[64];                       /* [element dword][row lane] unsigned quants */
-    __m512 dsc[QX86_KSL][16];            /* [sb][sub-block] d * sc per row */
-    __m512i mm[QX86_KSL][8];             /* [sb][bsum pair] int16 pairs per row */
-    __m512 dmin[QX86_KSL];               /* [sb] Q4_K dmin, Q6_K 32 * d per row */
-    float s_dsc[QX86_KSL][16][16];       /* staging: [sb][sub-block][row] */
-    int32_t s_mm[QX86_KSL][8][16];
-    float s_dmin[QX86_KSL][16];
-} qx_ktiles;                             /* ~33 KiB */
+    __m512 scf[QX86_KSL][16];            /* [sb][sub-block] sc per row, as float */
+    __m512 mf[QX86_KSL][8];              /* [sb][sub-block] Q4_K m per row, as float */
+    __m512 d[QX86_KSL], dmin[QX86_KSL];  /* [sb] per row */
+    float s_scf[QX86_KSL][16][16];       /* staging: [sb][sub-block][row] */
+    float s_mf[QX86_KSL][8][16];
+    float s_d[QX86_KSL][16], s_dmin[QX86_KSL][16];
+} qx_ktiles;                             /* ~36 KiB */
 
 /* Scales of rows[0..15], super-blocks [0, kn) (scalar, row by row). */
 AI void SFX(ktile_scales)(int kind, const uint8_t *const *rows, int64_t kn, qx_ktiles *kb) {
@@ -1217,12 +1155,8 @@ AI void SFX(ktile_scales)(int kind, const uint8_t *const *rows, int64_t kn, qx_k
         for (int64_t i = 0; i < kn; i++) {
             if (kind == KQ_Q6_K) {
                 const aotx_block_q6_k *b = (const aotx_block_q6_k *)rows[r] + i;
-                float d = SFX(h16)(b->d);
-                for (int g = 0; g < 16; g++) kb->s_dsc[i][g][r] = d * (float)b->scales[g];
-                for (int k = 0; k < 8; k++)
-                    kb->s_mm[i][k][r] = (int32_t)(((uint32_t)(uint16_t)b->scales[2 * k]) |
-                                                  ((uint32_t)(uint16_t)b->scales[2 * k + 1] << 16));
-                kb->s_dmin[i][r] = 32.0f * d;
+                for (int g = 0; g < 16; g++) kb->s_scf[i][g][r] = (float)b->scales[g];
+                kb->s_d[i][r] = SFX(h16)(b->d);
             } else {
                 const uint8_t *wb = rows[r] + (size_t)i * sizeof(aotx_block_q4_k);
                 uint16_t d16, dm16;
@@ -1230,20 +1164,23 @@ AI void SFX(ktile_scales)(int kind, const uint8_t *const *rows, int64_t kn, qx_k
                 memcpy(&dm16, wb + 2, 2);
                 uint8_t sc[8], m[8];
                 SFX(k4_scales)(wb + 4, sc, m);
-                float d = SFX(h16)(d16);
                 for (int j = 0; j < 8; j++) {
-                    kb->s_dsc[i][j][r] = d * (float)sc[j];
-                    kb->s_mm[i][j][r] = (int32_t)m[j] * 0x10001;
+                    kb->s_scf[i][j][r] = (float)sc[j];
+                    kb->s_mf[i][j][r] = (float)m[j];
                 }
+                kb->s_d[i][r] = SFX(h16)(d16);
                 kb->s_dmin[i][r] = SFX(h16)(dm16);
             }
         }
     }
     const int nsub = kind == KQ_Q6_K ? 16 : 8;
     for (int64_t i = 0; i < kn; i++) {
-        for (int j = 0; j < nsub; j++) kb->dsc[i][j] = _mm512_loadu_ps(kb->s_dsc[i][j]);
-        for (int k = 0; k < 8; k++) kb->mm[i][k] = _mm512_loadu_si512((const void *)kb->s_mm[i][k]);
-        kb->dmin[i] = _mm512_loadu_ps(kb->s_dmin[i]);
+        for (int j = 0; j < nsub; j++) kb->scf[i][j] = _mm512_loadu_ps(kb->s_scf[i][j]);
+        if (kind != KQ_Q6_K) {
+            for (int j = 0; j < 8; j++) kb->mf[i][j] = _mm512_loadu_ps(kb->s_mf[i][j]);
+            kb->dmin[i] = _mm512_loadu_ps(kb->s_dmin[i]);
+        }
+        kb->d[i] = _mm512_loadu_ps(kb->s_d[i]);
     }
 }
 
@@ -1287,38 +1224,65 @@ AI void SFX(ktile_quants)(int kind, const uint8_t *const *rows, int64_t i, qx_kt
 AI void SFX(ktile_dot)(int kind, const qx_ktiles *kb, int64_t si, int64_t i, const uint8_t *act,
                        size_t as, int64_t t0, int nt, float *y, int64_t ldy, __mmask16 m,
                        int accum) {
-    const aotx_block_q8_k *xb[QX86_TT];
+    const aotx_block_q8_k32 *xb[QX86_TT];
     __m512 F[QX86_TT];
     for (int t = 0; t < nt; t++) {
-        xb[t] = (const aotx_block_q8_k *)(act + (size_t)(t0 + t) * as) + i;
+        xb[t] = (const aotx_block_q8_k32 *)(act + (size_t)(t0 + t) * as) + i;
         F[t] = _mm512_setzero_ps();
     }
-    const int nsub = kind == KQ_Q6_K ? 16 : 8, ndw = 64 / nsub;
-    for (int j = 0; j < nsub; j++) {
+    if (kind == KQ_Q6_K) {
+        for (int j = 0; j < 8; j++) {  /* 32 values: groups 2j, 2j + 1 = dwords 8j .. 8j + 7 */
+            __m512i a0[QX86_TT], a1[QX86_TT];
+            for (int t = 0; t < nt; t++) {
+                a0[t] = _mm512_set1_epi32(-32 * (int32_t)xb[t]->bsums[2 * j]);
+                a1[t] = _mm512_set1_epi32(-32 * (int32_t)xb[t]->bsums[2 * j + 1]);
+            }
+            for (int g = 0; g < 4; g++) {
+                const __m512i w0 = _mm512_load_si512((const void *)&kb->q[8 * j + g]);
+                const __m512i w1 = _mm512_load_si512((const void *)&kb->q[8 * j + 4 + g]);
+                for (int t = 0; t < nt; t++) {
+                    int32_t x0, x1;
+                    memcpy(&x0, xb[t]->qs + 4 * (8 * j + g), 4);
+                    memcpy(&x1, xb[t]->qs + 4 * (8 * j + 4 + g), 4);
+                    a0[t] = _mm512_dpbusd_epi32(a0[t], w0, _mm512_set1_epi32(x0));
+                    a1[t] = _mm512_dpbusd_epi32(a1[t], w1, _mm512_set1_epi32(x1));
+                }
+            }
+            for (int t = 0; t < nt; t++) {
+                __m512 tj = _mm512_mul_ps(_mm512_cvtepi32_ps(a0[t]), kb->scf[si][2 * j]);
+                tj = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a1[t]), kb->scf[si][2 * j + 1], tj);
+                F[t] = _mm512_fmadd_ps(tj, _mm512_set1_ps(xb[t]->d[j]), F[t]);
+            }
+        }
+        for (int t = 0; t < nt; t++) {
+            float *yt = y + (t0 + t) * ldy;
+            __m512 r = accum ? _mm512_fmadd_ps(F[t], kb->d[si], _mm512_maskz_loadu_ps(m, yt))
+                             : _mm512_mul_ps(F[t], kb->d[si]);
+            _mm512_mask_storeu_ps(yt, m, r);
+        }
+        return;
+    }
+    for (int j = 0; j < 8; j++) {  /* 32 values = dwords 8j .. 8j + 7 */
         __m512i a[QX86_TT];
         for (int t = 0; t < nt; t++) a[t] = _mm512_setzero_si512();
-        for (int g = 0; g < ndw; g++) {
-            const __m512i wv = _mm512_load_si512((const void *)&kb->q[ndw * j + g]);
+        for (int g = 0; g < 8; g++) {
+            const __m512i wv = _mm512_load_si512((const void *)&kb->q[8 * j + g]);
             for (int t = 0; t < nt; t++) {
                 int32_t x4;
-                memcpy(&x4, xb[t]->qs + 4 * (ndw * j + g), 4);
+                memcpy(&x4, xb[t]->qs + 4 * (8 * j + g), 4);
                 a[t] = _mm512_dpbusd_epi32(a[t], wv, _mm512_set1_epi32(x4));
             }
         }
         for (int t = 0; t < nt; t++)
-            F[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a[t]), kb->dsc[si][j], F[t]);
+            F[t] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(a[t]), kb->scf[si][j]),
+                                   _mm512_set1_ps(xb[t]->d[j]), F[t]);
     }
     for (int t = 0; t < nt; t++) {
-        __m512i mn = _mm512_setzero_si512();
-        for (int k = 0; k < 8; k++) {
-            int32_t b2;
-            memcpy(&b2, xb[t]->bsums + 2 * k, 4);
-            mn = _mm512_dpwssd_epi32(mn, kb->mm[si][k], _mm512_set1_epi32(b2));
-        }
-        __m512 r = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mn), kb->dmin[si], F[t]);
+        __m512 G = _mm512_setzero_ps();
+        for (int j = 0; j < 8; j++) G = _mm512_fmadd_ps(kb->mf[si][j], _mm512_set1_ps(xb[t]->dm[j]), G);
+        __m512 r = _mm512_fmsub_ps(F[t], kb->d[si], _mm512_mul_ps(G, kb->dmin[si]));
         float *yt = y + (t0 + t) * ldy;
-        __m512 dx = _mm512_set1_ps(xb[t]->d);
-        r = accum ? _mm512_fmadd_ps(r, dx, _mm512_maskz_loadu_ps(m, yt)) : _mm512_mul_ps(r, dx);
+        if (accum) r = _mm512_add_ps(_mm512_maskz_loadu_ps(m, yt), r);
         _mm512_mask_storeu_ps(yt, m, r);
     }
 }

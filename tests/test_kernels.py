@@ -39,7 +39,10 @@ QUANT_TYPES = [GT.Q4_0, GT.Q5_0, GT.Q8_0, GT.Q4_K, GT.Q5_K, GT.Q6_K]
 ALL_TYPES = [GT.F32, GT.F16, GT.BF16, *QUANT_TYPES]
 GGUF_QUANTIZES = {GT.F16, GT.BF16, GT.Q4_0, GT.Q5_0, GT.Q8_0}
 
-ACT_Q8_K = np.dtype([("d", "<f4"), ("qs", "i1", (256,)), ("bsums", "<i2", (16,))])
+# our k-quant activation layout (aotx_block_q8_k32): Q8_K's quants and 16-sums, one scale
+# per 32 values, and the mins' term dm[j] = d[j] * (sum of the 32 quants)
+ACT_Q8_K32 = np.dtype([("qs", "i1", (256,)), ("d", "<f4", (8,)), ("dm", "<f4", (8,)),
+                       ("bsums", "<i2", (16,))])
 
 
 def fbuf(a: np.ndarray) -> Any:
@@ -114,8 +117,9 @@ def act_dequant(t: GT, act: np.ndarray, n_tok: int, cols: int) -> tuple[np.ndarr
     if t in (GT.Q4_0, GT.Q5_0, GT.Q8_0):
         qs, d = act8_blocks(act, n_tok, cols)
     else:
-        blocks = act.view(ACT_Q8_K).reshape(n_tok, cols // 256)
-        qs, d = blocks["qs"].astype(np.float32), blocks["d"]
+        blocks = act.view(ACT_Q8_K32).reshape(n_tok, cols // 256)
+        qs = blocks["qs"].reshape(n_tok, cols // 32, 32)
+        d = blocks["d"].reshape(n_tok, cols // 32)
     dd = d[..., None].astype(np.float32)
     xq = (dd * qs.astype(np.float32)).reshape(n_tok, cols)
     return xq, np.broadcast_to(dd / 2, qs.shape).reshape(n_tok, cols)
@@ -256,9 +260,14 @@ def test_act_prepare_quantizes_each_block(t: GT) -> None:
         xq8, _ = act8_blocks(act, n_tok, cols)
         assert np.abs(xq8).max() == 127
     elif t == GT.Q6_K:
-        blocks = act.view(ACT_Q8_K)
+        blocks = act.view(ACT_Q8_K32)
         sums = blocks["qs"].astype(np.int32).reshape(-1, 16, 16).sum(axis=2)
         assert np.array_equal(blocks["bsums"], sums)
+        # each 32 values quantized on its own: its largest quant is +-127 (or all zero)
+        q32 = np.abs(blocks["qs"].astype(np.int32)).reshape(-1, 8, 32).max(axis=2)
+        assert np.all((q32 == 127) | (blocks["d"] == 0))
+        s32 = sums.reshape(-1, 8, 2).sum(axis=2).astype(np.float32)
+        assert np.array_equal(blocks["dm"], (blocks["d"] * s32).astype(np.float32))
     else:
         assert np.array_equal(xq, x)
 
@@ -606,6 +615,43 @@ def test_matmul_batch_invariant(t: GT, path: str) -> None:
         part = matmul(t, w, cols, act, n_tok, rows, r0, r1, rows, ref=False)
         split[:, r0:r1] = part[:, r0:r1]
     assert np.array_equal(split.view(np.uint32), bits), (t.name, path, "row split")
+
+
+@pytest.mark.parametrize("t", [GT.Q4_K, GT.Q6_K], ids=lambda t: t.name)
+def test_kquant_invariant_kernels_equal_the_reference_bits(t: GT, path: str) -> None:
+    """Q4_K / Q6_K x Q8_K32: the batch-invariant kernels (the AVX2 tiles and Q6_K's
+    one-row decode kernel, the AVX-512 tiles in the invariant mode) repeat the
+    reference's float steps (aotx_block_q8_k32 in csrc/aotx_kernels.h), so they give its
+    bits at every n_tok (1: decode; 5: a partial token group; 13: more than one), on row
+    ranges that cut 8- and 16-row chunks, with random and extreme quants (|T_j| near
+    2^24 for Q6_K: the float steps are exact only below it) and activations with
+    outliers (one 32-block much larger than the rest of its super-block)."""
+    rng = np.random.default_rng(31)
+    rows, nb = 45, 9
+    cols = 256 * nb
+    for mode in ("random", "extreme"):
+        if mode == "random":
+            w = weights(t, rows, cols, rng, "random")
+            x = rng.standard_normal((13, cols)).astype(np.float32)
+            x[:, 40] = 300.0
+        else:
+            _, bb, offs = LAYOUT[t]
+            raw = rng.choice(np.array((0x00, 0xFF), np.uint8), (rows * nb, bb))
+            if t == GT.Q6_K:
+                raw[:, 192:208] = rng.choice(np.array((0x80, 0x7F), np.uint8), (raw.shape[0], 16))
+            for off in offs:
+                raw[:, off:off + 2] = np.array([0.5], np.float16).view(np.uint8)
+            w = raw.reshape(rows, -1)
+            x = np.where(rng.random((13, cols)) < 0.5, -1.0, 1.0).astype(np.float32)
+        for n_tok in (1, 5, 13):
+            act = prepare(t, x[:n_tok])
+            want = matmul(t, w, cols, act, n_tok, rows, 0, rows, rows, ref=True)
+            got = np.full((n_tok, rows), np.nan, np.float32)
+            for r0, r1 in ((0, 3), (3, 19), (19, 40), (40, rows)):
+                got[:, r0:r1] = matmul(t, w, cols, act, n_tok, rows, r0, r1, rows,
+                                       ref=False)[:, r0:r1]
+            assert np.all(np.isfinite(want))
+            assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), (path, mode, n_tok)
 
 
 def test_threads_on_disjoint_row_ranges_match_one_call() -> None:
