@@ -564,7 +564,7 @@ void aotx_avx2_q8_0_packed(const uint8_t *pk, int64_t nb, const uint8_t *act, si
 typedef struct {
     __m256i q[64];                  /* [element dword][row lane] unsigned quants */
     __m256i sc[KSL][16];            /* [sb][sub-block] (sc, sc) int16 pairs per row */
-    __m256i mm[KSL][8];             /* [sb][32-block] Q6_K (sc_2j, sc_2j+1) int16 pairs per row */
+    __m256i mm[KSL][8];             /* [sb][32-block] Q6_K (-2 sc_2j, -2 sc_2j+1) int16 pairs per row */
     __m256 mf[KSL][8];              /* [sb][sub-block] Q4_K m per row, as float */
     __m256 d[KSL];                  /* [sb] d per row */
     __m256 dmin[KSL];               /* [sb] Q4_K dmin per row */
@@ -587,6 +587,10 @@ static void ktile_scales(int kind, const uint8_t *row0, __m256i vidx, int64_t kn
                     kb->sc[i][4 * a + c] = _mm256_or_si256(_mm256_and_si256(sc[c], lo16),
                                                            _mm256_slli_epi32(sc[c], 16));
                 }
+                /* (-2 sc, -2 sc') pairs: madd with (16 bsum, 16 bsum') (both fit int16) is the
+                 * -32 offset of a 32-value sub-block, exact */
+                const __m256i z = _mm256_setzero_si256();
+                for (int c = 0; c < 4; c++) sc[c] = _mm256_sub_epi32(z, _mm256_add_epi32(sc[c], sc[c]));
                 kb->mm[i][2 * a] = _mm256_or_si256(_mm256_and_si256(sc[0], lo16), _mm256_slli_epi32(sc[1], 16));
                 kb->mm[i][2 * a + 1] = _mm256_or_si256(_mm256_and_si256(sc[2], lo16),
                                                        _mm256_slli_epi32(sc[3], 16));
@@ -678,14 +682,14 @@ AI void ktile_dot(int kind, const ktiles8 *kb, int64_t si, int64_t i, const uint
         F[t] = _mm256_setzero_ps();
     }
     if (kind == AOTX_TK_Q6_K) {
+        int32_t b16[TT][8];  /* (16 bsum_2j, 16 bsum_2j+1) pairs (|16 bsum| <= 32512) */
+        for (int t = 0; t < nt; t++)
+            _mm256_storeu_si256((__m256i *)b16[t],
+                                _mm256_slli_epi16(_mm256_loadu_si256((const __m256i *)xb[t]->bsums), 4));
         for (int j = 0; j < 8; j++) {  /* 32 values: groups 2j, 2j + 1 = dwords 8j .. 8j + 7 */
-            __m256i A[TT];
-            for (int t = 0; t < nt; t++) {
-                int32_t b2;
-                memcpy(&b2, xb[t]->bsums + 2 * j, 4);
-                const __m256i cr = _mm256_madd_epi16(kb->mm[si][j], _mm256_set1_epi32(b2));
-                A[t] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(cr, 5));
-            }
+            __m256i A[TT];  /* seeded with the -32 offset: madd((-2 sc), (16 bsum)) */
+            for (int t = 0; t < nt; t++)
+                A[t] = _mm256_madd_epi16(kb->mm[si][j], _mm256_set1_epi32(b16[t][j]));
             for (int gg = 0; gg < 2; gg++) {
                 const int g16 = 2 * j + gg;
                 const __m256i sc = kb->sc[si][g16];

@@ -844,6 +844,10 @@ typedef struct {
     __m256i sc[8];  /* int16 scale vector per 32 elements */
     __m256i corr;   /* Q6_K: the 16 scales (int16), for sum sc_g * bsum_g */
     __m256 mf;      /* Q4_K/Q5_K: m_j as float */
+#if QX86_VNNI
+    __m256 dsc;     /* Q4_K/Q5_K: d * sc_j (exact); Q6_K: unused */
+    __m512 dsc16;   /* Q6_K: d * sc_g (exact) */
+#endif
     float d, dmin;
 } SFX(qx_ksb);
 #define QX86_KSB 64  /* super-blocks buffered per chunk (38 KiB) */
@@ -872,6 +876,10 @@ AI void SFX(kq_unpack)(int kind, const uint8_t *wb, SFX(qx_ksb) *k) {
         for (int j = 0; j < 8; j++)
             k->sc[j] = _mm256_set_m128i(_mm_set1_epi16(b->scales[2 * j + 1]),
                                         _mm_set1_epi16(b->scales[2 * j]));
+#if QX86_VNNI
+        k->dsc16 = _mm512_mul_ps(_mm512_set1_ps(k->d), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                                                           _mm_loadu_si128((const __m128i *)b->scales))));
+#endif
         return;
     }
     const int has_qh = kind == KQ_Q5_K;
@@ -879,12 +887,20 @@ AI void SFX(kq_unpack)(int kind, const uint8_t *wb, SFX(qx_ksb) *k) {
     memcpy(&d16, wb, 2);
     memcpy(&dm16, wb + 2, 2);
     const uint8_t *qh = wb + 16, *qs = wb + (has_qh ? 48 : 16);
-    uint8_t sc[8], m[8];
-    SFX(k4_scales)(wb + 4, sc, m);
+    /* the 6-bit scales and mins as 8 bytes each, in registers (k4_scales' bytes written to
+     * memory and read back as one 8-byte vector stall store forwarding) */
+    uint32_t a, b, c;
+    memcpy(&a, wb + 4, 4);
+    memcpy(&b, wb + 8, 4);
+    memcpy(&c, wb + 12, 4);
+    const uint64_t sc8 = (uint64_t)(a & 0x3f3f3f3fu) |
+                         (uint64_t)((c & 0x0f0f0f0fu) | ((a >> 2) & 0x30303030u)) << 32;
+    const uint64_t m8 = (uint64_t)(b & 0x3f3f3f3fu) |
+                        (uint64_t)(((c >> 4) & 0x0f0f0f0fu) | ((b >> 2) & 0x30303030u)) << 32;
     k->d = SFX(h16)(d16);
     k->dmin = SFX(h16)(dm16);
     k->corr = _mm256_setzero_si256();
-    k->mf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)m)));
+    k->mf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)m8)));
     __m256i hv = has_qh ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
     for (int p = 0; p < 4; p++) {
         __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * p));
@@ -899,7 +915,12 @@ AI void SFX(kq_unpack)(int kind, const uint8_t *wb, SFX(qx_ksb) *k) {
         k->q[2 * p] = lo;
         k->q[2 * p + 1] = hi;
     }
-    for (int j = 0; j < 8; j++) k->sc[j] = _mm256_set1_epi16(sc[j]);
+    for (int j = 0; j < 8; j++) k->sc[j] = _mm256_set1_epi16((short)((sc8 >> (8 * j)) & 0xff));
+#if QX86_VNNI
+    k->dsc = _mm256_mul_ps(_mm256_set1_ps(k->d),
+                           _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)sc8))));
+    k->mf = _mm256_mul_ps(_mm256_set1_ps(k->dmin), k->mf);  /* dmin * m_j (exact) */
+#endif
 }
 
 /* lane j = the sum of the 8 lanes of v[j] (exact int32) */
@@ -911,6 +932,48 @@ AI __m256i SFX(tree8)(const __m256i *v) {
                             _mm256_permute2x128_si256(a, b, 0x31));
 }
 
+#if QX86_VNNI
+/* AVX-512: 64 values per vpdpbusd (two 32-blocks; lanes = sums of 4), each lane scaled
+ * by its d_w * sc * d[j] (a permute of 8 or 16 products per token), the mins / the -32
+ * offset from the 8 sub-block terms; facc is one 16-lane accumulator per token. */
+typedef __m512 SFX(kacc);
+#define KACC_ZERO() _mm512_setzero_ps()
+#define KACC_SUM(v) _mm512_reduce_add_ps(v)
+AI __m512 SFX(k_tok)(int kind, const SFX(qx_ksb) *k, const aotx_block_q8_k32 *xb, __m512 facc) {
+    const __m256 d8 = _mm256_loadu_ps(xb->d);
+    const __m512i zero = _mm512_setzero_si512();
+    if (kind == KQ_Q6_K) {
+        /* lane l of pair p: group 4p + l / 4 */
+        const __m512i ig = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+        const __m512 w16 = _mm512_mul_ps(k->dsc16, _mm512_permutexvar_ps(ig, _mm512_zextps256_ps512(d8)));
+        for (int p = 0; p < 4; p++) {
+            const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(k->q[2 * p]), k->q[2 * p + 1], 1);
+            const __m512i s = _mm512_dpbusd_epi32(zero, z, _mm512_loadu_si512((const void *)(xb->qs + 64 * p)));
+            const __m512i il = _mm512_set_epi32(4 * p + 3, 4 * p + 3, 4 * p + 3, 4 * p + 3, 4 * p + 2,
+                                                4 * p + 2, 4 * p + 2, 4 * p + 2, 4 * p + 1, 4 * p + 1,
+                                                4 * p + 1, 4 * p + 1, 4 * p, 4 * p, 4 * p, 4 * p);
+            facc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_permutexvar_ps(il, w16), facc);
+        }
+        const __m256i cr = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)xb->bsums), k->corr);
+        const __m256 off = _mm256_mul_ps(_mm256_cvtepi32_ps(cr), d8);
+        return _mm512_fnmadd_ps(_mm512_zextps256_ps512(off), _mm512_set1_ps(32.0f * k->d), facc);
+    }
+    const __m512 w8 = _mm512_zextps256_ps512(_mm256_mul_ps(k->dsc, d8));
+    for (int p = 0; p < 4; p++) {
+        const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(k->q[2 * p]), k->q[2 * p + 1], 1);
+        const __m512i s = _mm512_dpbusd_epi32(zero, z, _mm512_loadu_si512((const void *)(xb->qs + 64 * p)));
+        const __m512i il = _mm512_set_epi32(2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1,
+                                            2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p, 2 * p, 2 * p, 2 * p,
+                                            2 * p, 2 * p, 2 * p, 2 * p);
+        facc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_permutexvar_ps(il, w8), facc);
+    }
+    return _mm512_fnmadd_ps(_mm512_zextps256_ps512(k->mf), _mm512_zextps256_ps512(_mm256_loadu_ps(xb->dm)),
+                            facc);
+}
+#else
+typedef __m256 SFX(kacc);
+#define KACC_ZERO() _mm256_setzero_ps()
+#define KACC_SUM(v) SFX(hsum)(v)
 /* facc (lane j) += this super-block's sub-block j term for one token */
 AI __m256 SFX(k_tok)(int kind, const SFX(qx_ksb) *k, const aotx_block_q8_k32 *xb, __m256 facc) {
     __m256i v[8];
@@ -929,14 +992,15 @@ AI __m256 SFX(k_tok)(int kind, const SFX(qx_ksb) *k, const aotx_block_q8_k32 *xb
     return _mm256_fnmadd_ps(_mm256_mul_ps(k->mf, _mm256_loadu_ps(xb->dm)), _mm256_set1_ps(k->dmin),
                             facc);
 }
+#endif
 
 AI void SFX(row_kq)(int kind, const uint8_t *w, int64_t nb, const uint8_t *act, size_t astride,
                     int nt, float *out) {
     const size_t bbytes = kind == KQ_Q6_K   ? sizeof(aotx_block_q6_k)
                           : kind == KQ_Q5_K ? sizeof(aotx_block_q5_k)
                                             : sizeof(aotx_block_q4_k);
-    __m256 facc[QX86_NT];
-    for (int t = 0; t < nt; t++) facc[t] = _mm256_setzero_ps();
+    SFX(kacc) facc[QX86_NT];
+    for (int t = 0; t < nt; t++) facc[t] = KACC_ZERO();
     for (int64_t i = 0; i < nb; i++) {
         const uint8_t *wb = w + (size_t)i * bbytes;
         for (size_t off = 0; off < bbytes; off += 64)
@@ -947,7 +1011,7 @@ AI void SFX(row_kq)(int kind, const uint8_t *w, int64_t nb, const uint8_t *act, 
             facc[t] = SFX(k_tok)(kind, &k, (const aotx_block_q8_k32 *)(act + (size_t)t * astride) + i,
                                  facc[t]);
     }
-    for (int t = 0; t < nt; t++) out[t] = SFX(hsum)(facc[t]);
+    for (int t = 0; t < nt; t++) out[t] = KACC_SUM(facc[t]);
 }
 
 /* n_tok > 1: chunks of rows unpacked once, then each group of QX86_NT tokens runs over
@@ -961,14 +1025,16 @@ AI void SFX(kbuf_fill)(int kind, const uint8_t *w, int64_t nb, SFX(qx_ksb) *buf)
 
 AI void SFX(kbuf_dot)(int kind, const SFX(qx_ksb) *buf, int64_t nb, const uint8_t *act,
                       size_t astride, int nt, float *out) {
-    __m256 facc[QX86_NT];
-    for (int t = 0; t < nt; t++) facc[t] = _mm256_setzero_ps();
+    SFX(kacc) facc[QX86_NT];
+    for (int t = 0; t < nt; t++) facc[t] = KACC_ZERO();
     for (int64_t i = 0; i < nb; i++)
         for (int t = 0; t < nt; t++)
             facc[t] = SFX(k_tok)(kind, buf + i,
                                  (const aotx_block_q8_k32 *)(act + (size_t)t * astride) + i, facc[t]);
-    for (int t = 0; t < nt; t++) out[t] = SFX(hsum)(facc[t]);
+    for (int t = 0; t < nt; t++) out[t] = KACC_SUM(facc[t]);
 }
+#undef KACC_ZERO
+#undef KACC_SUM
 
 #define KDOT_Q4_K(buf, nb, a, as, nt, o) SFX(kbuf_dot)(KQ_Q4_K, buf, nb, a, as, nt, o)
 #define KDOT_Q5_K(buf, nb, a, as, nt, o) SFX(kbuf_dot)(KQ_Q5_K, buf, nb, a, as, nt, o)
