@@ -1210,43 +1210,50 @@ typedef struct {
     __m512 scf[QX86_KSL][16];            /* [sb][sub-block] sc per row, as float */
     __m512 mf[QX86_KSL][8];              /* [sb][sub-block] Q4_K m per row, as float */
     __m512 d[QX86_KSL], dmin[QX86_KSL];  /* [sb] per row */
-    float s_scf[QX86_KSL][16][16];       /* staging: [sb][sub-block][row] */
-    float s_mf[QX86_KSL][8][16];
-    float s_d[QX86_KSL][16], s_dmin[QX86_KSL][16];
-} qx_ktiles;                             /* ~36 KiB */
+} qx_ktiles;                             /* ~29 KiB */
 
-/* Scales of rows[0..15], super-blocks [0, kn) (scalar, row by row). */
+/* Scales of rows[0..15], super-blocks [0, kn): gathered per super-block (one dword of
+ * each row per gather), unpacked in vectors. */
 AI void SFX(ktile_scales)(int kind, const uint8_t *const *rows, int64_t kn, qx_ktiles *kb) {
-    for (int r = 0; r < 16; r++) {
-        for (int64_t i = 0; i < kn; i++) {
-            if (kind == KQ_Q6_K) {
-                const aotx_block_q6_k *b = (const aotx_block_q6_k *)rows[r] + i;
-                for (int g = 0; g < 16; g++) kb->s_scf[i][g][r] = (float)b->scales[g];
-                kb->s_d[i][r] = SFX(h16)(b->d);
-            } else {
-                const uint8_t *wb = rows[r] + (size_t)i * sizeof(aotx_block_q4_k);
-                uint16_t d16, dm16;
-                memcpy(&d16, wb, 2);
-                memcpy(&dm16, wb + 2, 2);
-                uint8_t sc[8], m[8];
-                SFX(k4_scales)(wb + 4, sc, m);
-                for (int j = 0; j < 8; j++) {
-                    kb->s_scf[i][j][r] = (float)sc[j];
-                    kb->s_mf[i][j][r] = (float)m[j];
-                }
-                kb->s_d[i][r] = SFX(h16)(d16);
-                kb->s_dmin[i][r] = SFX(h16)(dm16);
-            }
-        }
-    }
-    const int nsub = kind == KQ_Q6_K ? 16 : 8;
+    int32_t ix[16];
+    for (int r = 0; r < 16; r++) ix[r] = (int32_t)(rows[r] - rows[0]);
+    const __m512i vidx = _mm512_loadu_si512((const void *)ix);
+    const __m512i ff = _mm512_set1_epi32(0xff);
     for (int64_t i = 0; i < kn; i++) {
-        for (int j = 0; j < nsub; j++) kb->scf[i][j] = _mm512_loadu_ps(kb->s_scf[i][j]);
-        if (kind != KQ_Q6_K) {
-            for (int j = 0; j < 8; j++) kb->mf[i][j] = _mm512_loadu_ps(kb->s_mf[i][j]);
-            kb->dmin[i] = _mm512_loadu_ps(kb->s_dmin[i]);
+        if (kind == KQ_Q6_K) {
+            const uint8_t *p = rows[0] + (size_t)i * sizeof(aotx_block_q6_k);
+            /* bytes 206..209: d is the high half (a dword at 208 would pass the block) */
+            const __m512i D = _mm512_i32gather_epi32(vidx, (const void *)(p + 206), 1);
+            kb->d[i] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(D, 16)));
+            for (int a = 0; a < 4; a++) {
+                const __m512i S = _mm512_i32gather_epi32(vidx, (const void *)(p + 192 + 4 * a), 1);
+                for (int c = 0; c < 4; c++)
+                    kb->scf[i][4 * a + c] = _mm512_cvtepi32_ps(
+                        _mm512_srai_epi32(_mm512_sllv_epi32(S, _mm512_set1_epi32(24 - 8 * c)), 24));
+            }
+            continue;
         }
-        kb->d[i] = _mm512_loadu_ps(kb->s_d[i]);
+        const uint8_t *p = rows[0] + (size_t)i * sizeof(aotx_block_q4_k);
+        const __m512i G = _mm512_i32gather_epi32(vidx, (const void *)p, 1);
+        kb->d[i] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(G));
+        kb->dmin[i] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(G, 16)));
+        const __m512i Q0 = _mm512_i32gather_epi32(vidx, (const void *)(p + 4), 1);
+        const __m512i Q1 = _mm512_i32gather_epi32(vidx, (const void *)(p + 8), 1);
+        const __m512i Q2 = _mm512_i32gather_epi32(vidx, (const void *)(p + 12), 1);
+        const __m512i c3f = _mm512_set1_epi8(0x3f), c0f = _mm512_set1_epi8(0x0f), c30 = _mm512_set1_epi8(0x30);
+        /* the 6-bit packing (k4_scales), 4 bytes per vector lane */
+        const __m512i sv[2] = {
+            _mm512_and_si512(Q0, c3f),
+            _mm512_or_si512(_mm512_and_si512(Q2, c0f), _mm512_and_si512(_mm512_srli_epi32(Q0, 2), c30))};
+        const __m512i mv[2] = {
+            _mm512_and_si512(Q1, c3f),
+            _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(Q2, 4), c0f),
+                            _mm512_and_si512(_mm512_srli_epi32(Q1, 2), c30))};
+        for (int j = 0; j < 8; j++) {
+            const __m128i sh = _mm_cvtsi32_si128(8 * (j & 3));
+            kb->scf[i][j] = _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srl_epi32(sv[j >> 2], sh), ff));
+            kb->mf[i][j] = _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srl_epi32(mv[j >> 2], sh), ff));
+        }
     }
 }
 
@@ -1297,11 +1304,16 @@ AI void SFX(ktile_dot)(int kind, const qx_ktiles *kb, int64_t si, int64_t i, con
         F[t] = _mm512_setzero_ps();
     }
     if (kind == KQ_Q6_K) {
+        int32_t sd[QX86_TT][16];  /* the seeds -32 * bsum_g, broadcast from memory below */
+        for (int t = 0; t < nt; t++)
+            _mm512_storeu_si512((void *)sd[t], _mm512_slli_epi32(_mm512_sub_epi32(
+                _mm512_setzero_si512(), _mm512_cvtepi16_epi32(_mm256_loadu_si256(
+                                            (const __m256i *)xb[t]->bsums))), 5));
         for (int j = 0; j < 8; j++) {  /* 32 values: groups 2j, 2j + 1 = dwords 8j .. 8j + 7 */
             __m512i a0[QX86_TT], a1[QX86_TT];
             for (int t = 0; t < nt; t++) {
-                a0[t] = _mm512_set1_epi32(-32 * (int32_t)xb[t]->bsums[2 * j]);
-                a1[t] = _mm512_set1_epi32(-32 * (int32_t)xb[t]->bsums[2 * j + 1]);
+                a0[t] = _mm512_set1_epi32(sd[t][2 * j]);
+                a1[t] = _mm512_set1_epi32(sd[t][2 * j + 1]);
             }
             for (int g = 0; g < 4; g++) {
                 const __m512i w0 = _mm512_load_si512((const void *)&kb->q[8 * j + g]);
