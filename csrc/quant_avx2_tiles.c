@@ -380,12 +380,92 @@ static void q8_0_rows1(const uint8_t *w, size_t rb, int64_t nb, const uint8_t *a
     }
 }
 
+/* n_tok == 1 for Q4_0 / Q5_0 (decode: attn_q/k/v, ffn_gate/up): 8 rows straight from
+ * memory, no transpose, no staging.  Per row and block the raw quants u (nibbles, Q5_0's
+ * fifth bit from qh) in element order, maddubs(u, x_q) + madd(1) (|pair| <= 2 * 31 * 127),
+ * a hadd tree into lanes = rows, plus the tile's seed -c * sum x_q: the tile's exact
+ * block sums; then the tile's float steps in the tile's order (K slabs of KB blocks), so
+ * the bits of q8fam_tiles at any n_tok. */
+AI void q45_rows1(int kind, const uint8_t *w, size_t rb, int64_t nb, const uint8_t *act, float *y,
+                  int64_t r0, int64_t r1) {
+    const __m256i c80 = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1);
+    const __m256i m4 = _mm256_set1_epi8(0x0f), c10 = _mm256_set1_epi8(0x10);
+    /* byte e of the 32 gets byte e / 8 of qh, then its bit e % 8 */
+    const __m256i rep = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                         2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    const int32_t c = kind == AOTX_TK_Q5_0 ? 16 : 8;
+    const size_t bb = kind == AOTX_TK_Q5_0 ? sizeof(aotx_block_q5_0) : sizeof(aotx_block_q4_0);
+    const size_t qoff = kind == AOTX_TK_Q5_0 ? 6 : 2;
+    for (int64_t rc = r0; rc < r1; rc += TR) {
+        const int64_t nr = r1 - rc < TR ? r1 - rc : TR;
+        const uint8_t *rows[TR];
+        for (int r = 0; r < TR; r++) rows[r] = w + (size_t)(rc + (r < nr ? r : 0)) * rb;
+        const int64_t pa = rc + PFC * TR;
+        const int64_t nn = r1 - pa < TR ? r1 - pa : TR;
+        const uint8_t *next = w + (size_t)pa * rb;
+        const size_t next_bytes = nn > 0 ? (size_t)nn * rb : 0;
+        const size_t pf_step = (next_bytes / (size_t)nb + 63) / 64 * 64;
+        const __m256i m = row_mask((int)nr);
+        float *yc = y + rc;
+        for (int64_t k0 = 0; k0 < nb; k0 += KB) {
+            const int64_t ke = nb - k0 < KB ? nb : k0 + KB;
+            __m256 f = _mm256_setzero_ps();
+            for (int64_t b = k0; b < ke; b++) {
+                for (size_t o = 0, pf = (size_t)b * pf_step; o < pf_step && pf + o < next_bytes; o += 64)
+                    _mm_prefetch((const char *)next + pf + o, _MM_HINT_T1);
+                const __m256i xu = _mm256_loadu_si256((const __m256i *)aotx_act8_xu(act, b));
+                const __m256i xs = _mm256_xor_si256(xu, c80);
+                const __m256i s4 = _mm256_sad_epu8(xu, _mm256_setzero_si256());  /* sum (x_q + 128) */
+                const __m128i s2 = _mm_add_epi64(_mm256_castsi256_si128(s4), _mm256_extracti128_si256(s4, 1));
+                const int32_t sum = (int32_t)(_mm_cvtsi128_si32(s2) + _mm_extract_epi32(s2, 2)) - 32 * 128;
+                const size_t off = (size_t)b * bb;
+                __m256i v[TR];
+                for (int r = 0; r < TR; r++) {
+                    const __m128i raw = _mm_loadu_si128((const __m128i *)(rows[r] + off + qoff));
+                    __m256i u = _mm256_and_si256(
+                        _mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), m4);
+                    if (kind == AOTX_TK_Q5_0) {
+                        int32_t qh;
+                        memcpy(&qh, rows[r] + off + 2, 4);
+                        const __m256i h = _mm256_shuffle_epi8(_mm256_set1_epi32(qh), rep);
+                        const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(h, bit), bit);
+                        u = _mm256_or_si256(u, _mm256_and_si256(set, c10));
+                    }
+                    v[r] = _mm256_madd_epi16(_mm256_maddubs_epi16(u, xs), ones);
+                }
+                const __m128i d16 = _mm_setr_epi16(
+                    (short)ld16(rows[0] + off), (short)ld16(rows[1] + off), (short)ld16(rows[2] + off),
+                    (short)ld16(rows[3] + off), (short)ld16(rows[4] + off), (short)ld16(rows[5] + off),
+                    (short)ld16(rows[6] + off), (short)ld16(rows[7] + off));
+                const __m256 dw = _mm256_cvtph_ps(d16);
+                const __m256i a = _mm256_add_epi32(_mm256_set1_epi32(-c * sum), reduce8(v));
+                f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a),
+                                    _mm256_mul_ps(dw, _mm256_set1_ps(*aotx_act8_dx(act, b))), f);
+            }
+            if (nr == TR) {
+                if (k0 > 0) f = _mm256_add_ps(f, _mm256_loadu_ps(yc));
+                _mm256_storeu_ps(yc, f);
+            } else {
+                if (k0 > 0) f = _mm256_add_ps(f, _mm256_maskload_ps(yc, m));
+                _mm256_maskstore_ps(yc, m, f);
+            }
+        }
+    }
+}
+
 void aotx_avx2_q8fam_tiles(int kind, const uint8_t *w, size_t rb, int64_t nb, const uint8_t *act,
                            size_t as, int64_t n_tok, float *y, int64_t ldy, int64_t r0,
                            int64_t r1) {
     switch (kind) {  /* one instantiation per kind: the kind folds into constants */
-    case AOTX_TK_Q4_0: q8fam_tiles(AOTX_TK_Q4_0, w, rb, nb, act, as, n_tok, y, ldy, r0, r1); break;
-    case AOTX_TK_Q5_0: q8fam_tiles(AOTX_TK_Q5_0, w, rb, nb, act, as, n_tok, y, ldy, r0, r1); break;
+    case AOTX_TK_Q4_0:
+        if (n_tok == 1) q45_rows1(AOTX_TK_Q4_0, w, rb, nb, act, y, r0, r1);
+        else q8fam_tiles(AOTX_TK_Q4_0, w, rb, nb, act, as, n_tok, y, ldy, r0, r1);
+        break;
+    case AOTX_TK_Q5_0:
+        if (n_tok == 1) q45_rows1(AOTX_TK_Q5_0, w, rb, nb, act, y, r0, r1);
+        else q8fam_tiles(AOTX_TK_Q5_0, w, rb, nb, act, as, n_tok, y, ldy, r0, r1);
+        break;
     default:
         if (n_tok == 1) q8_0_rows1(w, rb, nb, act, y, r0, r1);
         else q8fam_tiles(AOTX_TK_Q8_0, w, rb, nb, act, as, n_tok, y, ldy, r0, r1);

@@ -437,16 +437,21 @@ def test_matmul_q8fam_tiles_extreme_quants(impl: str) -> None:
         assert np.all(np.abs(y_fast - y_ref) <= 1e-5 * mag + 1e-30), t.name
 
 
-def test_q8_0_tiles_bits_equal_rows1_at_extremes(impl: str) -> None:
-    """Q8_0 at the head's 640 columns with weights at -128 / 127 and activations at
-    +-127: the multi-token tiles (AVX2: int16 pairs, madd) give each token the bits of
-    its n_tok = 1 run (AVX2: maddubs sign trick, rows as stored), at 8 tokens (the
-    8-sequence step) and 37 (a prefill slab with a partial token group), on row ranges
-    that cut 8- and 16-row chunks; and stay within the reference's bound."""
+@pytest.mark.parametrize("t", [GT.Q8_0, GT.Q5_0, GT.Q4_0], ids=lambda t: t.name)
+def test_q8_0_tiles_bits_equal_rows1_at_extremes(t: GT, impl: str) -> None:
+    """Q8_0 at the head's 640 columns with weights at -128 / 127 (Q4_0 / Q5_0: quants
+    0 / 15 / 31, random fifth bits) and activations at +-127: the multi-token tiles
+    (AVX2: int16 pairs, madd; Q4_0 / Q5_0: maddubs) give each token the bits of its
+    n_tok = 1 run (AVX2: rows as stored, hadd tree), at 8 tokens (the 8-sequence step)
+    and 37 (a prefill slab with a partial token group), on row ranges that cut 8- and
+    16-row chunks; and stay within the reference's bound.  Q4_0 / Q5_0 also at 1088
+    columns (two K slabs of 32 blocks)."""
     rng = np.random.default_rng(23)
-    rows, cols = 43, 640
-    _, bb, offs = LAYOUT[GT.Q8_0]
-    raw = rng.choice(np.array((0x80, 0x7F, 0x81, 0x01), np.uint8), (rows * cols // 32, bb))
+    rows = 43
+    cols = 640 if t == GT.Q8_0 else 1088
+    _, bb, offs = LAYOUT[t]
+    fill = (0x80, 0x7F, 0x81, 0x01) if t == GT.Q8_0 else (0x00, 0xFF, 0xF0, 0x0F)
+    raw = rng.choice(np.array(fill, np.uint8), (rows * cols // 32, bb))
     for off in offs:
         raw[:, off:off + 2] = np.array([0.25], np.float16).view(np.uint8)
     w = raw.reshape(rows, -1)
@@ -455,19 +460,19 @@ def test_q8_0_tiles_bits_equal_rows1_at_extremes(impl: str) -> None:
         x[:, :32] *= 3.0  # one block with a different activation scale
         lib.aotx_kernel_invariant(1)
         try:
-            alone = np.stack([matmul(GT.Q8_0, w, cols, prepare(GT.Q8_0, x[i:i + 1]), 1, rows,
+            alone = np.stack([matmul(t, w, cols, prepare(t, x[i:i + 1]), 1, rows,
                                      0, rows, rows, ref=False)[0] for i in range(n_tok)])
-            act = prepare(GT.Q8_0, x)
+            act = prepare(t, x)
             y = np.full((n_tok, rows), np.nan, np.float32)
             for r0, r1 in ((0, 5), (5, 24), (24, rows)):
-                y[:, r0:r1] = matmul(GT.Q8_0, w, cols, act, n_tok, rows, r0, r1, rows,
+                y[:, r0:r1] = matmul(t, w, cols, act, n_tok, rows, r0, r1, rows,
                                      ref=False)[:, r0:r1]
         finally:
             lib.aotx_kernel_invariant(0)
         assert np.array_equal(y.view(np.uint32), alone.view(np.uint32)), (impl, n_tok)
-        y_ref = matmul(GT.Q8_0, w, cols, act, n_tok, rows, 0, rows, rows, ref=True)
-        mag = magnitude(gguf_dequant(GT.Q8_0, w).reshape(rows, cols),
-                        act_dequant(GT.Q8_0, act, n_tok, cols)[0]).T
+        y_ref = matmul(t, w, cols, act, n_tok, rows, 0, rows, rows, ref=True)
+        mag = magnitude(gguf_dequant(t, w).reshape(rows, cols),
+                        act_dequant(t, act, n_tok, cols)[0]).T
         assert np.all(np.abs(y - y_ref) <= 1e-5 * mag + 1e-30), (impl, n_tok)
 
 
