@@ -29,7 +29,7 @@
  * every n_tok.  Otherwise (Q5_K, F16/BF16, and the unused AVX2 row kernels below)
  * n_tok > 1 walks chunks of QX86_ROWS rows x groups of QX86_NT tokens (8 with
  * AVX-512, 4 with AVX2) so that each unpacked weight block serves QX86_NT tokens.
- * Activation quantization (Q8_0 pairs, Q8_K32) also has an AVX-512 version here
+ * Activation quantization (Q8_0 pairs, Q8_K32) also has AVX2 and AVX-512 versions here
  * producing the same bytes as quant.c's.
  */
 #ifndef QX86_BODY
@@ -95,9 +95,10 @@ int aotx_x86_level(void) {
 }
 
 void aotx_x86_pick_act(int max_level, aotx_act8_fn *q8_0, aotx_act8k_fn *q8_k) {
-    int vnni = max_level >= AOTX_LEVEL_AVX512VNNI && aotx_x86_level() >= AOTX_LEVEL_AVX512VNNI;
-    *q8_0 = vnni ? act8_row_vnni : NULL;
-    *q8_k = vnni ? act8k_row_vnni : NULL;
+    int level = aotx_x86_level();
+    if (level > max_level) level = max_level;
+    *q8_0 = level >= AOTX_LEVEL_AVX512VNNI ? act8_row_vnni : level >= AOTX_LEVEL_AVX2 ? act8_row_avx2 : NULL;
+    *q8_k = level >= AOTX_LEVEL_AVX512VNNI ? act8k_row_vnni : level >= AOTX_LEVEL_AVX2 ? act8k_row_avx2 : NULL;
 }
 
 void aotx_x86_pick(int type, int max_level, int invariant, aotx_mm_fn *mm, const char **mm_name,
@@ -678,6 +679,73 @@ static void SFX(act8k_row)(const float *x, int64_t cols, aotx_block_q8_k32 *out)
             out->bsums[2 * j + 1] = (int16_t)s1;
             out->d[j] = d;
             out->dm[j] = d * (float)(s0 + s1);
+        }
+    }
+}
+#else
+/* ------------------------------------------------- activation quantization, AVX2
+ * quant.c's quant_group again (the AVX-512 version's steps on 8-float vectors): the same
+ * bytes for finite x.  32 values -> 32 int8 in order, d returned; s16[2] the two 16-sums. */
+AI __m256i SFX(quant8)(__m256 v, __m256 id) {
+    v = _mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(v, id), _mm256_set1_ps(-127.0f)),
+                      _mm256_set1_ps(127.0f));
+    return _mm256_cvtps_epi32(v);  /* MXCSR default: round to nearest even */
+}
+
+AI int32_t SFX(hsum_i32)(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+}
+
+AI float SFX(quant32)(const float *x, __m256i *q8, int32_t *s16) {
+    const __m256 v0 = _mm256_loadu_ps(x), v1 = _mm256_loadu_ps(x + 8);
+    const __m256 v2 = _mm256_loadu_ps(x + 16), v3 = _mm256_loadu_ps(x + 24);
+    const __m256 sgn = _mm256_set1_ps(-0.0f);
+    __m256 m = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sgn, v0), _mm256_andnot_ps(sgn, v1)),
+                             _mm256_max_ps(_mm256_andnot_ps(sgn, v2), _mm256_andnot_ps(sgn, v3)));
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_movehdup_ps(h));
+    const float d = _mm_cvtss_f32(h) / 127.0f;
+    const __m256 id = _mm256_set1_ps(d > 0.0f ? 1.0f / d : 0.0f);
+    const __m256i q0 = SFX(quant8)(v0, id), q1 = SFX(quant8)(v1, id);
+    const __m256i q2 = SFX(quant8)(v2, id), q3 = SFX(quant8)(v3, id);
+    /* |q| <= 127: the packs do not saturate; they interleave 128-bit lanes, undone below */
+    const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q0, q1), _mm256_packs_epi32(q2, q3));
+    *q8 = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    if (s16) {
+        s16[0] = SFX(hsum_i32)(_mm256_add_epi32(q0, q1));
+        s16[1] = SFX(hsum_i32)(_mm256_add_epi32(q2, q3));
+    }
+    return d;
+}
+
+static void SFX(act8_row)(const float *x, int64_t cols, uint8_t *out) {
+    const int64_t nb = cols / 32;
+    for (int64_t b = 0; b < (nb + 1) / 2 * 2; b++) {
+        uint8_t *xu = out + (b >> 1) * AOTX_ACT8_PAIR_BYTES + (b & 1) * 32;
+        float *dx = (float *)(out + (b >> 1) * AOTX_ACT8_PAIR_BYTES + 64 + (b & 1) * 32);
+        float d = 0.0f;
+        __m256i q = _mm256_setzero_si256();
+        if (b < nb) d = SFX(quant32)(x + 32 * b, &q, NULL);
+        _mm256_storeu_si256((__m256i *)xu, _mm256_xor_si256(q, _mm256_set1_epi8((char)0x80)));
+        _mm256_storeu_ps(dx, _mm256_set1_ps(d));
+    }
+}
+
+static void SFX(act8k_row)(const float *x, int64_t cols, aotx_block_q8_k32 *out) {
+    for (int64_t b = 0; b < cols / 256; b++, out++, x += 256) {
+        for (int j = 0; j < 8; j++) {  /* each 32 values as one Q8_0-family block */
+            __m256i q;
+            int32_t s[2];
+            const float d = SFX(quant32)(x + 32 * j, &q, s);
+            _mm256_storeu_si256((__m256i *)(out->qs + 32 * j), q);
+            out->bsums[2 * j] = (int16_t)s[0];
+            out->bsums[2 * j + 1] = (int16_t)s[1];
+            out->d[j] = d;
+            out->dm[j] = d * (float)(s[0] + s[1]);
         }
     }
 }
