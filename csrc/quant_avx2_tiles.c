@@ -381,19 +381,24 @@ static void q8_0_rows1(const uint8_t *w, size_t rb, int64_t nb, const uint8_t *a
 }
 
 /* n_tok == 1 for Q4_0 / Q5_0 (decode: attn_q/k/v, ffn_gate/up): 8 rows straight from
- * memory, no transpose, no staging.  Per row and block the raw quants u (nibbles, Q5_0's
- * fifth bit from qh) in element order, maddubs(u, x_q) + madd(1) (|pair| <= 2 * 31 * 127),
- * a hadd tree into lanes = rows, plus the tile's seed -c * sum x_q: the tile's exact
- * block sums; then the tile's float steps in the tile's order (K slabs of KB blocks), so
- * the bits of q8fam_tiles at any n_tok. */
+ * memory, no transpose, no staging, two rows per vector: [row a | row b] quants 0..15 in
+ * one vector and 16..31 in another (nibbles, Q5_0's fifth bit from qh), against the
+ * activation's [x 0..15 | x 0..15] and [x 16..31 | x 16..31]; maddubs (|pair| <= 2 * 31
+ * * 127, two summed in int16) + madd(1), a hadd tree into lanes = rows, plus the tile's
+ * seed -c * sum x_q: the tile's exact block sums; then the tile's float steps in the
+ * tile's order (K slabs of KB blocks), so the bits of q8fam_tiles at any n_tok. */
 AI void q45_rows1(int kind, const uint8_t *w, size_t rb, int64_t nb, const uint8_t *act, float *y,
                   int64_t r0, int64_t r1) {
     const __m256i c80 = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1);
     const __m256i m4 = _mm256_set1_epi8(0x0f), c10 = _mm256_set1_epi8(0x10);
-    /* byte e of the 32 gets byte e / 8 of qh, then its bit e % 8 */
-    const __m256i rep = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
-                                         2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    /* qh of row a in bytes 0..3, of row b in bytes 4..7 of each 128-bit lane: quant e of
+     * the low (high) vector gets byte e / 8 (2 + e / 8) of its row's qh, then bit e % 8 */
+    const __m256i rlo = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                         4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5);
+    const __m256i rhi = _mm256_setr_epi8(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
+                                         6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7);
     const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     const int32_t c = kind == AOTX_TK_Q5_0 ? 16 : 8;
     const size_t bb = kind == AOTX_TK_Q5_0 ? sizeof(aotx_block_q5_0) : sizeof(aotx_block_q4_0);
     const size_t qoff = kind == AOTX_TK_Q5_0 ? 6 : 2;
@@ -416,30 +421,42 @@ AI void q45_rows1(int kind, const uint8_t *w, size_t rb, int64_t nb, const uint8
                     _mm_prefetch((const char *)next + pf + o, _MM_HINT_T1);
                 const __m256i xu = _mm256_loadu_si256((const __m256i *)aotx_act8_xu(act, b));
                 const __m256i xs = _mm256_xor_si256(xu, c80);
+                const __m256i xlo = _mm256_permute2x128_si256(xs, xs, 0x00);
+                const __m256i xhi = _mm256_permute2x128_si256(xs, xs, 0x11);
                 const __m256i s4 = _mm256_sad_epu8(xu, _mm256_setzero_si256());  /* sum (x_q + 128) */
                 const __m128i s2 = _mm_add_epi64(_mm256_castsi256_si128(s4), _mm256_extracti128_si256(s4, 1));
                 const int32_t sum = (int32_t)(_mm_cvtsi128_si32(s2) + _mm_extract_epi32(s2, 2)) - 32 * 128;
                 const size_t off = (size_t)b * bb;
-                __m256i v[TR];
-                for (int r = 0; r < TR; r++) {
-                    const __m128i raw = _mm_loadu_si128((const __m128i *)(rows[r] + off + qoff));
-                    __m256i u = _mm256_and_si256(
-                        _mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), m4);
+                __m256i v[TR / 2];
+                for (int k = 0; k < TR / 2; k++) {
+                    const uint8_t *pa_ = rows[2 * k] + off, *pb_ = rows[2 * k + 1] + off;
+                    const __m256i raw = _mm256_loadu2_m128i((const __m128i *)(pb_ + qoff),
+                                                            (const __m128i *)(pa_ + qoff));
+                    __m256i lo = _mm256_and_si256(raw, m4);
+                    __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
                     if (kind == AOTX_TK_Q5_0) {
-                        int32_t qh;
-                        memcpy(&qh, rows[r] + off + 2, 4);
-                        const __m256i h = _mm256_shuffle_epi8(_mm256_set1_epi32(qh), rep);
-                        const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(h, bit), bit);
-                        u = _mm256_or_si256(u, _mm256_and_si256(set, c10));
+                        uint32_t qa, qb;
+                        memcpy(&qa, pa_ + 2, 4);
+                        memcpy(&qb, pb_ + 2, 4);
+                        const __m256i h = _mm256_set1_epi64x((long long)((uint64_t)qb << 32 | qa));
+                        const __m256i hl = _mm256_and_si256(_mm256_shuffle_epi8(h, rlo), bit);
+                        const __m256i hh = _mm256_and_si256(_mm256_shuffle_epi8(h, rhi), bit);
+                        lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_cmpeq_epi8(hl, bit), c10));
+                        hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_cmpeq_epi8(hh, bit), c10));
                     }
-                    v[r] = _mm256_madd_epi16(_mm256_maddubs_epi16(u, xs), ones);
+                    const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, xlo),
+                                                       _mm256_maddubs_epi16(hi, xhi));
+                    v[k] = _mm256_madd_epi16(p, ones);  /* lanes 0..3 row 2k, 4..7 row 2k + 1 */
                 }
+                /* [r0 r2 r4 r6 | r1 r3 r5 r7] -> lanes = rows */
+                const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+                const __m256i a = _mm256_add_epi32(_mm256_set1_epi32(-c * sum),
+                                                   _mm256_permutevar8x32_epi32(h, order));
                 const __m128i d16 = _mm_setr_epi16(
                     (short)ld16(rows[0] + off), (short)ld16(rows[1] + off), (short)ld16(rows[2] + off),
                     (short)ld16(rows[3] + off), (short)ld16(rows[4] + off), (short)ld16(rows[5] + off),
                     (short)ld16(rows[6] + off), (short)ld16(rows[7] + off));
                 const __m256 dw = _mm256_cvtph_ps(d16);
-                const __m256i a = _mm256_add_epi32(_mm256_set1_epi32(-c * sum), reduce8(v));
                 f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a),
                                     _mm256_mul_ps(dw, _mm256_set1_ps(*aotx_act8_dx(act, b))), f);
             }
