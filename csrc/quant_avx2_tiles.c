@@ -59,8 +59,6 @@ typedef struct {
     __m256i q[KB][8];       /* [block][dword g] lane r: 4 unsigned quants of row r */
     __m256i s[KB][8];       /* Q8_0: the signed weights (their signs) */
     __m256 dw[KB];          /* [block] weight scales per row */
-    uint16_t d16[KB][TR];   /* staging: fp16 scales (gathers are slow on Zen) */
-    uint32_t qh[KB][TR];    /* staging: Q5_0 high bits */
     union {
         int8_t xq[ACTB];        /* [token][block][32] signed x_q (Q4_0 / Q5_0) */
         int16_t x16[ACTB];      /* Q8_0: [token][block][32] x_q as int16, in pair order */
@@ -132,6 +130,18 @@ AI void tr8x4(const uint8_t *const *rows, size_t off, __m256i *out) {
     out[3] = _mm256_unpackhi_epi64(t1, t3);
 }
 
+AI uint16_t ld16(const uint8_t *p) {
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return v;
+}
+
+AI uint32_t ld32(const uint8_t *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
 /* ------------------------------------------------------- Q4_0 / Q5_0 / Q8_0 */
 
 /* The slab's activations: tokens [0, ts) x blocks [k0, k0 + kn). */
@@ -167,13 +177,6 @@ static void tile_act(const uint8_t *act, size_t as, int64_t ts, int64_t k0, int6
 /* Rows rows[0..7] (pointers to each row's block k0), kn blocks: transpose into tb. */
 static void tile_weights(int kind, size_t bbytes, const uint8_t *const *rows, int64_t kn,
                          const uint8_t *next, size_t next_bytes, tiles8 *tb) {
-    for (int r = 0; r < TR; r++) {
-        const uint8_t *p = rows[r];
-        for (int64_t b = 0; b < kn; b++, p += bbytes) {
-            memcpy(&tb->d16[b][r], p, 2);
-            if (kind == AOTX_TK_Q5_0) memcpy(&tb->qh[b][r], p + 2, 4);
-        }
-    }
     const __m256i m4 = _mm256_set1_epi8(0x0f), c10 = _mm256_set1_epi8(0x10);
     const __m256i rep0 = _mm256_setr_epi8(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12,
                                           0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12);
@@ -183,7 +186,12 @@ static void tile_weights(int kind, size_t bbytes, const uint8_t *const *rows, in
         const size_t off = (size_t)b * bbytes;
         for (size_t o = 0, pf = (size_t)b * pf_step; o < pf_step && pf + o < next_bytes; o += 64)
             _mm_prefetch((const char *)next + pf + o, _MM_HINT_T1);
-        tb->dw[b] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)tb->d16[b]));
+        /* the rows' scales (and Q5_0 high bits) gathered by inserts: staged through memory by
+         * scalar stores they cost a failed store-to-load forwarding per vector */
+        tb->dw[b] = _mm256_cvtph_ps(_mm_setr_epi16(
+            (short)ld16(rows[0] + off), (short)ld16(rows[1] + off), (short)ld16(rows[2] + off),
+            (short)ld16(rows[3] + off), (short)ld16(rows[4] + off), (short)ld16(rows[5] + off),
+            (short)ld16(rows[6] + off), (short)ld16(rows[7] + off)));
         __m256i *q = tb->q[b];
         if (kind == AOTX_TK_Q8_0) {
             __m256i *s = tb->s[b];
@@ -207,7 +215,10 @@ static void tile_weights(int kind, size_t bbytes, const uint8_t *const *rows, in
         if (kind == AOTX_TK_Q5_0) {
             /* byte i of dword g (element 4g + i) gets bit 4g + i of the row's qh:
              * byte g / 2 of qh, bit 4 (g & 1) + i */
-            const __m256i h = _mm256_loadu_si256((const __m256i *)tb->qh[b]);
+            const __m256i h = _mm256_setr_epi32(
+                (int)ld32(rows[0] + off + 2), (int)ld32(rows[1] + off + 2), (int)ld32(rows[2] + off + 2),
+                (int)ld32(rows[3] + off + 2), (int)ld32(rows[4] + off + 2), (int)ld32(rows[5] + off + 2),
+                (int)ld32(rows[6] + off + 2), (int)ld32(rows[7] + off + 2));
             for (int g = 0; g < 8; g++) {
                 __m256i rep = _mm256_shuffle_epi8(h, _mm256_add_epi8(rep0, _mm256_set1_epi8((char)(g / 2))));
                 const __m256i bits = (g & 1) ? bit_hi : bit_lo;
@@ -318,11 +329,6 @@ AI __m256i reduce8(const __m256i *v) {
     return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
 }
 
-AI uint16_t ld16(const uint8_t *p) {
-    uint16_t v;
-    memcpy(&v, p, 2);
-    return v;
-}
 
 /* n_tok == 1 for Q8_0 (the output head of a decode step): 8 rows straight from memory,
  * no transpose.  Per row and block maddubs(|w|, sign(x_q, w)) + madd(1) leave 8 partial
