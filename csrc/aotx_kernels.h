@@ -3,13 +3,15 @@
  * one row = cols/block_size blocks; the one exception: the re-blocked copy of a
  * Q8_0 output head for the AVX2 tiles, aotx_q8_0_pack below).  Activations are
  * converted once per matmul by aotx_act_prepare() (F32 for F32/F16/BF16 weights,
- * Q8_K for k-quants, Q8_0 for Q4_0/Q5_0/Q8_0), then any number of threads run
+ * Q8_K32 for k-quants, Q8_0 for Q4_0/Q5_0/Q8_0), then any number of threads run
  * aotx_matmul_rows() over disjoint row ranges.  Every fast kernel has a
  * portable reference (the *_ref functions) that the tests use as an oracle.
  *
  * Fast kernels compute the same per-block integer sums as the reference; only
- * the order of float additions differs.  AOTX_KERNELS=ref in the environment
- * (read once) forces the reference everywhere.
+ * the order of float additions may differ (k-quants: the batch-invariant fast paths
+ * repeat the reference's float steps too, so they equal it bit for bit; see
+ * aotx_block_q8_k32).  AOTX_KERNELS=ref in the environment (read once) forces the
+ * reference everywhere.
  *
  * Buffers: W as mapped from the GGUF (2-byte aligned at least; tensor data is
  * 32-aligned); act and X 4-byte aligned (64 recommended).  No call allocates;
@@ -20,7 +22,7 @@
  * AOTX_INVARIANT=1, else with n_tok > 1 the float results of different blocks may be
  * summed in another order than with n_tok == 1 (the per-block integer sums are the same).
  * Same act for all weights of one family: a Q8_0-family act serves Q4_0, Q5_0 and
- * Q8_0 weights of the same cols; a Q8_K act serves Q4_K, Q5_K and Q6_K.
+ * Q8_0 weights of the same cols; a Q8_K32 act serves Q4_K, Q5_K and Q6_K.
  */
 #ifndef AOTX_KERNELS_H
 #define AOTX_KERNELS_H
@@ -123,11 +125,37 @@ typedef struct {        /* 16 groups of 16: value = d * scales[g] * (q - 32), q 
     int8_t scales[16];
     uint16_t d;
 } aotx_block_q6_k;
-typedef struct {        /* ggml's Q8_K (activations of k-quant products): value = d * qs[j] */
+typedef struct {        /* ggml's Q8_K (a tensor type here; not our activation format) */
     float d;
     int8_t qs[256];
     int16_t bsums[16];  /* sum of each 16 consecutive qs */
 } aotx_block_q8_k;
+
+/* Our activation layout for Q4_K / Q5_K / Q6_K products, "Q8_K32" (in memory only, never
+ * on disk): per 256 values, Q8_K's int8 quants and 16-sums but one float scale per 32
+ * values, so that one outlier coarsens only its 32 values (ffn_down's input gelu(g) * up
+ * has such outliers: per 256 they were the largest error of the whole forward pass).
+ * Each 32-block is quantized exactly as a Q8_0-family block (d = max|x| / 127, q =
+ * round-half-even(x / d)), so x ~= d[j] * qs[32j + l].
+ *
+ * The products, per row and token, per super-block i in order (fma = one rounding; the
+ * reference does these float steps and the batch-invariant fast kernels repeat them, so
+ * they give its bits):
+ *   Q4_K / Q5_K (w = d*sc_j*q - dmin*m_j): S_j = sum_32 q * x_q (int), then
+ *     F = 0; for j < 8: F = fma(float(sc_j * S_j), d[j], F)      (sc_j * S_j < 2^24: exact)
+ *     G = 0; for j < 8: G = fma(float(m_j), dm[j], G)
+ *     r = fma(F, d_w, -(G * dmin_w))
+ *     y = r for the first super-block, y + r for each later one;
+ *   Q6_K (w = d*sc_g*(q - 32), 16 groups of 16): T_j = sum over the 32 values of sc_g *
+ *     (q - 32) * x_q (int, |T_j| < 2^24: exact in float), then
+ *     F = 0; for j < 8: F = fma(float(T_j), d[j], F)
+ *     y = F * d_w for the first super-block, fma(F, d_w, y) for each later one. */
+typedef struct {
+    int8_t qs[256];     /* x_q in [-127, 127] */
+    float d[8];         /* scale of each 32 values */
+    float dm[8];        /* d[j] * (bsums[2j] + bsums[2j + 1]) (rounded once): the mins' term */
+    int16_t bsums[16];  /* sum of each 16 consecutive qs (Q6_K's -32 offset) */
+} aotx_block_q8_k32;
 
 /* Our activation layout for Q4_0/Q5_0/Q8_0 products (in memory only, never on
  * disk): per token, ceil(nb/2) pairs of 32-element blocks, 128 bytes a pair:
@@ -150,6 +178,7 @@ AOTX_STATIC_ASSERT(sizeof(aotx_block_q4_k) == 144, "q4_k block is 144 bytes");
 AOTX_STATIC_ASSERT(sizeof(aotx_block_q5_k) == 176, "q5_k block is 176 bytes");
 AOTX_STATIC_ASSERT(sizeof(aotx_block_q6_k) == 210, "q6_k block is 210 bytes");
 AOTX_STATIC_ASSERT(sizeof(aotx_block_q8_k) == 292, "q8_k block is 292 bytes");
+AOTX_STATIC_ASSERT(sizeof(aotx_block_q8_k32) == 352, "q8_k32 block is 352 bytes");
 
 /* ---- internal to quant*.c (not part of the cffi surface) ---- */
 /* A matmul kernel: W rows [r0, r1) (row_bytes apart) against n_tok prepared
@@ -159,10 +188,10 @@ typedef void (*aotx_mm_fn)(const uint8_t *w, size_t row_bytes, int64_t nb, const
                            int64_t r1);
 /* A dequantizer of nb blocks. */
 typedef void (*aotx_dq_fn)(const uint8_t *src, float *dst, int64_t nb);
-/* Activation quantizers of one row (Q8_0-family pairs / Q8_K blocks); the fast ones
+/* Activation quantizers of one row (Q8_0-family pairs / Q8_K32 blocks); the fast ones
  * produce the same bytes as quant.c's. */
 typedef void (*aotx_act8_fn)(const float *x, int64_t cols, uint8_t *out);
-typedef void (*aotx_act8k_fn)(const float *x, int64_t cols, aotx_block_q8_k *out);
+typedef void (*aotx_act8k_fn)(const float *x, int64_t cols, aotx_block_q8_k32 *out);
 
 /* quant_x86.c: the fastest kernels up to max_level this CPU runs for `type`
  * (NULL outputs when none). */

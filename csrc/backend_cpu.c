@@ -27,6 +27,8 @@
 #define SMALL_T 4       /* up to this many tokens, preparation stays on the caller */
 #define ATT_BLOCK 4     /* queries of one sequence sharing each key load */
 #define ATT_MAX_VD 512  /* blocked attention keeps V rows of up to this many floats */
+#define ATT_PF 8        /* K / V rows ahead to prefetch (rows of one page are contiguous, pages
+                         * are not: the hardware's stream prefetch stops at each page) */
 
 struct aotx_backend {
     aotx_backend_params p;
@@ -287,31 +289,39 @@ AOTX_CLONES static void vdot4(const float *const *q, const float *k, int64_t n, 
     out[0] = s0 + a0[0]; out[1] = s1 + a1[0]; out[2] = s2 + a2[0]; out[3] = s3 + a3[0];
 }
 
-/* out[i][0..vd) = sum_s w[i*stride + s] * rows[s][0..vd) for four outputs,
- * 16 columns at a time so the four accumulators stay in registers. */
+/* out[i][0..vd) = sum_s w[i*stride + s] * rows[s][0..vd) for four outputs.  Rows taken
+ * four at a time, each read whole while it is in cache (the outputs, 4 x vd floats, stay
+ * in L1): per element the additions are vaxpy's, in the order of s, so the same bits;
+ * passes of 16 columns over all rows (the former order) took one cache line of each row
+ * per pass, a miss each time once the rows passed L1. */
 AOTX_CLONES static void vacc4(float *const *out, const float *w, int64_t stride,
                               const float *const *rows, int32_t n_rows, int64_t vd) {
-    int64_t d0 = 0;
-    for (; d0 + LANES <= vd; d0 += LANES) {
-        float a0[LANES] = {0}, a1[LANES] = {0}, a2[LANES] = {0}, a3[LANES] = {0};
-        for (int32_t s = 0; s < n_rows; s++) {
-            const float *v = rows[s] + d0;
-            float w0 = w[s], w1 = w[stride + s], w2 = w[2 * stride + s], w3 = w[3 * stride + s];
-            for (int j = 0; j < LANES; j++) {
-                a0[j] += w0 * v[j]; a1[j] += w1 * v[j]; a2[j] += w2 * v[j]; a3[j] += w3 * v[j];
+    for (int i = 0; i < 4; i++) memset(out[i], 0, sizeof(float) * (size_t)vd);
+    int32_t s = 0;
+    for (; s + 4 <= n_rows; s += 4) {
+        const float *v0 = rows[s], *v1 = rows[s + 1], *v2 = rows[s + 2], *v3 = rows[s + 3];
+        for (int32_t r = s + ATT_PF; r < s + ATT_PF + 4 && r < n_rows; r++)
+            for (int64_t o = 0; o < vd; o += 16) __builtin_prefetch(rows[r] + o);
+        for (int i = 0; i < 4; i++) {
+            float *y = out[i];
+            const float c0 = w[i * stride + s], c1 = w[i * stride + s + 1];
+            const float c2 = w[i * stride + s + 2], c3 = w[i * stride + s + 3];
+            for (int64_t d = 0; d < vd; d++) {
+                float t = y[d];
+                t += c0 * v0[d];
+                t += c1 * v1[d];
+                t += c2 * v2[d];
+                t += c3 * v3[d];
+                y[d] = t;
             }
         }
-        for (int j = 0; j < LANES; j++) {
-            out[0][d0 + j] = a0[j]; out[1][d0 + j] = a1[j];
-            out[2][d0 + j] = a2[j]; out[3][d0 + j] = a3[j];
+    }
+    for (; s < n_rows; s++)
+        for (int i = 0; i < 4; i++) {
+            float *y = out[i];
+            const float c = w[i * stride + s], *v = rows[s];
+            for (int64_t d = 0; d < vd; d++) y[d] += c * v[d];
         }
-    }
-    for (; d0 < vd; d0++) {
-        float a[4] = {0};
-        for (int32_t s = 0; s < n_rows; s++)
-            for (int i = 0; i < 4; i++) a[i] += w[i * stride + s] * rows[s][d0];
-        for (int i = 0; i < 4; i++) out[i][d0] = a[i];
-    }
 }
 
 /* sc[i] = exp(sc[i] - mx); returns the sum */
@@ -337,6 +347,10 @@ static const void *row_of(const aotx_kv_store *st, const aotx_kv_view *w, int32_
     int64_t el = (v ? w->v_off + (s % w->page_tokens) * w->v_tok
                     : w->k_off + (s % w->page_tokens) * w->k_tok) + kvh * dim;
     return page + el * w->elem_bytes;
+}
+
+static inline void prefetch_row(const void *p, int64_t bytes) {
+    for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch((const char *)p + o);
 }
 
 static void dot4_any(const att_job *a, const float *const *q, const void *k, int64_t n,
@@ -402,6 +416,8 @@ static void attend_block(att_job *a, int32_t t0, int32_t nb, int32_t h, float *s
     aotx_kv_view w;
     aotx_kv_view_get(a->kv, b->seq[t0], b->layer, &w);
     for (int32_t s = base; s <= plast; s++) {
+        if (s + ATT_PF <= plast)
+            prefetch_row(row_of(a->st, &w, s + ATT_PF, 0, kvh, hd), hd * w.elem_bytes);
         dot4_any(a, q, row_of(a->st, &w, s, 0, kvh, hd), hd, d);
         for (int i = 0; i < ATT_BLOCK; i++) {
             float v = d[i] * b->scale;
@@ -447,6 +463,7 @@ static void attend_heads(att_job *a, int32_t t, int32_t h0, float *sc, const flo
     aotx_kv_view w;
     aotx_kv_view_get(a->kv, b->seq[t], b->layer, &w);
     for (int32_t s = lo; s <= p; s++) {
+        if (s + ATT_PF <= p) prefetch_row(row_of(a->st, &w, s + ATT_PF, 0, kvh, hd), hd * w.elem_bytes);
         dot4_any(a, q, row_of(a->st, &w, s, 0, kvh, hd), hd, d);
         for (int i = 0; i < ATT_BLOCK; i++) {
             float v = d[i] * b->scale;

@@ -171,31 +171,38 @@ F16C_FN static void dot4_f16c(const float *const *q, const uint16_t *k, int64_t 
     for (int j = 0; j < 4; j++) out[j] = 0.0f + hsum8(_mm256_add_ps(a[j][0], a[j][1]));
 }
 
+/* Rows four at a time, each read whole while in cache, accumulated into the outputs (in
+ * L1); per element axpy_f16c's fma(c, v, y) in the order of s: the same bits (passes of 16
+ * columns over all rows took one line of each row per pass, a miss each time). */
 F16C_FN static void acc4_f16c(float *const *out, const float *w, int64_t stride,
                               const uint16_t *const *rows, int32_t n_rows, int64_t vd) {
-    int64_t d0 = 0;
-    for (; d0 + LANES <= vd; d0 += LANES) {
-        __m256 a[4][2];
-        for (int i = 0; i < 4; i++) a[i][0] = a[i][1] = _mm256_setzero_ps();
-        for (int32_t s = 0; s < n_rows; s++) {
-            __m256 v0 = ld8(rows[s] + d0), v1 = ld8(rows[s] + d0 + 8);
+    for (int i = 0; i < 4; i++) memset(out[i], 0, sizeof(float) * (size_t)vd);
+    int32_t s = 0;
+    for (; s + 4 <= n_rows; s += 4) {
+        const uint16_t *v0 = rows[s], *v1 = rows[s + 1], *v2 = rows[s + 2], *v3 = rows[s + 3];
+        for (int32_t r = s + 8; r < s + 12 && r < n_rows; r++)
+            for (int64_t o = 0; o < vd; o += 32) _mm_prefetch((const char *)(rows[r] + o), _MM_HINT_T0);
+        __m256 c[4][4];
+        for (int i = 0; i < 4; i++)
+            for (int k = 0; k < 4; k++) c[i][k] = _mm256_broadcast_ss(w + i * stride + s + k);
+        int64_t d = 0;
+        for (; d + 8 <= vd; d += 8) {
+            const __m256 x0 = ld8(v0 + d), x1 = ld8(v1 + d), x2 = ld8(v2 + d), x3 = ld8(v3 + d);
             for (int i = 0; i < 4; i++) {
-                __m256 c = _mm256_broadcast_ss(w + i * stride + s);
-                a[i][0] = _mm256_fmadd_ps(c, v0, a[i][0]);
-                a[i][1] = _mm256_fmadd_ps(c, v1, a[i][1]);
+                __m256 t = _mm256_loadu_ps(out[i] + d);
+                t = _mm256_fmadd_ps(c[i][0], x0, t);
+                t = _mm256_fmadd_ps(c[i][1], x1, t);
+                t = _mm256_fmadd_ps(c[i][2], x2, t);
+                t = _mm256_fmadd_ps(c[i][3], x3, t);
+                _mm256_storeu_ps(out[i] + d, t);
             }
         }
-        for (int i = 0; i < 4; i++) {
-            _mm256_storeu_ps(out[i] + d0, a[i][0]);
-            _mm256_storeu_ps(out[i] + d0 + 8, a[i][1]);
-        }
+        for (; d < vd; d++)
+            for (int i = 0; i < 4; i++)
+                for (int k = 0; k < 4; k++) out[i][d] += w[i * stride + s + k] * h2f(rows[s + k][d]);
     }
-    for (; d0 < vd; d0++) {
-        float a[4] = {0};
-        for (int32_t s = 0; s < n_rows; s++)
-            for (int i = 0; i < 4; i++) a[i] += w[i * stride + s] * h2f(rows[s][d0]);
-        for (int i = 0; i < 4; i++) out[i][d0] = a[i];
-    }
+    for (; s < n_rows; s++)
+        for (int i = 0; i < 4; i++) axpy_f16c(out[i], w[i * stride + s], rows[s], vd);
 }
 #endif
 

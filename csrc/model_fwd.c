@@ -51,21 +51,21 @@ AOTX_CLONES static void glu_silu(float *g, const float *u, int64_t n) {
 
 /* ---------- the activation residual of ffn_down ----------
  *
- * The kernels multiply quantized weights with Q8 activations: per block of `blk`
- * values (256 before k-quant weights, 32 before the Q8_0 family) d = max|x| / 127 and
- * q = round-half-even(x / d) (quant.c, quant_group; the fast preparations are byte-equal).
- * Measured against the float64 model (scripts/bench_engine_fidelity.py), the largest
- * error of the whole forward is that rounding on the input of ffn_down: gelu(gate) * up
- * has outliers, so a 256-block's step d is coarse for the rest of it.  So ffn_down also
- * runs on the residual r = x - d*q (itself quantized: steps ~254x finer) and the two
- * products are added: W(x) ~ W Q(x) + W Q(r). */
+ * The kernels multiply quantized weights with Q8 activations: per block of 32 values
+ * (Q8_K32 before k-quant weights, Q8_0 pairs before the Q8_0 family) d = max|x| / 127
+ * and q = round-half-even(x / d) (quant.c, quant_group; the fast preparations are
+ * byte-equal).  Measured against the float64 model (scripts/bench_engine_fidelity.py),
+ * the largest error of the whole forward was that rounding on the input of ffn_down:
+ * gelu(gate) * up has outliers, which coarsened the step of the 256-blocks that k-quant
+ * products used before Q8_K32 (one scale per 32 values: now the default, and most of
+ * the gain).  Opt-in: ffn_down also runs on the residual r = x - d*q (itself quantized:
+ * steps ~254x finer) and the two products are added: W(x) ~ W Q(x) + W Q(r). */
 
 /* AOTX_ACT_RESIDUAL in the environment (read once): unset or 0, none (the default);
  * 1, every quantized ffn_down; 6, only those whose weights have 6 bits or more (Q6_K,
- * Q8_0: the layers a Q4_K_M file marks as the sensitive ones).  The residual product
- * brings the logits ~2.7x closer to the exact model (1) but costs ~15-25 % of a
- * prefill's CPU (6: about half of both); off by default so that the AVX2 speed
- * targets hold (docs/benchmarks.md, "Engine fidelity" and the quiet-machine checks). */
+ * Q8_0: the layers a Q4_K_M file marks as the sensitive ones).  With Q8_K32 the residual
+ * product takes the KL to the exact model from 0.0026-0.0027 to 0.0019 on Gemma 3 270M but
+ * costs ~15-25 % of a prefill's CPU (docs/benchmarks.md, "Engine fidelity round 3"). */
 static int residual_mode = 0;
 static pthread_once_t residual_once = PTHREAD_ONCE_INIT;
 
@@ -81,7 +81,7 @@ static int act_block(int type) {
     if (residual_mode == 0) return 0;
     if (residual_mode == 6 && type != AOTX_T_Q6_K && type != AOTX_T_Q8_0) return 0;
     switch (type) {
-    case AOTX_T_Q4_K: case AOTX_T_Q5_K: case AOTX_T_Q6_K: return AOTX_QK_K;
+    case AOTX_T_Q4_K: case AOTX_T_Q5_K: case AOTX_T_Q6_K:
     case AOTX_T_Q4_0: case AOTX_T_Q5_0: case AOTX_T_Q8_0: return AOTX_QK;
     default: return 0;
     }

@@ -4,7 +4,8 @@
  *
  * Reference products: per block, an exact integer dot product of the weight
  * quants with the activation quants (int32), scaled once by the float block
- * scales.  The fast kernels compute the same integers.
+ * scales (k-quants: per 32-value sub-block, by its own activation scale; the
+ * float steps of aotx_block_q8_k32).  The fast kernels compute the same integers.
  */
 #include "aotx_kernels.h"
 #include "aotx_kv.h"
@@ -335,7 +336,7 @@ static int act_type(int type) {
 static size_t act_row_bytes(int type, int64_t cols) {
     switch (act_type(type)) {
     case AOTX_T_Q8_0: return (size_t)((cols / AOTX_QK + 1) / 2) * AOTX_ACT8_PAIR_BYTES;
-    case AOTX_T_Q8_K: return (size_t)(cols / AOTX_QK_K) * sizeof(aotx_block_q8_k);
+    case AOTX_T_Q8_K: return (size_t)(cols / AOTX_QK_K) * sizeof(aotx_block_q8_k32);
     default: return (size_t)cols * sizeof(float);
     }
 }
@@ -383,14 +384,19 @@ static void act_q8_0_row(const float *x, int64_t cols, uint8_t *out) {
     }
 }
 
-static void act_q8_k_row(const float *x, int64_t cols, aotx_block_q8_k *out) {
+/* Q8_K32: each 32 values quantized as a Q8_0-family block, plus the 16-sums and the
+ * mins' term d[j] * (sum of the 32 quants). */
+static void act_q8_k_row(const float *x, int64_t cols, aotx_block_q8_k32 *out) {
     for (int64_t b = 0; b < cols / AOTX_QK_K; b++, out++) {
-        out->d = quant_group(x + b * AOTX_QK_K, AOTX_QK_K, out->qs);
+        for (int j = 0; j < 8; j++)
+            out->d[j] = quant_group(x + b * AOTX_QK_K + 32 * j, 32, out->qs + 32 * j);
         for (int g = 0; g < 16; g++) {
             int s = 0;
             for (int j = 0; j < 16; j++) s += out->qs[16 * g + j];
             out->bsums[g] = (int16_t)s;
         }
+        for (int j = 0; j < 8; j++)
+            out->dm[j] = out->d[j] * (float)(out->bsums[2 * j] + out->bsums[2 * j + 1]);
     }
 }
 
@@ -407,7 +413,7 @@ int aotx_act_prepare(int type, const float *x, int64_t ldx, int64_t n_tok, int64
         switch (act_type(type)) {
         case AOTX_T_Q8_0: (act8_fast ? act8_fast : act_q8_0_row)(xt, cols, at); break;
         case AOTX_T_Q8_K:
-            (act8k_fast ? act8k_fast : act_q8_k_row)(xt, cols, (aotx_block_q8_k *)at);
+            (act8k_fast ? act8k_fast : act_q8_k_row)(xt, cols, (aotx_block_q8_k32 *)at);
             break;
         default: memcpy(at, xt, stride); break;
         }
@@ -470,66 +476,63 @@ static float dot_q8_0(const uint8_t *w, const uint8_t *a, int64_t nb) {
     return sum;
 }
 
-/* k-quants with (sc, m): sum += (d*xd) * sum_j sc_j*dot_j - (dmin*xd) * sum_j m_j*xsum_j */
-static float dot_q4_k(const uint8_t *w, const uint8_t *a, int64_t nb) {
-    const aotx_block_q4_k *b = (const aotx_block_q4_k *)w;
-    const aotx_block_q8_k *x = (const aotx_block_q8_k *)a;
+/* k-quants x Q8_K32: the float steps of aotx_block_q8_k32 (aotx_kernels.h), which the
+ * batch-invariant fast kernels repeat; fmaf: one rounding (this file is built without
+ * FMA code generation, so nothing else is fused). */
+static float dot_k45(int has_qh, const uint8_t *w, const uint8_t *a, int64_t nb) {
+    const size_t bbytes = has_qh ? sizeof(aotx_block_q5_k) : sizeof(aotx_block_q4_k);
+    const aotx_block_q8_k32 *x = (const aotx_block_q8_k32 *)a;
     float sum = 0.0f;
     for (int64_t i = 0; i < nb; i++) {
-        int32_t dot = 0, mins = 0;
+        const uint8_t *wb = w + (size_t)i * bbytes;
+        const uint8_t *scales = wb + 4, *qh = wb + 16, *qs = wb + (has_qh ? 48 : 16);
+        float f = 0.0f, g = 0.0f;
         for (int j = 0; j < 8; j++) {
             uint8_t sc, m;
-            scale_min_k4(j, b[i].scales, &sc, &m);
-            const uint8_t *q = b[i].qs + 32 * (j / 2);
-            int sh = (j & 1) * 4, s = 0;
-            for (int l = 0; l < 32; l++) s += ((q[l] >> sh) & 0x0f) * x[i].qs[32 * j + l];
-            dot += sc * s;
-            mins += m * (x[i].bsums[2 * j] + x[i].bsums[2 * j + 1]);
+            scale_min_k4(j, scales, &sc, &m);
+            const uint8_t *q = qs + 32 * (j / 2);
+            int sh = (j & 1) * 4;
+            int32_t s = 0;
+            for (int l = 0; l < 32; l++) {
+                int v = (q[l] >> sh) & 0x0f;
+                if (has_qh) v |= ((qh[l] >> j) & 1) << 4;
+                s += v * x[i].qs[32 * j + l];
+            }
+            f = fmaf((float)(sc * s), x[i].d[j], f);
+            g = fmaf((float)m, x[i].dm[j], g);
         }
-        float d = aotx_fp16_to_f32(b[i].d) * x[i].d;
-        float dm = aotx_fp16_to_f32(b[i].dmin) * x[i].d;
-        sum += d * (float)dot - dm * (float)mins;
+        float r = fmaf(f, aotx_fp16_to_f32(rd16(wb)), -(g * aotx_fp16_to_f32(rd16(wb + 2))));
+        sum = i > 0 ? sum + r : r;
     }
     return sum;
 }
 
+static float dot_q4_k(const uint8_t *w, const uint8_t *a, int64_t nb) {
+    return dot_k45(0, w, a, nb);
+}
+
 static float dot_q5_k(const uint8_t *w, const uint8_t *a, int64_t nb) {
-    const aotx_block_q5_k *b = (const aotx_block_q5_k *)w;
-    const aotx_block_q8_k *x = (const aotx_block_q8_k *)a;
-    float sum = 0.0f;
-    for (int64_t i = 0; i < nb; i++) {
-        int32_t dot = 0, mins = 0;
-        for (int j = 0; j < 8; j++) {
-            uint8_t sc, m;
-            scale_min_k4(j, b[i].scales, &sc, &m);
-            const uint8_t *q = b[i].qs + 32 * (j / 2);
-            int sh = (j & 1) * 4, s = 0;
-            for (int l = 0; l < 32; l++) {
-                int v = ((q[l] >> sh) & 0x0f) | ((b[i].qh[l] >> j) & 1) << 4;
-                s += v * x[i].qs[32 * j + l];
-            }
-            dot += sc * s;
-            mins += m * (x[i].bsums[2 * j] + x[i].bsums[2 * j + 1]);
-        }
-        float d = aotx_fp16_to_f32(b[i].d) * x[i].d;
-        float dm = aotx_fp16_to_f32(b[i].dmin) * x[i].d;
-        sum += d * (float)dot - dm * (float)mins;
-    }
-    return sum;
+    return dot_k45(1, w, a, nb);
 }
 
 static float dot_q6_k(const uint8_t *w, const uint8_t *a, int64_t nb) {
     const aotx_block_q6_k *b = (const aotx_block_q6_k *)w;
-    const aotx_block_q8_k *x = (const aotx_block_q8_k *)a;
+    const aotx_block_q8_k32 *x = (const aotx_block_q8_k32 *)a;
     float sum = 0.0f;
     for (int64_t i = 0; i < nb; i++) {
-        int32_t dot = 0;
-        for (int g = 0; g < 16; g++) {
-            int h = g / 8, k = (g / 2) % 4, l0 = (g % 2) * 16, s = 0;
-            for (int l = l0; l < l0 + 16; l++) s += q6_value(&b[i], h, k, l) * x[i].qs[16 * g + l - l0];
-            dot += b[i].scales[g] * s;
+        float f = 0.0f;
+        for (int j = 0; j < 8; j++) {  /* 32 values: groups 2j, 2j + 1 */
+            int32_t t = 0;
+            for (int g = 2 * j; g < 2 * j + 2; g++) {
+                int h = g / 8, k = (g / 2) % 4, l0 = (g % 2) * 16, s = 0;
+                for (int l = l0; l < l0 + 16; l++)
+                    s += q6_value(&b[i], h, k, l) * x[i].qs[16 * g + l - l0];
+                t += b[i].scales[g] * s;
+            }
+            f = fmaf((float)t, x[i].d[j], f);
         }
-        sum += aotx_fp16_to_f32(b[i].d) * x[i].d * (float)dot;
+        float d = aotx_fp16_to_f32(b[i].d);
+        sum = i > 0 ? fmaf(f, d, sum) : f * d;
     }
     return sum;
 }

@@ -1,5 +1,5 @@
 /* quant_avx2_tiles.c -- AVX2 + FMA register tiles for Q4_0 / Q5_0 / Q8_0 (x Q8_0
- * activations) and Q4_K / Q6_K (x Q8_K), every n_tok.  Compiled under its own
+ * activations) and Q4_K / Q6_K (x Q8_K32), every n_tok.  Compiled under its own
  * `#pragma GCC target`; quant_x86.c picks them when the CPU runs AVX2 (and the cap
  * allows no more).
  *
@@ -18,15 +18,18 @@
  *     ports per 4 quants); n_tok == 1 runs q8_0_rows1 (maddubs(|w|, sign(x_q, w)), rows as
  *     stored): the same exact integer block sums, so the same bits.
  *   Q4_K: per 32-element sub-block 8 maddubs in int16 (<= 16 * 15 * 127), times its
- *     scale by madd: the super-block's sum S exact in int32; the mins M = sum m * bsum
- *     pairs (madd, exact); float: S * (d dx) - M * (dmin dx) in one fused step.
+ *     scale by madd: sc_j * S_j exact in int32, converted (exact, < 2^24) and scaled by the
+ *     activation's own d[j] (Q8_K32: one scale per 32 values) in an FMA chain; the mins
+ *     as a float chain of m_j * dm[j] (dm[j] = d[j] * the 32 quants' sum, in the act).
  *   Q6_K: per 16-element sub-block two int16 pairs of maddubs (<= 4 * 63 * 127), times
- *     the int8 scale by madd; the -32 offset as 32 sum sc * bsum: S - 32 M exact in int32.
+ *     the int8 scale by madd, two per 32 values; the -32 offset as 32 (sc, sc) . (bsum,
+ *     bsum) (madd): T_j exact in int32, then the same FMA chain with d[j].
  * Reduction order per row (the same for every n_tok and every token position):
  *   Q8_0 family: f = fma(sum_b, d_w * d_x, f) over the blocks of each K slab of 32
  *     blocks in order; y = f for the first slab, y + f for each later one.
- *   k-quants: per super-block in order (see ktile_dot); n_tok == 1 runs k_row1, rows as
- *     stored with the same integer sums and float steps.
+ *   k-quants: per super-block in order, per 32-value sub-block in order within it (see
+ *     ktile_dot: the reference's float steps, so the reference's bits); Q6_K with n_tok
+ *     == 1 runs q6_k_row1, rows as stored with the same integer sums and float steps.
  * The Q8_0 output head can also run from a re-blocked copy made at load
  * (aotx_avx2_q8_0_pack: the tile's int8 layout stored once, 8 rows per sequential
  * stream), the Q8_0 tile's integer sums and float steps again: the same bits.
@@ -56,8 +59,6 @@ typedef struct {
     __m256i q[KB][8];       /* [block][dword g] lane r: 4 unsigned quants of row r */
     __m256i s[KB][8];       /* Q8_0: the signed weights (their signs) */
     __m256 dw[KB];          /* [block] weight scales per row */
-    uint16_t d16[KB][TR];   /* staging: fp16 scales (gathers are slow on Zen) */
-    uint32_t qh[KB][TR];    /* staging: Q5_0 high bits */
     union {
         int8_t xq[ACTB];        /* [token][block][32] signed x_q (Q4_0 / Q5_0) */
         int16_t x16[ACTB];      /* Q8_0: [token][block][32] x_q as int16, in pair order */
@@ -129,6 +130,18 @@ AI void tr8x4(const uint8_t *const *rows, size_t off, __m256i *out) {
     out[3] = _mm256_unpackhi_epi64(t1, t3);
 }
 
+AI uint16_t ld16(const uint8_t *p) {
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return v;
+}
+
+AI uint32_t ld32(const uint8_t *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
 /* ------------------------------------------------------- Q4_0 / Q5_0 / Q8_0 */
 
 /* The slab's activations: tokens [0, ts) x blocks [k0, k0 + kn). */
@@ -164,13 +177,6 @@ static void tile_act(const uint8_t *act, size_t as, int64_t ts, int64_t k0, int6
 /* Rows rows[0..7] (pointers to each row's block k0), kn blocks: transpose into tb. */
 static void tile_weights(int kind, size_t bbytes, const uint8_t *const *rows, int64_t kn,
                          const uint8_t *next, size_t next_bytes, tiles8 *tb) {
-    for (int r = 0; r < TR; r++) {
-        const uint8_t *p = rows[r];
-        for (int64_t b = 0; b < kn; b++, p += bbytes) {
-            memcpy(&tb->d16[b][r], p, 2);
-            if (kind == AOTX_TK_Q5_0) memcpy(&tb->qh[b][r], p + 2, 4);
-        }
-    }
     const __m256i m4 = _mm256_set1_epi8(0x0f), c10 = _mm256_set1_epi8(0x10);
     const __m256i rep0 = _mm256_setr_epi8(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12,
                                           0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12);
@@ -180,7 +186,12 @@ static void tile_weights(int kind, size_t bbytes, const uint8_t *const *rows, in
         const size_t off = (size_t)b * bbytes;
         for (size_t o = 0, pf = (size_t)b * pf_step; o < pf_step && pf + o < next_bytes; o += 64)
             _mm_prefetch((const char *)next + pf + o, _MM_HINT_T1);
-        tb->dw[b] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)tb->d16[b]));
+        /* the rows' scales (and Q5_0 high bits) gathered by inserts: staged through memory by
+         * scalar stores they cost a failed store-to-load forwarding per vector */
+        tb->dw[b] = _mm256_cvtph_ps(_mm_setr_epi16(
+            (short)ld16(rows[0] + off), (short)ld16(rows[1] + off), (short)ld16(rows[2] + off),
+            (short)ld16(rows[3] + off), (short)ld16(rows[4] + off), (short)ld16(rows[5] + off),
+            (short)ld16(rows[6] + off), (short)ld16(rows[7] + off)));
         __m256i *q = tb->q[b];
         if (kind == AOTX_TK_Q8_0) {
             __m256i *s = tb->s[b];
@@ -204,7 +215,10 @@ static void tile_weights(int kind, size_t bbytes, const uint8_t *const *rows, in
         if (kind == AOTX_TK_Q5_0) {
             /* byte i of dword g (element 4g + i) gets bit 4g + i of the row's qh:
              * byte g / 2 of qh, bit 4 (g & 1) + i */
-            const __m256i h = _mm256_loadu_si256((const __m256i *)tb->qh[b]);
+            const __m256i h = _mm256_setr_epi32(
+                (int)ld32(rows[0] + off + 2), (int)ld32(rows[1] + off + 2), (int)ld32(rows[2] + off + 2),
+                (int)ld32(rows[3] + off + 2), (int)ld32(rows[4] + off + 2), (int)ld32(rows[5] + off + 2),
+                (int)ld32(rows[6] + off + 2), (int)ld32(rows[7] + off + 2));
             for (int g = 0; g < 8; g++) {
                 __m256i rep = _mm256_shuffle_epi8(h, _mm256_add_epi8(rep0, _mm256_set1_epi8((char)(g / 2))));
                 const __m256i bits = (g & 1) ? bit_hi : bit_lo;
@@ -315,11 +329,6 @@ AI __m256i reduce8(const __m256i *v) {
     return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
 }
 
-AI uint16_t ld16(const uint8_t *p) {
-    uint16_t v;
-    memcpy(&v, p, 2);
-    return v;
-}
 
 /* n_tok == 1 for Q8_0 (the output head of a decode step): 8 rows straight from memory,
  * no transpose.  Per row and block maddubs(|w|, sign(x_q, w)) + madd(1) leave 8 partial
@@ -377,12 +386,109 @@ static void q8_0_rows1(const uint8_t *w, size_t rb, int64_t nb, const uint8_t *a
     }
 }
 
+/* n_tok == 1 for Q4_0 / Q5_0 (decode: attn_q/k/v, ffn_gate/up): 8 rows straight from
+ * memory, no transpose, no staging, two rows per vector: [row a | row b] quants 0..15 in
+ * one vector and 16..31 in another (nibbles, Q5_0's fifth bit from qh), against the
+ * activation's [x 0..15 | x 0..15] and [x 16..31 | x 16..31]; maddubs (|pair| <= 2 * 31
+ * * 127, two summed in int16) + madd(1), a hadd tree into lanes = rows, plus the tile's
+ * seed -c * sum x_q: the tile's exact block sums; then the tile's float steps in the
+ * tile's order (K slabs of KB blocks), so the bits of q8fam_tiles at any n_tok. */
+AI void q45_rows1(int kind, const uint8_t *w, size_t rb, int64_t nb, const uint8_t *act, float *y,
+                  int64_t r0, int64_t r1) {
+    const __m256i c80 = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1);
+    const __m256i m4 = _mm256_set1_epi8(0x0f), c10 = _mm256_set1_epi8(0x10);
+    /* qh of row a in bytes 0..3, of row b in bytes 4..7 of each 128-bit lane: quant e of
+     * the low (high) vector gets byte e / 8 (2 + e / 8) of its row's qh, then bit e % 8 */
+    const __m256i rlo = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                         4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5);
+    const __m256i rhi = _mm256_setr_epi8(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
+                                         6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    const int32_t c = kind == AOTX_TK_Q5_0 ? 16 : 8;
+    const size_t bb = kind == AOTX_TK_Q5_0 ? sizeof(aotx_block_q5_0) : sizeof(aotx_block_q4_0);
+    const size_t qoff = kind == AOTX_TK_Q5_0 ? 6 : 2;
+    for (int64_t rc = r0; rc < r1; rc += TR) {
+        const int64_t nr = r1 - rc < TR ? r1 - rc : TR;
+        const uint8_t *rows[TR];
+        for (int r = 0; r < TR; r++) rows[r] = w + (size_t)(rc + (r < nr ? r : 0)) * rb;
+        const int64_t pa = rc + PFC * TR;
+        const int64_t nn = r1 - pa < TR ? r1 - pa : TR;
+        const uint8_t *next = w + (size_t)pa * rb;
+        const size_t next_bytes = nn > 0 ? (size_t)nn * rb : 0;
+        const size_t pf_step = (next_bytes / (size_t)nb + 63) / 64 * 64;
+        const __m256i m = row_mask((int)nr);
+        float *yc = y + rc;
+        for (int64_t k0 = 0; k0 < nb; k0 += KB) {
+            const int64_t ke = nb - k0 < KB ? nb : k0 + KB;
+            __m256 f = _mm256_setzero_ps();
+            for (int64_t b = k0; b < ke; b++) {
+                for (size_t o = 0, pf = (size_t)b * pf_step; o < pf_step && pf + o < next_bytes; o += 64)
+                    _mm_prefetch((const char *)next + pf + o, _MM_HINT_T1);
+                const __m256i xu = _mm256_loadu_si256((const __m256i *)aotx_act8_xu(act, b));
+                const __m256i xs = _mm256_xor_si256(xu, c80);
+                const __m256i xlo = _mm256_permute2x128_si256(xs, xs, 0x00);
+                const __m256i xhi = _mm256_permute2x128_si256(xs, xs, 0x11);
+                const __m256i s4 = _mm256_sad_epu8(xu, _mm256_setzero_si256());  /* sum (x_q + 128) */
+                const __m128i s2 = _mm_add_epi64(_mm256_castsi256_si128(s4), _mm256_extracti128_si256(s4, 1));
+                const int32_t sum = (int32_t)(_mm_cvtsi128_si32(s2) + _mm_extract_epi32(s2, 2)) - 32 * 128;
+                const size_t off = (size_t)b * bb;
+                __m256i v[TR / 2];
+                for (int k = 0; k < TR / 2; k++) {
+                    const uint8_t *pa_ = rows[2 * k] + off, *pb_ = rows[2 * k + 1] + off;
+                    const __m256i raw = _mm256_loadu2_m128i((const __m128i *)(pb_ + qoff),
+                                                            (const __m128i *)(pa_ + qoff));
+                    __m256i lo = _mm256_and_si256(raw, m4);
+                    __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+                    if (kind == AOTX_TK_Q5_0) {
+                        uint32_t qa, qb;
+                        memcpy(&qa, pa_ + 2, 4);
+                        memcpy(&qb, pb_ + 2, 4);
+                        const __m256i h = _mm256_set1_epi64x((long long)((uint64_t)qb << 32 | qa));
+                        const __m256i hl = _mm256_and_si256(_mm256_shuffle_epi8(h, rlo), bit);
+                        const __m256i hh = _mm256_and_si256(_mm256_shuffle_epi8(h, rhi), bit);
+                        lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_cmpeq_epi8(hl, bit), c10));
+                        hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_cmpeq_epi8(hh, bit), c10));
+                    }
+                    const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, xlo),
+                                                       _mm256_maddubs_epi16(hi, xhi));
+                    v[k] = _mm256_madd_epi16(p, ones);  /* lanes 0..3 row 2k, 4..7 row 2k + 1 */
+                }
+                /* [r0 r2 r4 r6 | r1 r3 r5 r7] -> lanes = rows */
+                const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+                const __m256i a = _mm256_add_epi32(_mm256_set1_epi32(-c * sum),
+                                                   _mm256_permutevar8x32_epi32(h, order));
+                const __m128i d16 = _mm_setr_epi16(
+                    (short)ld16(rows[0] + off), (short)ld16(rows[1] + off), (short)ld16(rows[2] + off),
+                    (short)ld16(rows[3] + off), (short)ld16(rows[4] + off), (short)ld16(rows[5] + off),
+                    (short)ld16(rows[6] + off), (short)ld16(rows[7] + off));
+                const __m256 dw = _mm256_cvtph_ps(d16);
+                f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a),
+                                    _mm256_mul_ps(dw, _mm256_set1_ps(*aotx_act8_dx(act, b))), f);
+            }
+            if (nr == TR) {
+                if (k0 > 0) f = _mm256_add_ps(f, _mm256_loadu_ps(yc));
+                _mm256_storeu_ps(yc, f);
+            } else {
+                if (k0 > 0) f = _mm256_add_ps(f, _mm256_maskload_ps(yc, m));
+                _mm256_maskstore_ps(yc, m, f);
+            }
+        }
+    }
+}
+
 void aotx_avx2_q8fam_tiles(int kind, const uint8_t *w, size_t rb, int64_t nb, const uint8_t *act,
                            size_t as, int64_t n_tok, float *y, int64_t ldy, int64_t r0,
                            int64_t r1) {
     switch (kind) {  /* one instantiation per kind: the kind folds into constants */
-    case AOTX_TK_Q4_0: q8fam_tiles(AOTX_TK_Q4_0, w, rb, nb, act, as, n_tok, y, ldy, r0, r1); break;
-    case AOTX_TK_Q5_0: q8fam_tiles(AOTX_TK_Q5_0, w, rb, nb, act, as, n_tok, y, ldy, r0, r1); break;
+    case AOTX_TK_Q4_0:
+        if (n_tok == 1) q45_rows1(AOTX_TK_Q4_0, w, rb, nb, act, y, r0, r1);
+        else q8fam_tiles(AOTX_TK_Q4_0, w, rb, nb, act, as, n_tok, y, ldy, r0, r1);
+        break;
+    case AOTX_TK_Q5_0:
+        if (n_tok == 1) q45_rows1(AOTX_TK_Q5_0, w, rb, nb, act, y, r0, r1);
+        else q8fam_tiles(AOTX_TK_Q5_0, w, rb, nb, act, as, n_tok, y, ldy, r0, r1);
+        break;
     default:
         if (n_tok == 1) q8_0_rows1(w, rb, nb, act, y, r0, r1);
         else q8fam_tiles(AOTX_TK_Q8_0, w, rb, nb, act, as, n_tok, y, ldy, r0, r1);
@@ -561,10 +667,11 @@ void aotx_avx2_q8_0_packed(const uint8_t *pk, int64_t nb, const uint8_t *act, si
 typedef struct {
     __m256i q[64];                  /* [element dword][row lane] unsigned quants */
     __m256i sc[KSL][16];            /* [sb][sub-block] (sc, sc) int16 pairs per row */
-    __m256i mm[KSL][8];             /* [sb][bsum pair] int16 pairs per row */
+    __m256i mm[KSL][8];             /* [sb][32-block] Q6_K (-2 sc_2j, -2 sc_2j+1) int16 pairs per row */
+    __m256 mf[KSL][8];              /* [sb][sub-block] Q4_K m per row, as float */
     __m256 d[KSL];                  /* [sb] d per row */
     __m256 dmin[KSL];               /* [sb] Q4_K dmin per row */
-} ktiles8;                          /* ~10 KiB */
+} ktiles8;                          /* ~12 KiB */
 
 /* Scales of the chunk's rows (row r at rows[0] + vidx[r], each at super-block k0),
  * super-blocks [0, kn): gathered per super-block, unpacked in vectors. */
@@ -583,6 +690,10 @@ static void ktile_scales(int kind, const uint8_t *row0, __m256i vidx, int64_t kn
                     kb->sc[i][4 * a + c] = _mm256_or_si256(_mm256_and_si256(sc[c], lo16),
                                                            _mm256_slli_epi32(sc[c], 16));
                 }
+                /* (-2 sc, -2 sc') pairs: madd with (16 bsum, 16 bsum') (both fit int16) is the
+                 * -32 offset of a 32-value sub-block, exact */
+                const __m256i z = _mm256_setzero_si256();
+                for (int c = 0; c < 4; c++) sc[c] = _mm256_sub_epi32(z, _mm256_add_epi32(sc[c], sc[c]));
                 kb->mm[i][2 * a] = _mm256_or_si256(_mm256_and_si256(sc[0], lo16), _mm256_slli_epi32(sc[1], 16));
                 kb->mm[i][2 * a + 1] = _mm256_or_si256(_mm256_and_si256(sc[2], lo16),
                                                        _mm256_slli_epi32(sc[3], 16));
@@ -611,7 +722,7 @@ static void ktile_scales(int kind, const uint8_t *row0, __m256i vidx, int64_t kn
             __m256i sc = _mm256_and_si256(_mm256_srl_epi32(sv[j >> 2], sh), ff);
             __m256i m = _mm256_and_si256(_mm256_srl_epi32(mv[j >> 2], sh), ff);
             kb->sc[i][j] = _mm256_or_si256(sc, _mm256_slli_epi32(sc, 16));
-            kb->mm[i][j] = _mm256_or_si256(m, _mm256_slli_epi32(m, 16));
+            kb->mf[i][j] = _mm256_cvtepi32_ps(m);
         }
     }
 }
@@ -658,34 +769,48 @@ static void ktile_quants(int kind, const uint8_t *const *rows, int64_t i, ktiles
     }
 }
 
-/* Super-block i (slab entry si) x tokens [t0, t0 + nt): y rows [0, nr).  The whole
- * super-block's sum is exact in int32 (scales applied by madd), so the float steps are
- * per super-block only (see k_row1, which must do the same):
- *   Q4_K: r = S * (d * dx) - M * (dmin * dx) (one fused step), y = r or y + r;
- *   Q6_K: r = S - 32 M (int), y = r * (d * dx) or fma(r, d * dx, y). */
+/* Super-block i (slab entry si) x tokens [t0, t0 + nt): y rows [0, nr).  Per 32-value
+ * sub-block j the exact int32 sum with the weight scales applied by madd (Q4_K: sc_j * S_j;
+ * Q6_K: T_j = sum sc_g * (q - 32) * x_q, the offset from the 16-sums), then the
+ * reference's float steps (aotx_block_q8_k32; q6_k_row1 repeats them):
+ *   Q4_K: F = fma(float(sc_j S_j), d[j], F), G = fma(m_j, dm[j], G),
+ *         r = fma(F, d_w, -(G * dmin)), y = r or y + r;
+ *   Q6_K: F = fma(float(T_j), d[j], F), y = F * d_w or fma(F, d_w, y). */
 AI void ktile_dot(int kind, const ktiles8 *kb, int64_t si, int64_t i, const uint8_t *act, size_t as,
                   int64_t t0, int nt, float *y, int64_t ldy, int nr, int accum) {
-    const aotx_block_q8_k *xb[TT];
-    __m256i A[TT];
+    const aotx_block_q8_k32 *xb[TT];
+    __m256 F[TT];
     for (int t = 0; t < nt; t++) {
-        xb[t] = (const aotx_block_q8_k *)(act + (size_t)(t0 + t) * as) + i;
-        A[t] = _mm256_setzero_si256();
+        xb[t] = (const aotx_block_q8_k32 *)(act + (size_t)(t0 + t) * as) + i;
+        F[t] = _mm256_setzero_ps();
     }
     if (kind == AOTX_TK_Q6_K) {
-        for (int j = 0; j < 16; j++) {  /* 16 elements: dwords 4j .. 4j + 3 */
-            const __m256i sc = kb->sc[si][j];
-            for (int h = 0; h < 2; h++) {
-                __m256i s16[TT];
-                for (int t = 0; t < nt; t++) s16[t] = _mm256_setzero_si256();
+        int32_t b16[TT][8];  /* (16 bsum_2j, 16 bsum_2j+1) pairs (|16 bsum| <= 32512) */
+        for (int t = 0; t < nt; t++)
+            _mm256_storeu_si256((__m256i *)b16[t],
+                                _mm256_slli_epi16(_mm256_loadu_si256((const __m256i *)xb[t]->bsums), 4));
+        for (int j = 0; j < 8; j++) {  /* 32 values: groups 2j, 2j + 1 = dwords 8j .. 8j + 7 */
+            __m256i A[TT];  /* seeded with the -32 offset: madd((-2 sc), (16 bsum)) */
+            for (int t = 0; t < nt; t++)
+                A[t] = _mm256_madd_epi16(kb->mm[si][j], _mm256_set1_epi32(b16[t][j]));
+            for (int gg = 0; gg < 2; gg++) {
+                const int g16 = 2 * j + gg;
+                const __m256i sc = kb->sc[si][g16];
+                for (int h = 0; h < 2; h++) {
+                    __m256i s16[TT];
+                    for (int t = 0; t < nt; t++) s16[t] = _mm256_setzero_si256();
 #pragma GCC unroll 2
-                for (int g = 4 * j + 2 * h; g < 4 * j + 2 * h + 2; g++) {
-                    const __m256i wv = _mm256_load_si256(&kb->q[g]);
-                    for (int t = 0; t < nt; t++)
-                        s16[t] = _mm256_add_epi16(
-                            s16[t], _mm256_maddubs_epi16(wv, bcast4(xb[t]->qs + 4 * g)));
+                    for (int g = 4 * g16 + 2 * h; g < 4 * g16 + 2 * h + 2; g++) {
+                        const __m256i wv = _mm256_load_si256(&kb->q[g]);
+                        for (int t = 0; t < nt; t++)
+                            s16[t] = _mm256_add_epi16(
+                                s16[t], _mm256_maddubs_epi16(wv, bcast4(xb[t]->qs + 4 * g)));
+                    }
+                    for (int t = 0; t < nt; t++) A[t] = _mm256_add_epi32(A[t], _mm256_madd_epi16(s16[t], sc));
                 }
-                for (int t = 0; t < nt; t++) A[t] = _mm256_add_epi32(A[t], _mm256_madd_epi16(s16[t], sc));
             }
+            for (int t = 0; t < nt; t++)
+                F[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(A[t]), _mm256_set1_ps(xb[t]->d[j]), F[t]);
         }
     } else {
         for (int j = 0; j < 8; j++) {  /* 32 elements: dwords 8j .. 8j + 7 */
@@ -699,29 +824,23 @@ AI void ktile_dot(int kind, const ktiles8 *kb, int64_t si, int64_t i, const uint
                                               _mm256_maddubs_epi16(wv, bcast4(xb[t]->qs + 4 * g)));
             }
             const __m256i sc = kb->sc[si][j];
-            for (int t = 0; t < nt; t++) A[t] = _mm256_add_epi32(A[t], _mm256_madd_epi16(s16[t], sc));
+            for (int t = 0; t < nt; t++)
+                F[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(s16[t], sc)),
+                                       _mm256_set1_ps(xb[t]->d[j]), F[t]);
         }
     }
     const __m256i m = row_mask(nr);
     for (int t = 0; t < nt; t++) {
-        __m256i mn = _mm256_setzero_si256();
-        for (int k = 0; k < 8; k++) {
-            int32_t b2;
-            memcpy(&b2, xb[t]->bsums + 2 * k, 4);
-            mn = _mm256_add_epi32(mn, _mm256_madd_epi16(kb->mm[si][k], _mm256_set1_epi32(b2)));
-        }
         float *yt = y + (t0 + t) * ldy;
-        const __m256 dx = _mm256_set1_ps(xb[t]->d);
         const __m256 yv = !accum ? _mm256_setzero_ps()
                           : nr == TR ? _mm256_loadu_ps(yt) : _mm256_maskload_ps(yt, m);
         __m256 r;
         if (kind == AOTX_TK_Q6_K) {
-            const __m256 s = _mm256_cvtepi32_ps(_mm256_sub_epi32(A[t], _mm256_slli_epi32(mn, 5)));
-            const __m256 ddx = _mm256_mul_ps(kb->d[si], dx);
-            r = accum ? _mm256_fmadd_ps(s, ddx, yv) : _mm256_mul_ps(s, ddx);
+            r = accum ? _mm256_fmadd_ps(F[t], kb->d[si], yv) : _mm256_mul_ps(F[t], kb->d[si]);
         } else {
-            const __m256 tm = _mm256_mul_ps(_mm256_cvtepi32_ps(mn), _mm256_mul_ps(kb->dmin[si], dx));
-            r = _mm256_fmsub_ps(_mm256_cvtepi32_ps(A[t]), _mm256_mul_ps(kb->d[si], dx), tm);
+            __m256 G = _mm256_setzero_ps();
+            for (int j = 0; j < 8; j++) G = _mm256_fmadd_ps(kb->mf[si][j], _mm256_set1_ps(xb[t]->dm[j]), G);
+            r = _mm256_fmsub_ps(F[t], kb->d[si], _mm256_mul_ps(G, kb->dmin[si]));
             if (accum) r = _mm256_add_ps(yv, r);
         }
         if (nr == TR) _mm256_storeu_ps(yt, r);
@@ -781,50 +900,58 @@ AI int32_t hsum_i32(__m256i v) {
     return _mm_cvtsi128_si32(s);
 }
 
-/* n_tok == 1 for Q6_K (decode): one row at a time, as stored (no transpose).  The
- * super-block's integer sums S and M (exact: madd with the scales, then a horizontal int
- * add) and then ktile_dot's float steps, scalar, in its order: bit for bit the tiles'
- * results at any n_tok. */
+/* lane j = the sum of the 8 lanes of v[j] (exact int32) */
+AI __m256i tree8(const __m256i *v) {
+    const __m256i h01 = _mm256_hadd_epi32(v[0], v[1]), h23 = _mm256_hadd_epi32(v[2], v[3]);
+    const __m256i h45 = _mm256_hadd_epi32(v[4], v[5]), h67 = _mm256_hadd_epi32(v[6], v[7]);
+    const __m256i a = _mm256_hadd_epi32(h01, h23), b = _mm256_hadd_epi32(h45, h67);
+    return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20),
+                            _mm256_permute2x128_si256(a, b, 0x31));
+}
+
+/* n_tok == 1 for Q6_K (decode): one row at a time, as stored (no transpose).  Each
+ * 32-value sub-block's exact integer sum T_j (madd with the scales; the 8 partial lanes
+ * of the 8 sub-blocks reduced by a hadd tree, minus 32 sum sc * bsum) and then ktile_dot's
+ * float steps, scalar, in its order: bit for bit the tiles' results at any n_tok. */
 static void q6_k_row1(const uint8_t *w, size_t rb, int64_t nb, const uint8_t *act, float *y,
                       int64_t r0, int64_t r1) {
-    const aotx_block_q8_k *xa = (const aotx_block_q8_k *)act;
+    const aotx_block_q8_k32 *xa = (const aotx_block_q8_k32 *)act;
     const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
     for (int64_t r = r0; r < r1; r++) {
         const uint8_t *wr = w + (size_t)r * rb;
         float yr = 0.0f;
         for (int64_t i = 0; i < nb; i++) {
-            const aotx_block_q8_k *xb = xa + i;
-            const __m256i bs = _mm256_loadu_si256((const __m256i *)xb->bsums);
-            const float dx = xb->d;
-            {
-                const aotx_block_q6_k *b = (const aotx_block_q6_k *)wr + i;
-                for (size_t off = 0; off < sizeof(*b); off += 64)
-                    _mm_prefetch((const char *)b + 3072 + off, _MM_HINT_T0);
-                __m256i acc = _mm256_setzero_si256();
-                for (int h = 0; h < 2; h++) {
-                    const __m256i A = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h));
-                    const __m256i B = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h + 32));
-                    const __m256i H = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * h));
-                    __m256i q[4];
-                    q[0] = _mm256_or_si256(_mm256_and_si256(A, m4), _mm256_and_si256(_mm256_slli_epi16(H, 4), m30));
-                    q[1] = _mm256_or_si256(_mm256_and_si256(B, m4), _mm256_and_si256(_mm256_slli_epi16(H, 2), m30));
-                    q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(A, 4), m4), _mm256_and_si256(H, m30));
-                    q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(B, 4), m4),
-                                           _mm256_and_si256(_mm256_srli_epi16(H, 2), m30));
-                    for (int k = 0; k < 4; k++) {  /* elements 128h + 32k .. : groups 8h + 2k, +1 */
-                        const int g = 8 * h + 2 * k;
-                        const __m256i sc = _mm256_set_m128i(_mm_set1_epi16(b->scales[g + 1]),
-                                                            _mm_set1_epi16(b->scales[g]));
-                        const __m256i xv = _mm256_loadu_si256((const __m256i *)(xb->qs + 128 * h + 32 * k));
-                        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(q[k], xv), sc));
-                    }
+            const aotx_block_q8_k32 *xb = xa + i;
+            const aotx_block_q6_k *b = (const aotx_block_q6_k *)wr + i;
+            for (size_t off = 0; off < sizeof(*b); off += 64)
+                _mm_prefetch((const char *)b + 3072 + off, _MM_HINT_T0);
+            __m256i v[8];
+            for (int h = 0; h < 2; h++) {
+                const __m256i A = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h));
+                const __m256i B = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h + 32));
+                const __m256i H = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * h));
+                __m256i q[4];
+                q[0] = _mm256_or_si256(_mm256_and_si256(A, m4), _mm256_and_si256(_mm256_slli_epi16(H, 4), m30));
+                q[1] = _mm256_or_si256(_mm256_and_si256(B, m4), _mm256_and_si256(_mm256_slli_epi16(H, 2), m30));
+                q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(A, 4), m4), _mm256_and_si256(H, m30));
+                q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(B, 4), m4),
+                                       _mm256_and_si256(_mm256_srli_epi16(H, 2), m30));
+                for (int k = 0; k < 4; k++) {  /* elements 128h + 32k .. : sub-block 4h + k */
+                    const int g = 8 * h + 2 * k;
+                    const __m256i sc = _mm256_set_m128i(_mm_set1_epi16(b->scales[g + 1]),
+                                                        _mm_set1_epi16(b->scales[g]));
+                    const __m256i xv = _mm256_loadu_si256((const __m256i *)(xb->qs + 128 * h + 32 * k));
+                    v[4 * h + k] = _mm256_madd_epi16(_mm256_maddubs_epi16(q[k], xv), sc);
                 }
-                const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales));
-                const int32_t M = hsum_i32(_mm256_madd_epi16(bs, sc16));
-                const float s = (float)(hsum_i32(acc) - 32 * M);
-                const float ddx = _cvtsh_ss(b->d) * dx;
-                yr = i > 0 ? __builtin_fmaf(s, ddx, yr) : s * ddx;
             }
+            const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales));
+            const __m256i cr = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)xb->bsums), sc16);
+            float tf[8];
+            _mm256_storeu_ps(tf, _mm256_cvtepi32_ps(_mm256_sub_epi32(tree8(v), _mm256_slli_epi32(cr, 5))));
+            float f = 0.0f;
+            for (int j = 0; j < 8; j++) f = __builtin_fmaf(tf[j], xb->d[j], f);
+            const float d = _cvtsh_ss(b->d);
+            yr = i > 0 ? __builtin_fmaf(f, d, yr) : f * d;
         }
         y[r] = yr;
     }

@@ -8,13 +8,14 @@
  * family runs two blocks per 512-bit vector, the k-quants 256-bit vectors).
  *
  * Every kernel computes, per weight block and token, the same integer sum as
- * the reference in quant.c, then scales it by the same float (d_w * d_x); only
- * the order of the float additions differs:
+ * the reference in quant.c, then scales it by the same floats; only the order of
+ * the float additions differs (the AVX-512 k-quant tiles repeat the reference's):
  *   Q4_0/Q5_0/Q8_0: weights as signed bytes w_s (q - 8, q - 16, or int8), the
  *     activation stored as x_q + 128 (unsigned):  sum (x_q+128)*w_s - 128*sum w_s;
  *     the correction depends on the weights only and seeds each token's sum.
- *   Q4_K/Q5_K: maddubs(q, x_q) * sc (vpdpwssd), minus m * (Q8_K block sums).
- *   Q6_K: maddubs(q, x_q) * sc, minus 32 * sum sc * (Q8_K block sums).
+ *   Q4_K/Q5_K x Q8_K32 (one activation scale per 32 values): per 32-value sub-block
+ *     maddubs(q, x_q) * sc (vpdpwssd) scaled by its own d[j]; the mins m_j * dm[j].
+ *   Q6_K: per 32 values maddubs(q, x_q) * sc minus 32 * sum sc * (16-sums), by d[j].
  *
  * Loop structure: n_tok == 1 streams each weight row once (software prefetch
  * QX86_PF bytes ahead: it doubles the DRAM rate on this machine).  n_tok > 1
@@ -28,7 +29,7 @@
  * every n_tok.  Otherwise (Q5_K, F16/BF16, and the unused AVX2 row kernels below)
  * n_tok > 1 walks chunks of QX86_ROWS rows x groups of QX86_NT tokens (8 with
  * AVX-512, 4 with AVX2) so that each unpacked weight block serves QX86_NT tokens.
- * Activation quantization (Q8_0 pairs, Q8_K) also has an AVX-512 version here
+ * Activation quantization (Q8_0 pairs, Q8_K32) also has AVX2 and AVX-512 versions here
  * producing the same bytes as quant.c's.
  */
 #ifndef QX86_BODY
@@ -94,9 +95,10 @@ int aotx_x86_level(void) {
 }
 
 void aotx_x86_pick_act(int max_level, aotx_act8_fn *q8_0, aotx_act8k_fn *q8_k) {
-    int vnni = max_level >= AOTX_LEVEL_AVX512VNNI && aotx_x86_level() >= AOTX_LEVEL_AVX512VNNI;
-    *q8_0 = vnni ? act8_row_vnni : NULL;
-    *q8_k = vnni ? act8k_row_vnni : NULL;
+    int level = aotx_x86_level();
+    if (level > max_level) level = max_level;
+    *q8_0 = level >= AOTX_LEVEL_AVX512VNNI ? act8_row_vnni : level >= AOTX_LEVEL_AVX2 ? act8_row_avx2 : NULL;
+    *q8_k = level >= AOTX_LEVEL_AVX512VNNI ? act8k_row_vnni : level >= AOTX_LEVEL_AVX2 ? act8k_row_avx2 : NULL;
 }
 
 void aotx_x86_pick(int type, int max_level, int invariant, aotx_mm_fn *mm, const char **mm_name,
@@ -662,17 +664,88 @@ static void SFX(act8_row)(const float *x, int64_t cols, uint8_t *out) {
     }
 }
 
-static void SFX(act8k_row)(const float *x, int64_t cols, aotx_block_q8_k *out) {
+static void SFX(act8k_row)(const float *x, int64_t cols, aotx_block_q8_k32 *out) {
     for (int64_t b = 0; b < cols / 256; b++, out++, x += 256) {
-        __m512 m = _mm512_setzero_ps();
-        for (int j = 0; j < 16; j++) m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_loadu_ps(x + 16 * j)));
-        float d = _mm512_reduce_max_ps(m) / 127.0f;
-        __m512 id = _mm512_set1_ps(d > 0.0f ? 1.0f / d : 0.0f);
-        out->d = d;
-        for (int j = 0; j < 16; j++) {
-            __m512i q = SFX(quant16)(_mm512_loadu_ps(x + 16 * j), id);
-            _mm_storeu_si128((__m128i *)(out->qs + 16 * j), _mm512_cvtepi32_epi8(q));
-            out->bsums[j] = (int16_t)_mm512_reduce_add_epi32(q);
+        for (int j = 0; j < 8; j++) {  /* each 32 values as one Q8_0-family block */
+            __m512 v0 = _mm512_loadu_ps(x + 32 * j), v1 = _mm512_loadu_ps(x + 32 * j + 16);
+            float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+            float d = amax / 127.0f;
+            __m512 id = _mm512_set1_ps(d > 0.0f ? 1.0f / d : 0.0f);
+            __m512i q0 = SFX(quant16)(v0, id), q1 = SFX(quant16)(v1, id);
+            _mm_storeu_si128((__m128i *)(out->qs + 32 * j), _mm512_cvtepi32_epi8(q0));
+            _mm_storeu_si128((__m128i *)(out->qs + 32 * j + 16), _mm512_cvtepi32_epi8(q1));
+            int s0 = _mm512_reduce_add_epi32(q0), s1 = _mm512_reduce_add_epi32(q1);
+            out->bsums[2 * j] = (int16_t)s0;
+            out->bsums[2 * j + 1] = (int16_t)s1;
+            out->d[j] = d;
+            out->dm[j] = d * (float)(s0 + s1);
+        }
+    }
+}
+#else
+/* ------------------------------------------------- activation quantization, AVX2
+ * quant.c's quant_group again (the AVX-512 version's steps on 8-float vectors): the same
+ * bytes for finite x.  32 values -> 32 int8 in order, d returned; s16[2] the two 16-sums. */
+AI __m256i SFX(quant8)(__m256 v, __m256 id) {
+    v = _mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(v, id), _mm256_set1_ps(-127.0f)),
+                      _mm256_set1_ps(127.0f));
+    return _mm256_cvtps_epi32(v);  /* MXCSR default: round to nearest even */
+}
+
+AI int32_t SFX(hsum_i32)(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+}
+
+AI float SFX(quant32)(const float *x, __m256i *q8, int32_t *s16) {
+    const __m256 v0 = _mm256_loadu_ps(x), v1 = _mm256_loadu_ps(x + 8);
+    const __m256 v2 = _mm256_loadu_ps(x + 16), v3 = _mm256_loadu_ps(x + 24);
+    const __m256 sgn = _mm256_set1_ps(-0.0f);
+    __m256 m = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sgn, v0), _mm256_andnot_ps(sgn, v1)),
+                             _mm256_max_ps(_mm256_andnot_ps(sgn, v2), _mm256_andnot_ps(sgn, v3)));
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_movehdup_ps(h));
+    const float d = _mm_cvtss_f32(h) / 127.0f;
+    const __m256 id = _mm256_set1_ps(d > 0.0f ? 1.0f / d : 0.0f);
+    const __m256i q0 = SFX(quant8)(v0, id), q1 = SFX(quant8)(v1, id);
+    const __m256i q2 = SFX(quant8)(v2, id), q3 = SFX(quant8)(v3, id);
+    /* |q| <= 127: the packs do not saturate; they interleave 128-bit lanes, undone below */
+    const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q0, q1), _mm256_packs_epi32(q2, q3));
+    *q8 = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    if (s16) {
+        s16[0] = SFX(hsum_i32)(_mm256_add_epi32(q0, q1));
+        s16[1] = SFX(hsum_i32)(_mm256_add_epi32(q2, q3));
+    }
+    return d;
+}
+
+static void SFX(act8_row)(const float *x, int64_t cols, uint8_t *out) {
+    const int64_t nb = cols / 32;
+    for (int64_t b = 0; b < (nb + 1) / 2 * 2; b++) {
+        uint8_t *xu = out + (b >> 1) * AOTX_ACT8_PAIR_BYTES + (b & 1) * 32;
+        float *dx = (float *)(out + (b >> 1) * AOTX_ACT8_PAIR_BYTES + 64 + (b & 1) * 32);
+        float d = 0.0f;
+        __m256i q = _mm256_setzero_si256();
+        if (b < nb) d = SFX(quant32)(x + 32 * b, &q, NULL);
+        _mm256_storeu_si256((__m256i *)xu, _mm256_xor_si256(q, _mm256_set1_epi8((char)0x80)));
+        _mm256_storeu_ps(dx, _mm256_set1_ps(d));
+    }
+}
+
+static void SFX(act8k_row)(const float *x, int64_t cols, aotx_block_q8_k32 *out) {
+    for (int64_t b = 0; b < cols / 256; b++, out++, x += 256) {
+        for (int j = 0; j < 8; j++) {  /* each 32 values as one Q8_0-family block */
+            __m256i q;
+            int32_t s[2];
+            const float d = SFX(quant32)(x + 32 * j, &q, s);
+            _mm256_storeu_si256((__m256i *)(out->qs + 32 * j), q);
+            out->bsums[2 * j] = (int16_t)s[0];
+            out->bsums[2 * j + 1] = (int16_t)s[1];
+            out->d[j] = d;
+            out->dm[j] = d * (float)(s[0] + s[1]);
         }
     }
 }
@@ -826,214 +899,210 @@ static aotx_dq_fn SFX(qx86_pick_dq)(int type) {
 #undef QX86_RN
 #endif
 
-/* ------------------------------------------------------- k-quants x Q8_K */
+/* ------------------------------------------------------- k-quants x Q8_K32
+ * One super-block of one row, unpacked (qx_ksb), against one token (k_tok): per 32-value
+ * sub-block j the exact integer sum (Q4_K/Q5_K: sc_j * S_j; Q6_K: T_j, the -32 offset
+ * from the 16-sums) as 8 int32 partial lanes, reduced by a hadd tree into one vector
+ * whose lane j is that sum, then scaled by the activation's d[j] in float.  Row kernels
+ * (n_tok == 1) and the chunked n_tok > 1 driver share k_tok, so a token's float steps do
+ * not depend on n_tok (AVX2 Q5_K; the AVX-512 and AVX2 Q4_K / Q6_K tiles below and in
+ * quant_avx2_tiles.c follow the reference's order instead). */
+typedef struct {
+    __m256i q[8];   /* unsigned quants per 32 elements */
+    __m256i sc[8];  /* int16 scale vector per 32 elements */
+    __m256i corr;   /* Q6_K: the 16 scales (int16), for sum sc_g * bsum_g */
+    __m256 mf;      /* Q4_K/Q5_K: m_j as float */
+#if QX86_VNNI
+    __m256 dsc;     /* Q4_K/Q5_K: d * sc_j (exact); Q6_K: unused */
+    __m512 dsc16;   /* Q6_K: d * sc_g (exact) */
+#endif
+    float d, dmin;
+} SFX(qx_ksb);
+#define QX86_KSB 64  /* super-blocks buffered per chunk (38 KiB) */
 
-
-/* Q4_K (has_qh = 0) and Q5_K (has_qh = 1) */
-AI void SFX(row_k45)(int has_qh, const uint8_t *w, int64_t nb, const uint8_t *act, size_t astride,
-                     int nt, float *out) {
-    const size_t bbytes = has_qh ? sizeof(aotx_block_q5_k) : sizeof(aotx_block_q4_k);
-    const aotx_block_q8_k *xa[QX86_NT];
-    __m256 facc[QX86_NT];
-    for (int t = 0; t < nt; t++) {
-        xa[t] = (const aotx_block_q8_k *)(act + (size_t)t * astride);
-        facc[t] = _mm256_setzero_ps();
-    }
-    const __m256i m4 = _mm256_set1_epi8(0x0f);
-    for (int64_t i = 0; i < nb; i++) {
-        const uint8_t *wb = w + (size_t)i * bbytes;
-        for (size_t off = 0; off < bbytes; off += 64)
-            _mm_prefetch((const char *)wb + QX86_PF + off, _MM_HINT_T0);
-        uint16_t d16, dm16;
-        memcpy(&d16, wb, 2);
-        memcpy(&dm16, wb + 2, 2);
-        const uint8_t *scales = wb + 4;
-        const uint8_t *qh = wb + 16;
-        const uint8_t *qs = wb + (has_qh ? 48 : 16);
-        uint8_t sc[8], m[8];
-        SFX(k4_scales)(scales, sc, m);
-        float dw = SFX(h16)(d16), dmw = SFX(h16)(dm16);
-        __m256i mins = _mm256_cvtepu8_epi16(_mm_set_epi8(
-            (char)m[7], (char)m[7], (char)m[6], (char)m[6], (char)m[5], (char)m[5], (char)m[4],
-            (char)m[4], (char)m[3], (char)m[3], (char)m[2], (char)m[2], (char)m[1], (char)m[1],
-            (char)m[0], (char)m[0]));
-        __m256i q[8];
-        __m256i hv = has_qh ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
-        for (int p = 0; p < 4; p++) {
-            __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * p));
-            q[2 * p] = _mm256_and_si256(v, m4);
-            q[2 * p + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-            if (has_qh) {
-                const __m256i one = _mm256_set1_epi8(1);
-                __m256i b0 = _mm256_and_si256(_mm256_srli_epi16(hv, 2 * p), one);
-                __m256i b1 = _mm256_and_si256(_mm256_srli_epi16(hv, 2 * p + 1), one);
-                q[2 * p] = _mm256_or_si256(q[2 * p], _mm256_slli_epi16(b0, 4));
-                q[2 * p + 1] = _mm256_or_si256(q[2 * p + 1], _mm256_slli_epi16(b1, 4));
-            }
-        }
-        for (int t = 0; t < nt; t++) {
-            const aotx_block_q8_k *xb = xa[t] + i;
-            __m256i acc = _mm256_setzero_si256();
-            for (int j = 0; j < 8; j++) {
-                __m256i xv = _mm256_loadu_si256((const __m256i *)(xb->qs + 32 * j));
-                acc = DP_S16(acc, _mm256_maddubs_epi16(q[j], xv), _mm256_set1_epi16(sc[j]));
-            }
-            __m256i mn = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)xb->bsums), mins);
-            facc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc), _mm256_set1_ps(dw * xb->d), facc[t]);
-            facc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mn), _mm256_set1_ps(-(dmw * xb->d)),
-                                      facc[t]);
-        }
-    }
-    for (int t = 0; t < nt; t++) out[t] = SFX(hsum)(facc[t]);
-}
-
-AI void SFX(row_q6_k)(const uint8_t *w, int64_t nb, const uint8_t *act, size_t astride, int nt,
-                      float *out) {
-    const aotx_block_q8_k *xa[QX86_NT];
-    __m256 facc[QX86_NT];
-    for (int t = 0; t < nt; t++) {
-        xa[t] = (const aotx_block_q8_k *)(act + (size_t)t * astride);
-        facc[t] = _mm256_setzero_ps();
-    }
+AI void SFX(kq_unpack)(int kind, const uint8_t *wb, SFX(qx_ksb) *k) {
     const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
-    for (int64_t i = 0; i < nb; i++) {
-        const aotx_block_q6_k *b = (const aotx_block_q6_k *)w + i;
-        for (size_t off = 0; off < sizeof(*b); off += 64)
-            _mm_prefetch((const char *)b + QX86_PF + off, _MM_HINT_T0);
-        float dw = SFX(h16)(b->d);
-        __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales));
-        __m256i q[8], scq[8];
+    if (kind == KQ_Q6_K) {
+        const aotx_block_q6_k *b = (const aotx_block_q6_k *)wb;
+        k->d = SFX(h16)(b->d);
+        k->dmin = 0.0f;
+        k->mf = _mm256_setzero_ps();
+        k->corr = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales));
         for (int h = 0; h < 2; h++) {
             __m256i A = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h));
             __m256i B = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h + 32));
             __m256i H = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * h));
-            q[4 * h + 0] = _mm256_or_si256(_mm256_and_si256(A, m4),
-                                           _mm256_and_si256(_mm256_slli_epi16(H, 4), m30));
-            q[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(B, m4),
-                                           _mm256_and_si256(_mm256_slli_epi16(H, 2), m30));
-            q[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(A, 4), m4),
-                                           _mm256_and_si256(H, m30));
-            q[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(B, 4), m4),
-                                           _mm256_and_si256(_mm256_srli_epi16(H, 2), m30));
+            k->q[4 * h + 0] = _mm256_or_si256(_mm256_and_si256(A, m4),
+                                              _mm256_and_si256(_mm256_slli_epi16(H, 4), m30));
+            k->q[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(B, m4),
+                                              _mm256_and_si256(_mm256_slli_epi16(H, 2), m30));
+            k->q[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(A, 4), m4),
+                                              _mm256_and_si256(H, m30));
+            k->q[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(B, 4), m4),
+                                              _mm256_and_si256(_mm256_srli_epi16(H, 2), m30));
         }
-        for (int k = 0; k < 8; k++)
-            scq[k] = _mm256_set_m128i(_mm_set1_epi16(b->scales[2 * k + 1]),
-                                      _mm_set1_epi16(b->scales[2 * k]));
-        for (int t = 0; t < nt; t++) {
-            const aotx_block_q8_k *xb = xa[t] + i;
-            __m256i acc = _mm256_setzero_si256();
-            for (int k = 0; k < 8; k++) {
-                __m256i xv = _mm256_loadu_si256((const __m256i *)(xb->qs + 32 * k));
-                acc = DP_S16(acc, _mm256_maddubs_epi16(q[k], xv), scq[k]);
-            }
-            __m256i corr = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)xb->bsums), sc16);
-            acc = _mm256_sub_epi32(acc, _mm256_slli_epi32(corr, 5));  /* the -32 offset */
-            facc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc), _mm256_set1_ps(dw * xb->d), facc[t]);
-        }
+        for (int j = 0; j < 8; j++)
+            k->sc[j] = _mm256_set_m128i(_mm_set1_epi16(b->scales[2 * j + 1]),
+                                        _mm_set1_epi16(b->scales[2 * j]));
+#if QX86_VNNI
+        k->dsc16 = _mm512_mul_ps(_mm512_set1_ps(k->d), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                                                           _mm_loadu_si128((const __m128i *)b->scales))));
+#endif
+        return;
     }
-    for (int t = 0; t < nt; t++) out[t] = SFX(hsum)(facc[t]);
+    const int has_qh = kind == KQ_Q5_K;
+    uint16_t d16, dm16;
+    memcpy(&d16, wb, 2);
+    memcpy(&dm16, wb + 2, 2);
+    const uint8_t *qh = wb + 16, *qs = wb + (has_qh ? 48 : 16);
+    /* the 6-bit scales and mins as 8 bytes each, in registers (k4_scales' bytes written to
+     * memory and read back as one 8-byte vector stall store forwarding) */
+    uint32_t a, b, c;
+    memcpy(&a, wb + 4, 4);
+    memcpy(&b, wb + 8, 4);
+    memcpy(&c, wb + 12, 4);
+    const uint64_t sc8 = (uint64_t)(a & 0x3f3f3f3fu) |
+                         (uint64_t)((c & 0x0f0f0f0fu) | ((a >> 2) & 0x30303030u)) << 32;
+    const uint64_t m8 = (uint64_t)(b & 0x3f3f3f3fu) |
+                        (uint64_t)(((c >> 4) & 0x0f0f0f0fu) | ((b >> 2) & 0x30303030u)) << 32;
+    k->d = SFX(h16)(d16);
+    k->dmin = SFX(h16)(dm16);
+    k->corr = _mm256_setzero_si256();
+    k->mf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)m8)));
+    __m256i hv = has_qh ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
+    for (int p = 0; p < 4; p++) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * p));
+        __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+        if (has_qh) {
+            const __m256i one = _mm256_set1_epi8(1);
+            lo = _mm256_or_si256(lo, _mm256_slli_epi16(
+                                         _mm256_and_si256(_mm256_srli_epi16(hv, 2 * p), one), 4));
+            hi = _mm256_or_si256(hi, _mm256_slli_epi16(
+                                         _mm256_and_si256(_mm256_srli_epi16(hv, 2 * p + 1), one), 4));
+        }
+        k->q[2 * p] = lo;
+        k->q[2 * p + 1] = hi;
+    }
+    for (int j = 0; j < 8; j++) k->sc[j] = _mm256_set1_epi16((short)((sc8 >> (8 * j)) & 0xff));
+#if QX86_VNNI
+    k->dsc = _mm256_mul_ps(_mm256_set1_ps(k->d),
+                           _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)sc8))));
+    k->mf = _mm256_mul_ps(_mm256_set1_ps(k->dmin), k->mf);  /* dmin * m_j (exact) */
+#endif
 }
 
-/* n_tok > 1 for the k-quants: chunks of rows unpacked once (quants, int16 scale
- * vectors, the min / offset correction vector, the two float scales), then
- * each group of QX86_NT tokens runs over the chunk from L1.  The same integer
- * arithmetic as row_k45 / row_q6_k. */
-typedef struct {
-    __m256i q[8];   /* unsigned quants per 32 elements */
-    __m256i sc[8];  /* int16 scale vector per 32 elements */
-    __m256i corr;   /* Q4_K/Q5_K: m_j per Q8_K bsum pair; Q6_K: the 16 scales (int16) */
-    float d, dmin;
-} SFX(qx_ksb);
-#define QX86_KSB 64  /* super-blocks buffered per chunk (36 KiB) */
+/* lane j = the sum of the 8 lanes of v[j] (exact int32) */
+AI __m256i SFX(tree8)(const __m256i *v) {
+    const __m256i h01 = _mm256_hadd_epi32(v[0], v[1]), h23 = _mm256_hadd_epi32(v[2], v[3]);
+    const __m256i h45 = _mm256_hadd_epi32(v[4], v[5]), h67 = _mm256_hadd_epi32(v[6], v[7]);
+    const __m256i a = _mm256_hadd_epi32(h01, h23), b = _mm256_hadd_epi32(h45, h67);
+    return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20),
+                            _mm256_permute2x128_si256(a, b, 0x31));
+}
 
-AI void SFX(kbuf_fill)(int kind, const uint8_t *w, int64_t nb, SFX(qx_ksb) *buf) {
-    const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
-    for (int64_t i = 0; i < nb; i++) {
-        SFX(qx_ksb) *k = buf + i;
-        if (kind == KQ_Q6_K) {
-            const aotx_block_q6_k *b = (const aotx_block_q6_k *)w + i;
-            k->d = SFX(h16)(b->d);
-            k->dmin = 0.0f;
-            k->corr = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales));
-            for (int h = 0; h < 2; h++) {
-                __m256i A = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h));
-                __m256i B = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h + 32));
-                __m256i H = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * h));
-                k->q[4 * h + 0] = _mm256_or_si256(_mm256_and_si256(A, m4),
-                                                  _mm256_and_si256(_mm256_slli_epi16(H, 4), m30));
-                k->q[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(B, m4),
-                                                  _mm256_and_si256(_mm256_slli_epi16(H, 2), m30));
-                k->q[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(A, 4), m4),
-                                                  _mm256_and_si256(H, m30));
-                k->q[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(B, 4), m4),
-                                                  _mm256_and_si256(_mm256_srli_epi16(H, 2), m30));
-            }
-            for (int j = 0; j < 8; j++)
-                k->sc[j] = _mm256_set_m128i(_mm_set1_epi16(b->scales[2 * j + 1]),
-                                            _mm_set1_epi16(b->scales[2 * j]));
-            continue;
-        }
-        const int has_qh = kind == KQ_Q5_K;
-        const size_t bbytes = has_qh ? sizeof(aotx_block_q5_k) : sizeof(aotx_block_q4_k);
-        const uint8_t *wb = w + (size_t)i * bbytes;
-        uint16_t d16, dm16;
-        memcpy(&d16, wb, 2);
-        memcpy(&dm16, wb + 2, 2);
-        const uint8_t *qh = wb + 16, *qs = wb + (has_qh ? 48 : 16);
-        uint8_t sc[8], m[8];
-        SFX(k4_scales)(wb + 4, sc, m);
-        k->d = SFX(h16)(d16);
-        k->dmin = SFX(h16)(dm16);
-        k->corr = _mm256_cvtepu8_epi16(_mm_set_epi8(
-            (char)m[7], (char)m[7], (char)m[6], (char)m[6], (char)m[5], (char)m[5], (char)m[4],
-            (char)m[4], (char)m[3], (char)m[3], (char)m[2], (char)m[2], (char)m[1], (char)m[1],
-            (char)m[0], (char)m[0]));
-        __m256i hv = has_qh ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
+#if QX86_VNNI
+/* AVX-512: 64 values per vpdpbusd (two 32-blocks; lanes = sums of 4), each lane scaled
+ * by its d_w * sc * d[j] (a permute of 8 or 16 products per token), the mins / the -32
+ * offset from the 8 sub-block terms; facc is one 16-lane accumulator per token. */
+typedef __m512 SFX(kacc);
+#define KACC_ZERO() _mm512_setzero_ps()
+#define KACC_SUM(v) _mm512_reduce_add_ps(v)
+AI __m512 SFX(k_tok)(int kind, const SFX(qx_ksb) *k, const aotx_block_q8_k32 *xb, __m512 facc) {
+    const __m256 d8 = _mm256_loadu_ps(xb->d);
+    const __m512i zero = _mm512_setzero_si512();
+    if (kind == KQ_Q6_K) {
+        /* lane l of pair p: group 4p + l / 4 */
+        const __m512i ig = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+        const __m512 w16 = _mm512_mul_ps(k->dsc16, _mm512_permutexvar_ps(ig, _mm512_zextps256_ps512(d8)));
         for (int p = 0; p < 4; p++) {
-            __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * p));
-            __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-            if (has_qh) {
-                const __m256i one = _mm256_set1_epi8(1);
-                lo = _mm256_or_si256(lo, _mm256_slli_epi16(
-                                             _mm256_and_si256(_mm256_srli_epi16(hv, 2 * p), one), 4));
-                hi = _mm256_or_si256(hi, _mm256_slli_epi16(
-                                             _mm256_and_si256(_mm256_srli_epi16(hv, 2 * p + 1), one), 4));
-            }
-            k->q[2 * p] = lo;
-            k->q[2 * p + 1] = hi;
+            const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(k->q[2 * p]), k->q[2 * p + 1], 1);
+            const __m512i s = _mm512_dpbusd_epi32(zero, z, _mm512_loadu_si512((const void *)(xb->qs + 64 * p)));
+            const __m512i il = _mm512_set_epi32(4 * p + 3, 4 * p + 3, 4 * p + 3, 4 * p + 3, 4 * p + 2,
+                                                4 * p + 2, 4 * p + 2, 4 * p + 2, 4 * p + 1, 4 * p + 1,
+                                                4 * p + 1, 4 * p + 1, 4 * p, 4 * p, 4 * p, 4 * p);
+            facc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_permutexvar_ps(il, w16), facc);
         }
-        for (int j = 0; j < 8; j++) k->sc[j] = _mm256_set1_epi16(sc[j]);
+        const __m256i cr = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)xb->bsums), k->corr);
+        const __m256 off = _mm256_mul_ps(_mm256_cvtepi32_ps(cr), d8);
+        return _mm512_fnmadd_ps(_mm512_zextps256_ps512(off), _mm512_set1_ps(32.0f * k->d), facc);
     }
+    const __m512 w8 = _mm512_zextps256_ps512(_mm256_mul_ps(k->dsc, d8));
+    for (int p = 0; p < 4; p++) {
+        const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(k->q[2 * p]), k->q[2 * p + 1], 1);
+        const __m512i s = _mm512_dpbusd_epi32(zero, z, _mm512_loadu_si512((const void *)(xb->qs + 64 * p)));
+        const __m512i il = _mm512_set_epi32(2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1,
+                                            2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p, 2 * p, 2 * p, 2 * p,
+                                            2 * p, 2 * p, 2 * p, 2 * p);
+        facc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_permutexvar_ps(il, w8), facc);
+    }
+    return _mm512_fnmadd_ps(_mm512_zextps256_ps512(k->mf), _mm512_zextps256_ps512(_mm256_loadu_ps(xb->dm)),
+                            facc);
+}
+#else
+typedef __m256 SFX(kacc);
+#define KACC_ZERO() _mm256_setzero_ps()
+#define KACC_SUM(v) SFX(hsum)(v)
+/* facc (lane j) += this super-block's sub-block j term for one token */
+AI __m256 SFX(k_tok)(int kind, const SFX(qx_ksb) *k, const aotx_block_q8_k32 *xb, __m256 facc) {
+    __m256i v[8];
+    for (int j = 0; j < 8; j++) {
+        const __m256i xv = _mm256_loadu_si256((const __m256i *)(xb->qs + 32 * j));
+        v[j] = DP_S16(_mm256_setzero_si256(), _mm256_maddubs_epi16(k->q[j], xv), k->sc[j]);
+    }
+    __m256i T = SFX(tree8)(v);
+    const __m256 d8 = _mm256_loadu_ps(xb->d);
+    if (kind == KQ_Q6_K) {
+        const __m256i cr = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)xb->bsums), k->corr);
+        T = _mm256_sub_epi32(T, _mm256_slli_epi32(cr, 5));  /* the -32 offset */
+        return _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(T), d8), _mm256_set1_ps(k->d), facc);
+    }
+    facc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(T), d8), _mm256_set1_ps(k->d), facc);
+    return _mm256_fnmadd_ps(_mm256_mul_ps(k->mf, _mm256_loadu_ps(xb->dm)), _mm256_set1_ps(k->dmin),
+                            facc);
+}
+#endif
+
+AI void SFX(row_kq)(int kind, const uint8_t *w, int64_t nb, const uint8_t *act, size_t astride,
+                    int nt, float *out) {
+    const size_t bbytes = kind == KQ_Q6_K   ? sizeof(aotx_block_q6_k)
+                          : kind == KQ_Q5_K ? sizeof(aotx_block_q5_k)
+                                            : sizeof(aotx_block_q4_k);
+    SFX(kacc) facc[QX86_NT];
+    for (int t = 0; t < nt; t++) facc[t] = KACC_ZERO();
+    for (int64_t i = 0; i < nb; i++) {
+        const uint8_t *wb = w + (size_t)i * bbytes;
+        for (size_t off = 0; off < bbytes; off += 64)
+            _mm_prefetch((const char *)wb + QX86_PF + off, _MM_HINT_T0);
+        SFX(qx_ksb) k;
+        SFX(kq_unpack)(kind, wb, &k);
+        for (int t = 0; t < nt; t++)
+            facc[t] = SFX(k_tok)(kind, &k, (const aotx_block_q8_k32 *)(act + (size_t)t * astride) + i,
+                                 facc[t]);
+    }
+    for (int t = 0; t < nt; t++) out[t] = KACC_SUM(facc[t]);
+}
+
+/* n_tok > 1: chunks of rows unpacked once, then each group of QX86_NT tokens runs over
+ * the chunk from L1 (k_tok: the row kernel's float steps). */
+AI void SFX(kbuf_fill)(int kind, const uint8_t *w, int64_t nb, SFX(qx_ksb) *buf) {
+    const size_t bbytes = kind == KQ_Q6_K   ? sizeof(aotx_block_q6_k)
+                          : kind == KQ_Q5_K ? sizeof(aotx_block_q5_k)
+                                            : sizeof(aotx_block_q4_k);
+    for (int64_t i = 0; i < nb; i++) SFX(kq_unpack)(kind, w + (size_t)i * bbytes, buf + i);
 }
 
 AI void SFX(kbuf_dot)(int kind, const SFX(qx_ksb) *buf, int64_t nb, const uint8_t *act,
                       size_t astride, int nt, float *out) {
-    __m256 facc[QX86_NT];
-    for (int t = 0; t < nt; t++) facc[t] = _mm256_setzero_ps();
-    for (int64_t i = 0; i < nb; i++) {
-        const SFX(qx_ksb) *k = buf + i;
-        for (int t = 0; t < nt; t++) {
-            const aotx_block_q8_k *xb = (const aotx_block_q8_k *)(act + (size_t)t * astride) + i;
-            __m256i acc = _mm256_setzero_si256();
-            for (int j = 0; j < 8; j++) {
-                __m256i xv = _mm256_loadu_si256((const __m256i *)(xb->qs + 32 * j));
-                acc = DP_S16(acc, _mm256_maddubs_epi16(k->q[j], xv), k->sc[j]);
-            }
-            __m256i cr = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)xb->bsums), k->corr);
-            if (kind == KQ_Q6_K) {
-                acc = _mm256_sub_epi32(acc, _mm256_slli_epi32(cr, 5));  /* the -32 offset */
-                facc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc), _mm256_set1_ps(k->d * xb->d),
-                                          facc[t]);
-            } else {
-                facc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc), _mm256_set1_ps(k->d * xb->d),
-                                          facc[t]);
-                facc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(cr),
-                                          _mm256_set1_ps(-(k->dmin * xb->d)), facc[t]);
-            }
-        }
-    }
-    for (int t = 0; t < nt; t++) out[t] = SFX(hsum)(facc[t]);
+    SFX(kacc) facc[QX86_NT];
+    for (int t = 0; t < nt; t++) facc[t] = KACC_ZERO();
+    for (int64_t i = 0; i < nb; i++)
+        for (int t = 0; t < nt; t++)
+            facc[t] = SFX(k_tok)(kind, buf + i,
+                                 (const aotx_block_q8_k32 *)(act + (size_t)t * astride) + i, facc[t]);
+    for (int t = 0; t < nt; t++) out[t] = KACC_SUM(facc[t]);
 }
+#undef KACC_ZERO
+#undef KACC_SUM
 
 #define KDOT_Q4_K(buf, nb, a, as, nt, o) SFX(kbuf_dot)(KQ_Q4_K, buf, nb, a, as, nt, o)
 #define KDOT_Q5_K(buf, nb, a, as, nt, o) SFX(kbuf_dot)(KQ_Q5_K, buf, nb, a, as, nt, o)
@@ -1144,9 +1213,9 @@ AI void SFX(row_half)(int bf, const uint8_t *w, int64_t cols, const uint8_t *act
     SFX(row_q8fam)(K_Q5_0, sizeof(aotx_block_q5_0), w, nb, a, as, nt, o)
 #define ROW_Q8_0(w, nb, a, as, nt, o) \
     SFX(row_q8fam)(K_Q8_0, sizeof(aotx_block_q8_0), w, nb, a, as, nt, o)
-#define ROW_Q4_K(w, nb, a, as, nt, o) SFX(row_k45)(0, w, nb, a, as, nt, o)
-#define ROW_Q5_K(w, nb, a, as, nt, o) SFX(row_k45)(1, w, nb, a, as, nt, o)
-#define ROW_Q6_K(w, nb, a, as, nt, o) SFX(row_q6_k)(w, nb, a, as, nt, o)
+#define ROW_Q4_K(w, nb, a, as, nt, o) SFX(row_kq)(KQ_Q4_K, w, nb, a, as, nt, o)
+#define ROW_Q5_K(w, nb, a, as, nt, o) SFX(row_kq)(KQ_Q5_K, w, nb, a, as, nt, o)
+#define ROW_Q6_K(w, nb, a, as, nt, o) SFX(row_kq)(KQ_Q6_K, w, nb, a, as, nt, o)
 #define ROW_F16(w, nb, a, as, nt, o) SFX(row_half)(0, w, nb, a, as, nt, o)
 #define ROW_BF16(w, nb, a, as, nt, o) SFX(row_half)(1, w, nb, a, as, nt, o)
 
@@ -1193,57 +1262,66 @@ QX86_DEFINE_KMULTI(mmb_q6_k, KQ_Q6_K, KDOT_Q6_K, mm_q6_k)
 /* ---- n_tok > 1 for Q4_K / Q6_K: register tiles of 16 rows x up to 8 tokens ----
  * As for the Q8_0 family, lanes = rows: each super-block of 16 rows is transposed
  * into q[e/4] = quants 4(e/4).. of each row (unsigned: Q4_K's 0..15, Q6_K's 0..63), and
- * the Q8_K activations' signed quants are broadcast 4 at a time straight from act:
- * vpdpbusd gives each sub-block's (Q4_K: 32, Q6_K: 16 elements) exact sum q * x_q.
- * Float per sub-block: one conversion and one FMA with d * sc (exact: an fp16 times a
- * 6-bit / 8-bit integer).  The second term is exact in int32 with vpdpwssd on the
- * Q8_K block sums: Q4_K m_j * bsum_j (scaled by dmin), Q6_K sc_g * bsum_g (the
- * -32 offset, scaled by 32 d).  Super-blocks after the first add into y. */
+ * the Q8_K32 activations' signed quants are broadcast 4 at a time straight from act:
+ * vpdpbusd gives each sub-block's (Q4_K: 32, Q6_K: 16 elements) exact sum q * x_q
+ * (Q6_K: seeded with -32 * bsum, so the -32 offset is in it).  The float steps are the
+ * reference's (aotx_block_q8_k32), per row lane:
+ *   Q4_K: F = fma(S_j * sc_j, d[j], F) (the product of two integers < 2^24: exact),
+ *     G = fma(m_j, dm[j], G), r = fma(F, d_w, -(G * dmin)), y = r or y + r;
+ *   Q6_K: T_j = S'_2j * sc_2j + S'_2j+1 * sc_2j+1 (a product and an fma, both exact:
+ *     |T_j| < 2^24), F = fma(T_j, d[j], F), y = F * d_w or fma(F, d_w, y).
+ * Super-blocks after the first add into y. */
 #define QX86_KSL 8   /* super-blocks per scale staging slab */
 
 typedef struct {
     __m512i q[64];                       /* [element dword][row lane] unsigned quants */
-    __m512 dsc[QX86_KSL][16];            /* [sb][sub-block] d * sc per row */
-    __m512i mm[QX86_KSL][8];             /* [sb][bsum pair] int16 pairs per row */
-    __m512 dmin[QX86_KSL];               /* [sb] Q4_K dmin, Q6_K 32 * d per row */
-    float s_dsc[QX86_KSL][16][16];       /* staging: [sb][sub-block][row] */
-    int32_t s_mm[QX86_KSL][8][16];
-    float s_dmin[QX86_KSL][16];
-} qx_ktiles;                             /* ~33 KiB */
+    __m512 scf[QX86_KSL][16];            /* [sb][sub-block] sc per row, as float */
+    __m512 mf[QX86_KSL][8];              /* [sb][sub-block] Q4_K m per row, as float */
+    __m512 d[QX86_KSL], dmin[QX86_KSL];  /* [sb] per row */
+} qx_ktiles;                             /* ~29 KiB */
 
-/* Scales of rows[0..15], super-blocks [0, kn) (scalar, row by row). */
+/* Scales of rows[0..15], super-blocks [0, kn): gathered per super-block (one dword of
+ * each row per gather), unpacked in vectors. */
 AI void SFX(ktile_scales)(int kind, const uint8_t *const *rows, int64_t kn, qx_ktiles *kb) {
-    for (int r = 0; r < 16; r++) {
-        for (int64_t i = 0; i < kn; i++) {
-            if (kind == KQ_Q6_K) {
-                const aotx_block_q6_k *b = (const aotx_block_q6_k *)rows[r] + i;
-                float d = SFX(h16)(b->d);
-                for (int g = 0; g < 16; g++) kb->s_dsc[i][g][r] = d * (float)b->scales[g];
-                for (int k = 0; k < 8; k++)
-                    kb->s_mm[i][k][r] = (int32_t)(((uint32_t)(uint16_t)b->scales[2 * k]) |
-                                                  ((uint32_t)(uint16_t)b->scales[2 * k + 1] << 16));
-                kb->s_dmin[i][r] = 32.0f * d;
-            } else {
-                const uint8_t *wb = rows[r] + (size_t)i * sizeof(aotx_block_q4_k);
-                uint16_t d16, dm16;
-                memcpy(&d16, wb, 2);
-                memcpy(&dm16, wb + 2, 2);
-                uint8_t sc[8], m[8];
-                SFX(k4_scales)(wb + 4, sc, m);
-                float d = SFX(h16)(d16);
-                for (int j = 0; j < 8; j++) {
-                    kb->s_dsc[i][j][r] = d * (float)sc[j];
-                    kb->s_mm[i][j][r] = (int32_t)m[j] * 0x10001;
-                }
-                kb->s_dmin[i][r] = SFX(h16)(dm16);
-            }
-        }
-    }
-    const int nsub = kind == KQ_Q6_K ? 16 : 8;
+    int32_t ix[16];
+    for (int r = 0; r < 16; r++) ix[r] = (int32_t)(rows[r] - rows[0]);
+    const __m512i vidx = _mm512_loadu_si512((const void *)ix);
+    const __m512i ff = _mm512_set1_epi32(0xff);
     for (int64_t i = 0; i < kn; i++) {
-        for (int j = 0; j < nsub; j++) kb->dsc[i][j] = _mm512_loadu_ps(kb->s_dsc[i][j]);
-        for (int k = 0; k < 8; k++) kb->mm[i][k] = _mm512_loadu_si512((const void *)kb->s_mm[i][k]);
-        kb->dmin[i] = _mm512_loadu_ps(kb->s_dmin[i]);
+        if (kind == KQ_Q6_K) {
+            const uint8_t *p = rows[0] + (size_t)i * sizeof(aotx_block_q6_k);
+            /* bytes 206..209: d is the high half (a dword at 208 would pass the block) */
+            const __m512i D = _mm512_i32gather_epi32(vidx, (const void *)(p + 206), 1);
+            kb->d[i] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(D, 16)));
+            for (int a = 0; a < 4; a++) {
+                const __m512i S = _mm512_i32gather_epi32(vidx, (const void *)(p + 192 + 4 * a), 1);
+                for (int c = 0; c < 4; c++)
+                    kb->scf[i][4 * a + c] = _mm512_cvtepi32_ps(
+                        _mm512_srai_epi32(_mm512_sllv_epi32(S, _mm512_set1_epi32(24 - 8 * c)), 24));
+            }
+            continue;
+        }
+        const uint8_t *p = rows[0] + (size_t)i * sizeof(aotx_block_q4_k);
+        const __m512i G = _mm512_i32gather_epi32(vidx, (const void *)p, 1);
+        kb->d[i] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(G));
+        kb->dmin[i] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(G, 16)));
+        const __m512i Q0 = _mm512_i32gather_epi32(vidx, (const void *)(p + 4), 1);
+        const __m512i Q1 = _mm512_i32gather_epi32(vidx, (const void *)(p + 8), 1);
+        const __m512i Q2 = _mm512_i32gather_epi32(vidx, (const void *)(p + 12), 1);
+        const __m512i c3f = _mm512_set1_epi8(0x3f), c0f = _mm512_set1_epi8(0x0f), c30 = _mm512_set1_epi8(0x30);
+        /* the 6-bit packing (k4_scales), 4 bytes per vector lane */
+        const __m512i sv[2] = {
+            _mm512_and_si512(Q0, c3f),
+            _mm512_or_si512(_mm512_and_si512(Q2, c0f), _mm512_and_si512(_mm512_srli_epi32(Q0, 2), c30))};
+        const __m512i mv[2] = {
+            _mm512_and_si512(Q1, c3f),
+            _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(Q2, 4), c0f),
+                            _mm512_and_si512(_mm512_srli_epi32(Q1, 2), c30))};
+        for (int j = 0; j < 8; j++) {
+            const __m128i sh = _mm_cvtsi32_si128(8 * (j & 3));
+            kb->scf[i][j] = _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srl_epi32(sv[j >> 2], sh), ff));
+            kb->mf[i][j] = _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srl_epi32(mv[j >> 2], sh), ff));
+        }
     }
 }
 
@@ -1287,38 +1365,70 @@ AI void SFX(ktile_quants)(int kind, const uint8_t *const *rows, int64_t i, qx_kt
 AI void SFX(ktile_dot)(int kind, const qx_ktiles *kb, int64_t si, int64_t i, const uint8_t *act,
                        size_t as, int64_t t0, int nt, float *y, int64_t ldy, __mmask16 m,
                        int accum) {
-    const aotx_block_q8_k *xb[QX86_TT];
+    const aotx_block_q8_k32 *xb[QX86_TT];
     __m512 F[QX86_TT];
     for (int t = 0; t < nt; t++) {
-        xb[t] = (const aotx_block_q8_k *)(act + (size_t)(t0 + t) * as) + i;
+        xb[t] = (const aotx_block_q8_k32 *)(act + (size_t)(t0 + t) * as) + i;
         F[t] = _mm512_setzero_ps();
     }
-    const int nsub = kind == KQ_Q6_K ? 16 : 8, ndw = 64 / nsub;
-    for (int j = 0; j < nsub; j++) {
+    if (kind == KQ_Q6_K) {
+        int32_t sd[QX86_TT][16];  /* the seeds -32 * bsum_g, broadcast from memory below */
+        for (int t = 0; t < nt; t++)
+            _mm512_storeu_si512((void *)sd[t], _mm512_slli_epi32(_mm512_sub_epi32(
+                _mm512_setzero_si512(), _mm512_cvtepi16_epi32(_mm256_loadu_si256(
+                                            (const __m256i *)xb[t]->bsums))), 5));
+        for (int j = 0; j < 8; j++) {  /* 32 values: groups 2j, 2j + 1 = dwords 8j .. 8j + 7 */
+            __m512i a0[QX86_TT], a1[QX86_TT];
+            for (int t = 0; t < nt; t++) {
+                a0[t] = _mm512_set1_epi32(sd[t][2 * j]);
+                a1[t] = _mm512_set1_epi32(sd[t][2 * j + 1]);
+            }
+            for (int g = 0; g < 4; g++) {
+                const __m512i w0 = _mm512_load_si512((const void *)&kb->q[8 * j + g]);
+                const __m512i w1 = _mm512_load_si512((const void *)&kb->q[8 * j + 4 + g]);
+                for (int t = 0; t < nt; t++) {
+                    int32_t x0, x1;
+                    memcpy(&x0, xb[t]->qs + 4 * (8 * j + g), 4);
+                    memcpy(&x1, xb[t]->qs + 4 * (8 * j + 4 + g), 4);
+                    a0[t] = _mm512_dpbusd_epi32(a0[t], w0, _mm512_set1_epi32(x0));
+                    a1[t] = _mm512_dpbusd_epi32(a1[t], w1, _mm512_set1_epi32(x1));
+                }
+            }
+            for (int t = 0; t < nt; t++) {
+                __m512 tj = _mm512_mul_ps(_mm512_cvtepi32_ps(a0[t]), kb->scf[si][2 * j]);
+                tj = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a1[t]), kb->scf[si][2 * j + 1], tj);
+                F[t] = _mm512_fmadd_ps(tj, _mm512_set1_ps(xb[t]->d[j]), F[t]);
+            }
+        }
+        for (int t = 0; t < nt; t++) {
+            float *yt = y + (t0 + t) * ldy;
+            __m512 r = accum ? _mm512_fmadd_ps(F[t], kb->d[si], _mm512_maskz_loadu_ps(m, yt))
+                             : _mm512_mul_ps(F[t], kb->d[si]);
+            _mm512_mask_storeu_ps(yt, m, r);
+        }
+        return;
+    }
+    for (int j = 0; j < 8; j++) {  /* 32 values = dwords 8j .. 8j + 7 */
         __m512i a[QX86_TT];
         for (int t = 0; t < nt; t++) a[t] = _mm512_setzero_si512();
-        for (int g = 0; g < ndw; g++) {
-            const __m512i wv = _mm512_load_si512((const void *)&kb->q[ndw * j + g]);
+        for (int g = 0; g < 8; g++) {
+            const __m512i wv = _mm512_load_si512((const void *)&kb->q[8 * j + g]);
             for (int t = 0; t < nt; t++) {
                 int32_t x4;
-                memcpy(&x4, xb[t]->qs + 4 * (ndw * j + g), 4);
+                memcpy(&x4, xb[t]->qs + 4 * (8 * j + g), 4);
                 a[t] = _mm512_dpbusd_epi32(a[t], wv, _mm512_set1_epi32(x4));
             }
         }
         for (int t = 0; t < nt; t++)
-            F[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a[t]), kb->dsc[si][j], F[t]);
+            F[t] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(a[t]), kb->scf[si][j]),
+                                   _mm512_set1_ps(xb[t]->d[j]), F[t]);
     }
     for (int t = 0; t < nt; t++) {
-        __m512i mn = _mm512_setzero_si512();
-        for (int k = 0; k < 8; k++) {
-            int32_t b2;
-            memcpy(&b2, xb[t]->bsums + 2 * k, 4);
-            mn = _mm512_dpwssd_epi32(mn, kb->mm[si][k], _mm512_set1_epi32(b2));
-        }
-        __m512 r = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mn), kb->dmin[si], F[t]);
+        __m512 G = _mm512_setzero_ps();
+        for (int j = 0; j < 8; j++) G = _mm512_fmadd_ps(kb->mf[si][j], _mm512_set1_ps(xb[t]->dm[j]), G);
+        __m512 r = _mm512_fmsub_ps(F[t], kb->d[si], _mm512_mul_ps(G, kb->dmin[si]));
         float *yt = y + (t0 + t) * ldy;
-        __m512 dx = _mm512_set1_ps(xb[t]->d);
-        r = accum ? _mm512_fmadd_ps(r, dx, _mm512_maskz_loadu_ps(m, yt)) : _mm512_mul_ps(r, dx);
+        if (accum) r = _mm512_add_ps(_mm512_maskz_loadu_ps(m, yt), r);
         _mm512_mask_storeu_ps(yt, m, r);
     }
 }

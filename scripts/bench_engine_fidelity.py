@@ -22,6 +22,13 @@ for the default, AOTX_ACT_RESIDUAL=0; and
 (llama-cpp-python, its default KV type f16, 1 thread), skipped when not importable.
 Children write their float32 rows to a temporary .npy file; the parent scores them.
 Not a test: a measurement, printed as a table.
+
+What the engines quantize: aotx multiplies every quantized weight type with int8
+activations that have one float scale per 32 values (before k-quants the Q8_K32 format of
+csrc/aotx_kernels.h: Q8_K's quants and 16-sums with 8 scales per 256 values; before
+Q4_0/Q5_0/Q8_0 its Q8_0 pairs); llama.cpp's CPU kernels use Q8_K (one scale per 256
+values) before k-quants and Q8_0 before the others.  The ratio lines give the KL
+difference to llama.cpp in combined standard errors (sqrt(se_a^2 + se_b^2), unpaired).
 """
 
 from __future__ import annotations
@@ -217,6 +224,9 @@ def fidelity(model: Path, n_prompts: int, configs: list[str]) -> int:
     print(f"exact model (tests/reference_decoder.py, float64): {len(prompts)} prompts of "
           f"{min(map(len, prompts))}..{max(map(len, prompts))} tokens, greedy continuations of "
           f"{N_CONT} tokens, {time.perf_counter() - t0:.0f} s")
+    print("activations: aotx one int8 scale per 32 values before every quantized product "
+          "(Q8_K32 before k-quants); llama.cpp Q8_K (per 256) before k-quants, Q8_0 (per 32) "
+          "before Q4_0/Q5_0/Q8_0")
     results: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="aotx-fidelity-") as tmp:
         work_file = Path(tmp) / "work.json"
@@ -254,8 +264,10 @@ def fidelity(model: Path, n_prompts: int, configs: list[str]) -> int:
     if "kl" in peer:
         for cfg, r in results.items():
             if cfg != "llama.cpp" and "kl" in r:
+                se = (r["kl_se"] ** 2 + peer["kl_se"] ** 2) ** 0.5
                 print(f"{cfg}: KL / llama.cpp's = {r['kl'] / peer['kl']:.3f} "
-                      f"({'<=' if r['kl'] <= peer['kl'] else '>'} llama.cpp)")
+                      f"({'<=' if r['kl'] <= peer['kl'] else '>'} llama.cpp; difference "
+                      f"{(peer['kl'] - r['kl']) / se if se > 0 else 0.0:+.1f} s.e.)")
         print(f"llama.cpp system info: {peer['system']}")
     return 0
 

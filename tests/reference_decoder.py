@@ -44,8 +44,9 @@ def act_residual(x: np.ndarray, block: int) -> np.ndarray:
 
 
 class Reference:
-    """act_quant=True reproduces the kernels' Q8 activations (Q8_K blocks of 256
-    before k-quant weights, blocks of 32 before Q4_0/Q5_0/Q8_0 weights), so
+    """act_quant=True reproduces the kernels' Q8 activations (one scale per 32 values
+    before every quantized weight type: Q8_K32 before k-quants, whose 32-blocks are
+    quantized like the Q8_0 family's before Q4_0/Q5_0/Q8_0), so
     quantized models can be compared tightly too; with act_residual (the engine's
     AOTX_ACT_RESIDUAL=1; off by default, as in the engine) ffn_down multiplies quantize_act(x) and
     quantize_act(r) of the residual r = x - quantize_act(x), as csrc/model_fwd.c does."""
@@ -87,7 +88,7 @@ class Reference:
         """x @ W.T for the matrix `name`, activations quantized like the kernels."""
         if self.act_quant:
             t = self.types[name]
-            block = 256 if t in K_QUANTS else 32 if t in LEGACY_QUANTS else 0
+            block = 32 if t in K_QUANTS or t in LEGACY_QUANTS else 0
             if block and self.act_residual and name.endswith("ffn_down.weight"):
                 r = act_residual(x, block)
                 return np.asarray(quantize_act(x, block) @ self.w[name].T

@@ -39,7 +39,10 @@ QUANT_TYPES = [GT.Q4_0, GT.Q5_0, GT.Q8_0, GT.Q4_K, GT.Q5_K, GT.Q6_K]
 ALL_TYPES = [GT.F32, GT.F16, GT.BF16, *QUANT_TYPES]
 GGUF_QUANTIZES = {GT.F16, GT.BF16, GT.Q4_0, GT.Q5_0, GT.Q8_0}
 
-ACT_Q8_K = np.dtype([("d", "<f4"), ("qs", "i1", (256,)), ("bsums", "<i2", (16,))])
+# our k-quant activation layout (aotx_block_q8_k32): Q8_K's quants and 16-sums, one scale
+# per 32 values, and the mins' term dm[j] = d[j] * (sum of the 32 quants)
+ACT_Q8_K32 = np.dtype([("qs", "i1", (256,)), ("d", "<f4", (8,)), ("dm", "<f4", (8,)),
+                       ("bsums", "<i2", (16,))])
 
 
 def fbuf(a: np.ndarray) -> Any:
@@ -114,8 +117,9 @@ def act_dequant(t: GT, act: np.ndarray, n_tok: int, cols: int) -> tuple[np.ndarr
     if t in (GT.Q4_0, GT.Q5_0, GT.Q8_0):
         qs, d = act8_blocks(act, n_tok, cols)
     else:
-        blocks = act.view(ACT_Q8_K).reshape(n_tok, cols // 256)
-        qs, d = blocks["qs"].astype(np.float32), blocks["d"]
+        blocks = act.view(ACT_Q8_K32).reshape(n_tok, cols // 256)
+        qs = blocks["qs"].reshape(n_tok, cols // 32, 32)
+        d = blocks["d"].reshape(n_tok, cols // 32)
     dd = d[..., None].astype(np.float32)
     xq = (dd * qs.astype(np.float32)).reshape(n_tok, cols)
     return xq, np.broadcast_to(dd / 2, qs.shape).reshape(n_tok, cols)
@@ -256,9 +260,14 @@ def test_act_prepare_quantizes_each_block(t: GT) -> None:
         xq8, _ = act8_blocks(act, n_tok, cols)
         assert np.abs(xq8).max() == 127
     elif t == GT.Q6_K:
-        blocks = act.view(ACT_Q8_K)
+        blocks = act.view(ACT_Q8_K32)
         sums = blocks["qs"].astype(np.int32).reshape(-1, 16, 16).sum(axis=2)
         assert np.array_equal(blocks["bsums"], sums)
+        # each 32 values quantized on its own: its largest quant is +-127 (or all zero)
+        q32 = np.abs(blocks["qs"].astype(np.int32)).reshape(-1, 8, 32).max(axis=2)
+        assert np.all((q32 == 127) | (blocks["d"] == 0))
+        s32 = sums.reshape(-1, 8, 2).sum(axis=2).astype(np.float32)
+        assert np.array_equal(blocks["dm"], (blocks["d"] * s32).astype(np.float32))
     else:
         assert np.array_equal(xq, x)
 
@@ -428,16 +437,21 @@ def test_matmul_q8fam_tiles_extreme_quants(impl: str) -> None:
         assert np.all(np.abs(y_fast - y_ref) <= 1e-5 * mag + 1e-30), t.name
 
 
-def test_q8_0_tiles_bits_equal_rows1_at_extremes(impl: str) -> None:
-    """Q8_0 at the head's 640 columns with weights at -128 / 127 and activations at
-    +-127: the multi-token tiles (AVX2: int16 pairs, madd) give each token the bits of
-    its n_tok = 1 run (AVX2: maddubs sign trick, rows as stored), at 8 tokens (the
-    8-sequence step) and 37 (a prefill slab with a partial token group), on row ranges
-    that cut 8- and 16-row chunks; and stay within the reference's bound."""
+@pytest.mark.parametrize("t", [GT.Q8_0, GT.Q5_0, GT.Q4_0], ids=lambda t: t.name)
+def test_q8_0_tiles_bits_equal_rows1_at_extremes(t: GT, impl: str) -> None:
+    """Q8_0 at the head's 640 columns with weights at -128 / 127 (Q4_0 / Q5_0: quants
+    0 / 15 / 31, random fifth bits) and activations at +-127: the multi-token tiles
+    (AVX2: int16 pairs, madd; Q4_0 / Q5_0: maddubs) give each token the bits of its
+    n_tok = 1 run (AVX2: rows as stored, hadd tree), at 8 tokens (the 8-sequence step)
+    and 37 (a prefill slab with a partial token group), on row ranges that cut 8- and
+    16-row chunks; and stay within the reference's bound.  Q4_0 / Q5_0 also at 1088
+    columns (two K slabs of 32 blocks)."""
     rng = np.random.default_rng(23)
-    rows, cols = 43, 640
-    _, bb, offs = LAYOUT[GT.Q8_0]
-    raw = rng.choice(np.array((0x80, 0x7F, 0x81, 0x01), np.uint8), (rows * cols // 32, bb))
+    rows = 43
+    cols = 640 if t == GT.Q8_0 else 1088
+    _, bb, offs = LAYOUT[t]
+    fill = (0x80, 0x7F, 0x81, 0x01) if t == GT.Q8_0 else (0x00, 0xFF, 0xF0, 0x0F)
+    raw = rng.choice(np.array(fill, np.uint8), (rows * cols // 32, bb))
     for off in offs:
         raw[:, off:off + 2] = np.array([0.25], np.float16).view(np.uint8)
     w = raw.reshape(rows, -1)
@@ -446,19 +460,19 @@ def test_q8_0_tiles_bits_equal_rows1_at_extremes(impl: str) -> None:
         x[:, :32] *= 3.0  # one block with a different activation scale
         lib.aotx_kernel_invariant(1)
         try:
-            alone = np.stack([matmul(GT.Q8_0, w, cols, prepare(GT.Q8_0, x[i:i + 1]), 1, rows,
+            alone = np.stack([matmul(t, w, cols, prepare(t, x[i:i + 1]), 1, rows,
                                      0, rows, rows, ref=False)[0] for i in range(n_tok)])
-            act = prepare(GT.Q8_0, x)
+            act = prepare(t, x)
             y = np.full((n_tok, rows), np.nan, np.float32)
             for r0, r1 in ((0, 5), (5, 24), (24, rows)):
-                y[:, r0:r1] = matmul(GT.Q8_0, w, cols, act, n_tok, rows, r0, r1, rows,
+                y[:, r0:r1] = matmul(t, w, cols, act, n_tok, rows, r0, r1, rows,
                                      ref=False)[:, r0:r1]
         finally:
             lib.aotx_kernel_invariant(0)
         assert np.array_equal(y.view(np.uint32), alone.view(np.uint32)), (impl, n_tok)
-        y_ref = matmul(GT.Q8_0, w, cols, act, n_tok, rows, 0, rows, rows, ref=True)
-        mag = magnitude(gguf_dequant(GT.Q8_0, w).reshape(rows, cols),
-                        act_dequant(GT.Q8_0, act, n_tok, cols)[0]).T
+        y_ref = matmul(t, w, cols, act, n_tok, rows, 0, rows, rows, ref=True)
+        mag = magnitude(gguf_dequant(t, w).reshape(rows, cols),
+                        act_dequant(t, act, n_tok, cols)[0]).T
         assert np.all(np.abs(y - y_ref) <= 1e-5 * mag + 1e-30), (impl, n_tok)
 
 
@@ -606,6 +620,43 @@ def test_matmul_batch_invariant(t: GT, path: str) -> None:
         part = matmul(t, w, cols, act, n_tok, rows, r0, r1, rows, ref=False)
         split[:, r0:r1] = part[:, r0:r1]
     assert np.array_equal(split.view(np.uint32), bits), (t.name, path, "row split")
+
+
+@pytest.mark.parametrize("t", [GT.Q4_K, GT.Q6_K], ids=lambda t: t.name)
+def test_kquant_invariant_kernels_equal_the_reference_bits(t: GT, path: str) -> None:
+    """Q4_K / Q6_K x Q8_K32: the batch-invariant kernels (the AVX2 tiles and Q6_K's
+    one-row decode kernel, the AVX-512 tiles in the invariant mode) repeat the
+    reference's float steps (aotx_block_q8_k32 in csrc/aotx_kernels.h), so they give its
+    bits at every n_tok (1: decode; 5: a partial token group; 13: more than one), on row
+    ranges that cut 8- and 16-row chunks, with random and extreme quants (|T_j| near
+    2^24 for Q6_K: the float steps are exact only below it) and activations with
+    outliers (one 32-block much larger than the rest of its super-block)."""
+    rng = np.random.default_rng(31)
+    rows, nb = 45, 9
+    cols = 256 * nb
+    for mode in ("random", "extreme"):
+        if mode == "random":
+            w = weights(t, rows, cols, rng, "random")
+            x = rng.standard_normal((13, cols)).astype(np.float32)
+            x[:, 40] = 300.0
+        else:
+            _, bb, offs = LAYOUT[t]
+            raw = rng.choice(np.array((0x00, 0xFF), np.uint8), (rows * nb, bb))
+            if t == GT.Q6_K:
+                raw[:, 192:208] = rng.choice(np.array((0x80, 0x7F), np.uint8), (raw.shape[0], 16))
+            for off in offs:
+                raw[:, off:off + 2] = np.array([0.5], np.float16).view(np.uint8)
+            w = raw.reshape(rows, -1)
+            x = np.where(rng.random((13, cols)) < 0.5, -1.0, 1.0).astype(np.float32)
+        for n_tok in (1, 5, 13):
+            act = prepare(t, x[:n_tok])
+            want = matmul(t, w, cols, act, n_tok, rows, 0, rows, rows, ref=True)
+            got = np.full((n_tok, rows), np.nan, np.float32)
+            for r0, r1 in ((0, 3), (3, 19), (19, 40), (40, rows)):
+                got[:, r0:r1] = matmul(t, w, cols, act, n_tok, rows, r0, r1, rows,
+                                       ref=False)[:, r0:r1]
+            assert np.all(np.isfinite(want))
+            assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), (path, mode, n_tok)
 
 
 def test_threads_on_disjoint_row_ranges_match_one_call() -> None:

@@ -2,8 +2,8 @@
 
 Tolerances (relative L2 error of the logits):
 * float weights (F32): < 1e-3 (observed ~5e-7);
-* quantized weights: the kernels quantize activations to Q8 (blocks of 32 or
-  256); the reference reproduces that (act_quant=True), so most positions
+* quantized weights: the kernels quantize activations to Q8 (one scale per 32
+  values); the reference reproduces that (act_quant=True), so most positions
   agree to ~1e-7, but a 1-ulp difference upstream can flip one rounding and
   the random 6-layer nets amplify it: < 5e-2 (observed 1e-7 .. 1.5e-2).
 """
