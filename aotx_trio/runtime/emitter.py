@@ -25,15 +25,25 @@ fast fsync an eager loop wrote a tick per mutation or two, and every tick costs 
 trio thread a hand-off (the callback, and the thread taking the GIL six times); a
 tick after an idle spell starts at once.  With in-memory file operations (the tests'
 fakes) the loop is a trio task (:meth:`Emitter.tick`); both run the same steps with
-the same rules.  With the plain file operations (no pwrite or fsync of a subclass) the
-thread makes each tick in one native call, ``aotx_journal_tick`` (drain, pwrite, fsync,
-ack: the GIL is given up once per tick instead of at each step, and the floor check
-before it counts a whole tick's bytes); a failed write or fsync comes back as its
-errno with the records still in flight, and is nacked as above.
+the same rules.  With the plain file operations (no pwrite, fsync or free_bytes of a
+subclass, none patched on the instance) the thread runs the whole loop in one native
+call, ``aotx_journal_run`` (:meth:`Journal.run`): it waits for records on a condition
+variable the journal's enqueue signals, spaces and makes the ticks (drain, pwrite,
+fsync, ack), checks the disk floor, logs each tick's times and rings an eventfd that
+one trio task reads (:meth:`Emitter._ring`: it takes the saves and wakes the waiters),
+all without the GIL, so the busy trio thread is not made to hand it over at every
+step of every tick.  It comes back to Python only for a failed write or fsync (its
+errno, the records still in flight: nacked as above), a floor under the limit, an
+idle spell (the commit watermark) or an interrupt (stop, or the file descriptor or
+file operations swapped or patched: :meth:`FileOps.watch`).  Otherwise (the
+fault-injecting subclasses of the tests) the thread makes the Python steps, each
+tick in one native call (``aotx_journal_tick``) when pwrite and fsync are plain.
 
 Under ``min_free_bytes`` of free space (statvfs of the journal folder) the
 emitter sets the disk hold, so new enqueues are refused before a write can
-fail, and keeps writing the records already admitted.
+fail, and keeps writing the records already admitted.  The native loop's check
+calls fstatvfs at most every ``floor_stat_s`` (5 ms) and counts the bytes it wrote
+since; a check that would fail always calls it again first.
 
 An fsync failure is never retried into "success": after a failed fsync the
 records are written again before the next fsync.  ``wait_saved(i)`` returns
