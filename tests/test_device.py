@@ -338,6 +338,47 @@ def test_receipt_save_states_and_results(rig: Rig) -> None:
     refused("already_terminal", rig.dev.complete, r.op_id, "failed")
 
 
+def _constructed(r: D.Receipt) -> D.Receipt:
+    """``r`` made again through the dataclass constructors."""
+    import dataclasses
+
+    def again(obj: Any) -> Any:
+        return type(obj)(**{f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)})
+
+    return D.Receipt(**{**{f.name: getattr(r, f.name) for f in dataclasses.fields(r)},
+                        "save": again(r.save),
+                        "saved_by": None if r.saved_by is None else again(r.saved_by)})
+
+
+def test_receipt_views_are_the_constructors_objects(rig: Rig) -> None:
+    """device._receipt builds its frozen dataclasses without their __init__ (_built):
+    every field set, in field order, equal (and hashing alike) to the constructed ones,
+    still frozen; unsaved, saved (with the save that acknowledged it), terminal."""
+    import dataclasses
+
+    rig.register(A)
+    conv = rig.conversation(A, rig.space(A))
+    r = rig.input(A, conv)
+    seen = [r]
+    rig.journal.save()
+    seen.append(rig.dev.receipt(ALL, A, r.op_id))
+    rig.dev.start(r.op_id)
+    rig.dev.complete(r.op_id, "succeeded", b"done", 1, 2)
+    seen.append(rig.dev.receipt(ALL, A, r.op_id))
+    assert seen[1].saved_by is not None and seen[0].saved_by is None
+    for got in seen:
+        want = _constructed(got)
+        assert got == want and hash(got) == hash(want) and repr(got) == repr(want)
+        for obj, cls in ((got, D.Receipt), (got.save, D.SaveState),
+                         (got.saved_by, D.SaveId)):
+            if obj is None:
+                continue
+            assert type(obj) is cls
+            assert list(vars(obj)) == [f.name for f in dataclasses.fields(cls)]
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            got.status = "failed"   # type: ignore[misc]
+
+
 def test_cancel_marks_running_operations(rig: Rig) -> None:
     rig.register(A)
     conv = rig.conversation(A, rig.space(A))
@@ -782,3 +823,29 @@ def test_hex16_ids_are_remembered_but_checked_alike() -> None:
     for i in range(D._HEX16_MAX + 10):
         D._hex16(f"{i:032x}", "id")
     assert len(D._HEX16) <= D._HEX16_MAX
+
+
+def test_new_request_is_the_constructors_request() -> None:
+    """device.new_request (the mutation path's Request, built without the frozen
+    dataclass's __init__): the constructor's object, every field in order, defaults
+    included; an unknown field is a TypeError, as for the constructor."""
+    import dataclasses
+
+    from aotx_trio.runtime import validate
+
+    got = D.new_request(D.Kind.MEMBER_SET, L, A, 5, space=B, participant=C,
+                        permissions=("read",))
+    want = D.Request(kind=D.Kind.MEMBER_SET, lineage=L, operation_key=A, sequence=5,
+                     space=B, participant=C, permissions=("read",))
+    assert got == want and hash(got) == hash(want) and repr(got) == repr(want)
+    assert list(vars(got)) == [f.name for f in dataclasses.fields(D.Request)]
+    with pytest.raises(TypeError):
+        D.new_request(D.Kind.REGISTER, L, A, 1, colour="red")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        got.sequence = 6   # type: ignore[misc]
+    body = {"lineage": L, "operation_key": A, "sequence": "7", "space": f"spc-{L}-{B}",
+            "participant": f"par-{L}-{C}", "permissions": ["manage", "read"]}
+    req = validate.build_request("member.set", body, L)
+    assert req == D.Request(kind=D.Kind.MEMBER_SET, lineage=L, operation_key=A, sequence=7,
+                            space=B, participant=C, permissions=("read", "manage"))
+    assert list(vars(req)) == [f.name for f in dataclasses.fields(D.Request)]
