@@ -158,62 +158,62 @@ def _u32(value: int, name: str) -> int:
 
 
 def _fill(req: Request) -> Any:
-    """The native ``aotx_request`` for req (type-level checks only; C checks the rest)."""
-    c = ffi.new("aotx_request *")
-    c.kind = int(req.kind)
-    ffi.memmove(c.lineage, _hex16(req.lineage, "lineage"), 16)
-    ffi.memmove(c.operation_key, _hex16(req.operation_key, "operation_key"), 16)
-    c.sequence = _u64(req.sequence, "sequence")
-    if req.id is not None:
-        c.has_id = 1
-        ffi.memmove(c.id, _hex16(req.id, "id"), 16)
+    """The native ``aotx_request`` for req (type-level checks only; C checks the rest),
+    written in one ``pack_into`` (:data:`_REQUEST_PACK`, laid out from cffi's offsets)."""
+    kind = int(req.kind)
+    lineage = _hex16(req.lineage, "lineage")
+    operation_key = _hex16(req.operation_key, "operation_key")
+    sequence = _u64(req.sequence, "sequence")
+    ident = _ZERO16 if req.id is None else _hex16(req.id, "id")
     if req.scope not in SCOPES:
         raise errors.InvalidInput(f"unknown scope {req.scope!r}", code="scope_invalid",
                                   field="scope")
-    c.scope = SCOPES.index(req.scope)
-    if req.space is not None:
-        ffi.memmove(c.space, _hex16(req.space, "space"), 16)
-    if req.participant is not None:
-        ffi.memmove(c.participant, _hex16(req.participant, "participant"), 16)
-    c.rights = rights_mask(req.permissions)
-    if req.conversation is not None:
-        ffi.memmove(c.conversation, _hex16(req.conversation, "conversation"), 16)
+    space = _ZERO16 if req.space is None else _hex16(req.space, "space")
+    participant = _ZERO16 if req.participant is None else _hex16(req.participant,
+                                                                 "participant")
+    rights = rights_mask(req.permissions)
+    conversation = _ZERO16 if req.conversation is None else _hex16(req.conversation,
+                                                                   "conversation")
     text = req.text.encode() if isinstance(req.text, str) else req.text
     if len(text) > MAX_TEXT_BYTES:
         raise errors.InvalidInput("text over 2048 bytes", code="text_invalid", field="text")
-    c.text_len = len(text)
-    ffi.memmove(c.text, text, len(text))
     model = req.model.encode()
     if len(model) > MAX_MODEL_NAME:
         raise errors.InvalidInput("model name over 128 bytes", code="model_invalid",
                                   field="model")
-    c.model_len = len(model)
-    ffi.memmove(c.model, model, len(model))
-    c.max_output_tokens = _u32(req.max_output_tokens, "max_output_tokens")
-    c.pages = _u32(req.pages, "pages")
+    max_output_tokens = _u32(req.max_output_tokens, "max_output_tokens")
+    pages = _u32(req.pages, "pages")
     if not (math.isfinite(req.temperature) and math.isfinite(req.top_p)):
         raise errors.InvalidInput("temperature and top_p must be finite",
                                   code="sampling_invalid", field="temperature")
-    c.temperature = float(req.temperature)
-    c.top_p = float(req.top_p)
     if len(req.media) > MAX_MEDIA:
         raise errors.InvalidInput("at most 8 media rows", code="media_invalid", field="media")
-    c.n_media = len(req.media)
+    media: list[tuple[int, bytes]] = []
     for i, (mtype, sha) in enumerate(req.media):
         if mtype not in MEDIA_TYPES or len(sha) != 64:
             raise errors.InvalidInput(f"media[{i}] invalid", code="media_invalid", field="media")
-        c.media[i].type = MEDIA_TYPES[mtype]
         try:
-            ffi.memmove(c.media[i].sha256, bytes.fromhex(sha), 32)
+            media.append((MEDIA_TYPES[mtype], bytes.fromhex(sha)))
         except ValueError:
             raise errors.InvalidInput(f"media[{i}].sha256 invalid", code="media_invalid",
                                       field="media") from None
-    c.target_sequence = _u64(req.target_sequence, "target_sequence")
-    c.retry_floor = _u64(req.retry_floor, "retry_floor")
-    if req.object is not None:
-        ffi.memmove(c.object, _hex16(req.object, "object"), 16)
-    c.source_version = _u64(req.source_version, "source_version")
+    target_sequence = _u64(req.target_sequence, "target_sequence")
+    retry_floor = _u64(req.retry_floor, "retry_floor")
+    obj = _ZERO16 if req.object is None else _hex16(req.object, "object")
+    source_version = _u64(req.source_version, "source_version")
+    c = ffi.new("aotx_request *")
+    _REQUEST_PACK.pack_into(
+        ffi.buffer(c), 0, kind, lineage, operation_key, sequence, req.id is not None, ident,
+        SCOPES.index(req.scope), space, participant, rights, conversation, len(text), text,
+        len(model), model, max_output_tokens, pages, float(req.temperature),
+        float(req.top_p), len(media), b"", target_sequence, retry_floor, obj, source_version)
+    for i, (mtype_code, digest) in enumerate(media):
+        c.media[i].type = mtype_code
+        ffi.memmove(c.media[i].sha256, digest, 32)
     return c
+
+
+_ZERO16 = bytes(16)
 
 
 def encode_canonical(req: Request) -> bytes:
@@ -426,8 +426,8 @@ def _layout(ctype: Any, prefix: str = "") -> tuple[str, list[str]]:
             inner, inner_names = _layout(t, f"{prefix}{name}.")
             fmt += inner
             names += inner_names
-        elif t.kind == "array" and t.item.cname == "uint8_t":
-            fmt += f"{t.length}s"
+        elif t.kind == "array":   # bytes (an array of structs too: raw, zeros)
+            fmt += f"{ffi.sizeof(t)}s"
             names.append(prefix + name)
         else:
             fmt += _STRUCT_CODES[t.cname]
@@ -447,6 +447,13 @@ def _unpacker(cname: str) -> tuple[struct.Struct, tuple[str, ...]]:
 
 
 _RECEIPT_VIEW, _RECEIPT_FIELDS = _unpacker("aotx_receipt_view")
+_REQUEST_PACK, _REQUEST_FIELDS = _unpacker("aotx_request")
+if _REQUEST_FIELDS != (   # the order _fill packs in (a field added to the C request fails)
+        "kind", "lineage", "operation_key", "sequence", "has_id", "id", "scope", "space",
+        "participant", "rights", "conversation", "text_len", "text", "model_len", "model",
+        "max_output_tokens", "pages", "temperature", "top_p", "n_media", "media",
+        "target_sequence", "retry_floor", "object", "source_version"):   # pragma: no cover
+    raise ImportError(f"aotx_request fields changed: {_REQUEST_FIELDS}")
 _KIND_OF = {int(k): k for k in Kind}
 _NO_RECORD = 2**64 - 1
 
