@@ -38,6 +38,12 @@ HOLD_FILE_CAP = 1
 HOLD_DISK = 2
 HOLD_PENDING = 4
 
+# Journal.run's reasons for returning (csrc/aotx_journal.h, aotx_journal_run)
+RUN_INTERRUPTED = 1
+RUN_IDLE = 2
+RUN_FAILED = 3
+RUN_FLOOR = 4
+
 DEFAULT_MAX_PENDING = 4 << 20
 
 #: what a reader verifies: a journal file's bytes, each at its file offset (a checkpoint
@@ -153,6 +159,29 @@ class Anchor:
         return c
 
 
+_TICK_LOG = int(lib.AOTX_JOURNAL_TICK_LOG)
+
+
+def _ns(seconds: float) -> int:
+    return max(0, round(seconds * 1e9))
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """Why :meth:`Journal.run` returned (``RUN_*``), the ticks it acked (the last at
+    ``last_ack_s``, ``time.monotonic``'s clock), and per reason: the records a failed
+    tick left in flight with its errno (``RUN_FAILED``), the free-space estimate under
+    the floor (``RUN_FLOOR``)."""
+
+    reason: int
+    ticks: int
+    last_ack_s: float
+    first_record: int
+    records: int
+    err: int
+    free_bytes: int
+
+
 class Journal:
     """The native journal: encoder, bounded pending queue, save acknowledgement."""
 
@@ -178,6 +207,10 @@ class Journal:
         self._tick_records: Any = ffi.new("uint32_t *")
         self._tick_errno: Any = ffi.new("int *")
         self._tick_ns: Any = ffi.new("uint64_t *")
+        # take_ticks' own (the trio thread's) log buffers
+        self._log_tick: Any = ffi.new("uint64_t[]", _TICK_LOG)
+        self._log_fsync: Any = ffi.new("uint64_t[]", _TICK_LOG)
+        self._u64_take: Any = ffi.new("uint64_t *")
 
     @property
     def handle(self) -> Any:
@@ -223,6 +256,42 @@ class Journal:
                                     self._tick_errno, self._tick_ns), "tick")
         return (int(self._tick_first[0]), int(self._tick_records[0]), int(self._tick_errno[0]),
                 int(self._tick_ns[0]) / 1e9)
+
+    def run(self, fd: int, *, notify_fd: int = -1, max_records: int = TICK_RECORDS,
+            spacing_s: float = 0.0, idle_s: float = 0.0, wait_s: float = 0.0,
+            min_free_bytes: int = 0, stat_every_s: float = 0.005) -> RunResult:
+        """The emitter's loop in one native call (``aotx_journal_run``: blocks, without the
+        GIL, tick after tick until it has a reason to return; see the header).  Only one
+        thread runs it at a time."""
+        if not 0 < max_records <= TICK_RECORDS:
+            raise ValueError(f"max_records must be 1..{TICK_RECORDS}")
+        p = ffi.new("aotx_journal_run_params *")
+        p.fd, p.notify_fd, p.max_records = fd, notify_fd, max_records
+        p.spacing_ns, p.idle_ns = _ns(spacing_s), _ns(idle_s)
+        p.wait_ns, p.min_free_bytes, p.stat_every_ns = _ns(wait_s), min_free_bytes, \
+            _ns(stat_every_s)
+        out = ffi.new("aotx_journal_run_result *")
+        check(lib.aotx_journal_run(self._j, p, out), "run")
+        return RunResult(reason=int(out.reason), ticks=int(out.ticks),
+                         last_ack_s=int(out.last_ack_ns) / 1e9,
+                         first_record=int(out.first_record), records=int(out.records),
+                         err=int(out.err), free_bytes=int(out.free_bytes))
+
+    def interrupt(self) -> None:
+        """Make a running :meth:`run` return (``RUN_INTERRUPTED``) before its next tick
+        (or the next call, if none runs)."""
+        lib.aotx_journal_interrupt(self._j)
+
+    def take_ticks(self) -> tuple[int, list[tuple[float, float]]]:
+        """(saved records now, [(tick seconds, fsync seconds)] of the ticks :meth:`run`
+        acked since the last call, oldest first)."""
+        n = int(lib.aotx_journal_take_ticks(self._j, self._log_tick, self._log_fsync,
+                                            _TICK_LOG, self._u64_take))
+        saved = int(self._u64_take[0])
+        if not n:
+            return saved, []
+        ticks, fsyncs = self._log_tick, self._log_fsync
+        return saved, [(ticks[i] / 1e9, fsyncs[i] / 1e9) for i in range(n)]
 
     def ack(self) -> None:
         check(lib.aotx_journal_ack(self._j), "ack")

@@ -161,6 +161,66 @@ int aotx_journal_nack(aotx_journal *j, int err);
 int aotx_journal_tick(aotx_journal *j, int fd, uint8_t *buf, size_t cap, uint32_t max_records,
                       uint64_t *out_first_record, uint32_t *out_records, int *out_errno,
                       uint64_t *out_fsync_ns);
+/* The emitter's whole loop in one native call (the GIL, or whatever the caller
+ * holds, is given up for as long as it runs): tick after tick while records are
+ * pending, each one as aotx_journal_tick does (drain <= max_records, pwrite, fsync,
+ * ack), back-to-back ticks starting at least spacing_ns apart.  After each ack the
+ * tick's times go to the journal's tick log (aotx_journal_take_ticks) and, when
+ * notify_fd >= 0, 8 bytes (a uint64 1, as an eventfd takes them) are written to it.
+ * With min_free_bytes > 0 the free space of fd's file system (fstatvfs, f_bavail *
+ * f_frsize) is checked before every tick: less the bytes written since the last
+ * fstatvfs, it must leave min_free_bytes after max_records more records; fstatvfs
+ * runs again at least every stat_every_ns, and always before that check fails.
+ * Returns AOTX_OK (or an aotx error of a drain) with out->reason:
+ *   INTERRUPTED  aotx_journal_interrupt() was called (since the last return);
+ *   IDLE         nothing pending for idle_ns after this call's last ack, or for
+ *                wait_ns in a call without any ack (wait_ns 0: only an interrupt
+ *                or records end the wait);
+ *   FAILED       a pwrite or fsync failed with out->err: out->records records from
+ *                out->first_record stay in flight, for the caller to nack;
+ *   FLOOR        the free space (estimate in out->free_bytes) is under the floor;
+ *                nothing was drained.
+ * out->ticks = ticks acked in this call, out->last_ack_ns = CLOCK_MONOTONIC of the
+ * last one. */
+typedef struct aotx_journal_run_params {
+    int fd;
+    int notify_fd;               /* -1: none */
+    uint32_t max_records;        /* 1..16 */
+    uint64_t spacing_ns;
+    uint64_t idle_ns;
+    uint64_t wait_ns;
+    uint64_t min_free_bytes;     /* 0: no floor */
+    uint64_t stat_every_ns;
+} aotx_journal_run_params;
+
+typedef struct aotx_journal_run_result {
+    uint32_t reason;
+    uint32_t ticks;
+    uint64_t last_ack_ns;
+    uint64_t first_record;
+    uint32_t records;
+    int32_t err;
+    uint64_t free_bytes;
+} aotx_journal_run_result;
+
+enum {
+    AOTX_JOURNAL_RUN_INTERRUPTED = 1,
+    AOTX_JOURNAL_RUN_IDLE = 2,
+    AOTX_JOURNAL_RUN_FAILED = 3,
+    AOTX_JOURNAL_RUN_FLOOR = 4,
+    AOTX_JOURNAL_TICK_LOG = 1024   /* ticks the log keeps until taken (older ones dropped) */
+};
+
+int aotx_journal_run(aotx_journal *j, const aotx_journal_run_params *p,
+                     aotx_journal_run_result *out);
+/* End the wait of a running aotx_journal_run (or the next call's, if none runs):
+ * it returns AOTX_JOURNAL_RUN_INTERRUPTED before its next tick. */
+void aotx_journal_interrupt(aotx_journal *j);
+/* The times of the ticks aotx_journal_run acked since the last call (oldest first,
+ * at most cap; the rest stay for the next call): returns how many, and
+ * *out_saved_records = the journal's saved records now. */
+uint32_t aotx_journal_take_ticks(aotx_journal *j, uint64_t *tick_ns, uint64_t *fsync_ns,
+                                 uint32_t cap, uint64_t *out_saved_records);
 /* Set or clear hold reason bits (a mask of AOTX_JOURNAL_HOLD_*). */
 void aotx_journal_set_hold(aotx_journal *j, uint32_t reason_bit, int on);
 /* Change the file cap (0 = none); clears hold bit 0. */

@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 #include <stdlib.h>
@@ -47,6 +48,14 @@ struct aotx_journal {
     uint64_t boot_last_record;
     int32_t disk_error;
     uint32_t hold;
+    /* aotx_journal_run: woken by enqueues while it waits for records, or an interrupt */
+    pthread_cond_t run_cv;
+    int run_waiting;
+    int run_interrupt;
+    uint64_t run_last_start_ns;   /* its last tick's start (spacing across calls) */
+    uint32_t log_n;               /* tick log: acked ticks' times until taken */
+    uint64_t log_tick_ns[AOTX_JOURNAL_TICK_LOG];
+    uint64_t log_fsync_ns[AOTX_JOURNAL_TICK_LOG];
 };
 
 /* ---- codec ---- */
@@ -115,7 +124,15 @@ int aotx_journal_new(const aotx_journal_params *p, aotx_journal **out) {
     j->cap_records = p->max_pending_bytes / AOTX_JOURNAL_RECORD_SIZE;
     j->ring = malloc(j->cap_records * AOTX_JOURNAL_RECORD_SIZE);
     j->ring_digest = malloc(j->cap_records * 32);
-    if (!j->ring || !j->ring_digest || pthread_mutex_init(&j->mu, NULL) != 0) {
+    pthread_condattr_t ca;
+    int cv_ok = pthread_condattr_init(&ca) == 0;
+    if (cv_ok) {
+        cv_ok = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) == 0 &&
+                pthread_cond_init(&j->run_cv, &ca) == 0;
+        pthread_condattr_destroy(&ca);
+    }
+    if (!j->ring || !j->ring_digest || !cv_ok || pthread_mutex_init(&j->mu, NULL) != 0) {
+        if (cv_ok) pthread_cond_destroy(&j->run_cv);
         free(j->ring);
         free(j->ring_digest);
         free(j);
@@ -133,6 +150,7 @@ int aotx_journal_new(const aotx_journal_params *p, aotx_journal **out) {
 void aotx_journal_free(aotx_journal *j) {
     if (!j) return;
     pthread_mutex_destroy(&j->mu);
+    pthread_cond_destroy(&j->run_cv);
     free(j->ring);
     free(j->ring_digest);
     free(j);
@@ -216,6 +234,7 @@ int aotx_journal_enqueue(aotx_journal *j, uint8_t kind, const uint8_t *data, uin
         uint64_t last = put_transfer(j, kind, data, len);
         j->hold &= ~(uint32_t)AOTX_JOURNAL_HOLD_PENDING;
         if (out_last_record) *out_last_record = last;
+        if (j->run_waiting) pthread_cond_signal(&j->run_cv);
     }
     pthread_mutex_unlock(&j->mu);
     return rc;
@@ -230,6 +249,7 @@ int aotx_journal_begin_boot(aotx_journal *j, uint64_t *out_last_record) {
         if (!j->boot_queued) {
             put_boot(j);
             j->hold &= ~(uint32_t)AOTX_JOURNAL_HOLD_PENDING;
+            if (j->run_waiting) pthread_cond_signal(&j->run_cv);
         }
         if (out_last_record) *out_last_record = j->boot_last_record;
     }
@@ -295,13 +315,16 @@ int aotx_journal_ack(aotx_journal *j) {
     return rc;
 }
 
-int aotx_journal_tick(aotx_journal *j, int fd, uint8_t *buf, size_t cap, uint32_t max_records,
-                      uint64_t *out_first_record, uint32_t *out_records, int *out_errno,
-                      uint64_t *out_fsync_ns) {
-    if (!j || !buf || !out_first_record || !out_records || !out_errno || !out_fsync_ns || fd < 0 ||
-        max_records == 0 || max_records > AOTX_JOURNAL_TICK_RECORDS ||
-        cap < (size_t)max_records * AOTX_JOURNAL_RECORD_SIZE)
-        return AOTX_E_INVALID_ARGUMENT;
+static uint64_t mono_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+
+/* drain, pwrite, fsync, ack (aotx_journal_tick's body; arguments checked) */
+static int tick_once(aotx_journal *j, int fd, uint8_t *buf, size_t cap, uint32_t max_records,
+                     uint64_t *out_first_record, uint32_t *out_records, int *out_errno,
+                     uint64_t *out_fsync_ns) {
     *out_records = 0;
     *out_errno = 0;
     *out_fsync_ns = 0;
@@ -321,16 +344,168 @@ int aotx_journal_tick(aotx_journal *j, int fd, uint8_t *buf, size_t cap, uint32_
         }
         done += (size_t)w;
     }
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    uint64_t t0 = mono_ns();
     int rc = fsync(fd);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    *out_fsync_ns = (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000000LL + (t1.tv_nsec - t0.tv_nsec));
+    *out_fsync_ns = mono_ns() - t0;
     if (rc != 0) {   /* never retried into "success": the caller nacks, the records are rewritten */
         *out_errno = errno ? errno : EIO;
         return AOTX_OK;
     }
     return aotx_journal_ack(j);
+}
+
+int aotx_journal_tick(aotx_journal *j, int fd, uint8_t *buf, size_t cap, uint32_t max_records,
+                      uint64_t *out_first_record, uint32_t *out_records, int *out_errno,
+                      uint64_t *out_fsync_ns) {
+    if (!j || !buf || !out_first_record || !out_records || !out_errno || !out_fsync_ns || fd < 0 ||
+        max_records == 0 || max_records > AOTX_JOURNAL_TICK_RECORDS ||
+        cap < (size_t)max_records * AOTX_JOURNAL_RECORD_SIZE)
+        return AOTX_E_INVALID_ARGUMENT;
+    return tick_once(j, fd, buf, cap, max_records, out_first_record, out_records, out_errno,
+                     out_fsync_ns);
+}
+
+static void abs_time(uint64_t ns, struct timespec *out) {
+    out->tv_sec = (time_t)(ns / 1000000000ull);
+    out->tv_nsec = (long)(ns % 1000000000ull);
+}
+
+/* Wait (mutex held) until records are pending, or an interrupt, or `deadline`
+ * (CLOCK_MONOTONIC ns; UINT64_MAX: none).  Returns 0 (pending), INTERRUPTED or IDLE. */
+static uint32_t wait_pending(aotx_journal *j, uint64_t deadline) {
+    for (;;) {
+        if (j->run_interrupt) {
+            j->run_interrupt = 0;
+            return AOTX_JOURNAL_RUN_INTERRUPTED;
+        }
+        if (j->next_record > j->saved_records + j->in_flight) return 0;
+        j->run_waiting = 1;
+        if (deadline == UINT64_MAX) {
+            pthread_cond_wait(&j->run_cv, &j->mu);
+        } else {
+            if (mono_ns() >= deadline) {
+                j->run_waiting = 0;
+                return AOTX_JOURNAL_RUN_IDLE;
+            }
+            struct timespec ts;
+            abs_time(deadline, &ts);
+            pthread_cond_timedwait(&j->run_cv, &j->mu, &ts);
+        }
+        j->run_waiting = 0;
+    }
+}
+
+int aotx_journal_run(aotx_journal *j, const aotx_journal_run_params *p,
+                     aotx_journal_run_result *out) {
+    if (!j || !p || !out || p->fd < 0 || p->max_records == 0 ||
+        p->max_records > AOTX_JOURNAL_TICK_RECORDS)
+        return AOTX_E_INVALID_ARGUMENT;
+    memset(out, 0, sizeof *out);
+    uint8_t buf[AOTX_JOURNAL_TICK_RECORDS * AOTX_JOURNAL_RECORD_SIZE];
+    uint64_t writing = (uint64_t)p->max_records * AOTX_JOURNAL_RECORD_SIZE;
+    uint64_t started = mono_ns();
+    uint64_t free_at_stat = 0, stat_at = 0, written = 0;
+    int have_stat = 0;
+    for (;;) {
+        /* back-to-back ticks start spacing_ns apart */
+        uint64_t now = mono_ns();
+        uint64_t next = j->run_last_start_ns + p->spacing_ns;
+        if (j->run_last_start_ns && now < next) {
+            struct timespec ts;
+            abs_time(next, &ts);
+            while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {}
+        }
+        uint64_t deadline;
+        if (out->ticks) deadline = out->last_ack_ns + p->idle_ns;
+        else deadline = p->wait_ns ? started + p->wait_ns : UINT64_MAX;
+        pthread_mutex_lock(&j->mu);
+        uint32_t why = wait_pending(j, deadline);
+        pthread_mutex_unlock(&j->mu);
+        if (why) {
+            out->reason = why;
+            return AOTX_OK;
+        }
+        if (p->min_free_bytes) {
+            now = mono_ns();
+            uint64_t est = free_at_stat > written ? free_at_stat - written : 0;
+            if (!have_stat || now - stat_at >= p->stat_every_ns ||
+                est < p->min_free_bytes + writing) {
+                struct statvfs st;
+                if (fstatvfs(p->fd, &st) != 0) {
+                    out->reason = AOTX_JOURNAL_RUN_FLOOR;   /* cannot tell: the caller decides */
+                    out->free_bytes = 0;
+                    return AOTX_OK;
+                }
+                free_at_stat = (uint64_t)st.f_bavail * (uint64_t)st.f_frsize;
+                stat_at = now;
+                written = 0;
+                have_stat = 1;
+                est = free_at_stat;
+            }
+            if (est < p->min_free_bytes + writing) {
+                out->reason = AOTX_JOURNAL_RUN_FLOOR;
+                out->free_bytes = est;
+                return AOTX_OK;
+            }
+        }
+        uint64_t t0 = mono_ns();
+        j->run_last_start_ns = t0;
+        uint64_t first = 0, fsync_ns = 0;
+        uint32_t records = 0;
+        int err = 0;
+        int rc = tick_once(j, p->fd, buf, sizeof buf, p->max_records, &first, &records, &err,
+                           &fsync_ns);
+        if (rc != AOTX_OK) return rc;
+        if (err) {
+            out->reason = AOTX_JOURNAL_RUN_FAILED;
+            out->first_record = first;
+            out->records = records;
+            out->err = err;
+            return AOTX_OK;
+        }
+        if (!records) continue;
+        uint64_t t1 = mono_ns();
+        written += (uint64_t)records * AOTX_JOURNAL_RECORD_SIZE;
+        out->ticks++;
+        out->last_ack_ns = t1;
+        pthread_mutex_lock(&j->mu);
+        if (j->log_n < AOTX_JOURNAL_TICK_LOG) {
+            j->log_tick_ns[j->log_n] = t1 - t0;
+            j->log_fsync_ns[j->log_n] = fsync_ns;
+            j->log_n++;
+        }
+        pthread_mutex_unlock(&j->mu);
+        if (p->notify_fd >= 0) {
+            uint64_t one = 1;
+            ssize_t w;
+            do w = write(p->notify_fd, &one, sizeof one); while (w < 0 && errno == EINTR);
+        }
+    }
+}
+
+void aotx_journal_interrupt(aotx_journal *j) {
+    if (!j) return;
+    pthread_mutex_lock(&j->mu);
+    j->run_interrupt = 1;
+    pthread_cond_signal(&j->run_cv);
+    pthread_mutex_unlock(&j->mu);
+}
+
+uint32_t aotx_journal_take_ticks(aotx_journal *j, uint64_t *tick_ns, uint64_t *fsync_ns,
+                                 uint32_t cap, uint64_t *out_saved_records) {
+    if (!j) return 0;
+    pthread_mutex_lock(&j->mu);
+    uint32_t n = (tick_ns && fsync_ns) ? (j->log_n < cap ? j->log_n : cap) : 0;
+    if (n) {
+        memcpy(tick_ns, j->log_tick_ns, n * sizeof *tick_ns);
+        memcpy(fsync_ns, j->log_fsync_ns, n * sizeof *fsync_ns);
+        memmove(j->log_tick_ns, j->log_tick_ns + n, (j->log_n - n) * sizeof *tick_ns);
+        memmove(j->log_fsync_ns, j->log_fsync_ns + n, (j->log_n - n) * sizeof *fsync_ns);
+        j->log_n -= n;
+    }
+    if (out_saved_records) *out_saved_records = j->saved_records;
+    pthread_mutex_unlock(&j->mu);
+    return n;
 }
 
 int aotx_journal_nack(aotx_journal *j, int err) {

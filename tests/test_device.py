@@ -338,6 +338,47 @@ def test_receipt_save_states_and_results(rig: Rig) -> None:
     refused("already_terminal", rig.dev.complete, r.op_id, "failed")
 
 
+def _constructed(r: D.Receipt) -> D.Receipt:
+    """``r`` made again through the dataclass constructors."""
+    import dataclasses
+
+    def again(obj: Any) -> Any:
+        return type(obj)(**{f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)})
+
+    return D.Receipt(**{**{f.name: getattr(r, f.name) for f in dataclasses.fields(r)},
+                        "save": again(r.save),
+                        "saved_by": None if r.saved_by is None else again(r.saved_by)})
+
+
+def test_receipt_views_are_the_constructors_objects(rig: Rig) -> None:
+    """device._receipt builds its frozen dataclasses without their __init__ (_built):
+    every field set, in field order, equal (and hashing alike) to the constructed ones,
+    still frozen; unsaved, saved (with the save that acknowledged it), terminal."""
+    import dataclasses
+
+    rig.register(A)
+    conv = rig.conversation(A, rig.space(A))
+    r = rig.input(A, conv)
+    seen = [r]
+    rig.journal.save()
+    seen.append(rig.dev.receipt(ALL, A, r.op_id))
+    rig.dev.start(r.op_id)
+    rig.dev.complete(r.op_id, "succeeded", b"done", 1, 2)
+    seen.append(rig.dev.receipt(ALL, A, r.op_id))
+    assert seen[1].saved_by is not None and seen[0].saved_by is None
+    for got in seen:
+        want = _constructed(got)
+        assert got == want and hash(got) == hash(want) and repr(got) == repr(want)
+        for obj, cls in ((got, D.Receipt), (got.save, D.SaveState),
+                         (got.saved_by, D.SaveId)):
+            if obj is None:
+                continue
+            assert type(obj) is cls
+            assert list(vars(obj)) == [f.name for f in dataclasses.fields(cls)]
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            got.status = "failed"   # type: ignore[misc]
+
+
 def test_cancel_marks_running_operations(rig: Rig) -> None:
     rig.register(A)
     conv = rig.conversation(A, rig.space(A))
@@ -782,3 +823,107 @@ def test_hex16_ids_are_remembered_but_checked_alike() -> None:
     for i in range(D._HEX16_MAX + 10):
         D._hex16(f"{i:032x}", "id")
     assert len(D._HEX16) <= D._HEX16_MAX
+
+
+def test_new_request_is_the_constructors_request() -> None:
+    """device.new_request (the mutation path's Request, built without the frozen
+    dataclass's __init__): the constructor's object, every field in order, defaults
+    included; an unknown field is a TypeError, as for the constructor."""
+    import dataclasses
+
+    from aotx_trio.runtime import validate
+
+    got = D.new_request(D.Kind.MEMBER_SET, L, A, 5, space=B, participant=C,
+                        permissions=("read",))
+    want = D.Request(kind=D.Kind.MEMBER_SET, lineage=L, operation_key=A, sequence=5,
+                     space=B, participant=C, permissions=("read",))
+    assert got == want and hash(got) == hash(want) and repr(got) == repr(want)
+    assert list(vars(got)) == [f.name for f in dataclasses.fields(D.Request)]
+    with pytest.raises(TypeError):
+        D.new_request(D.Kind.REGISTER, L, A, 1, colour="red")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        got.sequence = 6   # type: ignore[misc]
+    body = {"lineage": L, "operation_key": A, "sequence": "7", "space": f"spc-{L}-{B}",
+            "participant": f"par-{L}-{C}", "permissions": ["manage", "read"]}
+    req = validate.build_request("member.set", body, L)
+    assert req == D.Request(kind=D.Kind.MEMBER_SET, lineage=L, operation_key=A, sequence=7,
+                            space=B, participant=C, permissions=("read", "manage"))
+    assert list(vars(req)) == [f.name for f in dataclasses.fields(D.Request)]
+
+
+def _fill_by_fields(req: D.Request) -> Any:
+    """The native request set field by field (device._fill before it packed the struct
+    in one pack_into): the oracle of the test below."""
+    c = ffi.new("aotx_request *")
+    c.kind = int(req.kind)
+    ffi.memmove(c.lineage, bytes.fromhex(req.lineage), 16)
+    ffi.memmove(c.operation_key, bytes.fromhex(req.operation_key), 16)
+    c.sequence = req.sequence
+    if req.id is not None:
+        c.has_id = 1
+        ffi.memmove(c.id, bytes.fromhex(req.id), 16)
+    c.scope = D.SCOPES.index(req.scope)
+    for name in ("space", "participant", "conversation", "object"):
+        value = getattr(req, name)
+        if value is not None:
+            ffi.memmove(getattr(c, name), bytes.fromhex(value), 16)
+    c.rights = D.rights_mask(req.permissions)
+    text = req.text.encode() if isinstance(req.text, str) else req.text
+    c.text_len = len(text)
+    ffi.memmove(c.text, text, len(text))
+    model = req.model.encode()
+    c.model_len = len(model)
+    ffi.memmove(c.model, model, len(model))
+    c.max_output_tokens = req.max_output_tokens
+    c.pages = req.pages
+    c.temperature = float(req.temperature)
+    c.top_p = float(req.top_p)
+    c.n_media = len(req.media)
+    for i, (mtype, sha) in enumerate(req.media):
+        c.media[i].type = D.MEDIA_TYPES[mtype]
+        ffi.memmove(c.media[i].sha256, bytes.fromhex(sha), 32)
+    c.target_sequence = req.target_sequence
+    c.retry_floor = req.retry_floor
+    c.source_version = req.source_version
+    return c
+
+
+@pytest.mark.parametrize("req", [
+    D.Request(kind=D.Kind.REGISTER, lineage=L, operation_key=A, sequence=1),
+    D.Request(kind=D.Kind.SPACE_CREATE, lineage=L, operation_key=A, sequence=2**64 - 1,
+              id=B, scope="instance"),
+    D.Request(kind=D.Kind.MEMBER_SET, lineage=L, operation_key=B, sequence=9, space=A,
+              participant=C, permissions=("read", "manage")),
+    D.Request(kind=D.Kind.INPUT, lineage=L, operation_key=C, sequence=3, conversation=A,
+              text="héllo " * 200, model="gemma-3-270m", max_output_tokens=2**32 - 1,
+              pages=7, temperature=0.7, top_p=0.25,
+              media=(("image", "ab" * 32), ("audio", "0f" * 32))),
+    D.Request(kind=D.Kind.CANCEL, lineage=L, operation_key=A, sequence=4,
+              target_sequence=3),
+    D.Request(kind=D.Kind.RETIRE, lineage=L, operation_key=A, sequence=5, retry_floor=5),
+    D.Request(kind=D.Kind.PUBLISH, lineage=L, operation_key=A, sequence=6, space=B,
+              object=C, source_version=2**63),
+], ids=lambda r: r.kind.name)
+def test_fill_packs_the_request_as_set_field_by_field(req: D.Request) -> None:
+    """device._fill writes the native request in one pack_into laid out from cffi's
+    offsets: byte for byte what setting each field gives, for every kind."""
+    got, want = D._fill(req), _fill_by_fields(req)
+    assert bytes(ffi.buffer(got)) == bytes(ffi.buffer(want))
+
+
+def test_fill_refuses_as_before() -> None:
+    """The checks before the pack, in their order: each bad field named."""
+    base = {"kind": D.Kind.INPUT, "lineage": L, "operation_key": A, "sequence": 1}
+    for bad, code in (({"lineage": "x" * 32}, "lineage_invalid"),
+                      ({"sequence": 2**64}, "sequence_invalid"),
+                      ({"scope": "galaxy"}, "scope_invalid"),
+                      ({"permissions": ("fly",)}, "rights_invalid"),
+                      ({"text": "x" * 2049}, "text_invalid"),
+                      ({"model": "m" * 129}, "model_invalid"),
+                      ({"pages": 2**32}, "pages_invalid"),
+                      ({"top_p": float("nan")}, "sampling_invalid"),
+                      ({"media": (("image", "zz" * 32),)}, "media_invalid"),
+                      ({"retry_floor": -1}, "retry_floor_invalid")):
+        with pytest.raises(errors.InvalidInput) as info:
+            D._fill(D.Request(**{**base, **bad}))
+        assert info.value.code == code, (bad, info.value.code)

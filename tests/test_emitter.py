@@ -27,6 +27,10 @@ from aotx_trio.journal import (
     HOLD_DISK,
     HOLD_FILE_CAP,
     RECORD_SIZE,
+    RUN_FAILED,
+    RUN_FLOOR,
+    RUN_IDLE,
+    RUN_INTERRUPTED,
     XFER_ADMISSION,
     XFER_BOOT,
     XFER_OUTPUT,
@@ -877,3 +881,152 @@ def test_journal_tick_with_nothing_pending_and_bad_arguments(tmp_path: Path) -> 
             j.tick(-1)
     finally:
         os.close(fd)
+
+
+# --------------------------------------------------------------------------- native loop
+
+
+@pytest.mark.timeout(60)
+def test_journal_run_ticks_until_idle_and_logs_each_tick(tmp_path: Path) -> None:
+    """aotx_journal_run on a real file: every pending record saved in ticks of <= 16, each
+    tick logged (take_ticks) and rung on the doorbell, then IDLE after idle_s."""
+    jf = open_journal_file(tmp_path, LINEAGE)
+    j = jf.journal
+    bell = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+    try:
+        last = 0
+        for i in range(40):
+            last = j.enqueue(XFER_ADMISSION, b"r%d" % i)
+        res = j.run(jf.fd, notify_fd=bell, max_records=16, idle_s=0.01, wait_s=0.5)
+        assert res.reason == RUN_IDLE and res.ticks >= 3 and res.err == 0
+        s = j.save_state()
+        assert s.saved_records == last + 1 and s.in_flight_records == 0
+        assert os.eventfd_read(bell) == res.ticks
+        saved, times = j.take_ticks()
+        assert saved == last + 1 and len(times) == res.ticks
+        assert all(t >= f >= 0 for t, f in times)
+        assert j.take_ticks() == (saved, [])
+        # nothing pending: back after wait_s, no tick
+        res = j.run(jf.fd, notify_fd=bell, wait_s=0.02)
+        assert res.reason == RUN_IDLE and res.ticks == 0
+    finally:
+        os.close(bell)
+        jf.close()
+    rec = recover_journal((tmp_path / JOURNAL_NAME).read_bytes(), LINEAGE)
+    assert [t.data for t in rec.transfers if t.kind != XFER_BOOT] == \
+        [b"r%d" % i for i in range(40)]
+
+
+@pytest.mark.timeout(60)
+def test_journal_run_interrupt_floor_failure_and_bad_arguments(tmp_path: Path) -> None:
+    """An interrupt ends a run that waits without a deadline; a floor over the free space
+    returns FLOOR before anything is drained; a failed pwrite returns FAILED with the
+    records in flight (the caller nacks); bad arguments are refused."""
+    import threading
+
+    jf = open_journal_file(tmp_path, LINEAGE)
+    j = jf.journal
+    try:
+        j.run(jf.fd, idle_s=0.0, wait_s=0.05)   # nothing pending: back after wait_s
+        out: list[object] = []
+        t = threading.Thread(target=lambda: out.append(j.run(jf.fd, wait_s=0.0)))
+        t.start()
+        import time
+        time.sleep(0.05)
+        assert not out   # waiting for records, no deadline
+        j.interrupt()
+        t.join(5)
+        assert out and getattr(out[0], "reason", None) == RUN_INTERRUPTED
+        before = j.save_state()
+        last = j.enqueue(XFER_ADMISSION, b"held back by the floor")
+        free = os.statvfs(tmp_path).f_bavail * os.statvfs(tmp_path).f_frsize
+        res = j.run(jf.fd, min_free_bytes=free + (1 << 40), wait_s=0.5)
+        assert res.reason == RUN_FLOOR and res.ticks == 0 and res.free_bytes < free + (1 << 40)
+        s = j.save_state()
+        assert s.saved_records == before.saved_records and s.in_flight_records == 0
+        bad = os.open(tmp_path / JOURNAL_NAME, os.O_RDONLY)
+        try:
+            res = j.run(bad, wait_s=0.5)
+        finally:
+            os.close(bad)
+        assert res.reason == RUN_FAILED and res.err == errno.EBADF
+        assert res.first_record <= last < res.first_record + res.records
+        assert j.save_state().in_flight_records == res.records
+        j.nack(res.err)
+        res = j.run(jf.fd, min_free_bytes=1, idle_s=0.0)   # a floor that is met
+        assert res.reason == RUN_IDLE and res.ticks == 1
+        assert j.save_state().saved_records == last + 1
+        with pytest.raises(ValueError):
+            j.run(jf.fd, max_records=17)
+        with pytest.raises(errors.AotxError):
+            j.run(-1)
+    finally:
+        jf.close()
+
+
+async def test_native_loop_floor_holds_before_writing_new_records(tmp_path: Path) -> None:
+    """The emitter's native loop on a real file under a disk floor it cannot meet: the
+    hold is set (new enqueues refused) and the records admitted before are still saved
+    (by the Python steps, which check the floor every tick while it holds)."""
+    jf = open_journal_file(tmp_path, LINEAGE)
+    free = os.statvfs(tmp_path).f_bavail * os.statvfs(tmp_path).f_frsize
+    emitter = Emitter.for_file(jf, min_free_bytes=free + (1 << 40), floor_recheck_s=0.05,
+                               watermark=False)
+    j = jf.journal
+    try:
+        async with trio.open_nursery() as n:
+            await n.start(emitter.run)
+            assert emitter.floor_hold   # run's first check
+            with trio.fail_after(10):
+                while j.save_state().next_record > emitter.saved_records:
+                    await trio.sleep(0.01)   # the boot record: still saved
+            assert j.save_state().hold & HOLD_DISK
+            with pytest.raises(errors.JournalHold):
+                j.enqueue(XFER_ADMISSION, b"refused")
+            emitter.min_free_bytes = 1   # room again: the recheck releases the hold
+            with trio.fail_after(10):
+                while emitter.floor_hold:
+                    await trio.sleep(0.01)
+            last = j.enqueue(XFER_ADMISSION, b"after the floor")
+            emitter.wake()
+            with trio.fail_after(10):
+                assert await emitter.wait_saved(last)
+            n.cancel_scope.cancel()
+        assert emitter.native_ticks >= 1   # back on the native loop
+    finally:
+        jf.close()
+
+
+async def test_native_loop_gives_way_to_patched_file_operations(tmp_path: Path) -> None:
+    """Patching fsync on the running emitter's file operations (or swapping them) makes
+    the native loop return: the next tick goes through the patched Python call."""
+    jf = open_journal_file(tmp_path, LINEAGE)
+    emitter = Emitter.for_file(jf, watermark=False)
+    j = jf.journal
+    calls: list[int] = []
+    real = jf.ops.fsync
+    try:
+        async with trio.open_nursery() as n:
+            await n.start(emitter.run)
+            last = j.enqueue(XFER_ADMISSION, b"native")
+            emitter.wake()
+            with trio.fail_after(10):
+                await emitter.wait_saved(last)
+            native = emitter.native_ticks
+            assert native >= 1 and emitter.native_run_possible()
+
+            def counted(fd: int) -> None:
+                calls.append(fd)
+                real(fd)
+
+            jf.ops.fsync = counted   # type: ignore[method-assign]
+            assert not emitter.native_run_possible()
+            last = j.enqueue(XFER_ADMISSION, b"through the patch")
+            emitter.wake()
+            with trio.fail_after(10):
+                await emitter.wait_saved(last)
+            assert calls and emitter.native_ticks == native
+            jf.ops.fsync = real   # type: ignore[method-assign]
+            n.cancel_scope.cancel()
+    finally:
+        jf.close()

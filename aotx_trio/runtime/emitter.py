@@ -25,15 +25,25 @@ fast fsync an eager loop wrote a tick per mutation or two, and every tick costs 
 trio thread a hand-off (the callback, and the thread taking the GIL six times); a
 tick after an idle spell starts at once.  With in-memory file operations (the tests'
 fakes) the loop is a trio task (:meth:`Emitter.tick`); both run the same steps with
-the same rules.  With the plain file operations (no pwrite or fsync of a subclass) the
-thread makes each tick in one native call, ``aotx_journal_tick`` (drain, pwrite, fsync,
-ack: the GIL is given up once per tick instead of at each step, and the floor check
-before it counts a whole tick's bytes); a failed write or fsync comes back as its
-errno with the records still in flight, and is nacked as above.
+the same rules.  With the plain file operations (no pwrite, fsync or free_bytes of a
+subclass, none patched on the instance) the thread runs the whole loop in one native
+call, ``aotx_journal_run`` (:meth:`Journal.run`): it waits for records on a condition
+variable the journal's enqueue signals, spaces and makes the ticks (drain, pwrite,
+fsync, ack), checks the disk floor, logs each tick's times and rings an eventfd that
+one trio task reads (:meth:`Emitter._ring`: it takes the saves and wakes the waiters),
+all without the GIL, so the busy trio thread is not made to hand it over at every
+step of every tick.  It comes back to Python only for a failed write or fsync (its
+errno, the records still in flight: nacked as above), a floor under the limit, an
+idle spell (the commit watermark) or an interrupt (stop, or the file descriptor or
+file operations swapped or patched: :meth:`FileOps.watch`).  Otherwise (the
+fault-injecting subclasses of the tests) the thread makes the Python steps, each
+tick in one native call (``aotx_journal_tick``) when pwrite and fsync are plain.
 
 Under ``min_free_bytes`` of free space (statvfs of the journal folder) the
 emitter sets the disk hold, so new enqueues are refused before a write can
-fail, and keeps writing the records already admitted.
+fail, and keeps writing the records already admitted.  The native loop's check
+calls fstatvfs at most every ``floor_stat_s`` (5 ms) and counts the bytes it wrote
+since; a check that would fail always calls it again first.
 
 An fsync failure is never retried into "success": after a failed fsync the
 records are written again before the next fsync.  ``wait_saved(i)`` returns
@@ -70,6 +80,9 @@ from aotx_trio.journal import (
     FILE_HEADER,
     HOLD_DISK,
     RECORD_SIZE,
+    RUN_FAILED,
+    RUN_FLOOR,
+    RUN_IDLE,
     TICK_RECORDS,
     Anchor,
     Image,
@@ -90,6 +103,8 @@ LOCK_NAME = "journal.lock"
 QUARANTINE = "quarantine"
 COMMIT_DELAY_S = 0.05     # idle this long after a save before the watermark records it
 TICK_SPACING_S = 0.001    # the thread loop's ticks start at least this far apart
+FLOOR_STAT_S = 0.005      # the native loop's statvfs for the disk floor: at most this often
+NATIVE_WAIT_S = 1.0       # the native loop comes back this often when nothing happens
 
 
 class FileOps:
@@ -100,6 +115,22 @@ class FileOps:
     """
 
     in_thread = True
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        """Set an attribute, then tell the watchers (an emitter whose native loop must
+        look at its file operations again: a test patches ``fsync`` on the instance)."""
+        object.__setattr__(self, name, value)
+        for changed in self.__dict__.get("_watchers", ()):
+            changed()
+
+    def watch(self, changed: Callable[[], None]) -> None:
+        """Call ``changed()`` after every attribute set on this object."""
+        self.__dict__.setdefault("_watchers", []).append(changed)
+
+    def unwatch(self, changed: Callable[[], None]) -> None:
+        watchers = self.__dict__.get("_watchers", [])
+        if changed in watchers:
+            watchers.remove(changed)
 
     def open(self, path: str, flags: int, mode: int = 0o600) -> int:
         return os.open(path, flags | os.O_CLOEXEC, mode)
@@ -424,11 +455,13 @@ class Emitter:
                  min_free_bytes: int = 0, floor_recheck_s: float = 1.0,
                  watermark: WatermarkWriter | None = None,
                  commit_delay_s: float = COMMIT_DELAY_S,
-                 tick_spacing_s: float = TICK_SPACING_S) -> None:
+                 tick_spacing_s: float = TICK_SPACING_S,
+                 floor_stat_s: float = FLOOR_STAT_S) -> None:
         if not 0 < tick_records <= TICK_RECORDS:
             raise ValueError(f"tick_records must be 1..{TICK_RECORDS}")
         self.journal = journal
-        self.fd = fd
+        self._fd = fd
+        self._ops: FileOps | None = None
         self.ops = ops or FileOps()
         self.tick_records = tick_records
         self.backoff_initial = backoff_initial
@@ -438,6 +471,7 @@ class Emitter:
         self.directory = None if directory is None else str(directory)
         self.min_free_bytes = min_free_bytes
         self.floor_recheck_s = floor_recheck_s
+        self.floor_stat_s = floor_stat_s   # the native loop's statvfs interval
         self.floor_hold = False
         # idle this long after a save: record it in the commit watermark, so recovery
         # never reads a damaged acknowledged record as a torn tail (watermark.py)
@@ -477,6 +511,32 @@ class Emitter:
         self._thread_saved = 0
         self._tick_times: collections.deque[tuple[float, float]] = collections.deque()
         self._notifying = False
+        # the native loop's doorbell (an eventfd the trio side reads; -1: none)
+        self._bell = -1
+
+    @property
+    def fd(self) -> int:
+        return self._fd
+
+    @fd.setter
+    def fd(self, fd: int) -> None:   # a native loop in flight writes the new one next tick
+        self._fd = fd
+        self.journal.interrupt()
+
+    @property
+    def ops(self) -> FileOps:
+        assert self._ops is not None
+        return self._ops
+
+    @ops.setter
+    def ops(self, ops: FileOps) -> None:
+        # swapped (or patched: FileOps.watch) while running: a native loop in flight
+        # returns before its next tick, and the thread asks again how to tick
+        if self._ops is not None:
+            self._ops.unwatch(self.journal.interrupt)
+        self._ops = ops
+        ops.watch(self.journal.interrupt)
+        self.journal.interrupt()
 
     @classmethod
     def for_file(cls, jf: JournalFile, *, tick_records: int = TICK_RECORDS,
@@ -670,17 +730,30 @@ class Emitter:
 
         with self._cv:
             self._stopping = False
-        trio.lowlevel.start_thread_soon(lambda: self._thread_loop(token), deliver,
-                                        name="aotx journal emitter")
-        task_status.started()
+        bell = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self._bell = bell
         try:
-            await ended.wait()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._ring, bell)
+                trio.lowlevel.start_thread_soon(lambda: self._thread_loop(token), deliver,
+                                                name="aotx journal emitter")
+                task_status.started()
+                try:
+                    await ended.wait()
+                finally:
+                    with self._cv:
+                        self._stopping = True
+                        self._cv.notify()
+                    self.journal.interrupt()   # a native loop in flight returns
+                    with trio.CancelScope(shield=True):
+                        await ended.wait()
+                    nursery.cancel_scope.cancel()
         finally:
-            with self._cv:
-                self._stopping = True
-                self._cv.notify()
-            with trio.CancelScope(shield=True):
-                await ended.wait()
+            self._bell = -1
+            if ended.is_set():   # the thread is done with the doorbell
+                trio.lowlevel.notify_closing(bell)
+                os.close(bell)
+        self._take_native()   # the last ticks' counts and saves
         result[0].unwrap()   # the loop only returns when stopped: re-raise what it raised
 
     def _idle_wait(self, backoff: float | None) -> bool:
@@ -713,6 +786,22 @@ class Emitter:
         backoff = self.backoff_initial
         last_start = -math.inf
         while not self._stopping:
+            if self.native_run_possible():   # (asked each time: ops may be swapped)
+                lost, first, records = self._native_loop()
+                if lost is None:
+                    if self.last_error is None:
+                        backoff = self.backoff_initial
+                    continue
+                self.ticks += 1
+                self.failures += 1
+                self.last_error = lost
+                self.journal.nack(lost.errno or errno.EIO)
+                log.warning("journal write of records %d..%d failed: %s (holding, will "
+                            "rewrite)", first, first + records - 1, lost)
+                if not self._idle_wait(backoff):
+                    return
+                backoff = min(backoff * 2, self.backoff_max)
+                continue
             spacing = last_start + self.tick_spacing_s - time.monotonic()
             if spacing > 0 and not self._idle_wait(spacing):
                 return
@@ -780,6 +869,58 @@ class Emitter:
         ops = self.ops   # bound methods of FileOps itself (not a subclass's, not patched)
         return getattr(ops.pwrite, "__func__", None) is FileOps.pwrite and \
             getattr(ops.fsync, "__func__", None) is FileOps.fsync
+
+    def native_run_possible(self) -> bool:
+        """The thread runs its whole loop natively (:meth:`Journal.run`, the GIL given up
+        until something needs Python) when it has a doorbell and every file operation
+        a tick uses is the plain one (:meth:`native_ticks_possible`, and the disk
+        floor's ``free_bytes``), and the floor does not hold."""
+        return self._bell >= 0 and not self.floor_hold and self.native_ticks_possible() \
+            and getattr(self.ops.free_bytes, "__func__", None) is FileOps.free_bytes
+
+    def _native_loop(self) -> tuple[OSError | None, int, int]:
+        """(worker thread) Run :meth:`Journal.run` once: (the error of a failed tick, its
+        first record, its records), or (None, 0, 0).  Acked ticks are the trio side's
+        to count (:meth:`_take_native`); here the watermark's clock starts, a floor
+        under the limit holds (:meth:`check_floor`), an idle spell may mark."""
+        floor = self.min_free_bytes if self.directory is not None else 0
+        res = self.journal.run(
+            self.fd, notify_fd=self._bell, max_records=self.tick_records,
+            spacing_s=self.tick_spacing_s,
+            idle_s=self.commit_delay_s if self.watermark is not None else NATIVE_WAIT_S,
+            wait_s=NATIVE_WAIT_S, min_free_bytes=max(0, floor), stat_every_s=self.floor_stat_s)
+        if res.ticks:
+            self.last_error = None
+            if self.watermark is not None:
+                self._commit_at = res.last_ack_s + self.commit_delay_s
+        if res.reason == RUN_FAILED:
+            return OSError(res.err, os.strerror(res.err)), res.first_record, res.records
+        if res.reason == RUN_FLOOR:
+            self.check_floor(self.tick_records * RECORD_SIZE)
+        elif res.reason == RUN_IDLE:
+            self._mark_if_due()
+        return None, 0, 0
+
+    def _take_native(self) -> None:
+        """(trio thread) The native loop acked ticks (its doorbell rang): count them, and
+        wake the waiters of the records saved now."""
+        saved, times = self.journal.take_ticks()
+        for tick_s, fsync_s in times:
+            self.tick_seconds.observe(tick_s)
+            self.fsync_seconds.observe(fsync_s)
+        self.ticks += len(times)
+        self.native_ticks += len(times)
+        if saved > self.saved_records:
+            self.saved_records = saved
+            self._wake_saved()
+
+    async def _ring(self, bell: int) -> None:
+        """(trio task) Take the native loop's saves each time its doorbell rings."""
+        while True:
+            await trio.lowlevel.wait_readable(bell)
+            with contextlib.suppress(BlockingIOError):
+                os.eventfd_read(bell)
+            self._take_native()
 
     def _write_sync_timed(self, first: int, data: bytes) -> float:
         write_all(self.ops, self.fd, data, record_offset(first))

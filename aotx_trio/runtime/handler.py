@@ -555,14 +555,22 @@ class ServiceHandler:
                                   or limit < 1):
             raise errors.InvalidInput("limit must be a positive integer", field="limit")
 
+        opened = self.save_state()
+
         async def items() -> AsyncIterator[dict[str, Any]]:
+            # each item: a save after the last state shown (counted from the opening
+            # state, not from whenever this generator first runs: a save in between
+            # is pushed, not skipped)
+            shown = opened.saved_records
             sent = 0
             while limit is None or sent < limit:
-                await self.saver.wait_saved(self.saver.saved_records)
+                await self.saver.wait_saved(shown)
                 sent += 1
-                yield render.render_save(self.save_state())
+                state = self.save_state()
+                shown = state.saved_records
+                yield render.render_save(state)
 
-        return render.render_save(self.save_state()), items()
+        return render.render_save(opened), items()
 
     async def _watch_operation(self, params: Mapping[str, Any],
                                ) -> tuple[dict[str, Any], AsyncIterator[dict[str, Any]]]:

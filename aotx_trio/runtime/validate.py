@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from aotx_trio import errors, vocab
-from aotx_trio.device import Request
+from aotx_trio.device import Request, new_request
 from aotx_trio.vocab import PERMISSIONS, PREFIXES, SCOPES, Kind
 
 DEFAULT_LIMIT = 50
@@ -194,8 +194,7 @@ def build_request(kind: str, body: Mapping[str, Any], lineage: str) -> Request:
         fields["space"] = parse_id("space", body.get("space"), lineage)
         fields["object"] = parse_id("memory", body.get("object"), lineage)
         fields["source_version"] = _decimal(body.get("source_version"), "source_version")
-    return Request(kind=code, lineage=lineage, operation_key=str(key), sequence=seq,
-                   **fields)
+    return new_request(code, lineage, str(key), seq, **fields)
 
 
 @dataclass(frozen=True)
