@@ -136,6 +136,15 @@ AI uint16_t ld16(const uint8_t *p) {
     return v;
 }
 
+/* the fp16 scales at byte off of rows[0..7], as floats (gathered by inserts: staged
+ * through memory by scalar stores they cost a failed store-to-load forwarding) */
+AI __m256 rows_dw(const uint8_t *const *rows, size_t off) {
+    return _mm256_cvtph_ps(_mm_setr_epi16(
+        (short)ld16(rows[0] + off), (short)ld16(rows[1] + off), (short)ld16(rows[2] + off),
+        (short)ld16(rows[3] + off), (short)ld16(rows[4] + off), (short)ld16(rows[5] + off),
+        (short)ld16(rows[6] + off), (short)ld16(rows[7] + off)));
+}
+
 AI uint32_t ld32(const uint8_t *p) {
     uint32_t v;
     memcpy(&v, p, 4);
@@ -181,17 +190,12 @@ static void tile_weights(int kind, size_t bbytes, const uint8_t *const *rows, in
     const __m256i rep0 = _mm256_setr_epi8(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12,
                                           0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12);
     const __m256i bit_lo = _mm256_set1_epi32(0x08040201), bit_hi = _mm256_set1_epi32((int)0x80402010u);
-    const size_t pf_step = (next_bytes / (size_t)kn + 63) / 64 * 64;
+    const aotx_pf_plan pl = aotx_pf_span(next, next_bytes, kn);
     for (int64_t b = 0; b < kn; b++) {
         const size_t off = (size_t)b * bbytes;
-        for (size_t o = 0, pf = (size_t)b * pf_step; o < pf_step && pf + o < next_bytes; o += 64)
-            _mm_prefetch((const char *)next + pf + o, _MM_HINT_T1);
-        /* the rows' scales (and Q5_0 high bits) gathered by inserts: staged through memory by
-         * scalar stores they cost a failed store-to-load forwarding per vector */
-        tb->dw[b] = _mm256_cvtph_ps(_mm_setr_epi16(
-            (short)ld16(rows[0] + off), (short)ld16(rows[1] + off), (short)ld16(rows[2] + off),
-            (short)ld16(rows[3] + off), (short)ld16(rows[4] + off), (short)ld16(rows[5] + off),
-            (short)ld16(rows[6] + off), (short)ld16(rows[7] + off)));
+        AOTX_PF_SLICE(pl, b, _MM_HINT_T1);
+        /* the rows' scales (and Q5_0 high bits) gathered by inserts (rows_dw) */
+        tb->dw[b] = rows_dw(rows, off);
         __m256i *q = tb->q[b];
         if (kind == AOTX_TK_Q8_0) {
             __m256i *s = tb->s[b];
@@ -345,19 +349,13 @@ static void q8_0_rows1(const uint8_t *w, size_t rb, int64_t nb, const uint8_t *a
         for (int r = 0; r < TR; r++) rows[r] = w + (size_t)(rc + (r < nr ? r : 0)) * rb;
         /* the chunk PFC chunks ahead, spread over this chunk's blocks, into L2 (measured
          * ~10% faster than into L1 on the head) */
-        const int64_t pa = rc + PFC * TR;
-        const int64_t nn = r1 - pa < TR ? r1 - pa : TR;
-        const uint8_t *next = w + (size_t)pa * rb;
-        const size_t next_bytes = nn > 0 ? (size_t)nn * rb : 0;
-        const size_t pf_step = (next_bytes / (size_t)nb + 63) / 64 * 64;
-        const __m256i m = row_mask((int)nr);
+        const aotx_pf_plan pl = aotx_pf_rows(w, rb, rc + PFC * TR, r1, TR, nb);
         float *yc = y + rc;
         for (int64_t k0 = 0; k0 < nb; k0 += KB) {
             const int64_t ke = nb - k0 < KB ? nb : k0 + KB;
             __m256 f = _mm256_setzero_ps();
             for (int64_t b = k0; b < ke; b++) {
-                for (size_t o = 0, pf = (size_t)b * pf_step; o < pf_step && pf + o < next_bytes; o += 64)
-                    _mm_prefetch((const char *)next + pf + o, _MM_HINT_T1);
+                AOTX_PF_SLICE(pl, b, _MM_HINT_T1);
                 const __m256i xs = _mm256_xor_si256(
                     _mm256_loadu_si256((const __m256i *)aotx_act8_xu(act, b)), c80);
                 const size_t off = (size_t)b * bb;
@@ -367,21 +365,11 @@ static void q8_0_rows1(const uint8_t *w, size_t rb, int64_t nb, const uint8_t *a
                     v[r] = _mm256_madd_epi16(
                         _mm256_maddubs_epi16(_mm256_abs_epi8(wv), _mm256_sign_epi8(xs, wv)), ones);
                 }
-                const __m128i d16 = _mm_setr_epi16(
-                    (short)ld16(rows[0] + off), (short)ld16(rows[1] + off), (short)ld16(rows[2] + off),
-                    (short)ld16(rows[3] + off), (short)ld16(rows[4] + off), (short)ld16(rows[5] + off),
-                    (short)ld16(rows[6] + off), (short)ld16(rows[7] + off));
-                const __m256 dw = _mm256_cvtph_ps(d16);
+                const __m256 dw = rows_dw(rows, off);
                 f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(reduce8(v)),
                                     _mm256_mul_ps(dw, _mm256_set1_ps(*aotx_act8_dx(act, b))), f);
             }
-            if (nr == TR) {
-                if (k0 > 0) f = _mm256_add_ps(f, _mm256_loadu_ps(yc));
-                _mm256_storeu_ps(yc, f);
-            } else {
-                if (k0 > 0) f = _mm256_add_ps(f, _mm256_maskload_ps(yc, m));
-                _mm256_maskstore_ps(yc, m, f);
-            }
+            store_tile(&f, 1, yc, 0, 0, (int)nr, k0 > 0);
         }
     }
 }
@@ -412,19 +400,13 @@ AI void q45_rows1(int kind, const uint8_t *w, size_t rb, int64_t nb, const uint8
         const int64_t nr = r1 - rc < TR ? r1 - rc : TR;
         const uint8_t *rows[TR];
         for (int r = 0; r < TR; r++) rows[r] = w + (size_t)(rc + (r < nr ? r : 0)) * rb;
-        const int64_t pa = rc + PFC * TR;
-        const int64_t nn = r1 - pa < TR ? r1 - pa : TR;
-        const uint8_t *next = w + (size_t)pa * rb;
-        const size_t next_bytes = nn > 0 ? (size_t)nn * rb : 0;
-        const size_t pf_step = (next_bytes / (size_t)nb + 63) / 64 * 64;
-        const __m256i m = row_mask((int)nr);
+        const aotx_pf_plan pl = aotx_pf_rows(w, rb, rc + PFC * TR, r1, TR, nb);
         float *yc = y + rc;
         for (int64_t k0 = 0; k0 < nb; k0 += KB) {
             const int64_t ke = nb - k0 < KB ? nb : k0 + KB;
             __m256 f = _mm256_setzero_ps();
             for (int64_t b = k0; b < ke; b++) {
-                for (size_t o = 0, pf = (size_t)b * pf_step; o < pf_step && pf + o < next_bytes; o += 64)
-                    _mm_prefetch((const char *)next + pf + o, _MM_HINT_T1);
+                AOTX_PF_SLICE(pl, b, _MM_HINT_T1);
                 const __m256i xu = _mm256_loadu_si256((const __m256i *)aotx_act8_xu(act, b));
                 const __m256i xs = _mm256_xor_si256(xu, c80);
                 const __m256i xlo = _mm256_permute2x128_si256(xs, xs, 0x00);
@@ -458,21 +440,11 @@ AI void q45_rows1(int kind, const uint8_t *w, size_t rb, int64_t nb, const uint8
                 const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
                 const __m256i a = _mm256_add_epi32(_mm256_set1_epi32(-c * sum),
                                                    _mm256_permutevar8x32_epi32(h, order));
-                const __m128i d16 = _mm_setr_epi16(
-                    (short)ld16(rows[0] + off), (short)ld16(rows[1] + off), (short)ld16(rows[2] + off),
-                    (short)ld16(rows[3] + off), (short)ld16(rows[4] + off), (short)ld16(rows[5] + off),
-                    (short)ld16(rows[6] + off), (short)ld16(rows[7] + off));
-                const __m256 dw = _mm256_cvtph_ps(d16);
+                const __m256 dw = rows_dw(rows, off);
                 f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a),
                                     _mm256_mul_ps(dw, _mm256_set1_ps(*aotx_act8_dx(act, b))), f);
             }
-            if (nr == TR) {
-                if (k0 > 0) f = _mm256_add_ps(f, _mm256_loadu_ps(yc));
-                _mm256_storeu_ps(yc, f);
-            } else {
-                if (k0 > 0) f = _mm256_add_ps(f, _mm256_maskload_ps(yc, m));
-                _mm256_maskstore_ps(yc, m, f);
-            }
+            store_tile(&f, 1, yc, 0, 0, (int)nr, k0 > 0);
         }
     }
 }
@@ -861,17 +833,12 @@ AI void k_tiles(int kind, const uint8_t *w, size_t rb, int64_t nb, const uint8_t
         const __m256i vidx = row_index(rb, nr);
         float *yc = y + rc;
         /* the chunk PFC chunks ahead, prefetched over this chunk's super-blocks */
-        const int64_t pa = rc + PFC * TR;
-        const uint8_t *next = w + (size_t)pa * rb;
-        const int64_t nn = r1 - pa < TR ? r1 - pa : TR;
-        const size_t next_bytes = nn > 0 ? (size_t)nn * rb : 0;
-        const size_t pf_step = (next_bytes / (size_t)nb + 63) / 64 * 64;
+        const aotx_pf_plan pl = aotx_pf_rows(w, rb, rc + PFC * TR, r1, TR, nb);
         for (int64_t k0 = 0; k0 < nb; k0 += KSL) {
             const int64_t kn = nb - k0 < KSL ? nb - k0 : KSL;
             ktile_scales(kind, rows[0] + (size_t)k0 * (rb / (size_t)nb), vidx, kn, kb);
             for (int64_t i = k0; i < k0 + kn; i++) {
-                for (size_t o = 0, pf = (size_t)i * pf_step; o < pf_step && pf + o < next_bytes; o += 64)
-                    _mm_prefetch((const char *)next + pf + o, _MM_HINT_T0);
+                AOTX_PF_SLICE(pl, i, _MM_HINT_T0);
                 ktile_quants(kind, rows, i, kb);
                 const int accum = i > 0;
                 for (int64_t tg = 0; tg < n_tok; tg += TT) {

@@ -31,4 +31,30 @@ void aotx_avx2_q8_0_pack(const uint8_t *w, size_t rb, int64_t nb, int64_t rows, 
 void aotx_avx2_q8_0_packed(const uint8_t *pk, int64_t nb, const uint8_t *act, size_t as,
                            int64_t n_tok, float *y, int64_t ldy, int64_t r0, int64_t r1);
 
+/* Prefetch of a later chunk of weight rows while the current chunk is worked on: its
+ * bytes (from next; 0 past the row range) cut into one slice of whole cache lines per
+ * block of the current chunk, slice b fetched while block b is multiplied. */
+typedef struct {
+    const uint8_t *next;
+    size_t bytes, step;
+} aotx_pf_plan;
+
+static inline aotx_pf_plan aotx_pf_span(const uint8_t *next, size_t bytes, int64_t nb) {
+    aotx_pf_plan p = {next, bytes, (bytes / (size_t)nb + 63) / 64 * 64};
+    return p;
+}
+
+/* rows [pa, min(pa + tr, r1)) of w (rb bytes each), over the current chunk's nb blocks */
+static inline aotx_pf_plan aotx_pf_rows(const uint8_t *w, size_t rb, int64_t pa, int64_t r1,
+                                        int64_t tr, int64_t nb) {
+    const int64_t nn = r1 - pa < tr ? r1 - pa : tr;
+    return aotx_pf_span(w + (size_t)pa * rb, nn > 0 ? (size_t)nn * rb : 0, nb);
+}
+
+/* slice b of plan pl, with _mm_prefetch's hint (a constant: _MM_HINT_T0 / _MM_HINT_T1) */
+#define AOTX_PF_SLICE(pl, b, hint)                                                       \
+    for (size_t o_ = 0, pf_ = (size_t)(b) * (pl).step; o_ < (pl).step && pf_ + o_ < (pl).bytes; \
+         o_ += 64)                                                                      \
+        _mm_prefetch((const char *)(pl).next + pf_ + o_, (hint))
+
 #endif

@@ -407,12 +407,11 @@ AI void SFX(tile_weights)(int kind, size_t bbytes, const uint8_t *const *rows, i
     }
     const __m512i m4 = _mm512_set1_epi8(0x0f), c80 = _mm512_set1_epi8((char)0x80);
     /* prefetch a later chunk, spread over the blocks */
-    const size_t pf_step = (next_bytes / (size_t)kn + 63) / 64 * 64;
+    const aotx_pf_plan pl = aotx_pf_span(next, next_bytes, kn);
     for (int64_t b = 0; b < kn; b++) {
         const size_t off = (size_t)b * bbytes;
         __m512i *out = tb->wt[b].q;
-        for (size_t o = 0, pf = (size_t)b * pf_step; o < pf_step && pf + o < next_bytes; o += 64)
-            _mm_prefetch((const char *)next + pf + o, _MM_HINT_T0);
+        AOTX_PF_SLICE(pl, b, _MM_HINT_T0);
         tb->dw[b] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)tb->d16[b]));
         if (kind == K_Q8_0) {
             SFX(tr16x8)(rows, off + 2, out);
@@ -551,19 +550,14 @@ static void SFX(q8_0_rows1)(const uint8_t *w, size_t rb, int64_t nb, const uint8
         const int64_t nr = r1 - rc < QX86_TR ? r1 - rc : QX86_TR;
         const uint8_t *rows[QX86_TR];
         for (int r = 0; r < QX86_TR; r++) rows[r] = w + (size_t)(rc + (r < nr ? r : 0)) * rb;
-        const int64_t pa = rc + QX86_PFC * QX86_TR;
-        const int64_t nn = r1 - pa < QX86_TR ? r1 - pa : QX86_TR;
-        const uint8_t *next = w + (size_t)pa * rb;
-        const size_t next_bytes = nn > 0 ? (size_t)nn * rb : 0;
-        const size_t pf_step = (next_bytes / (size_t)nb + 63) / 64 * 64;
+        const aotx_pf_plan pl = aotx_pf_rows(w, rb, rc + QX86_PFC * QX86_TR, r1, QX86_TR, nb);
         const __mmask16 m = (__mmask16)((1u << nr) - 1u);
         float *yc = y + rc;
         for (int64_t k0 = 0; k0 < nb; k0 += QX86_KB) {
             const int64_t ke = nb - k0 < QX86_KB ? nb : k0 + QX86_KB;
             __m512 f = _mm512_setzero_ps();
             for (int64_t b = k0; b < ke; b++) {
-                for (size_t o = 0, pf = (size_t)b * pf_step; o < pf_step && pf + o < next_bytes; o += 64)
-                    _mm_prefetch((const char *)next + pf + o, _MM_HINT_T0);
+                AOTX_PF_SLICE(pl, b, _MM_HINT_T0);
                 const __m256i xu = _mm256_loadu_si256((const __m256i *)aotx_act8_xu(act, b));
                 const __m256i xs = _mm256_xor_si256(xu, c80);
                 __m256i s4 = _mm256_sad_epu8(xu, _mm256_setzero_si256());  /* sum (x_q + 128) */
@@ -1448,10 +1442,7 @@ static void SFX(mm_k_tiles)(int kind, const uint8_t *w, size_t rb, int64_t nb, c
         const __mmask16 m = (__mmask16)((1u << nr) - 1u);
         float *yc = y + rc;
         /* the next chunk's bytes, prefetched over this chunk's super-blocks */
-        const uint8_t *next = w + (size_t)(rc + 16) * rb;
-        const int64_t nn = r1 - rc - 16 < 16 ? r1 - rc - 16 : 16;
-        const size_t next_bytes = nn > 0 ? (size_t)nn * rb : 0;
-        const size_t pf_step = (next_bytes / (size_t)nb + 63) / 64 * 64;
+        const aotx_pf_plan pl = aotx_pf_rows(w, rb, rc + 16, r1, 16, nb);
         for (int64_t k0 = 0; k0 < nb; k0 += QX86_KSL) {
             const int64_t kn = nb - k0 < QX86_KSL ? nb - k0 : QX86_KSL;
             const uint8_t *srows[16];
@@ -1459,9 +1450,7 @@ static void SFX(mm_k_tiles)(int kind, const uint8_t *w, size_t rb, int64_t nb, c
                 srows[r] = rows[r] + (size_t)k0 * (rb / (size_t)nb);
             SFX(ktile_scales)(kind, srows, kn, kb);
             for (int64_t i = k0; i < k0 + kn; i++) {
-                for (size_t o = 0, pf = (size_t)i * pf_step; o < pf_step && pf + o < next_bytes;
-                     o += 64)
-                    _mm_prefetch((const char *)next + pf + o, _MM_HINT_T0);
+                AOTX_PF_SLICE(pl, i, _MM_HINT_T0);
                 SFX(ktile_quants)(kind, rows, i, kb);
                 const int accum = i > 0;
                 for (int64_t tg = 0; tg < n_tok; tg += QX86_TT) {

@@ -484,6 +484,9 @@ class Emitter:
         self.saved_records = journal.save_state().saved_records
         self.ticks = 0
         self.native_ticks = 0   # of them, ticks made in one native call (thread loop)
+        # ticks are counted by the worker thread and, for the native loop's, by the trio
+        # thread (_take_native): one lock so that no increment is lost between them
+        self._count_lock = threading.Lock()
         self.failures = 0
         # wall-clock seconds of each saved tick (drain to ack) and of its fsync alone
         self.tick_seconds = Histogram()
@@ -792,12 +795,8 @@ class Emitter:
                     if self.last_error is None:
                         backoff = self.backoff_initial
                     continue
-                self.ticks += 1
-                self.failures += 1
-                self.last_error = lost
-                self.journal.nack(lost.errno or errno.EIO)
-                log.warning("journal write of records %d..%d failed: %s (holding, will "
-                            "rewrite)", first, first + records - 1, lost)
+                self._count_ticks(1)
+                self._write_failed(lost, first, records)
                 if not self._idle_wait(backoff):
                     return
                 backoff = min(backoff * 2, self.backoff_max)
@@ -815,7 +814,7 @@ class Emitter:
                 if err:
                     failed = OSError(err, os.strerror(err))
                 elif records:
-                    self.native_ticks += 1
+                    self._count_ticks(0, 1)
             else:
                 drained = self.journal.drain(self.tick_records)
                 first, records = (0, 0) if drained is None else \
@@ -839,13 +838,9 @@ class Emitter:
                     return
                 continue
             last_start = time.monotonic()
-            self.ticks += 1
+            self._count_ticks(1)
             if failed is not None:
-                self.failures += 1
-                self.last_error = failed
-                self.journal.nack(failed.errno or errno.EIO)
-                log.warning("journal write of records %d..%d failed: %s (holding, will "
-                            "rewrite)", first, first + records - 1, failed)
+                self._write_failed(failed, first, records)
                 if not self._idle_wait(backoff):
                     return
                 backoff = min(backoff * 2, self.backoff_max)
@@ -861,6 +856,20 @@ class Emitter:
             if not self._notifying:   # else the callback pending reads this save too
                 self._notifying = True
                 token.run_sync_soon(self._saved)
+
+    def _count_ticks(self, n: int, native: int = 0) -> None:
+        with self._count_lock:
+            self.ticks += n
+            self.native_ticks += native
+
+    def _write_failed(self, exc: OSError, first: int, records: int) -> None:
+        """(worker thread) A failed pwrite or fsync: count it and nack its records (they
+        stay in flight and are written again before the next fsync)."""
+        self.failures += 1
+        self.last_error = exc
+        self.journal.nack(exc.errno or errno.EIO)
+        log.warning("journal write of records %d..%d failed: %s (holding, will rewrite)",
+                    first, first + records - 1, exc)
 
     def native_ticks_possible(self) -> bool:
         """The thread loop ticks in one native call when the file operations are the
@@ -908,8 +917,7 @@ class Emitter:
         for tick_s, fsync_s in times:
             self.tick_seconds.observe(tick_s)
             self.fsync_seconds.observe(fsync_s)
-        self.ticks += len(times)
-        self.native_ticks += len(times)
+        self._count_ticks(len(times), len(times))
         if saved > self.saved_records:
             self.saved_records = saved
             self._wake_saved()
