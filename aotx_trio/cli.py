@@ -75,6 +75,11 @@ def _parser() -> argparse.ArgumentParser:
                         "capability: shared memory retention mode 2 (repeatable)")
     s.add_argument("--no-auto-memory", action="append", default=[], metavar="MODEL",
                    help="take the automatic-memory capability from MODEL (repeatable)")
+    s.add_argument("--kv-f16", action="append", default=[], metavar="MODEL",
+                   help="serve the text model MODEL with f16 KV pages (half the KV memory; "
+                        "the default for models new to the file) (repeatable)")
+    s.add_argument("--kv-f32", action="append", default=[], metavar="MODEL",
+                   help="serve MODEL with float32 KV pages (repeatable)")
 
     s = sub.add_parser("boot", help="run the runtime process")
     s.add_argument("--ccir", required=True, help="the complete runtime file")

@@ -84,6 +84,17 @@ def test_worked_example_of_the_format_doc(tmp_path: Path) -> None:
     assert [i for i in range(len(raw)) if raw[i] != flagged[i]] and \
         {i for i in range(len(raw)) if raw[i] != flagged[i]} <= \
         {0x84, *range(0x48, 0x4C), *range(0x7C, 0x80)}
+    # ... and with kv_f16 (what `aotx pack` writes for a model it adds): 02 00 00 00,
+    # table CRC 0x74d0b2d2, header CRC 0xd9d84f0d, the rest as above
+    f16 = ccir.write_runtime(
+        tmp_path / "h.aotxccir", [Source(KIND_TEXT_MODEL_GGUF, "tiny.gguf", gguf, 0,
+                                         len(TINY_GGUF), flags=ccir.FLAG_KV_F16)],
+        required=ccir.PROFILE_SHARED, optional=0, lineage=LINEAGE).path.read_bytes()
+    assert f16[0x84:0x88] == bytes([2, 0, 0, 0])
+    assert f16[0x48:0x4C] == bytes.fromhex("d2b2d074")
+    assert f16[0x7C:0x80] == bytes.fromhex("0d4fd8d9")
+    assert {i for i in range(len(raw)) if raw[i] != f16[i]} <= \
+        {0x84, *range(0x48, 0x4C), *range(0x7C, 0x80)}
 
 
 def test_round_trip(tmp_path: Path) -> None:
@@ -311,20 +322,20 @@ def test_zero_length_component_layout(tmp_path: Path) -> None:
 
 def test_component_flags_round_trip_and_unknown_bits_are_refused(tmp_path: Path) -> None:
     """docs/formats/ccir.md, "Component flags": the entry's u32 at offset 4; bit 0 on a
-    text model is automatic_memory; any other bit (or any bit on an embedding file) is
-    refused at that offset."""
+    text model is automatic_memory, bit 1 kv_f16; any other bit (or any bit on an
+    embedding file) is refused at that offset."""
     gguf = _file(tmp_path, "m.gguf", b"GGUF" + bytes(12))
     cfg = _file(tmp_path, "config.json", b"{}")
     out = tmp_path / "flags.aotxccir"
     rf = ccir.write_runtime(out, [Source(ccir.KIND_TEXT_MODEL_GGUF, "m.gguf", gguf, 0, 16,
-                                         flags=ccir.FLAG_AUTOMATIC_MEMORY),
+                                         flags=ccir.FLAG_AUTOMATIC_MEMORY | ccir.FLAG_KV_F16),
                                   _src(ccir.KIND_EMBEDDING_FILE, "config.json", cfg)],
                             required=0, optional=0, lineage=bytes(16))
-    assert [(c.name, c.flags, c.automatic_memory) for c in rf.components] == \
-        [("m.gguf", 1, True), ("config.json", 0, False)]
+    assert [(c.name, c.flags, c.automatic_memory, c.kv_f16) for c in rf.components] == \
+        [("m.gguf", 3, True, True), ("config.json", 0, False, False)]
     raw = bytearray(out.read_bytes())
-    assert struct.unpack_from("<I", raw, ccir.HEADER_SIZE + 4)[0] == 1
-    for entry, flags in ((0, 2), (1, 1)):
+    assert struct.unpack_from("<I", raw, ccir.HEADER_SIZE + 4)[0] == 3
+    for entry, flags in ((0, 4), (0, 1 << 31), (1, 1), (1, 2)):
         bad = bytearray(raw)
         at = ccir.HEADER_SIZE + entry * ccir.ENTRY_SIZE + 4
         struct.pack_into("<I", bad, at, flags)

@@ -64,6 +64,8 @@ async def test_metrics_count_requests_and_the_runtime(tmp_path: Path) -> None:
     assert got[("aotx_http_requests_total",
                 (("method", "POST"), route, ("status", "202")))] == 1
     assert got[("aotx_kv_pages", (("model", TINY_MODEL), ("state", "total")))] > 0
+    # packed by `aotx pack`: f16 KV, 2 bytes per element (K and V, 2 layers x 8 x 1 x 32)
+    assert got[("aotx_kv_page_bytes", (("model", TINY_MODEL),))] == 2 * 2 * 8 * 32 * 2
     pages = {s: got[("aotx_kv_pages", (("model", TINY_MODEL), ("state", s)))]
              for s in ("total", "free", "used")}
     # the conversation's pages stay resident for its next input

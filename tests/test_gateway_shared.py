@@ -69,6 +69,7 @@ async def test_capabilities_and_participant_before_registration(env: Env) -> Non
     text = [m for m in caps["models"] if m["kind"] == "text"]
     assert [m["name"] for m in text] == ["tiny.gguf"] and text[0]["ready"] is True
     assert len(text[0]["digest"]) == 64 and text[0]["context_length"] > 0
+    assert text[0]["kv_type"] == "f16"                 # packed by `aotx pack`: f16 KV
     assert [m["ready"] for m in caps["models"] if m["kind"] == "embedding"] == [False]
     assert caps["features"]["inputs"] is True
     assert caps["usage"] is None                       # reader lacks shared_manage

@@ -313,3 +313,64 @@ def test_auto_memory_flag_is_set_and_cleared_by_rewriting_the_table(
             pack(path, progress=False, **kwargs)  # type: ignore[arg-type]
         assert info.value.code == "auto_memory_invalid"
     assert _sha(path) == _sha(tmp_path / "plain.aotxccir")
+
+
+def test_kv_f16_flag_is_the_default_for_added_models_and_chosen_per_model(
+        inputs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A text model new to the file gets the f16 KV flag; ``--kv-f32 MODEL`` /
+    ``--kv-f16 MODEL`` clear / set it (a table rewrite, extents unchanged); a replaced
+    model keeps its flag; an entry written without it (a file packed before the flag)
+    keeps float32 KV until ``--kv-f16`` names it; bad names are ``kv_type_invalid``."""
+    path = tmp_path / "kv.aotxccir"
+    rf = pack(path, models=[inputs["a"], inputs["b"]], embedding=inputs["emb"], shared=True,
+              lineage=LINEAGE, progress=False)
+    assert {c.name: c.flags for c in rf.text_models} == \
+        {"a.gguf": ccir.FLAG_KV_F16, "b.gguf": ccir.FLAG_KV_F16}
+    assert all(c.flags == 0 for c in rf.embedding_files)
+    f16_bytes = _sha(path)
+    rf = pack(tmp_path / "opt-out.aotxccir", models=[inputs["a"], inputs["b"]],
+              embedding=inputs["emb"], shared=True, lineage=LINEAGE, progress=False,
+              kv_f32=["b.gguf"])
+    assert {c.name: c.kv_f16 for c in rf.text_models} == {"a.gguf": True, "b.gguf": False}
+
+    assert cli.main(["pack", "--runtime", str(path), "--kv-f32", "a.gguf",
+                     "--auto-memory", "b.gguf"]) == 0
+    out = capsys.readouterr().out
+    assert "b.gguf [automatic_memory] [kv_f16]" in out and "a.gguf\n" in out
+    rf = RuntimeFile.open(path)
+    assert {c.name: (c.automatic_memory, c.kv_f16) for c in rf.text_models} == \
+        {"a.gguf": (False, False), "b.gguf": (True, True)}
+    assert rf.lineage == LINEAGE and rf.read_component("a.gguf") == GGUF_A
+    digest = _sha(path)
+    pack(path, kv_f32=["a.gguf"], progress=False)              # no change: nothing written
+    assert _sha(path) == digest
+    rf = pack(path, models=[inputs["a"]], progress=False)      # replaced: keeps f32
+    assert not next(c for c in rf.text_models if c.name == "a.gguf").kv_f16
+    rf = pack(path, kv_f16=["a.gguf"], no_auto_memory=["b.gguf"], progress=False)
+    assert all(c.flags == ccir.FLAG_KV_F16 for c in rf.text_models)
+    assert _sha(path) == f16_bytes
+
+    # A file packed before the flag existed: entries with flags 0 stay f32 KV, even
+    # when another model is added (which gets f16) or the old one is replaced.
+    old = tmp_path / "old.aotxccir"
+    pack(old, models=[inputs["a"]], embedding=inputs["emb"], progress=False,
+         kv_f32=["a.gguf"])
+    assert RuntimeFile.open(old).component("a.gguf").flags == 0
+    rf = pack(old, models=[inputs["b"]], progress=False)
+    assert {c.name: c.kv_f16 for c in rf.text_models} == {"a.gguf": False, "b.gguf": True}
+    rf = pack(old, models=[inputs["a"]], progress=False)
+    assert {c.name: c.kv_f16 for c in rf.text_models} == {"a.gguf": False, "b.gguf": True}
+
+    digest = _sha(path)
+    for kwargs in ({"kv_f16": ["nope.gguf"]}, {"kv_f32": ["config.json"]},
+                   {"kv_f16": ["a.gguf"], "kv_f32": ["a.gguf"]}):
+        with pytest.raises(InvalidInput) as info:
+            pack(path, progress=False, **kwargs)  # type: ignore[arg-type]
+        assert info.value.code == "kv_type_invalid"
+        assert info.value.fields["field"] == "kv_type"
+    assert _sha(path) == digest
+    with pytest.raises(InvalidInput) as info:
+        pack(tmp_path / "new.aotxccir", models=[inputs["a"]], progress=False,
+             kv_f32=["b.gguf"])
+    assert info.value.code == "kv_type_invalid" and "--kv-f32 b.gguf" in str(info.value)
+    assert not (tmp_path / "new.aotxccir").exists()

@@ -324,6 +324,7 @@ def test_split_deployment_runs_a_room_conversation_on_the_default_model(
         models = callers["alice"].get("/capabilities").json()["models"]
         text_model = next(m for m in models if m["kind"] == "text")
         assert text_model["ready"] is True and len(text_model["digest"]) == 64
+        assert text_model["kv_type"] == "f16"          # `aotx pack`'s default
         ids = client_sequence(callers["alice"], callers["bob"])
         con, space = ids["conversation"], ids["space"]
         c = callers["carol"]

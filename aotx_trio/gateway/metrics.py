@@ -135,14 +135,20 @@ class _Snapshot(Collector):
     def collect(self) -> Iterator[Metric]:
         pages = GaugeMetricFamily("aotx_kv_pages", "KV cache pages", labels=["model", "state"])
         seqs = GaugeMetricFamily("aotx_kv_sequences", "live KV sequences", labels=["model"])
+        page_bytes = GaugeMetricFamily("aotx_kv_page_bytes",
+                                       "bytes of one KV page (halved by f16 KV)",
+                                       labels=["model"])
         for name, m in self.snap.get("models", {}).items():
             pages.add_metric([name, "total"], m["kv_pages"])
             pages.add_metric([name, "free"], m["kv_free_pages"])
             pages.add_metric([name, "used"], m["kv_used_pages"])
             pages.add_metric([name, "shared"], m["kv_shared_pages"])
             seqs.add_metric([name], m["sequences"])
+            if "kv_page_bytes" in m:
+                page_bytes.add_metric([name], m["kv_page_bytes"])
         yield pages
         yield seqs
+        yield page_bytes
         ex = self.snap.get("executor")
         if ex is not None:
             yield GaugeMetricFamily("aotx_admission_queue_depth",

@@ -48,9 +48,13 @@ PROFILE_NAMES = {0: "shared_state", 1: "checkpoint"}
 #: Component flags (the entry's u32 at offset 4): a text model with the automatic-memory
 #: capability (shared memory retention mode 2, runtime/memory.py).
 FLAG_AUTOMATIC_MEMORY = 1 << 0
+#: A text model whose KV pages hold IEEE binary16 K/V (``Engine.load(kv_f16=True)``); an
+#: entry without it keeps float32 KV.  ``aotx pack`` sets it on the text models it adds.
+FLAG_KV_F16 = 1 << 1
 #: The flag bits each kind may carry; any other bit is refused at the entry's offset 4.
-KNOWN_FLAGS = {KIND_TEXT_MODEL_GGUF: FLAG_AUTOMATIC_MEMORY, KIND_EMBEDDING_FILE: 0}
-FLAG_NAMES = {FLAG_AUTOMATIC_MEMORY: "automatic_memory"}
+KNOWN_FLAGS = {KIND_TEXT_MODEL_GGUF: FLAG_AUTOMATIC_MEMORY | FLAG_KV_F16,
+               KIND_EMBEDDING_FILE: 0}
+FLAG_NAMES = {FLAG_AUTOMATIC_MEMORY: "automatic_memory", FLAG_KV_F16: "kv_f16"}
 
 # magic, version, header_length, required, optional, lineage, count, entry_size,
 # table_offset, file_length, table_crc, alignment, checkpoint_offset, checkpoint_length,
@@ -122,6 +126,10 @@ class Component:
     @property
     def automatic_memory(self) -> bool:
         return bool(self.flags & FLAG_AUTOMATIC_MEMORY)
+
+    @property
+    def kv_f16(self) -> bool:
+        return bool(self.flags & FLAG_KV_F16)
 
     @property
     def kind_name(self) -> str:

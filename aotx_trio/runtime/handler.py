@@ -252,7 +252,8 @@ class ServiceHandler:
             kv = m.engine.kv_stats()
             models[m.name] = {"kv_pages": kv.n_pages, "kv_free_pages": kv.free_pages,
                               "kv_used_pages": kv.used_pages,
-                              "kv_shared_pages": kv.shared_pages, "sequences": kv.n_seqs}
+                              "kv_shared_pages": kv.shared_pages, "sequences": kv.n_seqs,
+                              "kv_page_bytes": kv.page_bytes}
         save = self.save_state()
         out: dict[str, Any] = {"models": models,
                                "journal": {"saved_records": save.saved_records,

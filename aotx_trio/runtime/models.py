@@ -2,7 +2,9 @@
 
 Every text model (a GGUF component of the runtime file) is mapped in place by
 the engine (:meth:`aotx_trio.engine.Engine.load` with the component's extent:
-no copy of the weights) before the runtime accepts mutations.  The embedding
+no copy of the weights) before the runtime accepts mutations, with f16 KV pages when
+its component has the ``kv_f16`` flag (``aotx pack`` sets it on the models it adds;
+an entry without it keeps float32 KV).  The embedding
 model (its files extracted once, verified, into a folder beside the journal,
 then mapped by :class:`aotx_trio.embed.Embedder`) serves the ``embed`` call; a
 folder that does not load is listed ``ready: false`` with ``not_ready:
@@ -39,6 +41,10 @@ log = logging.getLogger("aotx.models")
 MAX_SEQS = 16          # KV sequence slots per text model (concurrent generations)
 
 
+def _kv_type(elem_bytes: int) -> str:
+    return "f16" if elem_bytes == 2 else "f32"
+
+
 @dataclass
 class TextModel:
     name: str
@@ -58,6 +64,11 @@ class TextModel:
         return {"backend": "cpu", "threads": self.threads,
                 "kv_page_tokens": self.engine.kv_stats().page_tokens, "context": self.context}
 
+    @property
+    def kv_type(self) -> str:
+        """``"f16"`` (binary16 K/V pages) or ``"f32"``, as the engine reports it."""
+        return _kv_type(self.engine.kv_stats().elem_bytes)
+
     def describe(self) -> dict[str, Any]:
         kv = self.engine.kv_stats()
         info = self.engine.info
@@ -65,7 +76,9 @@ class TextModel:
                 "not_ready": None, "arch": info.arch, "context_length": info.max_tokens,
                 "kv_page_tokens": kv.page_tokens, "kv_pages": kv.n_pages,
                 "kv_free_pages": kv.free_pages, "max_sequences": info.max_seqs,
-                "automatic_memory": self.automatic_memory}
+                "automatic_memory": self.automatic_memory,
+                "kv_type": _kv_type(kv.elem_bytes),
+                "kv_page_bytes": kv.page_bytes}
 
 
 EMBEDDING_NAME = "embedding"
@@ -155,11 +168,13 @@ class ModelSet:
             for c in rf.text_models:
                 path, offset, length = rf.component_view(c.name)
                 eng = Engine.load(path, threads=threads, max_seqs=max_seqs, offset=offset,
-                                  length=length)
+                                  length=length, kv_f16=c.kv_f16)
                 text[c.name] = TextModel(c.name, c.sha256_hex, eng, threads,
                                          automatic_memory=c.automatic_memory)
-                log.info("model %s: %s, context %d, %d KV pages", c.name, eng.info.arch,
-                         eng.info.max_tokens, eng.kv_stats().n_pages)
+                kv = eng.kv_stats()
+                log.info("model %s: %s, context %d, %d KV pages of %d bytes (%s)", c.name,
+                         eng.info.arch, eng.info.max_tokens, kv.n_pages, kv.page_bytes,
+                         _kv_type(kv.elem_bytes))
             embedding = load_embedding(rf, embedding_root)
         except BaseException:
             for m in text.values():
@@ -195,7 +210,9 @@ class ModelSet:
                   max_seqs: int = MAX_SEQS) -> TextModel:
         """Load the GGUF file at ``path`` on demand (blocking: a worker thread) after
         checking its bytes hash to ``sha256``; the descriptor's settings (None: the
-        engine's defaults).  The caller adds it to :attr:`text`."""
+        engine's defaults).  The caller adds it to :attr:`text`.  Float32 KV: the
+        router's descriptor has no KV type (a runtime file's ``kv_f16`` flag does not
+        reach a model loaded this way), so its identity stays what it names."""
         digest = hashlib.sha256()
         with path.open("rb") as f:
             while chunk := f.read(1 << 20):

@@ -12,6 +12,11 @@
   memory retention mode 2): a table change, so the file is rewritten the same way
   (the extents copied and checked against their digests).  A replaced model keeps
   the flag its old component had unless one of these names it.
+* ``--kv-f16 NAME`` / ``--kv-f32 NAME``: sets / clears the text model NAME's f16 KV flag
+  (the runtime loads it with ``Engine.load(kv_f16=True)``: K/V pages of binary16, half
+  the KV memory).  A text model new to the file gets the flag by default (``--kv-f32``
+  at the same time opts out); a replaced model keeps its old flag, and an entry
+  written before the flag existed keeps float32 KV until ``--kv-f16`` names it.
 
 Lineage: drawn at random (16 bytes, nonzero) when a file first gets the shared
 profile, then kept forever; ``lineage=`` (CLI ``--lineage HEX``) pins it.
@@ -31,6 +36,7 @@ from aotx_trio.errors import ConfigError, InvalidInput
 from aotx_trio.runtime import ccir
 from aotx_trio.runtime.ccir import (
     FLAG_AUTOMATIC_MEMORY,
+    FLAG_KV_F16,
     KIND_EMBEDDING_FILE,
     KIND_TEXT_MODEL_GGUF,
     RuntimeFile,
@@ -114,12 +120,14 @@ def embedding_sources(folder: str | os.PathLike[str]) -> list[Source]:
 def pack(runtime: str | os.PathLike[str], *, models: Sequence[str | os.PathLike[str]] = (),
          embedding: str | os.PathLike[str] | None = None, shared: bool = False,
          lineage: str | bytes | None = None, progress: bool | None = None,
-         auto_memory: Sequence[str] = (), no_auto_memory: Sequence[str] = ()) -> RuntimeFile:
+         auto_memory: Sequence[str] = (), no_auto_memory: Sequence[str] = (),
+         kv_f16: Sequence[str] = (), kv_f32: Sequence[str] = ()) -> RuntimeFile:
     """Create or update a complete runtime file; returns the file as written.
 
     An existing file is locked exclusively first (``flock``): while a runtime holds it
     (``aotx boot`` / ``aotx serve`` keep a shared lock) this refuses with
-    ``runtime_in_use`` and touches nothing."""
+    ``runtime_in_use`` and touches nothing.  Text models new to the file get the f16 KV
+    flag unless ``kv_f32`` names them."""
     target = Path(runtime)
     if target.exists() and not target.is_file():
         raise InvalidInput(f"--runtime {target}: not a regular file", code="runtime_invalid",
@@ -129,37 +137,56 @@ def pack(runtime: str | os.PathLike[str], *, models: Sequence[str | os.PathLike[
         raise ConfigError(f"--runtime {target}: in use by a running runtime (aotx boot or "
                           "aotx serve); stop it first", code="runtime_in_use", field="runtime")
     try:
-        return _pack(target, models, embedding, shared, lineage, progress,
-                     _auto_memory(auto_memory, no_auto_memory))
+        asks = [_flag_ask(FLAG_AUTOMATIC_MEMORY, "auto_memory",
+                          ("--auto-memory", "--no-auto-memory"), auto_memory, no_auto_memory),
+                _flag_ask(FLAG_KV_F16, "kv_type", ("--kv-f16", "--kv-f32"), kv_f16, kv_f32)]
+        return _pack(target, models, embedding, shared, lineage, progress, asks)
     finally:
         if lock >= 0:
             os.close(lock)
 
 
-def _auto_memory(on: Sequence[str], off: Sequence[str]) -> dict[str, bool]:
-    """Text model name -> the automatic-memory flag asked for it."""
+@dataclasses.dataclass(frozen=True)
+class _FlagAsk:
+    """One text-model flag and what the options asked of it (model name -> on/off)."""
+
+    flag: int
+    field: str            # the error's field (and code prefix: ``<field>_invalid``)
+    options: tuple[str, str]   # the options that set / clear it (named in errors)
+    names: dict[str, bool]
+
+
+def _flag_ask(flag: int, field: str, options: tuple[str, str], on: Sequence[str],
+              off: Sequence[str]) -> _FlagAsk:
+    """The ask for one flag (text model name -> on/off); naming one model both ways is
+    ``<field>_invalid``."""
     both = sorted(set(on) & set(off))
     if both:
-        raise InvalidInput(f"--auto-memory and --no-auto-memory both name {both[0]!r}",
-                           code="auto_memory_invalid", field="auto_memory")
-    return {**{n: False for n in off}, **{n: True for n in on}}
+        raise InvalidInput(f"{options[0]} and {options[1]} both name {both[0]!r}",
+                           code=f"{field}_invalid", field=field)
+    return _FlagAsk(flag, field, options,
+                    {**{n: False for n in off}, **{n: True for n in on}})
 
 
-def _with_flags(sources: list[Source], auto: dict[str, bool]) -> tuple[list[Source], bool]:
-    """``sources`` with the automatic-memory flag set/cleared as ``auto`` asks (names
-    of text models); whether any flag changed."""
+def _with_flags(sources: list[Source], asks: Sequence[_FlagAsk]) -> tuple[list[Source], bool]:
+    """``sources`` with each flag set/cleared as its ask says (names of text models);
+    whether any flag changed."""
     texts = {s.name for s in sources if s.kind == KIND_TEXT_MODEL_GGUF}
-    for name in auto:
-        if name not in texts:
-            raise InvalidInput(f"--auto-memory {name}: no text model of that name in the "
-                               f"runtime file ({sorted(texts)})", code="auto_memory_invalid",
-                               field="auto_memory")
+    for ask in asks:
+        for name, on in ask.names.items():
+            if name not in texts:
+                option = ask.options[0] if on else ask.options[1]
+                raise InvalidInput(f"{option} {name}: no text model of that name in the "
+                                   f"runtime file ({sorted(texts)})",
+                                   code=f"{ask.field}_invalid", field=ask.field)
     out: list[Source] = []
     changed = False
     for s in sources:
-        if s.kind == KIND_TEXT_MODEL_GGUF and s.name in auto:
-            flags = s.flags | FLAG_AUTOMATIC_MEMORY if auto[s.name] else \
-                s.flags & ~FLAG_AUTOMATIC_MEMORY
+        if s.kind == KIND_TEXT_MODEL_GGUF:
+            flags = s.flags
+            for ask in asks:
+                if s.name in ask.names:
+                    flags = flags | ask.flag if ask.names[s.name] else flags & ~ask.flag
             changed |= flags != s.flags
             s = dataclasses.replace(s, flags=flags)
         out.append(s)
@@ -169,7 +196,7 @@ def _with_flags(sources: list[Source], auto: dict[str, bool]) -> tuple[list[Sour
 def _pack(target: Path, models: Sequence[str | os.PathLike[str]],
           embedding: str | os.PathLike[str] | None, shared: bool,
           lineage: str | bytes | None, progress: bool | None,
-          auto: dict[str, bool] | None = None) -> RuntimeFile:
+          asks: Sequence[_FlagAsk] = ()) -> RuntimeFile:
     existing = RuntimeFile.open(target) if target.exists() else None
     pinned = parse_lineage(lineage) if lineage is not None else None
 
@@ -209,8 +236,10 @@ def _pack(target: Path, models: Sequence[str | os.PathLike[str]],
                                    c.flags))
             elif c.kind == KIND_TEXT_MODEL_GGUF:
                 old_flags[c.name] = c.flags
-    new_models = [dataclasses.replace(m, flags=old_flags.get(m.name, 0)) for m in new_models]
-    sources, flags_changed = _with_flags(kept + new_models + (new_embedding or []), auto or {})
+    # A replaced model keeps its entry's flags; a model new to the file gets f16 KV.
+    new_models = [dataclasses.replace(m, flags=old_flags.get(m.name, FLAG_KV_F16))
+                  for m in new_models]
+    sources, flags_changed = _with_flags(kept + new_models + (new_embedding or []), asks)
     if not sources:
         raise InvalidInput("a new runtime file needs --model or --embedding",
                            code="runtime_empty", field="model")
@@ -245,11 +274,14 @@ def main(args: argparse.Namespace) -> int:
     journal_dir = getattr(args, "checkpoint", None)
     if journal_dir is None or args.model or args.embedding or args.shared or \
             getattr(args, "lineage", None) is not None or \
-            getattr(args, "auto_memory", None) or getattr(args, "no_auto_memory", None):
+            getattr(args, "auto_memory", None) or getattr(args, "no_auto_memory", None) or \
+            getattr(args, "kv_f16", None) or getattr(args, "kv_f32", None):
         rf = pack(args.runtime, models=args.model, embedding=args.embedding, shared=args.shared,
                   lineage=getattr(args, "lineage", None),
                   auto_memory=getattr(args, "auto_memory", None) or (),
-                  no_auto_memory=getattr(args, "no_auto_memory", None) or ())
+                  no_auto_memory=getattr(args, "no_auto_memory", None) or (),
+                  kv_f16=getattr(args, "kv_f16", None) or (),
+                  kv_f32=getattr(args, "kv_f32", None) or ())
         print("\n".join(describe(rf)))
     if journal_dir is not None:
         from aotx_trio.runtime import checkpoint  # the device and the journal: only here
