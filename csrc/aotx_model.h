@@ -28,7 +28,8 @@ typedef struct aotx_model aotx_model;
 
 typedef struct aotx_model_params {
     int32_t n_threads;         /* 0 = one per online core */
-    int32_t kv_pages;          /* 0 = enough for max_seqs sequences of max_tokens */
+    int32_t kv_pages;          /* 0 = the bytes of two float32 sequences of max_tokens per
+                                * layer group (>= 64 pages; x2 pages with kv_f16) */
     int32_t page_tokens;       /* default 8 */
     int32_t max_seqs;          /* KV sequence slots, default 16 */
     int32_t max_tokens;        /* positions per sequence, default min(context_length, 4096) */

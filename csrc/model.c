@@ -67,7 +67,8 @@ static int make_kv(aotx_model *m, const aotx_model_params *p) {
         .k_dim = in->head_dim, .v_dim = in->v_dim, .window = in->window, .sliding = sl,
         .kv_f16 = p->kv_f16};
     if (kp.n_pages <= 0) {
-        /* default: two sequences of max_tokens in every layer group (touched lazily) */
+        /* default: the bytes of two float32 sequences of max_tokens in every layer group
+         * (touched lazily): binary16 pages are half the size, so twice as many */
         int32_t per_seq = (in->max_tokens + kp.page_tokens - 1) / kp.page_tokens;
         int32_t n_sl = 0, a, b;
         for (int32_t l = 0; l < in->n_layers; l++) n_sl += sl[l];
@@ -77,6 +78,7 @@ static int make_kv(aotx_model *m, const aotx_model_params *p) {
         int32_t groups = (n_sl && n_sl < in->n_layers) ? in->n_layers / a : 1;
         kp.n_pages = per_seq * groups * 2;
         if (kp.n_pages < 64) kp.n_pages = 64;
+        if (p->kv_f16) kp.n_pages *= 2;
     }
     int rc = aotx_kv_new(&kp, &m->kv);
     free(sl);

@@ -37,7 +37,9 @@ def test_models_load_with_the_kv_type_of_their_flag(tmp_path: Path) -> None:
         old_kv = models.get("old.gguf").engine.kv_stats()
         assert (new_kv.elem_bytes, old_kv.elem_bytes) == (2, 4)
         assert new_kv.page_bytes * 2 == old_kv.page_bytes
-        assert new_kv.n_pages == old_kv.n_pages          # the pool is sized in pages
+        # the default pool is a memory budget: half-size pages, twice as many
+        assert new_kv.n_pages == 2 * old_kv.n_pages
+        assert new_kv.n_pages * new_kv.page_bytes == old_kv.n_pages * old_kv.page_bytes
         rows = {m["name"]: m for m in models.describe()}
         assert (rows["new.gguf"]["kv_type"], rows["old.gguf"]["kv_type"]) == ("f16", "f32")
         assert rows["new.gguf"]["kv_page_bytes"] == new_kv.page_bytes
