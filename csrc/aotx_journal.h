@@ -65,8 +65,9 @@ enum {
     /* hold reason bits (aotx_save_state.hold, aotx_journal_set_hold) */
     AOTX_JOURNAL_HOLD_FILE_CAP = 1,  /* bit 0: the file cap would be passed; sticky until
                                         aotx_journal_set_file_cap() or set_hold(.., 0) */
-    AOTX_JOURNAL_HOLD_DISK = 2,      /* bit 1: a write/fsync failed (nack) or disk pressure;
-                                        cleared by the next successful ack */
+    AOTX_JOURNAL_HOLD_DISK = 2,      /* bit 1: a write/fsync failed (nack): cleared by the
+                                        next successful ack; or disk pressure (set_hold):
+                                        cleared only by set_hold(.., 0) */
     AOTX_JOURNAL_HOLD_PENDING = 4,   /* bit 2: an enqueue was refused for max_pending_bytes;
                                         informational, cleared by an ack or an accepted
                                         enqueue (does not by itself refuse) */
@@ -221,7 +222,9 @@ void aotx_journal_interrupt(aotx_journal *j);
  * *out_saved_records = the journal's saved records now. */
 uint32_t aotx_journal_take_ticks(aotx_journal *j, uint64_t *tick_ns, uint64_t *fsync_ns,
                                  uint32_t cap, uint64_t *out_saved_records);
-/* Set or clear hold reason bits (a mask of AOTX_JOURNAL_HOLD_*). */
+/* Set or clear hold reason bits (a mask of AOTX_JOURNAL_HOLD_*).  HOLD_DISK set here (the
+ * disk floor) survives acks until cleared here; clearing it here keeps the hold of a
+ * failed write (nack) that no ack has ended yet. */
 void aotx_journal_set_hold(aotx_journal *j, uint32_t reason_bit, int on);
 /* Change the file cap (0 = none); clears hold bit 0. */
 void aotx_journal_set_file_cap(aotx_journal *j, uint64_t file_cap_bytes);

@@ -48,6 +48,7 @@ struct aotx_journal {
     uint64_t boot_last_record;
     int32_t disk_error;
     uint32_t hold;
+    int disk_held;          /* set_hold put HOLD_DISK on (the floor): an ack keeps it */
     /* aotx_journal_run: woken by enqueues while it waits for records, or an interrupt */
     pthread_cond_t run_cv;
     int run_waiting;
@@ -309,7 +310,11 @@ int aotx_journal_ack(aotx_journal *j) {
         memcpy(j->saved_digest, j->ring_digest + ((j->saved_records - 1) % j->cap_records) * 32, 32);
         j->generation++;
         j->disk_error = 0;
-        j->hold &= ~(uint32_t)(AOTX_JOURNAL_HOLD_DISK | AOTX_JOURNAL_HOLD_PENDING);
+        /* a failed write's hold ends with this ack; the floor's (set_hold) only by set_hold:
+         * else records admitted between this ack and the caller's next floor check would
+         * be written under the floor */
+        j->hold &= ~(uint32_t)(AOTX_JOURNAL_HOLD_PENDING |
+                               (j->disk_held ? 0 : AOTX_JOURNAL_HOLD_DISK));
     }
     pthread_mutex_unlock(&j->mu);
     return rc;
@@ -526,6 +531,11 @@ void aotx_journal_set_hold(aotx_journal *j, uint32_t reason_bit, int on) {
     pthread_mutex_lock(&j->mu);
     if (on) j->hold |= mask;
     else j->hold &= ~mask;
+    if (mask & AOTX_JOURNAL_HOLD_DISK) {
+        j->disk_held = on != 0;
+        if (!on && j->disk_error) j->hold |= AOTX_JOURNAL_HOLD_DISK;  /* a failed write's
+                                                                         hold stays */
+    }
     pthread_mutex_unlock(&j->mu);
 }
 

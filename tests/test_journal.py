@@ -207,6 +207,32 @@ def test_disk_hold_refuses_and_queues_nothing() -> None:
     assert j.enqueue(XFER_ADMISSION, b"abc") == before.next_record
 
 
+def test_floor_hold_survives_acks_and_a_failed_writes_hold_survives_the_floor() -> None:
+    """The two causes of HOLD_DISK end on their own terms: the disk floor's (set_hold) only
+    by set_hold(.., False), not by an ack (records admitted between an ack and the next
+    floor check would be written under the floor); a failed write's (nack) by the ack of
+    its rewrite, not by the floor's release."""
+    j = make()
+    j.begin_boot()
+    j.set_hold(HOLD_DISK, True)                 # the floor
+    assert j.drain() is not None
+    j.ack()
+    assert j.save_state().hold & HOLD_DISK     # still held: the floor has not released
+    with pytest.raises(errors.JournalHold):
+        j.enqueue(XFER_ADMISSION, b"a")
+    j.set_hold(HOLD_DISK, False)
+    j.enqueue(XFER_ADMISSION, b"a")
+    assert j.drain() is not None
+    j.nack(5)                                   # a failed write ...
+    j.set_hold(HOLD_DISK, True)
+    j.set_hold(HOLD_DISK, False)                # ... outlives the floor's release
+    s = j.save_state()
+    assert s.hold & HOLD_DISK and s.disk_error == 5
+    assert j.drain() is not None
+    j.ack()                                     # its rewrite saved: the hold ends
+    assert j.save_state().hold & HOLD_DISK == 0
+
+
 def test_file_cap_holds_until_raised() -> None:
     cap = 64 + 192 * 4
     j = make(file_cap_bytes=cap)

@@ -574,8 +574,8 @@ class Emitter:
         elif self.floor_hold:
             log.info("journal folder %s: free space back over %d bytes", self.directory,
                      self.min_free_bytes)
-            if self.last_error is None:
-                self.journal.set_hold(HOLD_DISK, False)
+            # ends the floor's hold; a failed write's stays until its rewrite is acked
+            self.journal.set_hold(HOLD_DISK, False)
         self.floor_hold = low
         return low
 
