@@ -637,44 +637,19 @@ AI __m512i SFX(quant16)(__m512 v, __m512 id) {
     return _mm512_cvtps_epi32(v);  /* MXCSR default: round to nearest even */
 }
 
-static void SFX(act8_row)(const float *x, int64_t cols, uint8_t *out) {
-    const int64_t nb = cols / 32;
-    for (int64_t b = 0; b < (nb + 1) / 2 * 2; b++) {
-        uint8_t *xu = out + (b >> 1) * AOTX_ACT8_PAIR_BYTES + (b & 1) * 32;
-        float *dx = (float *)(out + (b >> 1) * AOTX_ACT8_PAIR_BYTES + 64 + (b & 1) * 32);
-        float d = 0.0f;
-        __m256i q = _mm256_set1_epi8((char)0x80);
-        if (b < nb) {
-            __m512 v0 = _mm512_loadu_ps(x + 32 * b), v1 = _mm512_loadu_ps(x + 32 * b + 16);
-            float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
-            d = amax / 127.0f;
-            __m512 id = _mm512_set1_ps(d > 0.0f ? 1.0f / d : 0.0f);
-            q = _mm256_set_m128i(_mm512_cvtepi32_epi8(SFX(quant16)(v1, id)),
-                                 _mm512_cvtepi32_epi8(SFX(quant16)(v0, id)));
-            q = _mm256_xor_si256(q, _mm256_set1_epi8((char)0x80));  /* + 128 */
-        }
-        _mm256_storeu_si256((__m256i *)xu, q);
-        _mm256_storeu_ps(dx, _mm256_set1_ps(d));
+/* 32 values -> 32 int8 in order, d returned; s16[2] (if not NULL) the two 16-sums. */
+AI float SFX(quant32)(const float *x, __m256i *q8, int32_t *s16) {
+    const __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
+    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+    const float d = amax / 127.0f;
+    const __m512 id = _mm512_set1_ps(d > 0.0f ? 1.0f / d : 0.0f);
+    const __m512i q0 = SFX(quant16)(v0, id), q1 = SFX(quant16)(v1, id);
+    *q8 = _mm256_set_m128i(_mm512_cvtepi32_epi8(q1), _mm512_cvtepi32_epi8(q0));
+    if (s16) {
+        s16[0] = _mm512_reduce_add_epi32(q0);
+        s16[1] = _mm512_reduce_add_epi32(q1);
     }
-}
-
-static void SFX(act8k_row)(const float *x, int64_t cols, aotx_block_q8_k32 *out) {
-    for (int64_t b = 0; b < cols / 256; b++, out++, x += 256) {
-        for (int j = 0; j < 8; j++) {  /* each 32 values as one Q8_0-family block */
-            __m512 v0 = _mm512_loadu_ps(x + 32 * j), v1 = _mm512_loadu_ps(x + 32 * j + 16);
-            float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
-            float d = amax / 127.0f;
-            __m512 id = _mm512_set1_ps(d > 0.0f ? 1.0f / d : 0.0f);
-            __m512i q0 = SFX(quant16)(v0, id), q1 = SFX(quant16)(v1, id);
-            _mm_storeu_si128((__m128i *)(out->qs + 32 * j), _mm512_cvtepi32_epi8(q0));
-            _mm_storeu_si128((__m128i *)(out->qs + 32 * j + 16), _mm512_cvtepi32_epi8(q1));
-            int s0 = _mm512_reduce_add_epi32(q0), s1 = _mm512_reduce_add_epi32(q1);
-            out->bsums[2 * j] = (int16_t)s0;
-            out->bsums[2 * j + 1] = (int16_t)s1;
-            out->d[j] = d;
-            out->dm[j] = d * (float)(s0 + s1);
-        }
-    }
+    return d;
 }
 #else
 /* ------------------------------------------------- activation quantization, AVX2
@@ -715,7 +690,9 @@ AI float SFX(quant32)(const float *x, __m256i *q8, int32_t *s16) {
     }
     return d;
 }
+#endif
 
+/* Q8_0-family pairs and Q8_K32 blocks from SFX(quant32): quant.c's bytes. */
 static void SFX(act8_row)(const float *x, int64_t cols, uint8_t *out) {
     const int64_t nb = cols / 32;
     for (int64_t b = 0; b < (nb + 1) / 2 * 2; b++) {
@@ -743,7 +720,6 @@ static void SFX(act8k_row)(const float *x, int64_t cols, aotx_block_q8_k32 *out)
         }
     }
 }
-#endif
 
 AI void SFX(k4_scales)(const uint8_t *q, uint8_t *sc, uint8_t *m) {
     for (int j = 0; j < 4; j++) {
