@@ -129,7 +129,7 @@ typedef struct aotx_weight {     /* a weight matrix as the GGUF stores it */
     const void *w;               /* [rows][row_bytes] in `type` blocks (the file mapping) */
     int32_t type;                /* AOTX_T_* */
     int64_t rows, cols;
-    const void *packed;          /* NULL, or its aotx_q8_0_pack copy (owned by the loader) */
+    const void *packed;          /* NULL, or its aotx_pack copy (owned by the loader) */
 } aotx_weight;
 
 typedef struct aotx_mm_out {     /* one product y = W x of a matmul call */

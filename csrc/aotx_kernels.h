@@ -1,7 +1,7 @@
 /* aotx_kernels.h -- tensor types (GGUF/ggml numbering) and the matrix kernels
  * the decoder runs on.  Weights stay in their GGUF block layout (row-major,
  * one row = cols/block_size blocks; the one exception: the re-blocked copy of a
- * Q8_0 output head for the AVX2 tiles, aotx_q8_0_pack below).  Activations are
+ * Q8_0 / Q5_0 / Q4_0 matrix for the AVX2 tiles, aotx_pack below).  Activations are
  * converted once per matmul by aotx_act_prepare() (F32 for F32/F16/BF16 weights,
  * Q8_K32 for k-quants, Q8_0 for Q4_0/Q5_0/Q8_0), then any number of threads run
  * aotx_matmul_rows() over disjoint row ranges.  Every fast kernel has a
@@ -75,15 +75,18 @@ int aotx_kernel_force(const char *impl);
  * slower single-token decode).  On by AOTX_INVARIANT=1 in the environment (read once);
  * aotx_kernel_invariant(on) switches it (tests, benchmarks: not while kernels run). */
 int aotx_kernel_invariant(int on);
-/* A re-blocked copy of a Q8_0 matrix (the output head) for the AVX2 tiles: rows in groups
- * of 8, each group's blocks one sequential stream, no transpose per call.  Bytes it takes
- * (0: the kernels picked now do not use one); fill rows [r0, r1) (r0 a multiple of 8) of
- * it from W; aotx_matmul_rows(Q8_0, W, ...) on it, bit for bit (r0 a multiple of 8), or
- * AOTX_E_UNSUPPORTED when the kernels picked now are not the ones it serves (run W). */
-int64_t aotx_q8_0_packed_bytes(int64_t rows, int64_t cols);
-int aotx_q8_0_pack(const void *w, int64_t rows, int64_t cols, int64_t r0, int64_t r1, void *dst);
-int aotx_q8_0_matmul_packed(const void *pk, int64_t cols, const void *act, int64_t n_tok,
-                            float *y, int64_t ldy, int64_t r0, int64_t r1);
+/* A re-blocked copy of a Q8_0 / Q5_0 / Q4_0 matrix for the AVX2 tiles (the output head,
+ * the body's projections): rows in groups of 8, each group's blocks one sequential stream
+ * of the original's bytes, no transpose or unpacking of scales per call.  Bytes it takes
+ * (0: no copy for this type, or the kernels picked now do not use one); fill rows
+ * [r0, r1) (r0 a multiple of 8) of it from W; aotx_matmul_rows(type, W, ...) on it, bit
+ * for bit (r0 a multiple of 8), or AOTX_E_UNSUPPORTED when the kernels picked now are not
+ * the ones it serves (run W). */
+int64_t aotx_packed_bytes(int32_t type, int64_t rows, int64_t cols);
+int aotx_pack(int32_t type, const void *w, int64_t rows, int64_t cols, int64_t r0, int64_t r1,
+              void *dst);
+int aotx_matmul_packed(int32_t type, const void *pk, int64_t cols, const void *act, int64_t n_tok,
+                       float *y, int64_t ldy, int64_t r0, int64_t r1);
 /* 1 when the kernels this process runs now are batch invariant. */
 int aotx_kernel_is_invariant(void);
 /* CDEF-END */

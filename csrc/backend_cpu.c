@@ -174,8 +174,8 @@ static void mm_rows(mm_job *j, int64_t r0, int64_t r1) {
         if (b > w->rows) b = w->rows;
         const void *act = j->be->act[act_class(w->type)];
         /* the re-blocked copy while the kernels it serves are picked (the same bits) */
-        if (a < b && (!w->packed || aotx_q8_0_matmul_packed(w->packed, w->cols, act, j->n_tok,
-                                                            j->out[i].y, j->out[i].ldy, a, b)))
+        if (a < b && (!w->packed || aotx_matmul_packed(w->type, w->packed, w->cols, act, j->n_tok,
+                                                       j->out[i].y, j->out[i].ldy, a, b)))
             aotx_matmul_rows(w->type, w->w, w->cols, act, j->n_tok, j->out[i].y, j->out[i].ldy,
                              a, b);
         base += w->rows;

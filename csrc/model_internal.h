@@ -35,6 +35,7 @@ struct aotx_model {
     mtensor tok_embd, output;
     float *out_norm;          /* [d_model] owned */
     mlayer *layers;           /* [n_layers] */
+    void *pack_arena;         /* owned: the re-blocked weight copies (model_load.c), or NULL */
     float emb_scale;          /* sqrt(d_model) for gemma3, else 1 */
     int rope_neox;            /* 1: rotate halves; 0: rotate adjacent pairs */
     int32_t n_rot;            /* rotated dims per head (even, <= head_dim) */

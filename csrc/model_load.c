@@ -216,33 +216,36 @@ static int load_layer(aotx_model *m, int32_t l, char *err, int64_t cap) {
     return 0;
 }
 
-/* A Q8_0 output head gets a re-blocked copy when the kernels picked at load use one (the
- * AVX2 tiles: aotx_q8_0_packed_bytes; it reads one stream per 8 rows, no transposes,
- * the same bits); AOTX_HEAD_PACK=0 keeps the mapping only.  The copy replaces the
- * mapping's pages of the head in the resident set (they are dropped from it here, and
- * only the token embedding's rows read later come back), so RSS grows by the rows
- * embedded, not by the head.  No copy (out of memory) runs the mapping as before.
- * Caveat: if packing fails half way (it cannot with valid shapes), some of the mapping's
- * pages are already dropped, which only costs page faults. */
-#define HEAD_PACK_SLICE 8192   /* rows (a multiple of 8) */
+/* Re-blocked copies of the weights whose kernels picked at load use one (the AVX2 tiles:
+ * aotx_packed_bytes for Q8_0, Q5_0 and Q4_0; each group of 8 rows one sequential stream,
+ * no transposes or scale gathers per call, the same bits): the output head
+ * (AOTX_HEAD_PACK=0 keeps it on the mapping) and the layers' projections
+ * (AOTX_BODY_PACK=0), all in one arena of transparent huge pages.  A copy replaces the
+ * mapping's pages of its tensor in the resident set (the whole pages inside the tensor
+ * are dropped from it once read; only the token embedding's rows read later come back),
+ * so RSS does not grow by the copies.  No arena (out of memory) runs the mapping as
+ * before.  Caveat: if packing fails half way (it cannot with valid shapes), some of the
+ * mapping's pages are already dropped, which only costs page faults. */
+#define PACK_SLICE 8192   /* rows (a multiple of 8) packed between two drops of source pages */
+#define PACK_ALIGN 4096
 
-static void pack_head(mtensor *o) {
-    const char *e = getenv("AOTX_HEAD_PACK");
-    if (o->type != AOTX_T_Q8_0 || (e && strcmp(e, "0") == 0)) return;
-    int64_t n = aotx_q8_0_packed_bytes(o->rows, o->cols);
-    if (n <= 0) return;
-    const size_t huge = (size_t)2 << 20;  /* 2 MiB aligned: transparent huge pages */
-    void *p = aligned_alloc(huge, ((size_t)n + huge - 1) / huge * huge);
-    if (!p) return;
-    (void)madvise(p, ((size_t)n + huge - 1) / huge * huge, MADV_HUGEPAGE);
-    /* in slices, each slice's source pages dropped once read: the peak stays near the
-     * steady state (the file mapping: they come back from the page cache if read) */
+static int pack_off(const char *var) {
+    const char *e = getenv(var);
+    return e && strcmp(e, "0") == 0;
+}
+
+static size_t pack_size(const mtensor *o) {
+    int64_t n = aotx_packed_bytes(o->type, o->rows, o->cols);
+    return n > 0 ? ((size_t)n + PACK_ALIGN - 1) / PACK_ALIGN * PACK_ALIGN : 0;
+}
+
+static void pack_one(mtensor *o, uint8_t *p) {
     const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)o->w;
     const uintptr_t rb = (uintptr_t)aotx_type_row_bytes(o->type, o->cols);
     uintptr_t done = (a + pg - 1) / pg * pg;
-    for (int64_t r0 = 0; r0 < o->rows; r0 += HEAD_PACK_SLICE) {
-        int64_t r1 = o->rows - r0 < HEAD_PACK_SLICE ? o->rows : r0 + HEAD_PACK_SLICE;
-        if (aotx_q8_0_pack(o->w, o->rows, o->cols, r0, r1, p)) { free(p); return; }
+    for (int64_t r0 = 0; r0 < o->rows; r0 += PACK_SLICE) {
+        int64_t r1 = o->rows - r0 < PACK_SLICE ? o->rows : r0 + PACK_SLICE;
+        if (aotx_pack(o->type, o->w, o->rows, o->cols, r0, r1, p)) return;
         uintptr_t hi = (a + (uintptr_t)r1 * rb) / pg * pg;
         if (hi > done) {
             (void)madvise((void *)done, hi - done, MADV_DONTNEED);
@@ -250,6 +253,38 @@ static void pack_head(mtensor *o) {
         }
     }
     o->packed = p;
+}
+
+static void pack_weights(aotx_model *m) {
+    const int head = !pack_off("AOTX_HEAD_PACK"), body = !pack_off("AOTX_BODY_PACK");
+    const int32_t nl = body ? m->info.n_layers : 0;
+    size_t total = head ? pack_size(&m->output) : 0;
+    for (int32_t l = 0; l < nl; l++) {
+        mlayer *ly = &m->layers[l];
+        mtensor *ts[] = {&ly->q, &ly->k, &ly->v, &ly->o, &ly->gate, &ly->up, &ly->down};
+        for (size_t i = 0; i < sizeof ts / sizeof *ts; i++) total += pack_size(ts[i]);
+    }
+    if (!total) return;
+    const size_t huge = (size_t)2 << 20;  /* 2 MiB aligned: transparent huge pages */
+    total = (total + huge - 1) / huge * huge;
+    uint8_t *arena = aligned_alloc(huge, total);
+    if (!arena) return;
+    (void)madvise(arena, total, MADV_HUGEPAGE);
+    m->pack_arena = arena;
+    size_t at = 0, n;
+    if (head && (n = pack_size(&m->output))) {
+        pack_one(&m->output, arena);
+        at += n;
+    }
+    for (int32_t l = 0; l < nl; l++) {
+        mlayer *ly = &m->layers[l];
+        mtensor *ts[] = {&ly->q, &ly->k, &ly->v, &ly->o, &ly->gate, &ly->up, &ly->down};
+        for (size_t i = 0; i < sizeof ts / sizeof *ts; i++)
+            if ((n = pack_size(ts[i]))) {
+                pack_one(ts[i], arena + at);
+                at += n;
+            }
+    }
 }
 
 int model_load_weights(aotx_model *m, char *err, int64_t cap) {
@@ -271,7 +306,7 @@ int model_load_weights(aotx_model *m, char *err, int64_t cap) {
     if (!m->layers) return AOTX_E_NOMEM;
     for (int32_t l = 0; l < in->n_layers; l++)
         if ((rc = load_layer(m, l, err, cap))) return rc;
-    pack_head(&m->output);
+    pack_weights(m);
     return 0;
 }
 
@@ -287,7 +322,8 @@ void model_free_weights(aotx_model *m) {
     }
     free(m->out_norm);
     free(m->inv_freq);
-    free((void *)m->output.packed);
+    free(m->pack_arena);
+    m->pack_arena = NULL;
     m->output.packed = NULL;
 }
 

@@ -45,6 +45,11 @@
 #pragma GCC target("avx2,fma,f16c")
 
 #define AI static inline __attribute__((always_inline))
+/* tile_act is called from several instantiations with constant kinds;
+ * GCC 12's -O3 clones of tile_act specialised on the seed constant (tile_act.constprop.N)
+ * wrote the tile buffer at wrong addresses once q45_packed also called it (the Q4_0 /
+ * Q5_0 tiles returned ~1e32; tests/test_kernels.py caught it): no clones. */
+#define NOCLONE __attribute__((noinline, noclone))
 #define TR 8                /* rows per tile: the 8 int32 lanes */
 #define TT 4                /* tokens per tile (16 vector registers) */
 #define KB 32               /* blocks per K slab (1024 columns) */
@@ -154,7 +159,7 @@ AI uint32_t ld32(const uint8_t *p) {
 /* ------------------------------------------------------- Q4_0 / Q5_0 / Q8_0 */
 
 /* The slab's activations: tokens [0, ts) x blocks [k0, k0 + kn). */
-static void tile_act(const uint8_t *act, size_t as, int64_t ts, int64_t k0, int64_t kn, int32_t c,
+NOCLONE static void tile_act(const uint8_t *act, size_t as, int64_t ts, int64_t k0, int64_t kn, int32_t c,
                      tiles8 *tb) {
     const __m256i c80 = _mm256_set1_epi8((char)0x80);
     for (int64_t t = 0; t < ts; t++) {
@@ -633,6 +638,177 @@ void aotx_avx2_q8_0_packed(const uint8_t *pk, int64_t nb, const uint8_t *act, si
     }
 }
 #undef PCASE
+
+/* ----------------------------------------- Q4_0 / Q5_0 re-blocked (packed) copy */
+
+/* Layout (aotx_avx2_q45_pack): groups of 8 rows (lanes), per group nb blocks of
+ * AOTX_Q5P_BLOCK (Q5_0) / AOTX_Q4P_BLOCK (Q4_0) bytes, as many as the original's:
+ *   [0, 16)    the 8 rows' fp16 scales;
+ *   [16, 144)  4 x 32 bytes: vector n, byte 4r + i = quant 4n + i of row r in the low
+ *              nibble, quant 4(n + 4) + i in the high one (the tile's q[n] and q[n + 4]
+ *              are one and and one shift + and away);
+ *   [144, 176) Q5_0: the fifth bits, byte 4r + i bit g = that of quant 4g + i of row r
+ *              (q[g] takes it by one shift, and, or: bit g moved to bit 4 in each byte).
+ * Missing rows of the last group are zeros.  Same bits of information, rearranged. */
+#define Q45P_NIB 16
+#define Q45P_HI 144
+
+AI size_t q45p_block(int kind) {
+    return kind == AOTX_TK_Q5_0 ? AOTX_Q5P_BLOCK : AOTX_Q4P_BLOCK;
+}
+
+void aotx_avx2_q45_pack(int kind, const uint8_t *w, size_t rb, int64_t nb, int64_t rows, int64_t g0,
+                        int64_t g1, uint8_t *dst) {
+    const int q5 = kind == AOTX_TK_Q5_0;
+    const size_t bb = q5 ? sizeof(aotx_block_q5_0) : sizeof(aotx_block_q4_0), pb = q45p_block(kind);
+    const size_t qoff = q5 ? 6 : 2;
+    for (int64_t g = g0; g < g1; g++) {
+        uint8_t *o = dst + (size_t)g * (size_t)nb * pb;
+        for (int64_t b = 0; b < nb; b++, o += pb) {
+            memset(o, 0, pb);
+            for (int r = 0; r < TR; r++) {
+                const int64_t row = g * TR + r;
+                if (row >= rows) break;
+                const uint8_t *p = w + (size_t)row * rb + (size_t)b * bb;
+                const uint32_t qh = q5 ? ld32(p + 2) : 0;
+                uint8_t u[32];
+                for (int j = 0; j < 16; j++) {
+                    u[j] = (uint8_t)(p[qoff + j] & 15);
+                    u[j + 16] = (uint8_t)(p[qoff + j] >> 4);
+                }
+                memcpy(o + 2 * r, p, 2);
+                for (int n = 0; n < 4; n++)
+                    for (int i = 0; i < 4; i++)
+                        o[Q45P_NIB + 32 * n + 4 * r + i] = (uint8_t)(u[4 * n + i] | u[4 * (n + 4) + i] << 4);
+                if (!q5) continue;
+                for (int i = 0; i < 4; i++) {
+                    uint8_t hb = 0;
+                    for (int gg = 0; gg < 8; gg++) hb |= (uint8_t)(((qh >> (4 * gg + i)) & 1u) << gg);
+                    o[Q45P_HI + 4 * r + i] = hb;
+                }
+            }
+        }
+    }
+}
+
+/* bit g of each byte of H moved to bit 4 (g a constant after inlining) */
+AI __m256i q45p_bit(__m256i H, int g) {
+    switch (g) {
+    case 0: return _mm256_slli_epi16(H, 4);
+    case 1: return _mm256_slli_epi16(H, 3);
+    case 2: return _mm256_slli_epi16(H, 2);
+    case 3: return _mm256_slli_epi16(H, 1);
+    case 4: return H;
+    case 5: return _mm256_srli_epi16(H, 1);
+    case 6: return _mm256_srli_epi16(H, 2);
+    default: return _mm256_srli_epi16(H, 3);
+    }
+}
+
+/* The tile's weight vectors q[4h .. 4h + 3] of packed block pb (tile_weights' values). */
+AI void q45p_half(int kind, const uint8_t *pb, int h, __m256i *w) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f), c10 = _mm256_set1_epi8(0x10);
+    for (int k = 0; k < 4; k++) {
+        const __m256i p = _mm256_loadu_si256((const __m256i *)(pb + Q45P_NIB + 32 * k));
+        w[k] = _mm256_and_si256(h ? _mm256_srli_epi16(p, 4) : p, m4);
+    }
+    if (kind == AOTX_TK_Q5_0) {
+        const __m256i H = _mm256_loadu_si256((const __m256i *)(pb + Q45P_HI));
+        for (int k = 0; k < 4; k++)
+            w[k] = _mm256_or_si256(w[k], _mm256_and_si256(q45p_bit(H, 4 * h + k), c10));
+    }
+}
+
+AI void q45p_prefetch(const uint8_t *pf, size_t bytes) {
+    for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)pf + o, PFH);
+}
+
+/* n_tok == 1 on a packed group: tile_dot (Q4_0 / Q5_0, one token) with its weight
+ * vectors made in registers from the stream: the same integer sums and float steps. */
+AI void q45p_dot1(int kind, const uint8_t *pb, const uint8_t *pf, const tiles8 *tb, int64_t kn,
+                  float *y, int nr, int accum) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    const size_t bb = q45p_block(kind);
+    __m256 f = _mm256_setzero_ps();
+    for (int64_t b = 0; b < kn; b++, pb += bb) {
+        if (pf) {
+            q45p_prefetch(pf, bb);
+            pf += bb;
+        }
+        const int8_t *xq = tb->xq + b * 32;
+        __m256i a = _mm256_set1_epi32(tb->sd[b]);
+        for (int h = 0; h < 2; h++) {
+            __m256i w[4];
+            q45p_half(kind, pb, h, w);
+            const int8_t *xt = xq + 16 * h;
+            __m256i s = _mm256_maddubs_epi16(w[0], bcast4(xt));
+            s = _mm256_add_epi16(s, _mm256_maddubs_epi16(w[1], bcast4(xt + 4)));
+            s = _mm256_add_epi16(s, _mm256_maddubs_epi16(w[2], bcast4(xt + 8)));
+            s = _mm256_add_epi16(s, _mm256_maddubs_epi16(w[3], bcast4(xt + 12)));
+            a = _mm256_add_epi32(a, _mm256_madd_epi16(s, ones));
+        }
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)pb));
+        f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a), _mm256_mul_ps(dw, _mm256_set1_ps(tb->dx[b])), f);
+    }
+    store_tile(&f, 1, y, 0, 0, nr, accum);
+}
+
+/* n_tok > 1: a packed group's blocks [0, kn) into tb as tile_weights leaves them. */
+AI void q45p_weights(int kind, const uint8_t *pb, const uint8_t *pf, int64_t kn, tiles8 *tb) {
+    const size_t bb = q45p_block(kind);
+    for (int64_t b = 0; b < kn; b++, pb += bb) {
+        if (pf) {
+            q45p_prefetch(pf, bb);
+            pf += bb;
+        }
+        tb->dw[b] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)pb));
+        q45p_half(kind, pb, 0, tb->q[b]);
+        q45p_half(kind, pb, 1, tb->q[b] + 4);
+    }
+}
+
+AI void q45_packed(int kind, const uint8_t *pk, int64_t nb, const uint8_t *act, size_t as,
+                   int64_t n_tok, float *y, int64_t ldy, int64_t r0, int64_t r1) {
+    tiles8 tiles, *tb = &tiles;
+    const size_t bb = q45p_block(kind), gbytes = (size_t)nb * bb;
+    const int32_t c = kind == AOTX_TK_Q5_0 ? 16 : 8;
+    const uint8_t *end = pk + (size_t)((r1 + TR - 1) / TR) * gbytes;
+    for (int64_t k0 = 0; k0 < nb; k0 += KB) {
+        const int64_t kn = nb - k0 < KB ? nb - k0 : KB;
+        const int64_t ts_max = ACTB / (kn * 32);
+        for (int64_t s0 = 0; s0 < n_tok; s0 += ts_max) {
+            const int64_t ts = n_tok - s0 < ts_max ? n_tok - s0 : ts_max;
+            tile_act(act + (size_t)s0 * as, as, ts, k0, kn, c, tb);
+            for (int64_t rc = r0; rc < r1; rc += TR) {
+                const int64_t nr = r1 - rc < TR ? r1 - rc : TR;
+                const uint8_t *pb = pk + (size_t)(rc / TR) * gbytes + (size_t)k0 * bb;
+                const uint8_t *pf = pb + PKG * gbytes;
+                if (pf + (size_t)kn * bb > end) pf = NULL;
+                const int accum = k0 > 0;
+                float *yc = y + s0 * ldy + rc;
+                if (ts == 1) {
+                    q45p_dot1(kind, pb, pf, tb, kn, yc, (int)nr, accum);
+                    continue;
+                }
+                q45p_weights(kind, pb, pf, kn, tb);
+                for (int64_t tg = 0; tg < ts; tg += TT) {
+                    switch (ts - tg < TT ? ts - tg : TT) {  /* Q4_0 and Q5_0: the same dot */
+                    case 4: tile_dot(AOTX_TK_Q4_0, tb, kn, tg, 4, yc, ldy, (int)nr, accum); break;
+                    case 3: tile_dot(AOTX_TK_Q4_0, tb, kn, tg, 3, yc, ldy, (int)nr, accum); break;
+                    case 2: tile_dot(AOTX_TK_Q4_0, tb, kn, tg, 2, yc, ldy, (int)nr, accum); break;
+                    default: tile_dot(AOTX_TK_Q4_0, tb, kn, tg, 1, yc, ldy, (int)nr, accum); break;
+                    }
+                }
+            }
+        }
+    }
+}
+
+void aotx_avx2_q45_packed(int kind, const uint8_t *pk, int64_t nb, const uint8_t *act, size_t as,
+                          int64_t n_tok, float *y, int64_t ldy, int64_t r0, int64_t r1) {
+    if (kind == AOTX_TK_Q5_0) q45_packed(AOTX_TK_Q5_0, pk, nb, act, as, n_tok, y, ldy, r0, r1);
+    else q45_packed(AOTX_TK_Q4_0, pk, nb, act, as, n_tok, y, ldy, r0, r1);
+}
 
 /* ----------------------------------------------------------- Q4_K / Q6_K */
 

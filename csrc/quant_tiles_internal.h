@@ -31,6 +31,16 @@ void aotx_avx2_q8_0_pack(const uint8_t *w, size_t rb, int64_t nb, int64_t rows, 
 void aotx_avx2_q8_0_packed(const uint8_t *pk, int64_t nb, const uint8_t *act, size_t as,
                            int64_t n_tok, float *y, int64_t ldy, int64_t r0, int64_t r1);
 
+/* Q4_0 / Q5_0 re-blocked copies (the same file; kind AOTX_TK_Q4_0 / AOTX_TK_Q5_0): groups
+ * of 8 rows, AOTX_Q4P_BLOCK / AOTX_Q5P_BLOCK bytes per group and block (the original's
+ * bytes); aotx_avx2_q45_packed is aotx_avx2_q8fam_tiles(kind) on it, bit for bit. */
+#define AOTX_Q4P_BLOCK 144
+#define AOTX_Q5P_BLOCK 176
+void aotx_avx2_q45_pack(int kind, const uint8_t *w, size_t rb, int64_t nb, int64_t rows, int64_t g0,
+                        int64_t g1, uint8_t *dst);
+void aotx_avx2_q45_packed(int kind, const uint8_t *pk, int64_t nb, const uint8_t *act, size_t as,
+                          int64_t n_tok, float *y, int64_t ldy, int64_t r0, int64_t r1);
+
 /* Prefetch of a later chunk of weight rows while the current chunk is worked on: its
  * bytes (from next; 0 past the row range) cut into one slice of whole cache lines per
  * block of the current chunk, slice b fetched while block b is multiplied. */

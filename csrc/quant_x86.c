@@ -123,47 +123,70 @@ void aotx_x86_pick(int type, int max_level, int invariant, aotx_mm_fn *mm, const
     if (!*mm) *mm_name = NULL;
 }
 
-/* The Q8_0 re-blocked copy (quant_avx2_tiles.c): served while the Q8_0 pick is the AVX2
- * tiles, whose bits it reproduces (the same integer sums and float steps). */
-static int q8p_active(void) {
-    return strcmp(aotx_kernel_impl(AOTX_T_Q8_0), "avx2") == 0;
+/* The re-blocked copies (quant_avx2_tiles.c) of Q8_0 / Q5_0 / Q4_0 matrices: served while
+ * the type's pick is the AVX2 tiles, whose bits they reproduce (the same integer sums and
+ * float steps).  Block bytes per group of 8 rows; 0: no copy for the type. */
+static size_t packed_block(int32_t type) {
+    switch (type) {
+    case AOTX_T_Q8_0: return AOTX_Q8P_BLOCK;
+    case AOTX_T_Q5_0: return AOTX_Q5P_BLOCK;
+    case AOTX_T_Q4_0: return AOTX_Q4P_BLOCK;
+    default: return 0;
+    }
 }
 
-int64_t aotx_q8_0_packed_bytes(int64_t rows, int64_t cols) {
-    if (rows <= 0 || cols <= 0 || cols % 32 || !q8p_active()) return 0;
-    return (rows + 7) / 8 * (cols / 32) * AOTX_Q8P_BLOCK;
+static int packed_active(int32_t type) {
+    return packed_block(type) && strcmp(aotx_kernel_impl(type), "avx2") == 0;
 }
 
-int aotx_q8_0_pack(const void *w, int64_t rows, int64_t cols, int64_t r0, int64_t r1, void *dst) {
-    if (!w || !dst || rows <= 0 || cols <= 0 || cols % 32 || r0 < 0 || r0 % 8 || r1 > rows ||
-        r0 > r1)
+int64_t aotx_packed_bytes(int32_t type, int64_t rows, int64_t cols) {
+    if (rows <= 0 || cols <= 0 || cols % 32 || !packed_active(type)) return 0;
+    return (rows + 7) / 8 * (cols / 32) * (int64_t)packed_block(type);
+}
+
+int aotx_pack(int32_t type, const void *w, int64_t rows, int64_t cols, int64_t r0, int64_t r1,
+              void *dst) {
+    if (!w || !dst || !packed_block(type) || rows <= 0 || cols <= 0 || cols % 32 || r0 < 0 ||
+        r0 % 8 || r1 > rows || r0 > r1)
         return AOTX_E_INVALID_ARGUMENT;
-    int64_t nb = cols / 32;
-    aotx_avx2_q8_0_pack(w, (size_t)nb * sizeof(aotx_block_q8_0), nb, rows, r0 / 8, (r1 + 7) / 8,
-                        dst);
+    const int64_t nb = cols / 32;
+    const size_t rb = (size_t)aotx_type_row_bytes(type, cols);
+    if (type == AOTX_T_Q8_0)
+        aotx_avx2_q8_0_pack(w, rb, nb, rows, r0 / 8, (r1 + 7) / 8, dst);
+    else
+        aotx_avx2_q45_pack(type == AOTX_T_Q5_0 ? AOTX_TK_Q5_0 : AOTX_TK_Q4_0, w, rb, nb, rows, r0 / 8,
+                           (r1 + 7) / 8, dst);
     return 0;
 }
 
-int aotx_q8_0_matmul_packed(const void *pk, int64_t cols, const void *act, int64_t n_tok,
-                            float *y, int64_t ldy, int64_t r0, int64_t r1) {
-    if (!pk || !act || !y || cols <= 0 || cols % 32 || n_tok <= 0 || r0 < 0 || r0 % 8 || r1 < r0 ||
-        (n_tok > 1 && ldy < r1))
+int aotx_matmul_packed(int32_t type, const void *pk, int64_t cols, const void *act, int64_t n_tok,
+                       float *y, int64_t ldy, int64_t r0, int64_t r1) {
+    if (!pk || !act || !y || !packed_block(type) || cols <= 0 || cols % 32 || n_tok <= 0 || r0 < 0 ||
+        r0 % 8 || r1 < r0 || (n_tok > 1 && ldy < r1))
         return AOTX_E_INVALID_ARGUMENT;
-    if (!q8p_active()) return AOTX_E_UNSUPPORTED;
+    if (!packed_active(type)) return AOTX_E_UNSUPPORTED;
     if (r0 == r1) return 0;
-    aotx_avx2_q8_0_packed(pk, cols / 32, act, (size_t)aotx_act_bytes(AOTX_T_Q8_0, cols, 1), n_tok, y,
-                          ldy, r0, r1);
+    const size_t as = (size_t)aotx_act_bytes(type, cols, 1);
+    if (type == AOTX_T_Q8_0)
+        aotx_avx2_q8_0_packed(pk, cols / 32, act, as, n_tok, y, ldy, r0, r1);
+    else
+        aotx_avx2_q45_packed(type == AOTX_T_Q5_0 ? AOTX_TK_Q5_0 : AOTX_TK_Q4_0, pk, cols / 32, act, as,
+                             n_tok, y, ldy, r0, r1);
     return 0;
 }
 #else /* !__x86_64__: no copy */
-int64_t aotx_q8_0_packed_bytes(int64_t rows, int64_t cols) { (void)rows; (void)cols; return 0; }
-int aotx_q8_0_pack(const void *w, int64_t rows, int64_t cols, int64_t r0, int64_t r1, void *dst) {
-    (void)w; (void)rows; (void)cols; (void)r0; (void)r1; (void)dst;
+int64_t aotx_packed_bytes(int32_t type, int64_t rows, int64_t cols) {
+    (void)type; (void)rows; (void)cols;
+    return 0;
+}
+int aotx_pack(int32_t type, const void *w, int64_t rows, int64_t cols, int64_t r0, int64_t r1,
+              void *dst) {
+    (void)type; (void)w; (void)rows; (void)cols; (void)r0; (void)r1; (void)dst;
     return AOTX_E_UNSUPPORTED;
 }
-int aotx_q8_0_matmul_packed(const void *pk, int64_t cols, const void *act, int64_t n_tok,
-                            float *y, int64_t ldy, int64_t r0, int64_t r1) {
-    (void)pk; (void)cols; (void)act; (void)n_tok; (void)y; (void)ldy; (void)r0; (void)r1;
+int aotx_matmul_packed(int32_t type, const void *pk, int64_t cols, const void *act, int64_t n_tok,
+                       float *y, int64_t ldy, int64_t r0, int64_t r1) {
+    (void)type; (void)pk; (void)cols; (void)act; (void)n_tok; (void)y; (void)ldy; (void)r0; (void)r1;
     return AOTX_E_UNSUPPORTED;
 }
 #endif /* __x86_64__ */

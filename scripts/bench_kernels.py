@@ -166,7 +166,7 @@ def bench_decode(min_time: float) -> None:
 
 
 def run_packed(pk: Any, act: Any, y: Any, n_tok: int, rows: int) -> None:
-    assert lib.aotx_q8_0_matmul_packed(pk, 640, act, n_tok, y, rows, 0, rows) == 0
+    assert lib.aotx_matmul_packed(8, pk, 640, act, n_tok, y, rows, 0, rows) == 0
 
 
 def bench_cases(min_time: float, cases: str) -> None:
@@ -181,11 +181,11 @@ def bench_cases(min_time: float, cases: str) -> None:
         act, y, _keep = m.prepare(n_tok, rng)
         run = partial(m.run, act, y, n_tok, 0, rows)
         if packed:
-            size = int(lib.aotx_q8_0_packed_bytes(rows, 640))
+            size = int(lib.aotx_packed_bytes(8, rows, 640))
             if size <= 0:
                 raise SystemExit("Q8P: no re-blocked copy on this kernel path (AOTX_KERNELS=avx2)")
             pk = np.zeros(size, np.uint8)
-            assert lib.aotx_q8_0_pack(m.wp, rows, 640, 0, rows, ffi.from_buffer(pk)) == 0
+            assert lib.aotx_pack(8, m.wp, rows, 640, 0, rows, ffi.from_buffer(pk)) == 0
             run = partial(run_packed, ffi.from_buffer(pk), act, y, n_tok, rows)
         dt = best_time(run, min_time)
         impl = ffi.string(lib.aotx_kernel_impl(m.t)).decode() + (" packed" if packed else "")

@@ -93,16 +93,22 @@ def test_logits_bit_identical_across_batches_positions_and_threads(model: Path,
                     f"(max |diff| {float(np.max(np.abs(g - w))):.3g})")
 
 
-def test_avx2_head_copy_gives_the_mapping_bits(model: Path,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    """On the AVX2 path the Q8_0 output head runs from a re-blocked copy made at load
-    (AOTX_HEAD_PACK=0: from the mapping): alone and in batches of 8 with 2 threads, the
-    logits are the mapping's bit for bit."""
+@pytest.mark.parametrize("off", [("AOTX_HEAD_PACK",), ("AOTX_BODY_PACK",),
+                                 ("AOTX_HEAD_PACK", "AOTX_BODY_PACK")],
+                         ids=lambda v: "+".join(x.split("_")[1].lower() for x in v))
+def test_avx2_weight_copies_give_the_mapping_bits(model: Path, off: tuple[str, ...],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the AVX2 path the Q8_0 output head and the body's Q5_0 / Q8_0 projections run
+    from re-blocked copies made at load (AOTX_HEAD_PACK=0 / AOTX_BODY_PACK=0: from the
+    mapping): alone and in batches of 8 with 2 threads, the logits are the mapping's bit
+    for bit."""
     assert lib.aotx_kernel_force(b"avx2") == 0
     try:
-        monkeypatch.setenv("AOTX_HEAD_PACK", "0")
+        for var in off:
+            monkeypatch.setenv(var, "0")
         mapped = {b: run(model, threads=2, batch=b) for b in (1, 8)}
-        monkeypatch.delenv("AOTX_HEAD_PACK")
+        for var in off:
+            monkeypatch.delenv(var)
         for b, want in mapped.items():
             got = run(model, threads=2, batch=b)
             for i in range(N_PROMPTS):

@@ -476,77 +476,98 @@ def test_q8_0_tiles_bits_equal_rows1_at_extremes(t: GT, impl: str) -> None:
         assert np.all(np.abs(y - y_ref) <= 1e-5 * mag + 1e-30), (impl, n_tok)
 
 
-def packed_matmul(pk: np.ndarray, cols: int, act: np.ndarray, n_tok: int, r0: int, r1: int,
-                  ldy: int) -> np.ndarray:
+PACKED = {GT.Q8_0: 272, GT.Q5_0: 176, GT.Q4_0: 144}   # copy bytes per 8 rows x 32 columns
+
+
+def packed_matmul(t: GT, pk: np.ndarray, cols: int, act: np.ndarray, n_tok: int, r0: int,
+                  r1: int, ldy: int) -> np.ndarray:
     y = np.full(n_tok * ldy, 12345.0, np.float32)
-    rc = lib.aotx_q8_0_matmul_packed(ffi.from_buffer(pk), cols, ffi.from_buffer(act), n_tok,
-                                     fbuf(y), ldy, r0, r1)
+    rc = lib.aotx_matmul_packed(t, ffi.from_buffer(pk), cols, ffi.from_buffer(act), n_tok,
+                                fbuf(y), ldy, r0, r1)
     assert rc == 0
     return y.reshape(n_tok, ldy)
 
 
-def pack_q8_0(w: np.ndarray, rows: int, cols: int, pieces: tuple[int, ...]) -> np.ndarray:
+def pack_copy(t: GT, w: np.ndarray, rows: int, cols: int, pieces: tuple[int, ...]) -> np.ndarray:
     """The re-blocked copy, filled piece by piece ([0, pieces[0]), ...: row splits)."""
-    size = lib.aotx_q8_0_packed_bytes(rows, cols)
-    assert size == (rows + 7) // 8 * (cols // 32) * 272
+    size = lib.aotx_packed_bytes(t, rows, cols)
+    assert size == (rows + 7) // 8 * (cols // 32) * PACKED[t]
     pk = np.full(size, 0xAA, np.uint8)
     w = np.ascontiguousarray(w)
     for r0, r1 in itertools.pairwise((0, *pieces, rows)):
-        assert lib.aotx_q8_0_pack(ffi.from_buffer(w), rows, cols, r0, r1, ffi.from_buffer(pk)) == 0
+        assert lib.aotx_pack(t, ffi.from_buffer(w), rows, cols, r0, r1, ffi.from_buffer(pk)) == 0
     return pk
 
 
+def extreme_blocks(t: GT, w: np.ndarray, rows: int, cols: int, rng: np.random.Generator) -> None:
+    """Every third row's even blocks at the type's quant extremes (Q8_0: -128 / 127 /
+    -127 / 1; Q4_0 / Q5_0: nibbles 0 / 15, random Q5_0 fifth bits), in place."""
+    _, bb, _ = LAYOUT[t]
+    fill = (0x80, 0x7F, 0x81, 0x01) if t == GT.Q8_0 else (0x00, 0xFF, 0xF0, 0x0F)
+    ext = rng.choice(np.array(fill, np.uint8), w.shape).reshape(rows, cols // 32, bb)
+    blocks = w.reshape(rows, cols // 32, bb)
+    q0 = 6 if t == GT.Q5_0 else 2   # Q5_0's qh (bytes 2..5) keeps its random bits
+    blocks[::3, ::2, q0:] = ext[::3, ::2, q0:]
+
+
+@pytest.mark.parametrize("t", list(PACKED), ids=lambda t: t.name)
 @pytest.mark.parametrize("cols", [640, 96, 1088], ids=lambda c: f"cols{c}")
-def test_q8_0_packed_copy_bits_equal_the_tiles(cols: int) -> None:
-    """The re-blocked head copy (AVX2 tiles) gives every token the bits of
-    aotx_matmul_rows on the original rows (n_tok 1, the 8-token kernel, token groups of
-    4 and their tails, a prefill slab of 37), on row ranges that cut 8-row groups at the
-    end and leave other rows untouched; weights random with -128 / 127 blocks mixed in,
-    640 columns (the head), 3 blocks and 34 (two K slabs)."""
+def test_packed_copy_bits_equal_the_tiles(t: GT, cols: int) -> None:
+    """The re-blocked copies (AVX2 tiles: the Q8_0 head, the body's Q5_0 / Q4_0
+    projections) give every token the bits of aotx_matmul_rows on the original rows
+    (n_tok 1, Q8_0's 8-token kernel, token groups of 4 and their tails, a prefill slab of
+    37), on row ranges that cut 8-row groups at the end and leave other rows untouched;
+    weights random with blocks at the quant extremes mixed in, 640 columns (the head,
+    attn_q / ffn_gate / ffn_up), 3 blocks and 34 (two K slabs)."""
     assert lib.aotx_kernel_force(b"avx2") == 0
     try:
-        rng = np.random.default_rng(cols)
+        rng = np.random.default_rng(cols + int(t))
         rows = 43
-        w = weights(GT.Q8_0, rows, cols, rng, "random")
-        ext = rng.choice(np.array((0x80, 0x7F, 0x81, 0x01), np.uint8), w.shape)
-        blocks = w.reshape(rows, cols // 32, 34)
-        blocks[::3, ::2, 2:] = ext.reshape(rows, cols // 32, 34)[::3, ::2, 2:]
-        pk = pack_q8_0(w, rows, cols, (16, 40))
+        w = weights(t, rows, cols, rng, "random")
+        extreme_blocks(t, w, rows, cols, rng)
+        pk = pack_copy(t, w, rows, cols, (16, 40))
         for n_tok in (1, 3, 8, 9, 13, 37):
             x = rng.standard_normal((n_tok, cols)).astype(np.float32)
             x[:, :32] *= 30.0
-            act = prepare(GT.Q8_0, x)
-            want = matmul(GT.Q8_0, w, cols, act, n_tok, rows, 0, rows, rows, ref=False)
+            act = prepare(t, x)
+            want = matmul(t, w, cols, act, n_tok, rows, 0, rows, rows, ref=False)
             y = np.full((n_tok, rows), np.nan, np.float32)
             for r0, r1 in ((0, 8), (8, 40), (40, rows)):
-                got = packed_matmul(pk, cols, act, n_tok, r0, r1, rows)
+                got = packed_matmul(t, pk, cols, act, n_tok, r0, r1, rows)
                 check_untouched(got, n_tok, r0, r1)
                 y[:, r0:r1] = got[:, r0:r1]
             assert np.array_equal(y.view(np.uint32), want.view(np.uint32)), (cols, n_tok)
+            y_ref = matmul(t, w, cols, act, n_tok, rows, 0, rows, rows, ref=True)
+            mag = magnitude(gguf_dequant(t, w).reshape(rows, cols),
+                            act_dequant(t, act, n_tok, cols)[0]).T
+            assert np.all(np.abs(y - y_ref) <= 1e-5 * mag + 1e-30), (cols, n_tok)
     finally:
         assert lib.aotx_kernel_force(b"auto") == 0
 
 
-def test_q8_0_packed_copy_only_for_the_avx2_tiles() -> None:
-    """No copy is offered, and a copy made is refused (run the original), when the Q8_0
-    kernels picked are not the AVX2 tiles; bad ranges are refused."""
+@pytest.mark.parametrize("t", list(PACKED), ids=lambda t: t.name)
+def test_packed_copy_only_for_the_avx2_tiles(t: GT) -> None:
+    """No copy is offered, and a copy made is refused (run the original), when the
+    type's kernels picked are not the AVX2 tiles; bad ranges and types are refused."""
     rows, cols = 16, 64
-    w = weights(GT.Q8_0, rows, cols, np.random.default_rng(5), "random")
+    w = weights(t, rows, cols, np.random.default_rng(5), "random")
     assert lib.aotx_kernel_force(b"avx2") == 0
     try:
-        pk = pack_q8_0(w, rows, cols, ())
-        act = prepare(GT.Q8_0, np.ones((1, cols), np.float32))
+        pk = pack_copy(t, w, rows, cols, ())
+        act = prepare(t, np.ones((1, cols), np.float32))
         y = np.zeros(rows, np.float32)
         args = (ffi.from_buffer(pk), cols, ffi.from_buffer(act), 1, fbuf(y), rows)
-        assert lib.aotx_q8_0_matmul_packed(*args, 4, 16) == lib.AOTX_E_INVALID_ARGUMENT
-        assert lib.aotx_q8_0_pack(ffi.from_buffer(w), rows, cols, 3, 16,
-                                  ffi.from_buffer(pk)) == lib.AOTX_E_INVALID_ARGUMENT
-        assert lib.aotx_q8_0_packed_bytes(rows, 48) == 0
+        assert lib.aotx_matmul_packed(t, *args, 4, 16) == lib.AOTX_E_INVALID_ARGUMENT
+        assert lib.aotx_pack(t, ffi.from_buffer(w), rows, cols, 3, 16,
+                             ffi.from_buffer(pk)) == lib.AOTX_E_INVALID_ARGUMENT
+        assert lib.aotx_packed_bytes(t, rows, 48) == 0
+        assert lib.aotx_packed_bytes(GT.Q4_K, rows, 256) == 0
+        assert lib.aotx_matmul_packed(GT.Q6_K, *args, 0, 16) == lib.AOTX_E_INVALID_ARGUMENT
         for other in ("ref", "avx512vnni"):
             if lib.aotx_kernel_force(other.encode()) != 0:
                 continue
-            assert lib.aotx_q8_0_packed_bytes(rows, cols) == 0, other
-            assert lib.aotx_q8_0_matmul_packed(*args, 0, 16) == lib.AOTX_E_UNSUPPORTED, other
+            assert lib.aotx_packed_bytes(t, rows, cols) == 0, other
+            assert lib.aotx_matmul_packed(t, *args, 0, 16) == lib.AOTX_E_UNSUPPORTED, other
     finally:
         assert lib.aotx_kernel_force(b"auto") == 0
 
