@@ -3,6 +3,7 @@
 
     AOTX_NATIVE_DIR=build/dev-x .venv/bin/python scripts/bench_engine.py \
         [--model GGUF] [--threads 2] [--rounds 3] [--no-embed] [--kernels avx2] [--invariant]
+        [--kv-f32]
     .venv/bin/python scripts/bench_engine.py --fidelity [--model GGUF]
 
 ``--fidelity`` runs scripts/bench_engine_fidelity.py instead: top-1 agreement and mean
@@ -13,6 +14,11 @@ with float32 and float16 KV, and llama.cpp, side by side.
 machine); ``--invariant`` sets AOTX_INVARIANT=1 (AVX-512's batch-invariant mode; the
 AVX2 and reference paths always are).  The header prints the CPU flags and the kernel
 path each type ran.
+
+Our K/V pages are IEEE binary16 by default (the runtime's default for the text models
+``aotx pack`` adds, and llama.cpp's default KV type, so like for like); ``--kv-f32``
+measures float32 pages instead (``--kv-f16``, the old opt-in, is accepted and does
+nothing).  The header prints the KV type of each side.
 
 Each round runs one child process per side (aotx, then llama.cpp; the order
 alternates between rounds so that load from other processes hits both alike),
@@ -79,13 +85,14 @@ def multi_prompts(ids: Sequence[int], n: int) -> list[list[int]]:
 
 # ---- one side, in a child process ----------------------------------------------------------
 
-def child_ours(path: Path, threads: int, page_tokens: int) -> dict[str, Any]:
+def child_ours(path: Path, threads: int, page_tokens: int, kv_f16: bool) -> dict[str, Any]:
+    """Our side's measures; ``kv_f16``: binary16 K/V pages (Engine.load's kv_f16)."""
     sys.path.insert(0, str(ROOT))
     from aotx_trio.engine import Engine
 
     r: dict[str, Any] = {}
     with Engine.load(path, threads=threads, max_seqs=PEER_SEQS, max_batch_tokens=BATCH,
-                     page_tokens=page_tokens) as eng:
+                     page_tokens=page_tokens, kv_f16=kv_f16) as eng:
         ids = eng.tokenize(PROMPT)[:N_PROMPT]
         r["ids"] = ids
         w = eng.add_sequence()
@@ -110,6 +117,7 @@ def child_ours(path: Path, threads: int, page_tokens: int) -> dict[str, Any]:
         r["greedy"] = out
         st = eng.kv_stats()
         r["kv1"] = kv_doc(st)
+        r["kv_type"] = "f16" if st.elem_bytes == 2 else "f32"
         eng.release(s)
         for n in SEQ_COUNTS:
             seqs = [eng.add_sequence() for _ in range(n)]
@@ -131,7 +139,7 @@ def child_ours(path: Path, threads: int, page_tokens: int) -> dict[str, Any]:
         pool = eng.kv_stats()
         r["kv_pool_mb"] = pool.n_pages * pool.page_bytes / 2**20
         r["rss_mb"] = rss_mb()   # before the invariance check maps the model a second time
-        r["invariance"] = invariance(eng, path, threads, page_tokens, ids)
+        r["invariance"] = invariance(eng, path, threads, page_tokens, kv_f16, ids)
         r["kv_waste"] = {str(pt): kv_waste_mixed(eng.info, pt)
                          for pt in sorted({4, 8, 16, page_tokens})}
     r["kernels"] = kernel_names()
@@ -172,7 +180,7 @@ def inv_generate(eng: Any, prompts: list[list[int]], group: list[int]) -> dict[i
     return out
 
 
-def invariance(eng: Any, path: Path, threads: int, page_tokens: int,
+def invariance(eng: Any, path: Path, threads: int, page_tokens: int, kv_f16: bool,
                ids: list[int]) -> dict[str, Any]:
     """Batch invariance on the real model: each config's logits rows against the rows
     of each prompt generated alone with `threads` threads."""
@@ -193,7 +201,7 @@ def invariance(eng: Any, path: Path, threads: int, page_tokens: int,
     fours.update(inv_generate(eng, prompts, rev[4:]))
     configs["batches of 4, reversed"] = fours
     with Engine.load(path, threads=1, max_seqs=PEER_SEQS, max_batch_tokens=BATCH,
-                     page_tokens=page_tokens) as one:
+                     page_tokens=page_tokens, kv_f16=kv_f16) as one:
         solo: dict[int, list[bytes]] = {}
         for i in range(n):
             solo.update(inv_generate(one, prompts, [i]))
@@ -299,7 +307,11 @@ def child_peer(path: Path, threads: int, ids: list[int]) -> dict[str, Any]:
             decode([(sq, at + j, tk, last and j == len(part) - 1) for j, tk in enumerate(part)])
         return greedy(len(toks) - 1 - (len(toks) - 1) // BATCH * BATCH)
 
+    # ggml_type 0 is F32, 1 F16 (llama.cpp's default for both K and V)
+    types = {0: "f32", 1: "f16"}
     r: dict[str, Any] = {"peer_ids": peer_ids, "n_ctx": PEER_CTX, "version": L.__version__,
+                         "kv_type": "/".join(types.get(int(t), f"ggml type {t}")
+                                             for t in dict.fromkeys((cp.type_k, cp.type_v))),
                          "system": L.llama_print_system_info().decode(errors="replace").strip()}
     prefill(0, ids[:32])   # warm-up
     L.llama_memory_clear(mem, True)
@@ -350,6 +362,8 @@ def run_child(side: str, a: argparse.Namespace, ids: list[int] | None) -> dict[s
             str(a.model), "--threads", str(a.threads), "--page-tokens", str(a.page_tokens)]
     if ids is not None:
         argv += ["--ids", ",".join(map(str, ids))]
+    if a.kv_f32:
+        argv.append("--kv-f32")
     # numpy's OpenBLAS threads spin in every child (4 % of a decode profile) and take
     # CPU from both sides' compute threads: one BLAS thread, both sides alike
     env = {"OPENBLAS_NUM_THREADS": "1", **os.environ}
@@ -498,7 +512,8 @@ def report(a: argparse.Namespace, ours: list[dict[str, Any]], peer: list[dict[st
         r0 = good_o[0]
         k = r0.get("kernels", {})
         print(f"\naotx kernel path: {', '.join(f'{t} {v}' for t, v in k.items())}"
-              f" (AOTX_KERNELS={a.kernels}, AOTX_INVARIANT={'1' if a.invariant else 'unset'})")
+              f" (AOTX_KERNELS={a.kernels}, AOTX_INVARIANT={'1' if a.invariant else 'unset'});"
+              f" KV {r0.get('kv_type', 'n/a')}")
         inv = r0.get("invariance")
         if inv:
             ok = all(v == 0 for v in inv["differ"].values())
@@ -516,7 +531,8 @@ def report(a: argparse.Namespace, ours: list[dict[str, Any]], peer: list[dict[st
                 cells = ", ".join(f"{n} seq {100 * v:.1f}%" for n, v in w.items())
                 print(f"  pages of {pt:>2} positions: {cells}")
     if good_p:
-        print(f"\nllama-cpp-python {good_p[0]['version']}: {good_p[0]['system']}")
+        print(f"\nllama-cpp-python {good_p[0]['version']} (KV {good_p[0].get('kv_type', 'n/a')}):"
+              f" {good_p[0]['system']}")
     if good_o and good_p:
         g_o, g_p = good_o[0]["greedy"], good_p[0]["greedy"]
         same = next((i for i, (x, y) in enumerate(zip(g_o, g_p, strict=False)) if x != y),
@@ -544,6 +560,11 @@ def main() -> int:
                     help="AOTX_KERNELS for our side (avx2: the AVX2 path on an AVX-512 CPU)")
     ap.add_argument("--invariant", action="store_true",
                     help="AOTX_INVARIANT=1 for our side (AVX-512's batch-invariant kernels)")
+    kv_type = ap.add_mutually_exclusive_group()
+    kv_type.add_argument("--kv-f32", action="store_true",
+                         help="float32 K/V pages for our side (default: binary16, like llama.cpp)")
+    kv_type.add_argument("--kv-f16", action="store_true",
+                         help="binary16 K/V pages: the default, accepted for old command lines")
     ap.add_argument("--fidelity", action="store_true",
                     help="logits against the float64 reference (bench_engine_fidelity.py)")
     ap.add_argument("--child", choices=("ours", "peer"), help=argparse.SUPPRESS)
@@ -560,14 +581,15 @@ def main() -> int:
     if a.invariant:
         os.environ["AOTX_INVARIANT"] = "1"
     if a.child == "ours":
-        print(json.dumps(child_ours(a.model, a.threads, a.page_tokens)))
+        print(json.dumps(child_ours(a.model, a.threads, a.page_tokens, not a.kv_f32)))
         return 0
     if a.child == "peer":
         ids = [int(x) for x in a.ids.split(",")] if a.ids else []
         print(json.dumps(child_peer(a.model, a.threads, ids)))
         return 0
     print(f"model {a.model.name} ({a.model.stat().st_size / 2**20:.0f} MiB), {a.threads} threads,"
-          f" {a.rounds} rounds, aotx KV pages of {a.page_tokens} positions;"
+          f" {a.rounds} rounds, aotx KV pages of {a.page_tokens} positions,"
+          f" KV aotx {'f32' if a.kv_f32 else 'f16'} / llama.cpp f16 (its default);"
           f" CPU {cpu_model()}, {os.cpu_count()} logical CPUs")
     print(f"cpu flags: {cpu_flags()}")
     print(f"AOTX_NATIVE_DIR={os.environ.get('AOTX_NATIVE_DIR', '(package)')}")
