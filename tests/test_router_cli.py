@@ -127,6 +127,31 @@ def test_bad_input_is_a_named_error(tmp_path: Path) -> None:
     assert proc.returncode == 2 and "not allowed with" in proc.stderr
 
 
+def test_kv_type_is_a_descriptor_field(tmp_path: Path) -> None:
+    data = ["--data", str(tmp_path / "data")]
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF" + b"\2" * 100)
+    plain = run_json("release", "mint", "r-plain", "--artifact", str(model), where=data)
+    assert "kv_type" not in plain["descriptor"]
+    # the digest of the default descriptor, as before kv_type existed
+    assert plain["descriptor_sha256"] == \
+        "9792627ce99c3288462979be0f0e45697686c3bdb7116ca3e4f179683c066573"
+    f32 = run_json("release", "mint", "r-f32", "--artifact", str(model), "--kv-type", "f32",
+                   where=data)
+    assert f32["descriptor"] == {"backend": "cpu", "context": 2048, "kv_page_tokens": 8,
+                                 "kv_type": "f32", "threads": 0}
+    f16 = run_json("release", "mint", "r-f16", "--artifact", str(model), "--kv-type", "f16",
+                   where=data)
+    assert len({plain["descriptor_sha256"], f32["descriptor_sha256"],
+                f16["descriptor_sha256"]}) == 3
+    proc = aotx("release", "mint", "r-bad", "--artifact", str(model), "--kv-type", "bf16",
+                *data, ok=False)
+    assert proc.returncode == 2 and "invalid choice: 'bf16'" in proc.stderr
+    proc = aotx("release", "mint", "r-bad", "--artifact", str(model), "--threads", "-1",
+                *data, ok=False)
+    assert proc.returncode == 1 and "descriptor.threads" in proc.stderr
+
+
 def test_help_lists_the_subcommands() -> None:
     proc = aotx("--help")
     for name in ("publish", "unpublish", "state", "release", "alias", "scratch"):

@@ -51,6 +51,39 @@ async def test_a_release_is_loaded_on_demand(tmp_path: Path) -> None:
                                                        f"{rows[0]['artifact_sha256']}.gguf"]
 
 
+async def test_an_on_demand_model_serves_the_kv_type_of_its_release(tmp_path: Path) -> None:
+    """A descriptor without kv_type (the releases minted before it) is served with f16
+    KV, the runtime's default, and attested with its unchanged digest; one with
+    ``kv_type: "f32"`` is served with float32 KV and attested with its own digest."""
+    f32 = {**DESC, "kv_type": "f32"}
+    async with router_served(tmp_path, cache_dir=tmp_path / "cache") as env:
+        await publish(env.reg, other_gguf(tmp_path / "o", 21), model_id="m/default",
+                      release="default-r1", descriptor=DESC)
+        await publish(env.reg, other_gguf(tmp_path / "o", 22), model_id="m/f32",
+                      release="f32-r1", descriptor=f32)
+        assert descriptor_sha256(f32) != descriptor_sha256(DESC)
+        for model_id, desc in (("m/default", DESC), ("m/f32", f32)):
+            r = await env.post(f"/models/{model_id}/invoke", PROMPT)
+            assert r.status_code == 200, r.text
+            assert r.json()["identity"]["attestation"]["descriptor_sha256"] == \
+                descriptor_sha256(desc)
+        rows = {a["descriptor_sha256"]: a for a in env.handler.models.identity()
+                if a["name"].startswith("artifact-")}
+        assert rows[descriptor_sha256(DESC)]["descriptor"] == DESC
+        assert rows[descriptor_sha256(DESC)]["kv_type"] == "f16"
+        assert rows[descriptor_sha256(f32)]["descriptor"] == f32
+        assert rows[descriptor_sha256(f32)]["kv_type"] == "f32"
+        caps = await env.handler.call("capabilities", {})
+        kv = {m["name"]: (m["kv_type"], m["kv_page_bytes"]) for m in caps["models"]
+              if m["name"].startswith("artifact-")}
+        by_row = {a["kv_type"]: kv[a["name"]] for a in rows.values()}
+        assert by_row["f16"][0] == "f16" and by_row["f32"][0] == "f32"
+        assert by_row["f16"][1] * 2 == by_row["f32"][1]
+        elem = {m.name: m.engine.kv_stats().elem_bytes for m in env.handler.models
+                if m.name.startswith("artifact-")}
+        assert sorted(elem.values()) == [2, 4]
+
+
 async def test_a_scratch_revision_is_loaded_on_demand(tmp_path: Path) -> None:
     async with router_served(tmp_path, cache_dir=tmp_path / "cache") as env:
         sc = Scratch(env.reg)
@@ -84,6 +117,12 @@ async def test_the_runtime_checks_what_it_loads(tmp_path: Path) -> None:
                     {"descriptor": {"gpu": 1}}, {"artifact_sha256": "XYZ"}):
             with pytest.raises(errors.InvalidInput):
                 await env.handler.call("model.load", {**params, **bad})
+        with pytest.raises(errors.InvalidInput) as got:
+            await env.handler.call("model.load",
+                                   {**params, "descriptor": {**DESC, "kv_type": "bf16"}})
+        assert got.value.fields["field"] == "descriptor.kv_type"
+        assert got.value.status == 422
+        assert got.value.envelope()["error"]["field"] == "descriptor.kv_type"
         with pytest.raises(errors.Forbidden):
             await env.handler.call("model.load", {**params, "principal": "reader"})
 

@@ -13,13 +13,23 @@ from typing import Any
 import pytest
 import trio
 from _postgres import postgres_server, postgres_url  # noqa: F401  (fixtures)
+from pydantic import ValidationError
 
 from aotx_trio.errors import AotxError, Conflict, Forbidden, FormatError, Gone, NotFound, NotReady
 from aotx_trio.router import feed
 from aotx_trio.router.aliases import resolve, resolve_alias, set_alias
 from aotx_trio.router.artifacts import export_artifact, store_artifact, verify_artifact
 from aotx_trio.router.backends import open_store
-from aotx_trio.router.records import ArtifactRef, Descriptor, Event, canonical, rfc3339
+from aotx_trio.router.records import (
+    ArtifactRef,
+    Descriptor,
+    Event,
+    Release,
+    canonical,
+    parse,
+    rfc3339,
+    sha256_hex,
+)
 from aotx_trio.router.registry import Registry
 from aotx_trio.router.scratch import Scratch
 from aotx_trio.router.store import StoreBackend
@@ -80,6 +90,51 @@ async def published(reg: Registry, tmp_path: Path, model_id: str = MID,
 
 def code_of(info: pytest.ExceptionInfo[AotxError]) -> str:
     return info.value.code
+
+
+# descriptor_sha256 of descriptors that do not set kv_type, computed on the commit
+# before the field existed (f0054dc): existing releases keep their digests
+DEFAULT_DESCRIPTOR_SHA256 = "9792627ce99c3288462979be0f0e45697686c3bdb7116ca3e4f179683c066573"
+THREADS4_CONTEXT4096_SHA256 = "1ca6b103708b5a80ed0a63b40d0ef8791d984d2f0a6f79e16e08a30b1a0a7e23"
+
+
+def test_descriptor_digests_are_pinned_and_kv_type_is_part_of_them_when_set() -> None:
+    def digest(d: Descriptor) -> str:
+        return sha256_hex(d.body())
+
+    assert digest(Descriptor()) == DEFAULT_DESCRIPTOR_SHA256
+    assert digest(Descriptor(kv_type=None)) == DEFAULT_DESCRIPTOR_SHA256
+    assert Descriptor().body() == (b'{"backend":"cpu","context":2048,"kv_page_tokens":8,'
+                                   b'"threads":0}')
+    assert digest(Descriptor(threads=4, context=4096)) == THREADS4_CONTEXT4096_SHA256
+    assert digest(Descriptor.model_validate({"threads": 4, "context": 4096,
+                                             "kv_type": None})) == THREADS4_CONTEXT4096_SHA256
+    # unset is absent from every dump (the release document, the CLI's JSON, model.load)
+    assert "kv_type" not in Descriptor().model_dump(mode="json")
+    assert "kv_type" not in json.loads(Descriptor().model_dump_json())
+    # set (even to the default, f16) it is another descriptor with another digest
+    f16, f32 = Descriptor(kv_type="f16"), Descriptor(kv_type="f32")
+    assert len({digest(Descriptor()), digest(f16), digest(f32)}) == 3
+    assert json.loads(f32.body()) == {"backend": "cpu", "context": 2048,
+                                      "kv_page_tokens": 8, "kv_type": "f32", "threads": 0}
+    assert (Descriptor().kv_f16, f16.kv_f16, f32.kv_f16) == (True, True, False)
+    with pytest.raises(ValidationError) as bad:
+        Descriptor(kv_type="bf16")  # type: ignore[arg-type]
+    assert bad.value.errors()[0]["loc"] == ("kv_type",)
+
+
+def test_a_release_document_keeps_its_bytes_and_round_trips_kv_type() -> None:
+    art = ArtifactRef(sha256="4f" * 32, kind="gguf", size=10)
+    for d in (Descriptor(), Descriptor(kv_type="f32")):
+        rel = Release(name="r1", artifact=art, descriptor=d,
+                      descriptor_sha256=sha256_hex(d.body()), source_commit=COMMIT,
+                      minted_at=rfc3339(T0))
+        assert json.loads(rel.body())["descriptor"] == json.loads(d.body())
+        assert parse(Release, rel.body(), "releases/r1") == rel
+    corrupt = rel.body().replace(b'"f32"', b'"f8"')
+    with pytest.raises(FormatError) as info:
+        parse(Release, corrupt, "releases/r1")
+    assert code_of(info) == "registry_corrupt"
 
 
 async def test_publish_read_and_unpublish_marker(reg: Registry, tmp_path: Path,

@@ -1,16 +1,21 @@
 """The runtime file's ``kv_f16`` flag reaches the engine: a text model whose entry has
 it is served with binary16 KV pages (elem_bytes 2, half the page bytes), one without it
 (a file packed before the flag, or ``--kv-f32``) with float32 KV; ``/capabilities``
-lists the KV type per model."""
+lists the KV type per model.  A model loaded on demand (``ModelSet.load_gguf``, the
+router's descriptor) gets the descriptor's ``kv_type``: f16 unless it says f32."""
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
+from typing import Any
 
 import pytest
 import synth_gguf as sg
 from _gateway_env import TINY
 
+from aotx_trio import errors
+from aotx_trio.router.identity import descriptor_sha256
 from aotx_trio.runtime import ccir
 from aotx_trio.runtime.ccir import KIND_TEXT_MODEL_GGUF, RuntimeFile, Source
 from aotx_trio.runtime.models import ModelSet
@@ -69,6 +74,48 @@ def test_a_packed_model_is_served_with_f16_kv_unless_kv_f32(tmp_path: Path) -> N
         assert models.describe()[0]["kv_type"] == "f32"
     finally:
         models.close()
+
+
+def test_a_model_loaded_on_demand_gets_the_kv_type_of_its_descriptor(tmp_path: Path) -> None:
+    gguf = _gguf(tmp_path, "od.gguf")
+    sha = hashlib.sha256(gguf.read_bytes()).hexdigest()
+    models = ModelSet({})
+    cases: list[tuple[dict[str, Any] | None, str]] = [
+        (None, "f16"),                                         # the engine's defaults
+        ({"backend": "cpu", "kv_page_tokens": 8, "context": 256}, "f16"),   # unset
+        ({"kv_type": None, "context": 256}, "f16"),
+        ({"kv_type": "f16", "context": 256}, "f16"),
+        ({"kv_type": "f32", "context": 256}, "f32"),
+    ]
+    pages = {}
+    for desc, want in cases:
+        m = models.load_gguf(gguf, sha, desc, max_seqs=2)
+        models.text[m.name] = m
+        try:
+            kv = m.engine.kv_stats()
+            assert kv.elem_bytes == {"f16": 2, "f32": 4}[want], desc
+            pages[want] = kv.page_bytes
+            assert m.kv_type == want and m.describe()["kv_type"] == want
+            assert m.describe()["kv_page_bytes"] == kv.page_bytes
+            [row] = models.identity()
+            assert row["kv_type"] == want
+            # the reported descriptor names kv_type only when the router's did, so its
+            # digest is the release's
+            set_kv = (desc or {}).get("kv_type")
+            assert row["descriptor"].get("kv_type") == set_kv
+            assert ("kv_type" in row["descriptor"]) == (set_kv is not None)
+            if desc is not None:
+                assert row["descriptor_sha256"] == descriptor_sha256(
+                    {**desc, "threads": 0, "kv_page_tokens": 8})
+            b"".join(m.engine.generate("hello", max_tokens=2))
+        finally:
+            models.text.pop(m.name)
+            m.engine.close()
+    assert pages["f16"] * 2 == pages["f32"]
+    with pytest.raises(errors.InvalidInput) as got:
+        models.load_gguf(gguf, sha, {"kv_type": "bf16"})
+    assert got.value.fields["field"] == "descriptor.kv_type"
+    assert models.text == {}
 
 
 def test_aotx_serve_packs_the_default_models_with_f16_kv_once(

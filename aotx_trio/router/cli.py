@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import trio
+from pydantic import ValidationError
 
 from aotx_trio.errors import InvalidInput
 from aotx_trio.router.aliases import resolve, resolve_alias, set_alias
@@ -53,9 +54,12 @@ def source_commit(args: argparse.Namespace) -> str:
 def _descriptor(args: argparse.Namespace) -> Descriptor:
     try:
         return Descriptor(backend=args.backend, threads=args.threads,
-                          kv_page_tokens=args.kv_page_tokens, context=args.context)
-    except ValueError as exc:
-        raise InvalidInput(f"descriptor: {exc}", param="descriptor") from None
+                          kv_page_tokens=args.kv_page_tokens, context=args.context,
+                          kv_type=args.kv_type)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(["descriptor", *(str(p) for p in first["loc"])])
+        raise InvalidInput(f"{where}: {first['msg']}", param=where) from None
 
 
 async def _artifact(reg: Registry, path: str) -> ArtifactRef:

@@ -26,6 +26,9 @@ def _descriptor(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, default=0, help="0 = one per core")
     p.add_argument("--kv-page-tokens", type=int, default=8)
     p.add_argument("--context", type=int, default=2048)
+    p.add_argument("--kv-type", choices=("f16", "f32"), default=None,
+                   help="element type of the KV pages (default: unset, the runtime's "
+                   "default, f16; setting it changes the descriptor_sha256)")
 
 
 def add_registry_parser(sub: Any) -> None:

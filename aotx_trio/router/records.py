@@ -14,7 +14,14 @@ import re
 import uuid
 from typing import Any, Literal, TypeVar, cast
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    model_serializer,
+)
 
 from aotx_trio.errors import FormatError, InvalidInput
 from aotx_trio.router.spec_dsl import parse_spec
@@ -163,13 +170,39 @@ class ModelState(Doc):
     changed_at: str
 
 
+KV_TYPES = ("f16", "f32")
+DEFAULT_KV_TYPE = "f16"
+
+
 class Descriptor(Doc):
-    """The engine settings a runtime loads a release's artifact with."""
+    """The engine settings a runtime loads a release's artifact with.
+
+    ``kv_type`` is the element type of the KV pages: ``"f16"`` (binary16) or
+    ``"f32"``; None (unset) means the runtime's default, f16 (:data:`DEFAULT_KV_TYPE`).
+    An unset ``kv_type`` is left out of the document (:meth:`body`, every dump), so
+    a descriptor that does not set it has the canonical body, and the
+    ``descriptor_sha256``, it had before the field existed; one that sets it (even
+    to the default) is another descriptor with another digest.
+    """
 
     backend: Literal["cpu", "cuda"] = "cpu"
     threads: int = Field(default=0, ge=0, le=1024)
     kv_page_tokens: int = Field(default=8, ge=1, le=4096)
     context: int = Field(default=2048, ge=16, le=1 << 20)
+    kv_type: Literal["f16", "f32"] | None = None
+
+    @model_serializer(mode="wrap")
+    def _unset_kv_type_is_absent(self, handler: SerializerFunctionWrapHandler,
+                                 ) -> dict[str, Any]:
+        out: dict[str, Any] = handler(self)
+        if out.get("kv_type", "") is None:
+            del out["kv_type"]
+        return out
+
+    @property
+    def kv_f16(self) -> bool:
+        """Whether the runtime loads the artifact with binary16 KV pages."""
+        return (self.kv_type or DEFAULT_KV_TYPE) == "f16"
 
 
 class EngineSet(Doc):

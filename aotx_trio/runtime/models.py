@@ -33,6 +33,7 @@ from aotx_trio import errors
 from aotx_trio.embed import Embedder
 from aotx_trio.engine import PAGE_TOKENS, Engine
 from aotx_trio.router.identity import descriptor_sha256, tree_sha256
+from aotx_trio.router.records import DEFAULT_KV_TYPE, KV_TYPES
 from aotx_trio.runtime.ccir import Component, RuntimeFile
 from aotx_trio.runtime.validate import shown
 
@@ -53,6 +54,10 @@ class TextModel:
 
     threads: int = 0
     automatic_memory: bool = False   # the component's flag: shared memory retention mode 2
+    # the descriptor's kv_type as the router asked for it (None: unset, the default):
+    # part of the reported descriptor only when set, so that its digest stays the
+    # release's; the KV type actually served is :attr:`kv_type`
+    descriptor_kv_type: str | None = None
 
     @property
     def context(self) -> int:
@@ -61,8 +66,12 @@ class TextModel:
 
     @property
     def descriptor(self) -> dict[str, Any]:
-        return {"backend": "cpu", "threads": self.threads,
-                "kv_page_tokens": self.engine.kv_stats().page_tokens, "context": self.context}
+        out: dict[str, Any] = {"backend": "cpu", "threads": self.threads,
+                               "kv_page_tokens": self.engine.kv_stats().page_tokens,
+                               "context": self.context}
+        if self.descriptor_kv_type is not None:
+            out["kv_type"] = self.descriptor_kv_type
+        return out
 
     @property
     def kv_type(self) -> str:
@@ -210,9 +219,12 @@ class ModelSet:
                   max_seqs: int = MAX_SEQS) -> TextModel:
         """Load the GGUF file at ``path`` on demand (blocking: a worker thread) after
         checking its bytes hash to ``sha256``; the descriptor's settings (None: the
-        engine's defaults).  The caller adds it to :attr:`text`.  Float32 KV: the
-        router's descriptor has no KV type (a runtime file's ``kv_f16`` flag does not
-        reach a model loaded this way), so its identity stays what it names."""
+        engine's defaults).  The caller adds it to :attr:`text`.  KV pages of the
+        descriptor's ``kv_type``: ``"f16"`` (binary16) unless it says ``"f32"`` (unset
+        or a null descriptor: f16, the runtime's default, as for packed models).  The
+        reported descriptor (:meth:`identity`) names ``kv_type`` only when the
+        descriptor set it, so its ``descriptor_sha256`` is the release's; the KV type
+        served is the identity row's and ``/capabilities``' ``kv_type``."""
         digest = hashlib.sha256()
         with path.open("rb") as f:
             while chunk := f.read(1 << 20):
@@ -224,22 +236,30 @@ class ModelSet:
         if d.get("backend", "cpu") != "cpu":
             raise errors.InvalidInput("this runtime has only the cpu backend",
                                       code="backend_unavailable", field="descriptor.backend")
+        kv_type = d.get("kv_type")
+        if kv_type not in (None, *KV_TYPES):
+            raise errors.InvalidInput(f"descriptor.kv_type must be one of {list(KV_TYPES)}",
+                                      field="descriptor.kv_type")
         threads = int(d.get("threads", 0))
         eng = Engine.load(path, threads=threads, max_seqs=max_seqs,
                           max_tokens=int(d.get("context", 0)),
-                          page_tokens=int(d.get("kv_page_tokens", PAGE_TOKENS)))
+                          page_tokens=int(d.get("kv_page_tokens", PAGE_TOKENS)),
+                          kv_f16=(kv_type or DEFAULT_KV_TYPE) == "f16")
         name = f"artifact-{sha256[:16]}"
-        log.info("model %s loaded on demand: %s, context %d", name, eng.info.arch,
-                 eng.info.max_tokens)
-        return TextModel(name, sha256, eng, threads)
+        log.info("model %s loaded on demand: %s, context %d, %s KV", name, eng.info.arch,
+                 eng.info.max_tokens, _kv_type(eng.kv_stats().elem_bytes))
+        return TextModel(name, sha256, eng, threads, descriptor_kv_type=kv_type)
 
     def identity(self) -> list[dict[str, Any]]:
-        """Every loaded artifact: name, kind, artifact_sha256, descriptor (+ sha256)."""
+        """Every loaded artifact: name, kind, artifact_sha256, descriptor (+ sha256);
+        a text model adds ``kv_type``, the element type of the KV pages it is served
+        with (whether or not its descriptor names one)."""
         out: list[dict[str, Any]] = []
         for m in self.text.values():
             out.append({"name": m.name, "kind": "textgen", "artifact_sha256": m.digest,
                         "descriptor": m.descriptor,
-                        "descriptor_sha256": descriptor_sha256(m.descriptor)})
+                        "descriptor_sha256": descriptor_sha256(m.descriptor),
+                        "kv_type": m.kv_type})
         e = self.embedding
         if e is not None and e.embedder is not None:
             out.append({"name": e.name, "kind": "embedding",

@@ -286,7 +286,7 @@ def model_load(params: Mapping[str, Any]) -> tuple[Path, str, dict[str, Any] | N
                                   field="artifact_sha256")
     descriptor = params.get("descriptor")
     if descriptor is not None:
-        keys = {"backend", "threads", "kv_page_tokens", "context"}
+        keys = {"backend", "threads", "kv_page_tokens", "context", "kv_type"}
         if not isinstance(descriptor, dict) or set(descriptor) - keys:
             raise errors.InvalidInput(f"descriptor must be an object of {sorted(keys)}",
                                       field="descriptor")
@@ -295,5 +295,9 @@ def model_load(params: Mapping[str, Any]) -> tuple[Path, str, dict[str, Any] | N
             if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= 1 << 20:
                 raise errors.InvalidInput(f"descriptor.{key} must be an integer",
                                           field=f"descriptor.{key}")
+        if descriptor.get("kv_type") not in (None, "f16", "f32"):
+            raise errors.InvalidInput('descriptor.kv_type must be "f16", "f32" or null '
+                                      "(the runtime's default, f16)",
+                                      field="descriptor.kv_type")
         descriptor = dict(descriptor)
     return path, sha, descriptor
