@@ -821,57 +821,69 @@ typedef struct {
     __m256 dmin[KSL];               /* [sb] Q4_K dmin per row */
 } ktiles8;                          /* ~12 KiB */
 
+/* Q6_K scales of slab entry i from lane vectors: S[a] lane r = row r's dword at byte
+ * 192 + 4a (its int8 scales 4a .. 4a + 3), d = row r's d. */
+AI void k6_scales_set(ktiles8 *kb, int64_t i, const __m256i *S, __m256 d) {
+    const __m256i lo16 = _mm256_set1_epi32(0xffff);
+    for (int a = 0; a < 4; a++) {
+        __m256i sc[4];  /* the four int8 scales of this dword, sign-extended */
+        for (int c = 0; c < 4; c++) {
+            sc[c] = _mm256_srai_epi32(_mm256_sllv_epi32(S[a], _mm256_set1_epi32(24 - 8 * c)), 24);
+            kb->sc[i][4 * a + c] = _mm256_or_si256(_mm256_and_si256(sc[c], lo16),
+                                                   _mm256_slli_epi32(sc[c], 16));
+        }
+        /* (-2 sc, -2 sc') pairs: madd with (16 bsum, 16 bsum') (both fit int16) is the
+         * -32 offset of a 32-value sub-block, exact */
+        const __m256i z = _mm256_setzero_si256();
+        for (int c = 0; c < 4; c++) sc[c] = _mm256_sub_epi32(z, _mm256_add_epi32(sc[c], sc[c]));
+        kb->mm[i][2 * a] = _mm256_or_si256(_mm256_and_si256(sc[0], lo16), _mm256_slli_epi32(sc[1], 16));
+        kb->mm[i][2 * a + 1] = _mm256_or_si256(_mm256_and_si256(sc[2], lo16),
+                                               _mm256_slli_epi32(sc[3], 16));
+    }
+    kb->d[i] = d;
+}
+
+/* Q4_K scales of slab entry i from lane vectors: lane r of G / Q0 / Q1 / Q2 = row r's
+ * dword at byte 0 (d, dmin) / 4 / 8 / 12. */
+AI void k4_scales_set(ktiles8 *kb, int64_t i, __m256i G, __m256i Q0, __m256i Q1, __m256i Q2) {
+    kb->d[i] = half_to_ps(G, 0);
+    kb->dmin[i] = half_to_ps(G, 1);
+    const __m256i c3f = _mm256_set1_epi8(0x3f), c0f = _mm256_set1_epi8(0x0f), c30 = _mm256_set1_epi8(0x30);
+    /* the 6-bit packing: sc[j] / m[j] (j < 4) in bytes of Q0 / Q1; sc[j + 4] and
+     * m[j + 4] take their low nibble from Q2 and their top two bits from Q0 / Q1 */
+    const __m256i sv[2] = {
+        _mm256_and_si256(Q0, c3f),
+        _mm256_or_si256(_mm256_and_si256(Q2, c0f), _mm256_and_si256(_mm256_srli_epi32(Q0, 2), c30))};
+    const __m256i mv[2] = {
+        _mm256_and_si256(Q1, c3f),
+        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(Q2, 4), c0f),
+                        _mm256_and_si256(_mm256_srli_epi32(Q1, 2), c30))};
+    const __m256i ff = _mm256_set1_epi32(0xff);
+    for (int j = 0; j < 8; j++) {
+        const __m128i sh = _mm_cvtsi32_si128(8 * (j & 3));
+        __m256i sc = _mm256_and_si256(_mm256_srl_epi32(sv[j >> 2], sh), ff);
+        __m256i m = _mm256_and_si256(_mm256_srl_epi32(mv[j >> 2], sh), ff);
+        kb->sc[i][j] = _mm256_or_si256(sc, _mm256_slli_epi32(sc, 16));
+        kb->mf[i][j] = _mm256_cvtepi32_ps(m);
+    }
+}
+
 /* Scales of the chunk's rows (row r at rows[0] + vidx[r], each at super-block k0),
  * super-blocks [0, kn): gathered per super-block, unpacked in vectors. */
 static void ktile_scales(int kind, const uint8_t *row0, __m256i vidx, int64_t kn, ktiles8 *kb) {
-    const __m256i lo16 = _mm256_set1_epi32(0xffff);
     for (int64_t i = 0; i < kn; i++) {
         if (kind == AOTX_TK_Q6_K) {
             const uint8_t *p = row0 + (size_t)i * sizeof(aotx_block_q6_k);
             /* bytes 206..209: d is the high half (a dword at 208 would pass the block) */
             const __m256 d = half_to_ps(gather4(p + 206, vidx), 1);
-            for (int a = 0; a < 4; a++) {
-                const __m256i S = gather4(p + 192 + 4 * a, vidx);
-                __m256i sc[4];  /* the four int8 scales of this dword, sign-extended */
-                for (int c = 0; c < 4; c++) {
-                    sc[c] = _mm256_srai_epi32(_mm256_sllv_epi32(S, _mm256_set1_epi32(24 - 8 * c)), 24);
-                    kb->sc[i][4 * a + c] = _mm256_or_si256(_mm256_and_si256(sc[c], lo16),
-                                                           _mm256_slli_epi32(sc[c], 16));
-                }
-                /* (-2 sc, -2 sc') pairs: madd with (16 bsum, 16 bsum') (both fit int16) is the
-                 * -32 offset of a 32-value sub-block, exact */
-                const __m256i z = _mm256_setzero_si256();
-                for (int c = 0; c < 4; c++) sc[c] = _mm256_sub_epi32(z, _mm256_add_epi32(sc[c], sc[c]));
-                kb->mm[i][2 * a] = _mm256_or_si256(_mm256_and_si256(sc[0], lo16), _mm256_slli_epi32(sc[1], 16));
-                kb->mm[i][2 * a + 1] = _mm256_or_si256(_mm256_and_si256(sc[2], lo16),
-                                                       _mm256_slli_epi32(sc[3], 16));
-            }
-            kb->d[i] = d;
+            __m256i S[4];
+            for (int a = 0; a < 4; a++) S[a] = gather4(p + 192 + 4 * a, vidx);
+            k6_scales_set(kb, i, S, d);
             continue;
         }
         const uint8_t *p = row0 + (size_t)i * sizeof(aotx_block_q4_k);
-        const __m256i G = gather4(p, vidx);
-        kb->d[i] = half_to_ps(G, 0);
-        kb->dmin[i] = half_to_ps(G, 1);
-        const __m256i Q0 = gather4(p + 4, vidx), Q1 = gather4(p + 8, vidx), Q2 = gather4(p + 12, vidx);
-        const __m256i c3f = _mm256_set1_epi8(0x3f), c0f = _mm256_set1_epi8(0x0f), c30 = _mm256_set1_epi8(0x30);
-        /* the 6-bit packing: sc[j] / m[j] (j < 4) in bytes of Q0 / Q1; sc[j + 4] and
-         * m[j + 4] take their low nibble from Q2 and their top two bits from Q0 / Q1 */
-        const __m256i sv[2] = {
-            _mm256_and_si256(Q0, c3f),
-            _mm256_or_si256(_mm256_and_si256(Q2, c0f), _mm256_and_si256(_mm256_srli_epi32(Q0, 2), c30))};
-        const __m256i mv[2] = {
-            _mm256_and_si256(Q1, c3f),
-            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(Q2, 4), c0f),
-                            _mm256_and_si256(_mm256_srli_epi32(Q1, 2), c30))};
-        const __m256i ff = _mm256_set1_epi32(0xff);
-        for (int j = 0; j < 8; j++) {
-            const __m128i sh = _mm_cvtsi32_si128(8 * (j & 3));
-            __m256i sc = _mm256_and_si256(_mm256_srl_epi32(sv[j >> 2], sh), ff);
-            __m256i m = _mm256_and_si256(_mm256_srl_epi32(mv[j >> 2], sh), ff);
-            kb->sc[i][j] = _mm256_or_si256(sc, _mm256_slli_epi32(sc, 16));
-            kb->mf[i][j] = _mm256_cvtepi32_ps(m);
-        }
+        k4_scales_set(kb, i, gather4(p, vidx), gather4(p + 4, vidx), gather4(p + 8, vidx),
+                      gather4(p + 12, vidx));
     }
 }
 
@@ -881,39 +893,51 @@ AI void tr8x8(const uint8_t *const *rows, size_t off, __m256i *out) {
     tr8x4(rows, off + 16, out + 4);
 }
 
+/* Q6_K quants of half h (elements 128h ..) into q: A[g] / B[g] / H[g] lane r = row r's
+ * dword g of ql[64h ..] / ql[64h + 32 ..] / qh[32h ..] (element e = 128h + 32k + 4g + byte). */
+AI void k6_quants_set(__m256i *q, int h, const __m256i *A, const __m256i *B, const __m256i *H) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
+    for (int g = 0; g < 8; g++) {
+        __m256i *o = q + 32 * h + g;
+        o[0] = _mm256_or_si256(_mm256_and_si256(A[g], m4),
+                               _mm256_and_si256(_mm256_slli_epi16(H[g], 4), m30));
+        o[8] = _mm256_or_si256(_mm256_and_si256(B[g], m4),
+                               _mm256_and_si256(_mm256_slli_epi16(H[g], 2), m30));
+        o[16] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(A[g], 4), m4),
+                                _mm256_and_si256(H[g], m30));
+        o[24] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(B[g], 4), m4),
+                                _mm256_and_si256(_mm256_srli_epi16(H[g], 2), m30));
+    }
+}
+
+/* Q4_K quants of qs bytes 32p .. 32p + 31 into q: T[g] lane r = row r's dword g there
+ * (low nibbles sub-block 2p, high 2p + 1). */
+AI void k4_quants_set(__m256i *q, int p, const __m256i *T) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    for (int g = 0; g < 8; g++) {
+        q[16 * p + g] = _mm256_and_si256(T[g], m4);
+        q[16 * p + 8 + g] = _mm256_and_si256(_mm256_srli_epi16(T[g], 4), m4);
+    }
+}
+
 /* Quants of super-block i of rows[0..7] into kb->q. */
 static void ktile_quants(int kind, const uint8_t *const *rows, int64_t i, ktiles8 *kb) {
-    const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
-    __m256i *q = kb->q;
     if (kind == AOTX_TK_Q6_K) {
         const size_t base = (size_t)i * sizeof(aotx_block_q6_k);
-        for (int h = 0; h < 2; h++) {  /* element e = 128h + 32k + 4g + byte */
+        for (int h = 0; h < 2; h++) {
             __m256i A[8], B[8], H[8];
             tr8x8(rows, base + 64 * h, A);
             tr8x8(rows, base + 64 * h + 32, B);
             tr8x8(rows, base + 128 + 32 * h, H);
-            for (int g = 0; g < 8; g++) {
-                __m256i *o = q + 32 * h + g;
-                o[0] = _mm256_or_si256(_mm256_and_si256(A[g], m4),
-                                       _mm256_and_si256(_mm256_slli_epi16(H[g], 4), m30));
-                o[8] = _mm256_or_si256(_mm256_and_si256(B[g], m4),
-                                       _mm256_and_si256(_mm256_slli_epi16(H[g], 2), m30));
-                o[16] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(A[g], 4), m4),
-                                        _mm256_and_si256(H[g], m30));
-                o[24] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(B[g], 4), m4),
-                                        _mm256_and_si256(_mm256_srli_epi16(H[g], 2), m30));
-            }
+            k6_quants_set(kb->q, h, A, B, H);
         }
         return;
     }
     const size_t base = (size_t)i * sizeof(aotx_block_q4_k) + 16;
-    for (int p = 0; p < 4; p++) {  /* bytes 32p..: low nibbles sub-block 2p, high 2p+1 */
+    for (int p = 0; p < 4; p++) {
         __m256i T[8];
         tr8x8(rows, base + 32 * p, T);
-        for (int g = 0; g < 8; g++) {
-            q[16 * p + g] = _mm256_and_si256(T[g], m4);
-            q[16 * p + 8 + g] = _mm256_and_si256(_mm256_srli_epi16(T[g], 4), m4);
-        }
+        k4_quants_set(kb->q, p, T);
     }
 }
 
@@ -1107,6 +1131,141 @@ void aotx_avx2_k_tiles(int kind, const uint8_t *w, size_t rb, int64_t nb, const 
     if (n_tok == 1 && kind == AOTX_TK_Q6_K) q6_k_row1(w, rb, nb, act, y, r0, r1);
     else if (kind == AOTX_TK_Q6_K) k_tiles(AOTX_TK_Q6_K, w, rb, nb, act, as, n_tok, y, ldy, r0, r1);
     else k_tiles(AOTX_TK_Q4_K, w, rb, nb, act, as, n_tok, y, ldy, r0, r1);
+}
+
+/* ------------------------------------------ Q4_K / Q6_K re-blocked (packed) copy */
+
+/* Layout (aotx_avx2_k_pack): groups of 8 rows (lanes), per group nb super-blocks of
+ * AOTX_Q4KP_BLOCK (Q4_K, 8 x 144) / AOTX_Q6KP_BLOCK (Q6_K, 8 x 210) bytes, the 8 rows'
+ * original bytes rearranged into 32-byte lane vectors (byte 4r + i = byte i of a dword of
+ * row r): what ktile_scales gathers and ktile_quants' tr8x8 makes, stored once, so the
+ * kernel reads one sequential stream by plain loads (no gather, no transpose).
+ *   Q4_K, per super-block:
+ *     [0, 128)     4 x 32 bytes: vector a, lane r = row r's dword at byte 4a (a = 0:
+ *                  d, dmin; 1..3: the 6-bit scales and mins), ktile_scales' G, Q0..Q2;
+ *     [128, 1152)  32 x 32 bytes: vector v = 8p + g, lane r = row r's qs dword at byte
+ *                  16 + 4v (qs bytes 32p + 4g: low nibbles sub-block 2p, high 2p + 1).
+ *   Q6_K, per super-block:
+ *     [0, 16)      the 8 rows' fp16 d (byte 208);
+ *     [16, 144)    4 x 32 bytes: vector a, lane r = row r's dword at byte 192 + 4a (its
+ *                  int8 scales 4a .. 4a + 3);
+ *     [144, 1680)  48 x 32 bytes: vector v = 24h + 8c + g, lane r = row r's dword g of
+ *                  c = 0: ql[64h ..], c = 1: ql[64h + 32 ..], c = 2: qh[32h ..] (byte 128
+ *                  + 32h ..), ktile_quants' A / B / H of half h.
+ * Missing rows of the last group are zeros.  The kernel (aotx_avx2_k_packed) unpacks them
+ * with the same integer steps and runs the same ktile_dot at every n_tok (n_tok == 1 too:
+ * q6_k_row1 has its bits), so the same bits as aotx_avx2_k_tiles. */
+#define KP4_Q 128
+#define KP6_S 16
+#define KP6_Q 144
+
+AI size_t kp_block(int kind) {
+    return kind == AOTX_TK_Q6_K ? AOTX_Q6KP_BLOCK : AOTX_Q4KP_BLOCK;
+}
+
+void aotx_avx2_k_pack(int kind, const uint8_t *w, size_t rb, int64_t nb, int64_t rows, int64_t g0,
+                      int64_t g1, uint8_t *dst) {
+    const int q6 = kind == AOTX_TK_Q6_K;
+    const size_t bb = q6 ? sizeof(aotx_block_q6_k) : sizeof(aotx_block_q4_k), pb = kp_block(kind);
+    for (int64_t g = g0; g < g1; g++) {
+        uint8_t *o = dst + (size_t)g * (size_t)nb * pb;
+        for (int64_t b = 0; b < nb; b++, o += pb) {
+            memset(o, 0, pb);
+            for (int r = 0; r < TR; r++) {
+                const int64_t row = g * TR + r;
+                if (row >= rows) break;
+                const uint8_t *p = w + (size_t)row * rb + (size_t)b * bb;
+                if (!q6) {
+                    for (int a = 0; a < 4; a++) memcpy(o + 32 * a + 4 * r, p + 4 * a, 4);
+                    for (int v = 0; v < 32; v++) memcpy(o + KP4_Q + 32 * v + 4 * r, p + 16 + 4 * v, 4);
+                    continue;
+                }
+                memcpy(o + 2 * r, p + 208, 2);
+                for (int a = 0; a < 4; a++) memcpy(o + KP6_S + 32 * a + 4 * r, p + 192 + 4 * a, 4);
+                for (int h = 0; h < 2; h++)
+                    for (int c = 0; c < 3; c++) {
+                        const size_t src = c == 2 ? 128 + 32 * (size_t)h : 64 * (size_t)h + 32 * (size_t)c;
+                        for (int gg = 0; gg < 8; gg++)
+                            memcpy(o + KP6_Q + 32 * (24 * h + 8 * c + gg) + 4 * r, p + src + 4 * gg, 4);
+                    }
+            }
+        }
+    }
+}
+
+AI __m256i kp_ld(const uint8_t *p) {
+    return _mm256_loadu_si256((const __m256i *)(const void *)p);
+}
+
+/* Packed super-block pb into kb (slab entry 0): ktile_scales' and ktile_quants' values,
+ * from plain loads. */
+AI void kp_unpack(int kind, const uint8_t *pb, ktiles8 *kb) {
+    if (kind == AOTX_TK_Q6_K) {
+        __m256i S[4];
+        for (int a = 0; a < 4; a++) S[a] = kp_ld(pb + KP6_S + 32 * a);
+        k6_scales_set(kb, 0, S, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)pb)));
+        for (int h = 0; h < 2; h++) {
+            __m256i A[8], B[8], H[8];
+            for (int g = 0; g < 8; g++) {
+                A[g] = kp_ld(pb + KP6_Q + 32 * (24 * h + g));
+                B[g] = kp_ld(pb + KP6_Q + 32 * (24 * h + 8 + g));
+                H[g] = kp_ld(pb + KP6_Q + 32 * (24 * h + 16 + g));
+            }
+            k6_quants_set(kb->q, h, A, B, H);
+        }
+        return;
+    }
+    k4_scales_set(kb, 0, kp_ld(pb), kp_ld(pb + 32), kp_ld(pb + 64), kp_ld(pb + 96));
+    for (int p = 0; p < 4; p++) {
+        __m256i T[8];
+        for (int g = 0; g < 8; g++) T[g] = kp_ld(pb + KP4_Q + 32 * (8 * p + g));
+        k4_quants_set(kb->q, p, T);
+    }
+}
+
+#define KPCASE(K, n) case n: ktile_dot(K, kb, 0, i, act, as, tg, n, yc, ldy, (int)nr, accum); break;
+
+AI void k_packed(int kind, const uint8_t *pk, int64_t nb, const uint8_t *act, size_t as,
+                 int64_t n_tok, float *y, int64_t ldy, int64_t r0, int64_t r1) {
+    ktiles8 ktiles, *kb = &ktiles;
+    const size_t bb = kp_block(kind), gbytes = (size_t)nb * bb;
+    const uint8_t *end = pk + (size_t)((r1 + TR - 1) / TR) * gbytes;
+    for (int64_t rc = r0; rc < r1; rc += TR) {
+        const int64_t nr = r1 - rc < TR ? r1 - rc : TR;
+        const uint8_t *pb = pk + (size_t)(rc / TR) * gbytes;
+        /* the group PKG groups ahead, into L2, one super-block's worth per super-block */
+        const uint8_t *pf = pb + PKG * gbytes;
+        if (pf + gbytes > end) pf = NULL;
+        float *yc = y + rc;
+        for (int64_t i = 0; i < nb; i++, pb += bb) {
+            if (pf) {
+                q45p_prefetch(pf, bb);
+                pf += bb;
+            }
+            kp_unpack(kind, pb, kb);
+            const int accum = i > 0;
+            for (int64_t tg = 0; tg < n_tok; tg += TT) {
+                if (kind == AOTX_TK_Q6_K) {
+                    switch (n_tok - tg < TT ? n_tok - tg : TT) {
+                    KPCASE(AOTX_TK_Q6_K, 4) KPCASE(AOTX_TK_Q6_K, 3) KPCASE(AOTX_TK_Q6_K, 2)
+                    default: KPCASE(AOTX_TK_Q6_K, 1)
+                    }
+                } else {
+                    switch (n_tok - tg < TT ? n_tok - tg : TT) {
+                    KPCASE(AOTX_TK_Q4_K, 4) KPCASE(AOTX_TK_Q4_K, 3) KPCASE(AOTX_TK_Q4_K, 2)
+                    default: KPCASE(AOTX_TK_Q4_K, 1)
+                    }
+                }
+            }
+        }
+    }
+}
+#undef KPCASE
+
+void aotx_avx2_k_packed(int kind, const uint8_t *pk, int64_t nb, const uint8_t *act, size_t as,
+                        int64_t n_tok, float *y, int64_t ldy, int64_t r0, int64_t r1) {
+    if (kind == AOTX_TK_Q6_K) k_packed(AOTX_TK_Q6_K, pk, nb, act, as, n_tok, y, ldy, r0, r1);
+    else k_packed(AOTX_TK_Q4_K, pk, nb, act, as, n_tok, y, ldy, r0, r1);
 }
 
 #pragma GCC pop_options

@@ -41,6 +41,17 @@ void aotx_avx2_q45_pack(int kind, const uint8_t *w, size_t rb, int64_t nb, int64
 void aotx_avx2_q45_packed(int kind, const uint8_t *pk, int64_t nb, const uint8_t *act, size_t as,
                           int64_t n_tok, float *y, int64_t ldy, int64_t r0, int64_t r1);
 
+/* Q4_K / Q6_K re-blocked copies (the same file; kind AOTX_TK_Q4_K / AOTX_TK_Q6_K): groups
+ * of 8 rows, AOTX_Q4KP_BLOCK / AOTX_Q6KP_BLOCK bytes per group and 256-column super-block
+ * (the original's bytes); aotx_avx2_k_pack fills groups [g0, g1) of dst; aotx_avx2_k_packed
+ * is aotx_avx2_k_tiles(kind) on it (r0 a multiple of 8), bit for bit. */
+#define AOTX_Q4KP_BLOCK 1152
+#define AOTX_Q6KP_BLOCK 1680
+void aotx_avx2_k_pack(int kind, const uint8_t *w, size_t rb, int64_t nb, int64_t rows, int64_t g0,
+                      int64_t g1, uint8_t *dst);
+void aotx_avx2_k_packed(int kind, const uint8_t *pk, int64_t nb, const uint8_t *act, size_t as,
+                        int64_t n_tok, float *y, int64_t ldy, int64_t r0, int64_t r1);
+
 /* Prefetch of a later chunk of weight rows while the current chunk is worked on: its
  * bytes (from next; 0 past the row range) cut into one slice of whole cache lines per
  * block of the current chunk, slice b fetched while block b is multiplied. */

@@ -123,14 +123,17 @@ void aotx_x86_pick(int type, int max_level, int invariant, aotx_mm_fn *mm, const
     if (!*mm) *mm_name = NULL;
 }
 
-/* The re-blocked copies (quant_avx2_tiles.c) of Q8_0 / Q5_0 / Q4_0 matrices: served while
- * the type's pick is the AVX2 tiles, whose bits they reproduce (the same integer sums and
- * float steps).  Block bytes per group of 8 rows; 0: no copy for the type. */
+/* The re-blocked copies (quant_avx2_tiles.c) of Q8_0 / Q5_0 / Q4_0 / Q4_K / Q6_K matrices:
+ * served while the type's pick is the AVX2 tiles, whose bits they reproduce (the same
+ * integer sums and float steps).  Bytes per group of 8 rows and block (k-quants: 256-column
+ * super-block); 0: no copy for the type. */
 static size_t packed_block(int32_t type) {
     switch (type) {
     case AOTX_T_Q8_0: return AOTX_Q8P_BLOCK;
     case AOTX_T_Q5_0: return AOTX_Q5P_BLOCK;
     case AOTX_T_Q4_0: return AOTX_Q4P_BLOCK;
+    case AOTX_T_Q4_K: return AOTX_Q4KP_BLOCK;
+    case AOTX_T_Q6_K: return AOTX_Q6KP_BLOCK;
     default: return 0;
     }
 }
@@ -139,39 +142,53 @@ static int packed_active(int32_t type) {
     return packed_block(type) && strcmp(aotx_kernel_impl(type), "avx2") == 0;
 }
 
+/* columns of one block of the type (the copy's per-group unit); 0 for no copy */
+static int64_t packed_elems(int32_t type) {
+    return packed_block(type) ? aotx_type_block_elems(type) : 0;
+}
+
 int64_t aotx_packed_bytes(int32_t type, int64_t rows, int64_t cols) {
-    if (rows <= 0 || cols <= 0 || cols % 32 || !packed_active(type)) return 0;
-    return (rows + 7) / 8 * (cols / 32) * (int64_t)packed_block(type);
+    const int64_t be = packed_elems(type);
+    if (rows <= 0 || cols <= 0 || be <= 0 || cols % be || !packed_active(type)) return 0;
+    return (rows + 7) / 8 * (cols / be) * (int64_t)packed_block(type);
 }
 
 int aotx_pack(int32_t type, const void *w, int64_t rows, int64_t cols, int64_t r0, int64_t r1,
               void *dst) {
-    if (!w || !dst || !packed_block(type) || rows <= 0 || cols <= 0 || cols % 32 || r0 < 0 ||
-        r0 % 8 || r1 > rows || r0 > r1)
+    const int64_t be = packed_elems(type);
+    if (!w || !dst || be <= 0 || rows <= 0 || cols <= 0 || cols % be || r0 < 0 || r0 % 8 ||
+        r1 > rows || r0 > r1)
         return AOTX_E_INVALID_ARGUMENT;
-    const int64_t nb = cols / 32;
+    const int64_t nb = cols / be;
     const size_t rb = (size_t)aotx_type_row_bytes(type, cols);
-    if (type == AOTX_T_Q8_0)
-        aotx_avx2_q8_0_pack(w, rb, nb, rows, r0 / 8, (r1 + 7) / 8, dst);
-    else
-        aotx_avx2_q45_pack(type == AOTX_T_Q5_0 ? AOTX_TK_Q5_0 : AOTX_TK_Q4_0, w, rb, nb, rows, r0 / 8,
-                           (r1 + 7) / 8, dst);
+    const int64_t g0 = r0 / 8, g1 = (r1 + 7) / 8;
+    switch (type) {
+    case AOTX_T_Q8_0: aotx_avx2_q8_0_pack(w, rb, nb, rows, g0, g1, dst); break;
+    case AOTX_T_Q5_0: aotx_avx2_q45_pack(AOTX_TK_Q5_0, w, rb, nb, rows, g0, g1, dst); break;
+    case AOTX_T_Q4_0: aotx_avx2_q45_pack(AOTX_TK_Q4_0, w, rb, nb, rows, g0, g1, dst); break;
+    case AOTX_T_Q6_K: aotx_avx2_k_pack(AOTX_TK_Q6_K, w, rb, nb, rows, g0, g1, dst); break;
+    default: aotx_avx2_k_pack(AOTX_TK_Q4_K, w, rb, nb, rows, g0, g1, dst); break;
+    }
     return 0;
 }
 
 int aotx_matmul_packed(int32_t type, const void *pk, int64_t cols, const void *act, int64_t n_tok,
                        float *y, int64_t ldy, int64_t r0, int64_t r1) {
-    if (!pk || !act || !y || !packed_block(type) || cols <= 0 || cols % 32 || n_tok <= 0 || r0 < 0 ||
+    const int64_t be = packed_elems(type);
+    if (!pk || !act || !y || be <= 0 || cols <= 0 || cols % be || n_tok <= 0 || r0 < 0 ||
         r0 % 8 || r1 < r0 || (n_tok > 1 && ldy < r1))
         return AOTX_E_INVALID_ARGUMENT;
     if (!packed_active(type)) return AOTX_E_UNSUPPORTED;
     if (r0 == r1) return 0;
     const size_t as = (size_t)aotx_act_bytes(type, cols, 1);
-    if (type == AOTX_T_Q8_0)
-        aotx_avx2_q8_0_packed(pk, cols / 32, act, as, n_tok, y, ldy, r0, r1);
-    else
-        aotx_avx2_q45_packed(type == AOTX_T_Q5_0 ? AOTX_TK_Q5_0 : AOTX_TK_Q4_0, pk, cols / 32, act, as,
-                             n_tok, y, ldy, r0, r1);
+    const int64_t nb = cols / be;
+    switch (type) {
+    case AOTX_T_Q8_0: aotx_avx2_q8_0_packed(pk, nb, act, as, n_tok, y, ldy, r0, r1); break;
+    case AOTX_T_Q5_0: aotx_avx2_q45_packed(AOTX_TK_Q5_0, pk, nb, act, as, n_tok, y, ldy, r0, r1); break;
+    case AOTX_T_Q4_0: aotx_avx2_q45_packed(AOTX_TK_Q4_0, pk, nb, act, as, n_tok, y, ldy, r0, r1); break;
+    case AOTX_T_Q6_K: aotx_avx2_k_packed(AOTX_TK_Q6_K, pk, nb, act, as, n_tok, y, ldy, r0, r1); break;
+    default: aotx_avx2_k_packed(AOTX_TK_Q4_K, pk, nb, act, as, n_tok, y, ldy, r0, r1); break;
+    }
     return 0;
 }
 #else /* !__x86_64__: no copy */

@@ -476,7 +476,12 @@ def test_q8_0_tiles_bits_equal_rows1_at_extremes(t: GT, impl: str) -> None:
         assert np.all(np.abs(y - y_ref) <= 1e-5 * mag + 1e-30), (impl, n_tok)
 
 
-PACKED = {GT.Q8_0: 272, GT.Q5_0: 176, GT.Q4_0: 144}   # copy bytes per 8 rows x 32 columns
+# copy bytes per 8 rows x one block (32 columns; k-quants: a 256-column super-block)
+PACKED = {GT.Q8_0: 272, GT.Q5_0: 176, GT.Q4_0: 144, GT.Q4_K: 1152, GT.Q6_K: 1680}
+# columns per type: Q8_0 / Q5_0 / Q4_0 at 640 (the head, attn_q / ffn_gate / ffn_up), 3
+# blocks and 34 (two K slabs); k-quants at 1 super-block, 2 and 8 (ffn_down's 2048)
+PACKED_COLS = {GT.Q8_0: (640, 96, 1088), GT.Q5_0: (640, 96, 1088), GT.Q4_0: (640, 96, 1088),
+               GT.Q4_K: (256, 512, 2048), GT.Q6_K: (256, 512, 2048)}
 
 
 def packed_matmul(t: GT, pk: np.ndarray, cols: int, act: np.ndarray, n_tok: int, r0: int,
@@ -491,7 +496,7 @@ def packed_matmul(t: GT, pk: np.ndarray, cols: int, act: np.ndarray, n_tok: int,
 def pack_copy(t: GT, w: np.ndarray, rows: int, cols: int, pieces: tuple[int, ...]) -> np.ndarray:
     """The re-blocked copy, filled piece by piece ([0, pieces[0]), ...: row splits)."""
     size = lib.aotx_packed_bytes(t, rows, cols)
-    assert size == (rows + 7) // 8 * (cols // 32) * PACKED[t]
+    assert size == (rows + 7) // 8 * (cols // block_elems(t)) * PACKED[t]
     pk = np.full(size, 0xAA, np.uint8)
     w = np.ascontiguousarray(w)
     for r0, r1 in itertools.pairwise((0, *pieces, rows)):
@@ -510,21 +515,37 @@ def extreme_blocks(t: GT, w: np.ndarray, rows: int, cols: int, rng: np.random.Ge
     blocks[::3, ::2, q0:] = ext[::3, ::2, q0:]
 
 
-@pytest.mark.parametrize("t", list(PACKED), ids=lambda t: t.name)
-@pytest.mark.parametrize("cols", [640, 96, 1088], ids=lambda c: f"cols{c}")
+def extreme_kblocks(t: GT, w: np.ndarray, rows: int, cols: int, rng: np.random.Generator) -> None:
+    """Every third row's even super-blocks with quants, scales and mins at their extremes
+    (as test_matmul_kquant_tiles_extreme_quants: bytes 0x00 / 0xFF, Q6_K's int8 scales
+    -128 / 127), the fp16 d (and dmin) kept, in place."""
+    _, bb, _ = LAYOUT[t]
+    ext = rng.choice(np.array((0x00, 0xFF), np.uint8), w.shape).reshape(rows, cols // 256, bb)
+    if t == GT.Q6_K:
+        ext[:, :, 192:208] = rng.choice(np.array((0x80, 0x7F), np.uint8), ext[:, :, 192:208].shape)
+    lo, hi = (0, 208) if t == GT.Q6_K else (4, bb)   # Q4_K: d, dmin at bytes 0..3
+    blocks = w.reshape(rows, cols // 256, bb)
+    blocks[::3, ::2, lo:hi] = ext[::3, ::2, lo:hi]
+
+
+@pytest.mark.parametrize("t, cols", [(t, c) for t in PACKED for c in PACKED_COLS[t]],
+                         ids=lambda v: v.name if isinstance(v, GT) else f"cols{v}")
 def test_packed_copy_bits_equal_the_tiles(t: GT, cols: int) -> None:
-    """The re-blocked copies (AVX2 tiles: the Q8_0 head, the body's Q5_0 / Q4_0
-    projections) give every token the bits of aotx_matmul_rows on the original rows
-    (n_tok 1, Q8_0's 8-token kernel, token groups of 4 and their tails, a prefill slab of
-    37), on row ranges that cut 8-row groups at the end and leave other rows untouched;
-    weights random with blocks at the quant extremes mixed in, 640 columns (the head,
-    attn_q / ffn_gate / ffn_up), 3 blocks and 34 (two K slabs)."""
+    """The re-blocked copies (AVX2 tiles: the Q8_0 head, the body's Q5_0 / Q4_0 / Q4_K /
+    Q6_K projections) give every token the bits of aotx_matmul_rows on the original rows
+    (n_tok 1 (Q6_K: q6_k_row1 on the rows, ktile_dot on the copy), Q8_0's 8-token kernel,
+    token groups of 4 and their tails, a prefill slab of 37), on row ranges that cut 8-row
+    groups at the end and leave other rows untouched; weights random with blocks at the
+    quant extremes mixed in, at PACKED_COLS' columns."""
     assert lib.aotx_kernel_force(b"avx2") == 0
     try:
         rng = np.random.default_rng(cols + int(t))
         rows = 43
         w = weights(t, rows, cols, rng, "random")
-        extreme_blocks(t, w, rows, cols, rng)
+        if t in (GT.Q4_K, GT.Q6_K):
+            extreme_kblocks(t, w, rows, cols, rng)
+        else:
+            extreme_blocks(t, w, rows, cols, rng)
         pk = pack_copy(t, w, rows, cols, (16, 40))
         for n_tok in (1, 3, 8, 9, 13, 37):
             x = rng.standard_normal((n_tok, cols)).astype(np.float32)
@@ -549,7 +570,7 @@ def test_packed_copy_bits_equal_the_tiles(t: GT, cols: int) -> None:
 def test_packed_copy_only_for_the_avx2_tiles(t: GT) -> None:
     """No copy is offered, and a copy made is refused (run the original), when the
     type's kernels picked are not the AVX2 tiles; bad ranges and types are refused."""
-    rows, cols = 16, 64
+    rows, cols = 16, PACKED_COLS[t][1]
     w = weights(t, rows, cols, np.random.default_rng(5), "random")
     assert lib.aotx_kernel_force(b"avx2") == 0
     try:
@@ -561,8 +582,12 @@ def test_packed_copy_only_for_the_avx2_tiles(t: GT) -> None:
         assert lib.aotx_pack(t, ffi.from_buffer(w), rows, cols, 3, 16,
                              ffi.from_buffer(pk)) == lib.AOTX_E_INVALID_ARGUMENT
         assert lib.aotx_packed_bytes(t, rows, 48) == 0
-        assert lib.aotx_packed_bytes(GT.Q4_K, rows, 256) == 0
-        assert lib.aotx_matmul_packed(GT.Q6_K, *args, 0, 16) == lib.AOTX_E_INVALID_ARGUMENT
+        if t in (GT.Q4_K, GT.Q6_K):  # whole super-blocks only
+            assert lib.aotx_packed_bytes(t, rows, cols + 32) == 0
+            assert lib.aotx_matmul_packed(t, *args[:1], cols + 32, *args[2:], 0, 16) == \
+                lib.AOTX_E_INVALID_ARGUMENT
+        assert lib.aotx_packed_bytes(GT.Q5_K, rows, 256) == 0
+        assert lib.aotx_matmul_packed(GT.Q5_K, *args, 0, 16) == lib.AOTX_E_INVALID_ARGUMENT
         for other in ("ref", "avx512vnni"):
             if lib.aotx_kernel_force(other.encode()) != 0:
                 continue
