@@ -1153,8 +1153,9 @@ void aotx_avx2_k_tiles(int kind, const uint8_t *w, size_t rb, int64_t nb, const 
  *                  c = 0: ql[64h ..], c = 1: ql[64h + 32 ..], c = 2: qh[32h ..] (byte 128
  *                  + 32h ..), ktile_quants' A / B / H of half h.
  * Missing rows of the last group are zeros.  The kernel (aotx_avx2_k_packed) unpacks them
- * with the same integer steps and runs the same ktile_dot at every n_tok (n_tok == 1 too:
- * q6_k_row1 has its bits), so the same bits as aotx_avx2_k_tiles. */
+ * with the same integer steps and runs the same ktile_dot at every n_tok (Q6_K's n_tok == 1
+ * too, whose q6_k_row1 has ktile_dot's bits; there kp6_dot1, ktile_dot's steps with the
+ * quants kept in registers), so the same bits as aotx_avx2_k_tiles. */
 #define KP4_Q 128
 #define KP6_S 16
 #define KP6_Q 144
@@ -1223,6 +1224,63 @@ AI void kp_unpack(int kind, const uint8_t *pb, ktiles8 *kb) {
     }
 }
 
+/* Q6_K, n_tok == 1 on a packed group: ktile_dot (Q6_K, one token) with the quant vectors
+ * made in registers from the stream (ktile_dot on kb->q costs 64 stores and loads per
+ * super-block: measured slower than q6_k_row1), the scales staged by k6_scales_set.  Per
+ * 32-value sub-block j the same int16 pair sums (2 maddubs each), the same madds into the
+ * same exact int32 T_j, and the same float steps in the same order: the same bits. */
+AI void kp6_dot1(const uint8_t *pb, const uint8_t *pf, int64_t nb, const uint8_t *act, ktiles8 *kb,
+                 float *y, int nr) {
+    const size_t bb = AOTX_Q6KP_BLOCK;
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
+    const aotx_block_q8_k32 *xa = (const aotx_block_q8_k32 *)act;
+    __m256 yv = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; i++, pb += bb) {
+        if (pf) {
+            q45p_prefetch(pf, bb);
+            pf += bb;
+        }
+        const aotx_block_q8_k32 *xb = xa + i;
+        __m256i S[4];
+        for (int a = 0; a < 4; a++) S[a] = kp_ld(pb + KP6_S + 32 * a);
+        k6_scales_set(kb, 0, S, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)pb)));
+        int32_t b16[8];  /* (16 bsum_2j, 16 bsum_2j+1) pairs, as ktile_dot */
+        _mm256_storeu_si256((__m256i *)b16,
+                            _mm256_slli_epi16(_mm256_loadu_si256((const __m256i *)xb->bsums), 4));
+        __m256 F = _mm256_setzero_ps();
+        for (int j = 0; j < 8; j++) {  /* j = 4h + k: ql half h, nibble / bit plane k */
+            const int h = j >> 2, k = j & 3;
+            const uint8_t *qa = pb + KP6_Q + 32 * (24 * h + 8 * (k & 1));  /* A (k even) or B */
+            const uint8_t *qh = pb + KP6_Q + 32 * (24 * h + 16);
+            __m256i A = _mm256_madd_epi16(kb->mm[0][j], _mm256_set1_epi32(b16[j]));
+            for (int p = 0; p < 4; p++) {  /* dwords 8j + 2p, 8j + 2p + 1: group 2j + p / 2 */
+                __m256i s16 = _mm256_setzero_si256();
+                for (int e = 0; e < 2; e++) {
+                    const int g = 2 * p + e;
+                    const __m256i L = kp_ld(qa + 32 * g), H = kp_ld(qh + 32 * g);
+                    __m256i q;
+                    switch (k) {  /* k6_quants_set's o[8k] */
+                    case 0: q = _mm256_or_si256(_mm256_and_si256(L, m4),
+                                                _mm256_and_si256(_mm256_slli_epi16(H, 4), m30)); break;
+                    case 1: q = _mm256_or_si256(_mm256_and_si256(L, m4),
+                                                _mm256_and_si256(_mm256_slli_epi16(H, 2), m30)); break;
+                    case 2: q = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(L, 4), m4),
+                                                _mm256_and_si256(H, m30)); break;
+                    default: q = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(L, 4), m4),
+                                                 _mm256_and_si256(_mm256_srli_epi16(H, 2), m30)); break;
+                    }
+                    s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(q, bcast4(xb->qs + 4 * (8 * j + g))));
+                }
+                A = _mm256_add_epi32(A, _mm256_madd_epi16(s16, kb->sc[0][2 * j + (p >> 1)]));
+            }
+            F = _mm256_fmadd_ps(_mm256_cvtepi32_ps(A), _mm256_set1_ps(xb->d[j]), F);
+        }
+        yv = i > 0 ? _mm256_fmadd_ps(F, kb->d[0], yv) : _mm256_mul_ps(F, kb->d[0]);
+    }
+    if (nr == TR) _mm256_storeu_ps(y, yv);
+    else _mm256_maskstore_ps(y, row_mask(nr), yv);
+}
+
 #define KPCASE(K, n) case n: ktile_dot(K, kb, 0, i, act, as, tg, n, yc, ldy, (int)nr, accum); break;
 
 AI void k_packed(int kind, const uint8_t *pk, int64_t nb, const uint8_t *act, size_t as,
@@ -1237,6 +1295,10 @@ AI void k_packed(int kind, const uint8_t *pk, int64_t nb, const uint8_t *act, si
         const uint8_t *pf = pb + PKG * gbytes;
         if (pf + gbytes > end) pf = NULL;
         float *yc = y + rc;
+        if (kind == AOTX_TK_Q6_K && n_tok == 1) {
+            kp6_dot1(pb, pf, nb, act, kb, yc, (int)nr);
+            continue;
+        }
         for (int64_t i = 0; i < nb; i++, pb += bb) {
             if (pf) {
                 q45p_prefetch(pf, bb);
