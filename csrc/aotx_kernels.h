@@ -1,7 +1,7 @@
 /* aotx_kernels.h -- tensor types (GGUF/ggml numbering) and the matrix kernels
  * the decoder runs on.  Weights stay in their GGUF block layout (row-major,
  * one row = cols/block_size blocks; the one exception: the re-blocked copy of a
- * Q8_0 / Q5_0 / Q4_0 matrix for the AVX2 tiles, aotx_pack below).  Activations are
+ * Q8_0 / Q5_0 / Q4_0 / Q4_K / Q6_K matrix for the AVX2 tiles, aotx_pack below).  Activations are
  * converted once per matmul by aotx_act_prepare() (F32 for F32/F16/BF16 weights,
  * Q8_K32 for k-quants, Q8_0 for Q4_0/Q5_0/Q8_0), then any number of threads run
  * aotx_matmul_rows() over disjoint row ranges.  Every fast kernel has a
@@ -75,8 +75,9 @@ int aotx_kernel_force(const char *impl);
  * slower single-token decode).  On by AOTX_INVARIANT=1 in the environment (read once);
  * aotx_kernel_invariant(on) switches it (tests, benchmarks: not while kernels run). */
 int aotx_kernel_invariant(int on);
-/* A re-blocked copy of a Q8_0 / Q5_0 / Q4_0 matrix for the AVX2 tiles (the output head,
- * the body's projections): rows in groups of 8, each group's blocks one sequential stream
+/* A re-blocked copy of a Q8_0 / Q5_0 / Q4_0 / Q4_K / Q6_K matrix for the AVX2 tiles (the
+ * output head, the body's projections): rows in groups of 8, each group's blocks (k-quants:
+ * 256-column super-blocks; cols a multiple of the type's block) one sequential stream
  * of the original's bytes, no transpose or unpacking of scales per call.  Bytes it takes
  * (0: no copy for this type, or the kernels picked now do not use one); fill rows
  * [r0, r1) (r0 a multiple of 8) of it from W; aotx_matmul_rows(type, W, ...) on it, bit
