@@ -217,8 +217,8 @@ static int load_layer(aotx_model *m, int32_t l, char *err, int64_t cap) {
 }
 
 /* Re-blocked copies of the weights whose kernels picked at load use one (the AVX2 tiles:
- * aotx_packed_bytes for Q8_0, Q5_0 and Q4_0; each group of 8 rows one sequential stream,
- * no transposes or scale gathers per call, the same bits): the output head
+ * aotx_packed_bytes for Q8_0, Q5_0, Q4_0, Q4_K and Q6_K; each group of 8 rows one
+ * sequential stream, no transposes or scale gathers per call, the same bits): the head
  * (AOTX_HEAD_PACK=0 keeps it on the mapping) and the layers' projections
  * (AOTX_BODY_PACK=0), all in one arena of transparent huge pages.  A copy replaces the
  * mapping's pages of its tensor in the resident set (the whole pages inside the tensor

@@ -287,11 +287,18 @@ AI void tile_dot(int kind, const tiles8 *tb, int64_t kn, int64_t t0, int nt, flo
     store_tile(f, nt, y, t0, ldy, nr, accum);
 }
 
-#define TCASE(K, n) case n: tile_dot(K, tb, kn, tg, n, yc, ldy, (int)nr, accum); break;
-#define TSWITCH(K)                                                                    \
-    switch (ts - tg < TT ? ts - tg : TT) {                                            \
-    TCASE(K, 4) TCASE(K, 3) TCASE(K, 2) default: tile_dot(K, tb, kn, tg, 1, yc, ldy, (int)nr, accum); \
+/* Tokens [0, ts) of a staged chunk in groups of TT (constant nt per instantiation). */
+AI void tile_tokens(int kind, const tiles8 *tb, int64_t kn, int64_t ts, float *yc, int64_t ldy,
+                    int nr, int accum) {
+    for (int64_t tg = 0; tg < ts; tg += TT) {
+        switch (ts - tg < TT ? ts - tg : TT) {
+        case 4: tile_dot(kind, tb, kn, tg, 4, yc, ldy, nr, accum); break;
+        case 3: tile_dot(kind, tb, kn, tg, 3, yc, ldy, nr, accum); break;
+        case 2: tile_dot(kind, tb, kn, tg, 2, yc, ldy, nr, accum); break;
+        default: tile_dot(kind, tb, kn, tg, 1, yc, ldy, nr, accum); break;
+        }
     }
+}
 
 AI void q8fam_tiles(int kind, const uint8_t *w, size_t rb, int64_t nb, const uint8_t *act,
                     size_t as, int64_t n_tok, float *y, int64_t ldy, int64_t r0, int64_t r1) {
@@ -315,19 +322,12 @@ AI void q8fam_tiles(int kind, const uint8_t *w, size_t rb, int64_t nb, const uin
                              nn > 0 ? (size_t)nn * rb : 0, tb);
                 const int accum = k0 > 0;
                 float *yc = y + s0 * ldy + rc;
-                for (int64_t tg = 0; tg < ts; tg += TT) {
-                    if (kind == AOTX_TK_Q8_0) {
-                        TSWITCH(AOTX_TK_Q8_0)
-                    } else {
-                        TSWITCH(AOTX_TK_Q4_0)  /* Q4_0 and Q5_0: the same dot */
-                    }
-                }
+                if (kind == AOTX_TK_Q8_0) tile_tokens(AOTX_TK_Q8_0, tb, kn, ts, yc, ldy, (int)nr, accum);
+                else tile_tokens(AOTX_TK_Q4_0, tb, kn, ts, yc, ldy, (int)nr, accum);  /* Q4_0, Q5_0: one dot */
             }
         }
     }
 }
-#undef TSWITCH
-#undef TCASE
 
 /* lane r = the sum of v[r]'s 8 lanes (exact: integer adds in any order) */
 AI __m256i reduce8(const __m256i *v) {
@@ -484,26 +484,37 @@ void aotx_avx2_q8fam_tiles(int kind, const uint8_t *w, size_t rb, int64_t nb, co
 #define PKG 8               /* packed groups ahead to prefetch */
 #define PFH _MM_HINT_T1
 
-void aotx_avx2_q8_0_pack(const uint8_t *w, size_t rb, int64_t nb, int64_t rows, int64_t g0,
-                         int64_t g1, uint8_t *dst) {
-    const size_t bb = sizeof(aotx_block_q8_0);
+/* The copies' common walk: groups [g0, g1) of 8 rows, per group nb blocks of pb bytes
+ * (zeroed first: missing rows stay zeros), row r of block b filled by fill(kind, block,
+ * the row's original block of bb bytes, r). */
+typedef void pack_row_fn(int kind, uint8_t *o, const uint8_t *p, int r);
+
+static void pack_groups(int kind, pack_row_fn *fill, const uint8_t *w, size_t rb, size_t bb,
+                        size_t pb, int64_t nb, int64_t rows, int64_t g0, int64_t g1, uint8_t *dst) {
     for (int64_t g = g0; g < g1; g++) {
-        uint8_t *o = dst + (size_t)g * (size_t)nb * AOTX_Q8P_BLOCK;
-        for (int64_t b = 0; b < nb; b++, o += AOTX_Q8P_BLOCK) {
-            memset(o, 0, AOTX_Q8P_BLOCK);
-            for (int r = 0; r < TR; r++) {
-                const int64_t row = g * TR + r;
-                if (row >= rows) break;
-                const uint8_t *p = w + (size_t)row * rb + (size_t)b * bb;
-                memcpy(o + 2 * r, p, 2);
-                for (int v = 0; v < 16; v++) {
-                    const int gg = v >> 1, e = v & 1;
-                    o[16 + 16 * v + 2 * r] = p[2 + 4 * gg + e];
-                    o[16 + 16 * v + 2 * r + 1] = p[2 + 4 * gg + 2 + e];
-                }
-            }
+        uint8_t *o = dst + (size_t)g * (size_t)nb * pb;
+        for (int64_t b = 0; b < nb; b++, o += pb) {
+            memset(o, 0, pb);
+            for (int r = 0; r < TR && g * TR + r < rows; r++)
+                fill(kind, o, w + (size_t)(g * TR + r) * rb + (size_t)b * bb, r);
         }
     }
+}
+
+static void q8p_row(int kind, uint8_t *o, const uint8_t *p, int r) {
+    (void)kind;
+    memcpy(o + 2 * r, p, 2);
+    for (int v = 0; v < 16; v++) {
+        const int gg = v >> 1, e = v & 1;
+        o[16 + 16 * v + 2 * r] = p[2 + 4 * gg + e];
+        o[16 + 16 * v + 2 * r + 1] = p[2 + 4 * gg + 2 + e];
+    }
+}
+
+void aotx_avx2_q8_0_pack(const uint8_t *w, size_t rb, int64_t nb, int64_t rows, int64_t g0,
+                         int64_t g1, uint8_t *dst) {
+    pack_groups(AOTX_TK_Q8_0, q8p_row, w, rb, sizeof(aotx_block_q8_0), AOTX_Q8P_BLOCK, nb, rows, g0,
+                g1, dst);
 }
 
 /* tile_act's Q8_0 staging, block-major: x16[(b * ts + t) * 32], dx[b * ts + t] (the tokens
@@ -657,38 +668,31 @@ AI size_t q45p_block(int kind) {
     return kind == AOTX_TK_Q5_0 ? AOTX_Q5P_BLOCK : AOTX_Q4P_BLOCK;
 }
 
+static void q45p_row(int kind, uint8_t *o, const uint8_t *p, int r) {
+    const int q5 = kind == AOTX_TK_Q5_0;
+    const size_t qoff = q5 ? 6 : 2;
+    const uint32_t qh = q5 ? ld32(p + 2) : 0;
+    uint8_t u[32];
+    for (int j = 0; j < 16; j++) {
+        u[j] = (uint8_t)(p[qoff + j] & 15);
+        u[j + 16] = (uint8_t)(p[qoff + j] >> 4);
+    }
+    memcpy(o + 2 * r, p, 2);
+    for (int n = 0; n < 4; n++)
+        for (int i = 0; i < 4; i++)
+            o[Q45P_NIB + 32 * n + 4 * r + i] = (uint8_t)(u[4 * n + i] | u[4 * (n + 4) + i] << 4);
+    if (!q5) return;
+    for (int i = 0; i < 4; i++) {
+        uint8_t hb = 0;
+        for (int gg = 0; gg < 8; gg++) hb |= (uint8_t)(((qh >> (4 * gg + i)) & 1u) << gg);
+        o[Q45P_HI + 4 * r + i] = hb;
+    }
+}
+
 void aotx_avx2_q45_pack(int kind, const uint8_t *w, size_t rb, int64_t nb, int64_t rows, int64_t g0,
                         int64_t g1, uint8_t *dst) {
-    const int q5 = kind == AOTX_TK_Q5_0;
-    const size_t bb = q5 ? sizeof(aotx_block_q5_0) : sizeof(aotx_block_q4_0), pb = q45p_block(kind);
-    const size_t qoff = q5 ? 6 : 2;
-    for (int64_t g = g0; g < g1; g++) {
-        uint8_t *o = dst + (size_t)g * (size_t)nb * pb;
-        for (int64_t b = 0; b < nb; b++, o += pb) {
-            memset(o, 0, pb);
-            for (int r = 0; r < TR; r++) {
-                const int64_t row = g * TR + r;
-                if (row >= rows) break;
-                const uint8_t *p = w + (size_t)row * rb + (size_t)b * bb;
-                const uint32_t qh = q5 ? ld32(p + 2) : 0;
-                uint8_t u[32];
-                for (int j = 0; j < 16; j++) {
-                    u[j] = (uint8_t)(p[qoff + j] & 15);
-                    u[j + 16] = (uint8_t)(p[qoff + j] >> 4);
-                }
-                memcpy(o + 2 * r, p, 2);
-                for (int n = 0; n < 4; n++)
-                    for (int i = 0; i < 4; i++)
-                        o[Q45P_NIB + 32 * n + 4 * r + i] = (uint8_t)(u[4 * n + i] | u[4 * (n + 4) + i] << 4);
-                if (!q5) continue;
-                for (int i = 0; i < 4; i++) {
-                    uint8_t hb = 0;
-                    for (int gg = 0; gg < 8; gg++) hb |= (uint8_t)(((qh >> (4 * gg + i)) & 1u) << gg);
-                    o[Q45P_HI + 4 * r + i] = hb;
-                }
-            }
-        }
-    }
+    const size_t bb = kind == AOTX_TK_Q5_0 ? sizeof(aotx_block_q5_0) : sizeof(aotx_block_q4_0);
+    pack_groups(kind, q45p_row, w, rb, bb, q45p_block(kind), nb, rows, g0, g1, dst);
 }
 
 /* bit g of each byte of H moved to bit 4 (g a constant after inlining) */
@@ -791,14 +795,7 @@ AI void q45_packed(int kind, const uint8_t *pk, int64_t nb, const uint8_t *act, 
                     continue;
                 }
                 q45p_weights(kind, pb, pf, kn, tb);
-                for (int64_t tg = 0; tg < ts; tg += TT) {
-                    switch (ts - tg < TT ? ts - tg : TT) {  /* Q4_0 and Q5_0: the same dot */
-                    case 4: tile_dot(AOTX_TK_Q4_0, tb, kn, tg, 4, yc, ldy, (int)nr, accum); break;
-                    case 3: tile_dot(AOTX_TK_Q4_0, tb, kn, tg, 3, yc, ldy, (int)nr, accum); break;
-                    case 2: tile_dot(AOTX_TK_Q4_0, tb, kn, tg, 2, yc, ldy, (int)nr, accum); break;
-                    default: tile_dot(AOTX_TK_Q4_0, tb, kn, tg, 1, yc, ldy, (int)nr, accum); break;
-                    }
-                }
+                tile_tokens(AOTX_TK_Q4_0, tb, kn, ts, yc, ldy, (int)nr, accum);  /* Q4_0, Q5_0: one dot */
             }
         }
     }
@@ -1020,7 +1017,19 @@ AI void ktile_dot(int kind, const ktiles8 *kb, int64_t si, int64_t i, const uint
     }
 }
 
-#define KCASE(K, n) case n: ktile_dot(K, kb, i - k0, i, act, as, tg, n, yc, ldy, (int)nr, accum); break;
+/* Tokens [0, n_tok) of super-block i (slab entry si) in groups of TT. */
+AI void ktile_tokens(int kind, const ktiles8 *kb, int64_t si, int64_t i, const uint8_t *act,
+                     size_t as, int64_t n_tok, float *yc, int64_t ldy, int nr, int accum) {
+    for (int64_t tg = 0; tg < n_tok; tg += TT) {
+        switch (n_tok - tg < TT ? n_tok - tg : TT) {
+        case 4: ktile_dot(kind, kb, si, i, act, as, tg, 4, yc, ldy, nr, accum); break;
+        case 3: ktile_dot(kind, kb, si, i, act, as, tg, 3, yc, ldy, nr, accum); break;
+        case 2: ktile_dot(kind, kb, si, i, act, as, tg, 2, yc, ldy, nr, accum); break;
+        default: ktile_dot(kind, kb, si, i, act, as, tg, 1, yc, ldy, nr, accum); break;
+        }
+    }
+}
+
 
 AI void k_tiles(int kind, const uint8_t *w, size_t rb, int64_t nb, const uint8_t *act, size_t as,
                 int64_t n_tok, float *y, int64_t ldy, int64_t r0, int64_t r1) {
@@ -1041,24 +1050,11 @@ AI void k_tiles(int kind, const uint8_t *w, size_t rb, int64_t nb, const uint8_t
                 AOTX_PF_SLICE(pl, i, _MM_HINT_T0);
                 ktile_quants(kind, rows, i, kb);
                 const int accum = i > 0;
-                for (int64_t tg = 0; tg < n_tok; tg += TT) {
-                    if (kind == AOTX_TK_Q6_K) {
-                        switch (n_tok - tg < TT ? n_tok - tg : TT) {
-                        KCASE(AOTX_TK_Q6_K, 4) KCASE(AOTX_TK_Q6_K, 3) KCASE(AOTX_TK_Q6_K, 2)
-                        default: KCASE(AOTX_TK_Q6_K, 1)
-                        }
-                    } else {
-                        switch (n_tok - tg < TT ? n_tok - tg : TT) {
-                        KCASE(AOTX_TK_Q4_K, 4) KCASE(AOTX_TK_Q4_K, 3) KCASE(AOTX_TK_Q4_K, 2)
-                        default: KCASE(AOTX_TK_Q4_K, 1)
-                        }
-                    }
-                }
+                ktile_tokens(kind, kb, i - k0, i, act, as, n_tok, yc, ldy, (int)nr, accum);
             }
         }
     }
 }
-#undef KCASE
 
 AI int32_t hsum_i32(__m256i v) {
     __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
@@ -1164,34 +1160,26 @@ AI size_t kp_block(int kind) {
     return kind == AOTX_TK_Q6_K ? AOTX_Q6KP_BLOCK : AOTX_Q4KP_BLOCK;
 }
 
+static void kp_row(int kind, uint8_t *o, const uint8_t *p, int r) {
+    if (kind != AOTX_TK_Q6_K) {
+        for (int a = 0; a < 4; a++) memcpy(o + 32 * a + 4 * r, p + 4 * a, 4);
+        for (int v = 0; v < 32; v++) memcpy(o + KP4_Q + 32 * v + 4 * r, p + 16 + 4 * v, 4);
+        return;
+    }
+    memcpy(o + 2 * r, p + 208, 2);
+    for (int a = 0; a < 4; a++) memcpy(o + KP6_S + 32 * a + 4 * r, p + 192 + 4 * a, 4);
+    for (int h = 0; h < 2; h++)
+        for (int c = 0; c < 3; c++) {
+            const size_t src = c == 2 ? 128 + 32 * (size_t)h : 64 * (size_t)h + 32 * (size_t)c;
+            for (int gg = 0; gg < 8; gg++)
+                memcpy(o + KP6_Q + 32 * (24 * h + 8 * c + gg) + 4 * r, p + src + 4 * gg, 4);
+        }
+}
+
 void aotx_avx2_k_pack(int kind, const uint8_t *w, size_t rb, int64_t nb, int64_t rows, int64_t g0,
                       int64_t g1, uint8_t *dst) {
-    const int q6 = kind == AOTX_TK_Q6_K;
-    const size_t bb = q6 ? sizeof(aotx_block_q6_k) : sizeof(aotx_block_q4_k), pb = kp_block(kind);
-    for (int64_t g = g0; g < g1; g++) {
-        uint8_t *o = dst + (size_t)g * (size_t)nb * pb;
-        for (int64_t b = 0; b < nb; b++, o += pb) {
-            memset(o, 0, pb);
-            for (int r = 0; r < TR; r++) {
-                const int64_t row = g * TR + r;
-                if (row >= rows) break;
-                const uint8_t *p = w + (size_t)row * rb + (size_t)b * bb;
-                if (!q6) {
-                    for (int a = 0; a < 4; a++) memcpy(o + 32 * a + 4 * r, p + 4 * a, 4);
-                    for (int v = 0; v < 32; v++) memcpy(o + KP4_Q + 32 * v + 4 * r, p + 16 + 4 * v, 4);
-                    continue;
-                }
-                memcpy(o + 2 * r, p + 208, 2);
-                for (int a = 0; a < 4; a++) memcpy(o + KP6_S + 32 * a + 4 * r, p + 192 + 4 * a, 4);
-                for (int h = 0; h < 2; h++)
-                    for (int c = 0; c < 3; c++) {
-                        const size_t src = c == 2 ? 128 + 32 * (size_t)h : 64 * (size_t)h + 32 * (size_t)c;
-                        for (int gg = 0; gg < 8; gg++)
-                            memcpy(o + KP6_Q + 32 * (24 * h + 8 * c + gg) + 4 * r, p + src + 4 * gg, 4);
-                    }
-            }
-        }
-    }
+    const size_t bb = kind == AOTX_TK_Q6_K ? sizeof(aotx_block_q6_k) : sizeof(aotx_block_q4_k);
+    pack_groups(kind, kp_row, w, rb, bb, kp_block(kind), nb, rows, g0, g1, dst);
 }
 
 AI __m256i kp_ld(const uint8_t *p) {
@@ -1281,7 +1269,6 @@ AI void kp6_dot1(const uint8_t *pb, const uint8_t *pf, int64_t nb, const uint8_t
     else _mm256_maskstore_ps(y, row_mask(nr), yv);
 }
 
-#define KPCASE(K, n) case n: ktile_dot(K, kb, 0, i, act, as, tg, n, yc, ldy, (int)nr, accum); break;
 
 AI void k_packed(int kind, const uint8_t *pk, int64_t nb, const uint8_t *act, size_t as,
                  int64_t n_tok, float *y, int64_t ldy, int64_t r0, int64_t r1) {
@@ -1306,23 +1293,10 @@ AI void k_packed(int kind, const uint8_t *pk, int64_t nb, const uint8_t *act, si
             }
             kp_unpack(kind, pb, kb);
             const int accum = i > 0;
-            for (int64_t tg = 0; tg < n_tok; tg += TT) {
-                if (kind == AOTX_TK_Q6_K) {
-                    switch (n_tok - tg < TT ? n_tok - tg : TT) {
-                    KPCASE(AOTX_TK_Q6_K, 4) KPCASE(AOTX_TK_Q6_K, 3) KPCASE(AOTX_TK_Q6_K, 2)
-                    default: KPCASE(AOTX_TK_Q6_K, 1)
-                    }
-                } else {
-                    switch (n_tok - tg < TT ? n_tok - tg : TT) {
-                    KPCASE(AOTX_TK_Q4_K, 4) KPCASE(AOTX_TK_Q4_K, 3) KPCASE(AOTX_TK_Q4_K, 2)
-                    default: KPCASE(AOTX_TK_Q4_K, 1)
-                    }
-                }
-            }
+            ktile_tokens(kind, kb, 0, i, act, as, n_tok, yc, ldy, (int)nr, accum);
         }
     }
 }
-#undef KPCASE
 
 void aotx_avx2_k_packed(int kind, const uint8_t *pk, int64_t nb, const uint8_t *act, size_t as,
                         int64_t n_tok, float *y, int64_t ldy, int64_t r0, int64_t r1) {

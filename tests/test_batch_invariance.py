@@ -98,7 +98,8 @@ def test_logits_bit_identical_across_batches_positions_and_threads(model: Path,
                          ids=lambda v: "+".join(x.split("_")[1].lower() for x in v))
 def test_avx2_weight_copies_give_the_mapping_bits(model: Path, off: tuple[str, ...],
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    """On the AVX2 path the Q8_0 output head and the body's Q5_0 / Q8_0 projections run
+    """On the AVX2 path the Q8_0 output head and the body's Q4_0 / Q5_0 / Q8_0 / Q4_K /
+    Q6_K projections run
     from re-blocked copies made at load (AOTX_HEAD_PACK=0 / AOTX_BODY_PACK=0: from the
     mapping): alone and in batches of 8 with 2 threads, the logits are the mapping's bit
     for bit."""
