@@ -1150,8 +1150,8 @@ void aotx_avx2_k_tiles(int kind, const uint8_t *w, size_t rb, int64_t nb, const 
  *                  + 32h ..), ktile_quants' A / B / H of half h.
  * Missing rows of the last group are zeros.  The kernel (aotx_avx2_k_packed) unpacks them
  * with the same integer steps and runs the same ktile_dot at every n_tok (Q6_K's n_tok == 1
- * too, whose q6_k_row1 has ktile_dot's bits; there kp6_dot1, ktile_dot's steps with the
- * quants kept in registers), so the same bits as aotx_avx2_k_tiles. */
+ * too, whose q6_k_row1 has ktile_dot's bits; at one token kp4_dot1 / kp6_dot1, ktile_dot's
+ * steps with the quants kept in registers), so the same bits as aotx_avx2_k_tiles. */
 #define KP4_Q 128
 #define KP6_S 16
 #define KP6_Q 144
@@ -1270,6 +1270,45 @@ AI void kp6_dot1(const uint8_t *pb, const uint8_t *pf, int64_t nb, const uint8_t
 }
 
 
+/* Q4_K, n_tok == 1 on a packed group: ktile_dot (Q4_K, one token) with the quant vectors
+ * made in registers from the stream (one and / shift + and per vector instead of 64
+ * stores and loads through kb->q), the scales staged by k4_scales_set.  Per 32-value
+ * sub-block the same int16 sums of 8 maddubs, the same madd by (sc, sc), the same float
+ * steps in the same order (F chain, then the mins' G chain, fmsub, + y): the same bits. */
+AI void kp4_dot1(const uint8_t *pb, const uint8_t *pf, int64_t nb, const uint8_t *act, ktiles8 *kb,
+                 float *y, int nr) {
+    const size_t bb = AOTX_Q4KP_BLOCK;
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    const aotx_block_q8_k32 *xa = (const aotx_block_q8_k32 *)act;
+    __m256 yv = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; i++, pb += bb) {
+        if (pf) {
+            q45p_prefetch(pf, bb);
+            pf += bb;
+        }
+        const aotx_block_q8_k32 *xb = xa + i;
+        k4_scales_set(kb, 0, kp_ld(pb), kp_ld(pb + 32), kp_ld(pb + 64), kp_ld(pb + 96));
+        __m256 F = _mm256_setzero_ps();
+        for (int j = 0; j < 8; j++) {  /* sub-block j: qs bytes 32 (j / 2) .., nibble j % 2 */
+            const uint8_t *qv = pb + KP4_Q + 32 * 8 * (j >> 1);
+            __m256i s16 = _mm256_setzero_si256();
+            for (int g = 0; g < 8; g++) {
+                const __m256i T = kp_ld(qv + 32 * g);
+                const __m256i q = _mm256_and_si256((j & 1) ? _mm256_srli_epi16(T, 4) : T, m4);
+                s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(q, bcast4(xb->qs + 4 * (8 * j + g))));
+            }
+            F = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(s16, kb->sc[0][j])),
+                                _mm256_set1_ps(xb->d[j]), F);
+        }
+        __m256 G = _mm256_setzero_ps();
+        for (int j = 0; j < 8; j++) G = _mm256_fmadd_ps(kb->mf[0][j], _mm256_set1_ps(xb->dm[j]), G);
+        const __m256 r = _mm256_fmsub_ps(F, kb->d[0], _mm256_mul_ps(G, kb->dmin[0]));
+        yv = i > 0 ? _mm256_add_ps(yv, r) : r;
+    }
+    if (nr == TR) _mm256_storeu_ps(y, yv);
+    else _mm256_maskstore_ps(y, row_mask(nr), yv);
+}
+
 AI void k_packed(int kind, const uint8_t *pk, int64_t nb, const uint8_t *act, size_t as,
                  int64_t n_tok, float *y, int64_t ldy, int64_t r0, int64_t r1) {
     ktiles8 ktiles, *kb = &ktiles;
@@ -1282,8 +1321,9 @@ AI void k_packed(int kind, const uint8_t *pk, int64_t nb, const uint8_t *act, si
         const uint8_t *pf = pb + PKG * gbytes;
         if (pf + gbytes > end) pf = NULL;
         float *yc = y + rc;
-        if (kind == AOTX_TK_Q6_K && n_tok == 1) {
-            kp6_dot1(pb, pf, nb, act, kb, yc, (int)nr);
+        if (n_tok == 1) {
+            if (kind == AOTX_TK_Q6_K) kp6_dot1(pb, pf, nb, act, kb, yc, (int)nr);
+            else kp4_dot1(pb, pf, nb, act, kb, yc, (int)nr);
             continue;
         }
         for (int64_t i = 0; i < nb; i++, pb += bb) {
