@@ -484,25 +484,21 @@ void aotx_avx2_q8fam_tiles(int kind, const uint8_t *w, size_t rb, int64_t nb, co
 #define PKG 8               /* packed groups ahead to prefetch */
 #define PFH _MM_HINT_T1
 
-/* The copies' common walk: groups [g0, g1) of 8 rows, per group nb blocks of pb bytes
- * (zeroed first: missing rows stay zeros), row r of block b filled by fill(kind, block,
- * the row's original block of bb bytes, r). */
-typedef void pack_row_fn(int kind, uint8_t *o, const uint8_t *p, int r);
-
-static void pack_groups(int kind, pack_row_fn *fill, const uint8_t *w, size_t rb, size_t bb,
-                        size_t pb, int64_t nb, int64_t rows, int64_t g0, int64_t g1, uint8_t *dst) {
+void aotx_pack_groups(int kind, int gr, aotx_pack_row_fn *fill, const uint8_t *w, size_t rb,
+                      size_t bb, size_t pb, int64_t nb, int64_t rows, int64_t g0, int64_t g1,
+                      uint8_t *dst) {
     for (int64_t g = g0; g < g1; g++) {
         uint8_t *o = dst + (size_t)g * (size_t)nb * pb;
         for (int64_t b = 0; b < nb; b++, o += pb) {
             memset(o, 0, pb);
-            for (int r = 0; r < TR && g * TR + r < rows; r++)
-                fill(kind, o, w + (size_t)(g * TR + r) * rb + (size_t)b * bb, r);
+            for (int r = 0; r < gr && g * gr + r < rows; r++)
+                fill(kind, gr, o, w + (size_t)(g * gr + r) * rb + (size_t)b * bb, r);
         }
     }
 }
 
-static void q8p_row(int kind, uint8_t *o, const uint8_t *p, int r) {
-    (void)kind;
+static void q8p_row(int kind, int gr, uint8_t *o, const uint8_t *p, int r) {
+    (void)kind; (void)gr;
     memcpy(o + 2 * r, p, 2);
     for (int v = 0; v < 16; v++) {
         const int gg = v >> 1, e = v & 1;
@@ -513,8 +509,8 @@ static void q8p_row(int kind, uint8_t *o, const uint8_t *p, int r) {
 
 void aotx_avx2_q8_0_pack(const uint8_t *w, size_t rb, int64_t nb, int64_t rows, int64_t g0,
                          int64_t g1, uint8_t *dst) {
-    pack_groups(AOTX_TK_Q8_0, q8p_row, w, rb, sizeof(aotx_block_q8_0), AOTX_Q8P_BLOCK, nb, rows, g0,
-                g1, dst);
+    aotx_pack_groups(AOTX_TK_Q8_0, TR, q8p_row, w, rb, sizeof(aotx_block_q8_0), AOTX_Q8P_BLOCK, nb,
+                     rows, g0, g1, dst);
 }
 
 /* tile_act's Q8_0 staging, block-major: x16[(b * ts + t) * 32], dx[b * ts + t] (the tokens
@@ -668,9 +664,11 @@ AI size_t q45p_block(int kind) {
     return kind == AOTX_TK_Q5_0 ? AOTX_Q5P_BLOCK : AOTX_Q4P_BLOCK;
 }
 
-static void q45p_row(int kind, uint8_t *o, const uint8_t *p, int r) {
+/* Row r of a group of gr rows (8: this file's copy; 16: quant_x86.c's VNNI copy): scales
+ * at 2r, nibble vectors of 4 gr bytes from 2 gr, the fifth-bit plane after them (18 gr). */
+void aotx_q45_pack_row(int kind, int gr, uint8_t *o, const uint8_t *p, int r) {
     const int q5 = kind == AOTX_TK_Q5_0;
-    const size_t qoff = q5 ? 6 : 2;
+    const size_t qoff = q5 ? 6 : 2, nib = 2 * (size_t)gr, vec = 4 * (size_t)gr;
     const uint32_t qh = q5 ? ld32(p + 2) : 0;
     uint8_t u[32];
     for (int j = 0; j < 16; j++) {
@@ -680,19 +678,19 @@ static void q45p_row(int kind, uint8_t *o, const uint8_t *p, int r) {
     memcpy(o + 2 * r, p, 2);
     for (int n = 0; n < 4; n++)
         for (int i = 0; i < 4; i++)
-            o[Q45P_NIB + 32 * n + 4 * r + i] = (uint8_t)(u[4 * n + i] | u[4 * (n + 4) + i] << 4);
+            o[nib + vec * (size_t)n + 4 * (size_t)r + (size_t)i] = (uint8_t)(u[4 * n + i] | u[4 * (n + 4) + i] << 4);
     if (!q5) return;
     for (int i = 0; i < 4; i++) {
         uint8_t hb = 0;
         for (int gg = 0; gg < 8; gg++) hb |= (uint8_t)(((qh >> (4 * gg + i)) & 1u) << gg);
-        o[Q45P_HI + 4 * r + i] = hb;
+        o[nib + 4 * vec + 4 * (size_t)r + (size_t)i] = hb;
     }
 }
 
 void aotx_avx2_q45_pack(int kind, const uint8_t *w, size_t rb, int64_t nb, int64_t rows, int64_t g0,
                         int64_t g1, uint8_t *dst) {
     const size_t bb = kind == AOTX_TK_Q5_0 ? sizeof(aotx_block_q5_0) : sizeof(aotx_block_q4_0);
-    pack_groups(kind, q45p_row, w, rb, bb, q45p_block(kind), nb, rows, g0, g1, dst);
+    aotx_pack_groups(kind, TR, aotx_q45_pack_row, w, rb, bb, q45p_block(kind), nb, rows, g0, g1, dst);
 }
 
 /* bit g of each byte of H moved to bit 4 (g a constant after inlining) */
@@ -1160,7 +1158,8 @@ AI size_t kp_block(int kind) {
     return kind == AOTX_TK_Q6_K ? AOTX_Q6KP_BLOCK : AOTX_Q4KP_BLOCK;
 }
 
-static void kp_row(int kind, uint8_t *o, const uint8_t *p, int r) {
+static void kp_row(int kind, int gr, uint8_t *o, const uint8_t *p, int r) {
+    (void)gr;
     if (kind != AOTX_TK_Q6_K) {
         for (int a = 0; a < 4; a++) memcpy(o + 32 * a + 4 * r, p + 4 * a, 4);
         for (int v = 0; v < 32; v++) memcpy(o + KP4_Q + 32 * v + 4 * r, p + 16 + 4 * v, 4);
@@ -1179,7 +1178,7 @@ static void kp_row(int kind, uint8_t *o, const uint8_t *p, int r) {
 void aotx_avx2_k_pack(int kind, const uint8_t *w, size_t rb, int64_t nb, int64_t rows, int64_t g0,
                       int64_t g1, uint8_t *dst) {
     const size_t bb = kind == AOTX_TK_Q6_K ? sizeof(aotx_block_q6_k) : sizeof(aotx_block_q4_k);
-    pack_groups(kind, kp_row, w, rb, bb, kp_block(kind), nb, rows, g0, g1, dst);
+    aotx_pack_groups(kind, TR, kp_row, w, rb, bb, kp_block(kind), nb, rows, g0, g1, dst);
 }
 
 AI __m256i kp_ld(const uint8_t *p) {

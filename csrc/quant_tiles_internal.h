@@ -21,6 +21,22 @@ void aotx_avx2_q8fam_tiles(int kind, const uint8_t *w, size_t rb, int64_t nb, co
 void aotx_avx2_k_tiles(int kind, const uint8_t *w, size_t rb, int64_t nb, const uint8_t *act,
                        size_t as, int64_t n_tok, float *y, int64_t ldy, int64_t r0, int64_t r1);
 
+/* Bytes before a re-blocked copy's groups: a header naming its layout (quant_x86.c). */
+#define AOTX_PK_HEAD 64
+
+/* The re-blocked copies' common walk (quant_avx2_tiles.c): groups [g0, g1) of gr rows,
+ * per group nb blocks of pb bytes (zeroed first: missing rows stay zeros), row r of block
+ * b filled by fill(kind, gr, the block, the row's original block of bb bytes, r). */
+typedef void aotx_pack_row_fn(int kind, int gr, uint8_t *o, const uint8_t *p, int r);
+void aotx_pack_groups(int kind, int gr, aotx_pack_row_fn *fill, const uint8_t *w, size_t rb,
+                      size_t bb, size_t pb, int64_t nb, int64_t rows, int64_t g0, int64_t g1,
+                      uint8_t *dst);
+/* The Q4_0 / Q5_0 copies' row filler for groups of gr rows (kind AOTX_TK_Q4_0 / _Q5_0):
+ * 2 gr bytes of fp16 scales, 4 vectors of 4 gr bytes (vector n, byte 4r + i: quant 4n + i
+ * in the low nibble, 4(n + 4) + i in the high one), Q5_0: 4 gr bytes of fifth bits (byte
+ * 4r + i bit g: quant 4g + i's). */
+void aotx_q45_pack_row(int kind, int gr, uint8_t *o, const uint8_t *p, int r);
+
 /* Q8_0 re-blocked copy (quant_avx2_tiles.c): groups of 8 rows, AOTX_Q8P_BLOCK bytes per
  * group and block; aotx_avx2_q8_0_pack fills groups [g0, g1) of dst (ceil(rows / 8)
  * groups of nb blocks); aotx_avx2_q8_0_packed is aotx_avx2_q8fam_tiles(Q8_0) on it (r0 a

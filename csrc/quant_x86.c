@@ -46,6 +46,10 @@
 #define QX86_PF 3072  /* software prefetch distance (bytes) in the weight stream */
 
 enum { K_Q4_0, K_Q5_0, K_Q8_0 };  /* weight kinds of the Q8_0-activation family */
+/* the VNNI copies' bytes per group of 16 rows and block (see mm_q8fam_packed below) */
+#define QX86_VQ8_BLOCK 544
+#define QX86_VQ5_BLOCK 352
+#define QX86_VQ4_BLOCK 288
 enum { KQ_Q4_K, KQ_Q5_K, KQ_Q6_K };  /* and of the Q8_K family */
 
 #define QX86_BODY 1
@@ -123,11 +127,51 @@ void aotx_x86_pick(int type, int max_level, int invariant, aotx_mm_fn *mm, const
     if (!*mm) *mm_name = NULL;
 }
 
-/* The re-blocked copies (quant_avx2_tiles.c) of Q8_0 / Q5_0 / Q4_0 / Q4_K / Q6_K matrices:
- * served while the type's pick is the AVX2 tiles, whose bits they reproduce (the same
- * integer sums and float steps).  Bytes per group of 8 rows and block (k-quants: 256-column
- * super-block); 0: no copy for the type. */
-static size_t packed_block(int32_t type) {
+/* The re-blocked copies of weight matrices, one layout per kernel family that runs them:
+ *   PK_AVX2: quant_avx2_tiles.c's (Q8_0 / Q5_0 / Q4_0 / Q4_K / Q6_K, groups of 8 rows);
+ *   PK_VNNI: this file's AVX-512 VNNI tiles' (Q8_0 / Q5_0 / Q4_0, groups of 16 rows, below).
+ * Each reproduces its tiles' bits (the same integer sums and float steps) and is served
+ * while the type's pick is that family.  A copy starts with a header naming its layout, so
+ * a copy made under one pick is refused (AOTX_E_UNSUPPORTED: run the original) under
+ * another. */
+enum { PK_NONE, PK_AVX2, PK_VNNI };
+#define PK_MAGIC "AOTXPK1"
+
+typedef struct {
+    char magic[8];          /* PK_MAGIC */
+    int32_t layout, type;   /* PK_*, AOTX_T_* */
+    int64_t cols;
+    uint8_t pad[AOTX_PK_HEAD - 24];
+} pk_head;
+_Static_assert(sizeof(pk_head) == AOTX_PK_HEAD, "the copy's header is AOTX_PK_HEAD bytes");
+
+/* the layout the kernels picked now for the type run, PK_NONE if they use no copy */
+static int pk_layout(int32_t type) {
+    const char *impl = aotx_kernel_impl(type);
+    if (!impl) return PK_NONE;
+    switch (type) {
+    case AOTX_T_Q8_0: case AOTX_T_Q5_0: case AOTX_T_Q4_0:
+        return strcmp(impl, "avx2") == 0 ? PK_AVX2 : strcmp(impl, "avx512vnni") == 0 ? PK_VNNI : PK_NONE;
+    case AOTX_T_Q4_K: case AOTX_T_Q6_K:
+        return strcmp(impl, "avx2") == 0 ? PK_AVX2 : PK_NONE;
+    default:
+        return PK_NONE;
+    }
+}
+
+static int pk_group(int layout) { return layout == PK_VNNI ? 16 : 8; }
+
+/* bytes per group and block (k-quants: 256-column super-block); 0: no such copy */
+static size_t pk_block(int layout, int32_t type) {
+    if (layout == PK_VNNI) {
+        switch (type) {
+        case AOTX_T_Q8_0: return QX86_VQ8_BLOCK;
+        case AOTX_T_Q5_0: return QX86_VQ5_BLOCK;
+        case AOTX_T_Q4_0: return QX86_VQ4_BLOCK;
+        default: return 0;
+        }
+    }
+    if (layout != PK_AVX2) return 0;
     switch (type) {
     case AOTX_T_Q8_0: return AOTX_Q8P_BLOCK;
     case AOTX_T_Q5_0: return AOTX_Q5P_BLOCK;
@@ -138,56 +182,81 @@ static size_t packed_block(int32_t type) {
     }
 }
 
-static int packed_active(int32_t type) {
-    return packed_block(type) && strcmp(aotx_kernel_impl(type), "avx2") == 0;
-}
-
-/* columns of one block of the type (the copy's per-group unit); 0 for no copy */
-static int64_t packed_elems(int32_t type) {
-    return packed_block(type) ? aotx_type_block_elems(type) : 0;
+/* VNNI row filler, Q8_0: scales at 2r, vector g (64 bytes at 32 + 64 g) lane r = the
+ * row's quants 4g .. 4g + 3 as unsigned bytes w + 128 (the tiles' u) */
+static void vq8_row(int kind, int gr, uint8_t *o, const uint8_t *p, int r) {
+    (void)kind;
+    memcpy(o + 2 * r, p, 2);
+    for (int g = 0; g < 8; g++)
+        for (int i = 0; i < 4; i++)
+            o[2 * gr + 4 * gr * g + 4 * r + i] = (uint8_t)(p[2 + 4 * g + i] ^ 0x80);
 }
 
 int64_t aotx_packed_bytes(int32_t type, int64_t rows, int64_t cols) {
-    const int64_t be = packed_elems(type);
-    if (rows <= 0 || cols <= 0 || be <= 0 || cols % be || !packed_active(type)) return 0;
-    return (rows + 7) / 8 * (cols / be) * (int64_t)packed_block(type);
+    const int layout = pk_layout(type);
+    const size_t pb = pk_block(layout, type);
+    const int64_t be = aotx_type_block_elems(type), gr = pk_group(layout);
+    if (rows <= 0 || cols <= 0 || !pb || be <= 0 || cols % be) return 0;
+    return AOTX_PK_HEAD + (rows + gr - 1) / gr * (cols / be) * (int64_t)pb;
 }
 
 int aotx_pack(int32_t type, const void *w, int64_t rows, int64_t cols, int64_t r0, int64_t r1,
               void *dst) {
-    const int64_t be = packed_elems(type);
-    if (!w || !dst || be <= 0 || rows <= 0 || cols <= 0 || cols % be || r0 < 0 || r0 % 8 ||
+    const int layout = pk_layout(type);
+    const int64_t be = aotx_type_block_elems(type), gr = pk_group(layout);
+    if (!w || !dst || be <= 0 || rows <= 0 || cols <= 0 || cols % be || r0 < 0 || r0 % gr ||
         r1 > rows || r0 > r1)
         return AOTX_E_INVALID_ARGUMENT;
-    const int64_t nb = cols / be;
-    const size_t rb = (size_t)aotx_type_row_bytes(type, cols);
-    const int64_t g0 = r0 / 8, g1 = (r1 + 7) / 8;
+    const size_t pb = pk_block(layout, type);
+    if (!pb) return AOTX_E_UNSUPPORTED;
+    pk_head h = {.magic = PK_MAGIC, .layout = layout, .type = type, .cols = cols};
+    memcpy(dst, &h, sizeof h);
+    uint8_t *body = (uint8_t *)dst + AOTX_PK_HEAD;
+    const int64_t nb = cols / be, g0 = r0 / gr, g1 = (r1 + gr - 1) / gr;
+    const size_t rb = (size_t)aotx_type_row_bytes(type, cols), bb = rb / (size_t)nb;
+    if (layout == PK_VNNI) {
+        const int kind = type == AOTX_T_Q8_0 ? K_Q8_0 : type == AOTX_T_Q5_0 ? K_Q5_0 : K_Q4_0;
+        aotx_pack_groups(kind, 16, kind == K_Q8_0 ? vq8_row : aotx_q45_pack_row, w, rb, bb, pb, nb,
+                         rows, g0, g1, body);
+        return 0;
+    }
     switch (type) {
-    case AOTX_T_Q8_0: aotx_avx2_q8_0_pack(w, rb, nb, rows, g0, g1, dst); break;
-    case AOTX_T_Q5_0: aotx_avx2_q45_pack(AOTX_TK_Q5_0, w, rb, nb, rows, g0, g1, dst); break;
-    case AOTX_T_Q4_0: aotx_avx2_q45_pack(AOTX_TK_Q4_0, w, rb, nb, rows, g0, g1, dst); break;
-    case AOTX_T_Q6_K: aotx_avx2_k_pack(AOTX_TK_Q6_K, w, rb, nb, rows, g0, g1, dst); break;
-    default: aotx_avx2_k_pack(AOTX_TK_Q4_K, w, rb, nb, rows, g0, g1, dst); break;
+    case AOTX_T_Q8_0: aotx_avx2_q8_0_pack(w, rb, nb, rows, g0, g1, body); break;
+    case AOTX_T_Q5_0: aotx_avx2_q45_pack(AOTX_TK_Q5_0, w, rb, nb, rows, g0, g1, body); break;
+    case AOTX_T_Q4_0: aotx_avx2_q45_pack(AOTX_TK_Q4_0, w, rb, nb, rows, g0, g1, body); break;
+    case AOTX_T_Q6_K: aotx_avx2_k_pack(AOTX_TK_Q6_K, w, rb, nb, rows, g0, g1, body); break;
+    default: aotx_avx2_k_pack(AOTX_TK_Q4_K, w, rb, nb, rows, g0, g1, body); break;
     }
     return 0;
 }
 
 int aotx_matmul_packed(int32_t type, const void *pk, int64_t cols, const void *act, int64_t n_tok,
                        float *y, int64_t ldy, int64_t r0, int64_t r1) {
-    const int64_t be = packed_elems(type);
-    if (!pk || !act || !y || be <= 0 || cols <= 0 || cols % be || n_tok <= 0 || r0 < 0 ||
-        r0 % 8 || r1 < r0 || (n_tok > 1 && ldy < r1))
+    const int64_t be = aotx_type_block_elems(type);
+    if (!pk || !act || !y || be <= 0 || cols <= 0 || cols % be || n_tok <= 0 || r0 < 0 || r1 < r0 ||
+        (n_tok > 1 && ldy < r1))
         return AOTX_E_INVALID_ARGUMENT;
-    if (!packed_active(type)) return AOTX_E_UNSUPPORTED;
+    pk_head h;
+    memcpy(&h, pk, sizeof h);
+    if (memcmp(h.magic, PK_MAGIC, sizeof h.magic) != 0 || h.type != type || h.cols != cols ||
+        !pk_block(h.layout, type) || r0 % pk_group(h.layout))
+        return AOTX_E_INVALID_ARGUMENT;
+    if (h.layout != pk_layout(type)) return AOTX_E_UNSUPPORTED;
     if (r0 == r1) return 0;
+    const uint8_t *body = (const uint8_t *)pk + AOTX_PK_HEAD;
     const size_t as = (size_t)aotx_act_bytes(type, cols, 1);
     const int64_t nb = cols / be;
+    if (h.layout == PK_VNNI) {
+        const int kind = type == AOTX_T_Q8_0 ? K_Q8_0 : type == AOTX_T_Q5_0 ? K_Q5_0 : K_Q4_0;
+        mm_q8fam_packed_vnni(kind, body, nb, act, as, n_tok, y, ldy, r0, r1);
+        return 0;
+    }
     switch (type) {
-    case AOTX_T_Q8_0: aotx_avx2_q8_0_packed(pk, nb, act, as, n_tok, y, ldy, r0, r1); break;
-    case AOTX_T_Q5_0: aotx_avx2_q45_packed(AOTX_TK_Q5_0, pk, nb, act, as, n_tok, y, ldy, r0, r1); break;
-    case AOTX_T_Q4_0: aotx_avx2_q45_packed(AOTX_TK_Q4_0, pk, nb, act, as, n_tok, y, ldy, r0, r1); break;
-    case AOTX_T_Q6_K: aotx_avx2_k_packed(AOTX_TK_Q6_K, pk, nb, act, as, n_tok, y, ldy, r0, r1); break;
-    default: aotx_avx2_k_packed(AOTX_TK_Q4_K, pk, nb, act, as, n_tok, y, ldy, r0, r1); break;
+    case AOTX_T_Q8_0: aotx_avx2_q8_0_packed(body, nb, act, as, n_tok, y, ldy, r0, r1); break;
+    case AOTX_T_Q5_0: aotx_avx2_q45_packed(AOTX_TK_Q5_0, body, nb, act, as, n_tok, y, ldy, r0, r1); break;
+    case AOTX_T_Q4_0: aotx_avx2_q45_packed(AOTX_TK_Q4_0, body, nb, act, as, n_tok, y, ldy, r0, r1); break;
+    case AOTX_T_Q6_K: aotx_avx2_k_packed(AOTX_TK_Q6_K, body, nb, act, as, n_tok, y, ldy, r0, r1); break;
+    default: aotx_avx2_k_packed(AOTX_TK_Q4_K, body, nb, act, as, n_tok, y, ldy, r0, r1); break;
     }
     return 0;
 }
@@ -568,6 +637,128 @@ static void SFX(mm_q8fam_tiles)(int kind, const uint8_t *w, size_t rb, int64_t n
     }
 }
 #undef QX86_TCASE
+
+/* ---- the VNNI copies of Q8_0 / Q5_0 / Q4_0 (aotx_pack with this path picked) ----
+ * Groups of 16 rows (lanes), per group nb blocks as one sequential stream:
+ *   [0, 32)   the 16 rows' fp16 scales;
+ *   Q8_0 [32, 544): 8 x 64 bytes, vector g lane r = row r's quants 4g .. 4g + 3 as
+ *             unsigned bytes w + 128: tile_weights' wt[b].q[g] as it leaves it;
+ *   Q4_0 / Q5_0 [32, 288): 4 x 64 bytes, vector n byte 4r + i = quant 4n + i of row r in
+ *             the low nibble, 4(n + 4) + i in the high one; Q5_0 [288, 352): the fifth
+ *             bits, byte 4r + i bit g = quant 4g + i's (aotx_q45_pack_row with 16 rows).
+ * The same bytes as the original rows, rearranged.  The kernel is mm_q8fam_tiles with the
+ * weight vectors read (Q8_0) or made in registers (Q4_0 / Q5_0: and / shift, the fifth
+ * bit by a test mask and a masked add) from the stream instead of transposed per call:
+ * the same integer sums and float steps, so its bits at every n_tok, n_tok == 1
+ * included (the tiles' bits: AOTX_INVARIANT's, not the one-row kernels'). */
+AI size_t SFX(vpk_block)(int kind) {
+    return kind == K_Q8_0 ? QX86_VQ8_BLOCK : kind == K_Q5_0 ? QX86_VQ5_BLOCK : QX86_VQ4_BLOCK;
+}
+
+AI void SFX(vpk_weights)(int kind, const uint8_t *pb, __m512i *wv) {
+    if (kind == K_Q8_0) {
+        for (int g = 0; g < 8; g++) wv[g] = _mm512_loadu_si512((const void *)(pb + 32 + 64 * g));
+        return;
+    }
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    for (int n = 0; n < 4; n++) {
+        const __m512i p = _mm512_loadu_si512((const void *)(pb + 32 + 64 * n));
+        wv[n] = _mm512_and_si512(p, m4);
+        wv[n + 4] = _mm512_and_si512(_mm512_srli_epi16(p, 4), m4);
+    }
+    if (kind == K_Q5_0) {
+        const __m512i h = _mm512_loadu_si512((const void *)(pb + 288)), c10 = _mm512_set1_epi8(0x10);
+        for (int g = 0; g < 8; g++)
+            wv[g] = _mm512_mask_add_epi8(wv[g], _mm512_test_epi8_mask(h, _mm512_set1_epi8((char)(1 << g))),
+                                         wv[g], c10);
+    }
+}
+
+/* tile_dot on packed blocks pb (the group's block k0 first); pf: a later group's bytes to
+ * prefetch into L2, one block's worth per block (NULL: none). */
+AI void SFX(vpk_dot)(int kind, const uint8_t *pb, const uint8_t *pf, const qx_tiles *tb, int64_t kn,
+                     int64_t t0, int nt, float *y, int64_t ldy, __mmask16 m, int accum) {
+    const size_t bb = SFX(vpk_block)(kind);
+    __m512 f[QX86_TT];
+    for (int t = 0; t < nt; t++) f[t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < kn; b++, pb += bb) {
+        if (pf) {
+            for (size_t o = 0; o < bb; o += 64) _mm_prefetch((const char *)pf + o, _MM_HINT_T1);
+            pf += bb;
+        }
+        __m512i a[QX86_TT], wv[8];
+        const int8_t *xq = tb->xq + (t0 * kn + b) * 32;
+        for (int t = 0; t < nt; t++) a[t] = _mm512_set1_epi32(tb->sd[(t0 + t) * kn + b]);
+        SFX(vpk_weights)(kind, pb, wv);
+        for (int g = 0; g < 8; g++)
+            for (int t = 0; t < nt; t++) {
+                int32_t x4;
+                memcpy(&x4, xq + (size_t)t * (size_t)kn * 32 + 4 * g, 4);
+                a[t] = _mm512_dpbusd_epi32(a[t], wv[g], _mm512_set1_epi32(x4));
+            }
+        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)pb));
+        for (int t = 0; t < nt; t++)
+            f[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a[t]),
+                                   _mm512_mul_ps(dw, _mm512_set1_ps(tb->dx[(t0 + t) * kn + b])), f[t]);
+    }
+    for (int t = 0; t < nt; t++) {
+        float *yt = y + (t0 + t) * ldy;
+        if (accum) f[t] = _mm512_add_ps(f[t], _mm512_maskz_loadu_ps(m, yt));
+        _mm512_mask_storeu_ps(yt, m, f[t]);
+    }
+}
+
+#define QX86_PCASE(K, n) \
+    case n: SFX(vpk_dot)(K, pb, tg == 0 ? pf : NULL, tb, kn, tg, n, yc, ldy, m, accum); break;
+#define QX86_PSWITCH(K)                                                                       \
+    for (int64_t tg = 0; tg < ts; tg += QX86_TT) {                                             \
+        switch (ts - tg < QX86_TT ? ts - tg : QX86_TT) {                                       \
+        QX86_PCASE(K, 8) QX86_PCASE(K, 7) QX86_PCASE(K, 6) QX86_PCASE(K, 5)                    \
+        QX86_PCASE(K, 4) QX86_PCASE(K, 3) QX86_PCASE(K, 2) default: QX86_PCASE(K, 1)           \
+        }                                                                                      \
+    }
+
+AI void SFX(q8fam_packed)(int kind, const uint8_t *pk, int64_t nb, const uint8_t *act, size_t as,
+                          int64_t n_tok, float *y, int64_t ldy, int64_t r0, int64_t r1) {
+    qx_tiles tiles, *tb = &tiles;
+    const size_t bb = SFX(vpk_block)(kind), gbytes = (size_t)nb * bb;
+    const int32_t c = kind == K_Q8_0 ? 128 : kind == K_Q5_0 ? 16 : 8;
+    const uint8_t *end = pk + (size_t)((r1 + QX86_TR - 1) / QX86_TR) * gbytes;
+    for (int64_t k0 = 0; k0 < nb; k0 += QX86_KB) {
+        const int64_t kn = nb - k0 < QX86_KB ? nb - k0 : QX86_KB;
+        const int64_t ts_max = QX86_ACTB / (kn * 32);
+        for (int64_t s0 = 0; s0 < n_tok; s0 += ts_max) {
+            const int64_t ts = n_tok - s0 < ts_max ? n_tok - s0 : ts_max;
+            SFX(tile_act)(act + (size_t)s0 * as, as, ts, k0, kn, c, tb);
+            for (int64_t rc = r0; rc < r1; rc += QX86_TR) {
+                const int64_t nr = r1 - rc < QX86_TR ? r1 - rc : QX86_TR;
+                const uint8_t *pb = pk + (size_t)(rc / QX86_TR) * gbytes + (size_t)k0 * bb;
+                const uint8_t *pf = pb + 4 * gbytes;  /* 4 groups (64 rows) ahead */
+                if (pf + (size_t)kn * bb > end) pf = NULL;
+                const __mmask16 m = (__mmask16)((1u << nr) - 1u);
+                const int accum = k0 > 0;
+                float *yc = y + s0 * ldy + rc;
+                if (kind == K_Q8_0) {
+                    QX86_PSWITCH(K_Q8_0)
+                } else if (kind == K_Q5_0) {
+                    QX86_PSWITCH(K_Q5_0)
+                } else {
+                    QX86_PSWITCH(K_Q4_0)
+                }
+            }
+        }
+    }
+}
+#undef QX86_PSWITCH
+#undef QX86_PCASE
+
+static void SFX(mm_q8fam_packed)(int kind, const uint8_t *pk, int64_t nb, const uint8_t *act,
+                                 size_t as, int64_t n_tok, float *y, int64_t ldy, int64_t r0,
+                                 int64_t r1) {
+    if (kind == K_Q8_0) SFX(q8fam_packed)(K_Q8_0, pk, nb, act, as, n_tok, y, ldy, r0, r1);
+    else if (kind == K_Q5_0) SFX(q8fam_packed)(K_Q5_0, pk, nb, act, as, n_tok, y, ldy, r0, r1);
+    else SFX(q8fam_packed)(K_Q4_0, pk, nb, act, as, n_tok, y, ldy, r0, r1);
+}
 
 /* lane r = the sum of v[r]'s 8 lanes (integer: exact in any order) */
 AI __m256i SFX(reduce8)(const __m256i *v) {

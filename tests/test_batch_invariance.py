@@ -96,15 +96,18 @@ def test_logits_bit_identical_across_batches_positions_and_threads(model: Path,
 @pytest.mark.parametrize("off", [("AOTX_HEAD_PACK",), ("AOTX_BODY_PACK",),
                                  ("AOTX_HEAD_PACK", "AOTX_BODY_PACK")],
                          ids=lambda v: "+".join(x.split("_")[1].lower() for x in v))
-def test_avx2_weight_copies_give_the_mapping_bits(model: Path, off: tuple[str, ...],
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    """On the AVX2 path the Q8_0 output head and the body's Q4_0 / Q5_0 / Q8_0 / Q4_K /
-    Q6_K projections run
-    from re-blocked copies made at load (AOTX_HEAD_PACK=0 / AOTX_BODY_PACK=0: from the
-    mapping): alone and in batches of 8 with 2 threads, the logits are the mapping's bit
-    for bit."""
-    assert lib.aotx_kernel_force(b"avx2") == 0
+@pytest.mark.parametrize("kernels", ["avx2", "avx512vnni"])
+def test_weight_copies_give_the_mapping_bits(model: Path, off: tuple[str, ...], kernels: str,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Q8_0 output head and the body's projections run from re-blocked copies made at
+    load (AVX2: Q4_0 / Q5_0 / Q8_0 / Q4_K / Q6_K; AVX-512 VNNI: Q4_0 / Q5_0 / Q8_0;
+    AOTX_HEAD_PACK=0 / AOTX_BODY_PACK=0: from the mapping): alone and in batches of 8 with
+    2 threads, the logits are the mapping's bit for bit (AVX-512 in its batch-invariant
+    mode, whose one-token products are the tiles' as the copies' are)."""
+    if lib.aotx_kernel_force(kernels.encode()) != 0:
+        pytest.skip(f"this CPU cannot run the {kernels} kernels")
     try:
+        lib.aotx_kernel_invariant(1)
         for var in off:
             monkeypatch.setenv(var, "0")
         mapped = {b: run(model, threads=2, batch=b) for b in (1, 8)}
@@ -116,4 +119,5 @@ def test_avx2_weight_copies_give_the_mapping_bits(model: Path, off: tuple[str, .
                 for k, (g, w) in enumerate(zip(got[i], want[i], strict=True)):
                     assert np.array_equal(g.view(np.uint32), w.view(np.uint32)), (b, i, k)
     finally:
+        lib.aotx_kernel_invariant(0)
         assert lib.aotx_kernel_force(b"auto") == 0

@@ -477,11 +477,23 @@ def test_q8_0_tiles_bits_equal_rows1_at_extremes(t: GT, impl: str) -> None:
 
 
 # copy bytes per 8 rows x one block (32 columns; k-quants: a 256-column super-block)
-PACKED = {GT.Q8_0: 272, GT.Q5_0: 176, GT.Q4_0: 144, GT.Q4_K: 1152, GT.Q6_K: 1680}
+# The re-blocked copies per kernel path: (rows per group, bytes per group and block); each
+# copy starts with a 64-byte header naming its layout.
+PACKED: dict[str, tuple[int, dict[GT, int]]] = {
+    "avx2": (8, {GT.Q8_0: 272, GT.Q5_0: 176, GT.Q4_0: 144, GT.Q4_K: 1152, GT.Q6_K: 1680}),
+    "avx512vnni": (16, {GT.Q8_0: 544, GT.Q5_0: 352, GT.Q4_0: 288}),
+}
+PACK_HEAD = 64
 # columns per type: Q8_0 / Q5_0 / Q4_0 at 640 (the head, attn_q / ffn_gate / ffn_up), 3
 # blocks and 34 (two K slabs); k-quants at 1 super-block, 2 and 8 (ffn_down's 2048)
 PACKED_COLS = {GT.Q8_0: (640, 96, 1088), GT.Q5_0: (640, 96, 1088), GT.Q4_0: (640, 96, 1088),
                GT.Q4_K: (256, 512, 2048), GT.Q6_K: (256, 512, 2048)}
+PACKED_CASES = [(path, t) for path, (_, sizes) in PACKED.items() for t in sizes]
+
+
+def packed_size(path: str, t: GT, rows: int, cols: int) -> int:
+    gr, sizes = PACKED[path]
+    return PACK_HEAD + (rows + gr - 1) // gr * (cols // block_elems(t)) * sizes[t]
 
 
 def packed_matmul(t: GT, pk: np.ndarray, cols: int, act: np.ndarray, n_tok: int, r0: int,
@@ -493,15 +505,22 @@ def packed_matmul(t: GT, pk: np.ndarray, cols: int, act: np.ndarray, n_tok: int,
     return y.reshape(n_tok, ldy)
 
 
-def pack_copy(t: GT, w: np.ndarray, rows: int, cols: int, pieces: tuple[int, ...]) -> np.ndarray:
-    """The re-blocked copy, filled piece by piece ([0, pieces[0]), ...: row splits)."""
+def pack_copy(path: str, t: GT, w: np.ndarray, rows: int, cols: int,
+              pieces: tuple[int, ...]) -> np.ndarray:
+    """The re-blocked copy for the path picked now, filled piece by piece ([0, pieces[0]),
+    ...: row splits)."""
     size = lib.aotx_packed_bytes(t, rows, cols)
-    assert size == (rows + 7) // 8 * (cols // block_elems(t)) * PACKED[t]
+    assert size == packed_size(path, t, rows, cols)
     pk = np.full(size, 0xAA, np.uint8)
     w = np.ascontiguousarray(w)
     for r0, r1 in itertools.pairwise((0, *pieces, rows)):
         assert lib.aotx_pack(t, ffi.from_buffer(w), rows, cols, r0, r1, ffi.from_buffer(pk)) == 0
     return pk
+
+
+def force_path(path: str) -> None:
+    if lib.aotx_kernel_force(path.encode()) != 0:
+        pytest.skip(f"this CPU cannot run the {path} kernels")
 
 
 def extreme_blocks(t: GT, w: np.ndarray, rows: int, cols: int, rng: np.random.Generator) -> None:
@@ -528,32 +547,37 @@ def extreme_kblocks(t: GT, w: np.ndarray, rows: int, cols: int, rng: np.random.G
     blocks[::3, ::2, lo:hi] = ext[::3, ::2, lo:hi]
 
 
-@pytest.mark.parametrize("t, cols", [(t, c) for t in PACKED for c in PACKED_COLS[t]],
-                         ids=lambda v: v.name if isinstance(v, GT) else f"cols{v}")
-def test_packed_copy_bits_equal_the_tiles(t: GT, cols: int) -> None:
-    """The re-blocked copies (AVX2 tiles: the Q8_0 head, the body's Q5_0 / Q4_0 / Q4_K /
-    Q6_K projections) give every token the bits of aotx_matmul_rows on the original rows
-    (n_tok 1 (Q6_K: q6_k_row1 on the rows, ktile_dot on the copy), Q8_0's 8-token kernel,
-    token groups of 4 and their tails, a prefill slab of 37), on row ranges that cut 8-row
-    groups at the end and leave other rows untouched; weights random with blocks at the
-    quant extremes mixed in, at PACKED_COLS' columns."""
-    assert lib.aotx_kernel_force(b"avx2") == 0
+@pytest.mark.parametrize(("path", "t"), PACKED_CASES, ids=lambda v: getattr(v, "name", v))
+@pytest.mark.parametrize("k", [0, 1, 2], ids=lambda k: f"cols{k}")
+def test_packed_copy_bits_equal_the_tiles(path: str, t: GT, k: int) -> None:
+    """The re-blocked copies (the Q8_0 head, the body's Q5_0 / Q4_0 / Q4_K / Q6_K
+    projections; AVX2 tiles: groups of 8 rows, AVX-512 VNNI tiles: 16) give every token
+    the bits of aotx_matmul_rows on the original rows (AVX-512 in its batch-invariant
+    mode, whose n_tok = 1 runs the tiles as the copy does) at n_tok 1, 3, 8, 9, 13 and 37
+    (a prefill slab with partial token groups), on row ranges that cut groups at the end
+    and leave other rows untouched; weights random with blocks at the quant extremes
+    mixed in, at PACKED_COLS' columns."""
+    force_path(path)
+    gr = PACKED[path][0]
+    cols = PACKED_COLS[t][k]
+    cuts = (0, gr, 2 * gr, 43)   # rows 43: the last group cut short
     try:
+        lib.aotx_kernel_invariant(1)
         rng = np.random.default_rng(cols + int(t))
-        rows = 43
+        rows = cuts[-1]
         w = weights(t, rows, cols, rng, "random")
         if t in (GT.Q4_K, GT.Q6_K):
             extreme_kblocks(t, w, rows, cols, rng)
         else:
             extreme_blocks(t, w, rows, cols, rng)
-        pk = pack_copy(t, w, rows, cols, (16, 40))
+        pk = pack_copy(path, t, w, rows, cols, (gr, 2 * gr))
         for n_tok in (1, 3, 8, 9, 13, 37):
             x = rng.standard_normal((n_tok, cols)).astype(np.float32)
             x[:, :32] *= 30.0
             act = prepare(t, x)
             want = matmul(t, w, cols, act, n_tok, rows, 0, rows, rows, ref=False)
             y = np.full((n_tok, rows), np.nan, np.float32)
-            for r0, r1 in ((0, 8), (8, 40), (40, rows)):
+            for r0, r1 in itertools.pairwise(cuts):
                 got = packed_matmul(t, pk, cols, act, n_tok, r0, r1, rows)
                 check_untouched(got, n_tok, r0, r1)
                 y[:, r0:r1] = got[:, r0:r1]
@@ -563,36 +587,47 @@ def test_packed_copy_bits_equal_the_tiles(t: GT, cols: int) -> None:
                             act_dequant(t, act, n_tok, cols)[0]).T
             assert np.all(np.abs(y - y_ref) <= 1e-5 * mag + 1e-30), (cols, n_tok)
     finally:
+        lib.aotx_kernel_invariant(0)
         assert lib.aotx_kernel_force(b"auto") == 0
 
 
-@pytest.mark.parametrize("t", list(PACKED), ids=lambda t: t.name)
-def test_packed_copy_only_for_the_avx2_tiles(t: GT) -> None:
-    """No copy is offered, and a copy made is refused (run the original), when the
-    type's kernels picked are not the AVX2 tiles; bad ranges and types are refused."""
-    rows, cols = 16, PACKED_COLS[t][1]
+@pytest.mark.parametrize(("path", "t"), PACKED_CASES, ids=lambda v: getattr(v, "name", v))
+def test_packed_copy_only_for_its_kernels(path: str, t: GT) -> None:
+    """A copy is offered in the layout of the kernels picked now; one made under a path is
+    refused (AOTX_E_UNSUPPORTED: run the original) under another; bad ranges, types,
+    columns and buffers that are no copy of this type are refused."""
+    force_path(path)
+    gr = PACKED[path][0]
+    rows, cols = 2 * gr, PACKED_COLS[t][1]
     w = weights(t, rows, cols, np.random.default_rng(5), "random")
-    assert lib.aotx_kernel_force(b"avx2") == 0
     try:
-        pk = pack_copy(t, w, rows, cols, ())
+        pk = pack_copy(path, t, w, rows, cols, ())
         act = prepare(t, np.ones((1, cols), np.float32))
         y = np.zeros(rows, np.float32)
         args = (ffi.from_buffer(pk), cols, ffi.from_buffer(act), 1, fbuf(y), rows)
-        assert lib.aotx_matmul_packed(t, *args, 4, 16) == lib.AOTX_E_INVALID_ARGUMENT
-        assert lib.aotx_pack(t, ffi.from_buffer(w), rows, cols, 3, 16,
+        assert lib.aotx_matmul_packed(t, *args, 0, rows) == 0
+        assert lib.aotx_matmul_packed(t, *args, gr // 2, rows) == lib.AOTX_E_INVALID_ARGUMENT
+        assert lib.aotx_pack(t, ffi.from_buffer(w), rows, cols, gr // 2, rows,
                              ffi.from_buffer(pk)) == lib.AOTX_E_INVALID_ARGUMENT
         assert lib.aotx_packed_bytes(t, rows, 48) == 0
         if t in (GT.Q4_K, GT.Q6_K):  # whole super-blocks only
             assert lib.aotx_packed_bytes(t, rows, cols + 32) == 0
-            assert lib.aotx_matmul_packed(t, *args[:1], cols + 32, *args[2:], 0, 16) == \
+            assert lib.aotx_matmul_packed(t, *args[:1], cols + 32, *args[2:], 0, gr) == \
                 lib.AOTX_E_INVALID_ARGUMENT
         assert lib.aotx_packed_bytes(GT.Q5_K, rows, 256) == 0
-        assert lib.aotx_matmul_packed(GT.Q5_K, *args, 0, 16) == lib.AOTX_E_INVALID_ARGUMENT
-        for other in ("ref", "avx512vnni"):
-            if lib.aotx_kernel_force(other.encode()) != 0:
+        assert lib.aotx_matmul_packed(GT.Q5_K, *args, 0, gr) == lib.AOTX_E_INVALID_ARGUMENT
+        other_type = GT.Q4_0 if t != GT.Q4_0 else GT.Q8_0
+        assert lib.aotx_matmul_packed(other_type, *args, 0, gr) == lib.AOTX_E_INVALID_ARGUMENT
+        junk = np.zeros_like(pk)   # no header: not a copy
+        assert lib.aotx_matmul_packed(t, ffi.from_buffer(junk), *args[1:], 0, gr) == \
+            lib.AOTX_E_INVALID_ARGUMENT
+        for other in ("ref", "avx2", "avx512vnni"):
+            if other == path or lib.aotx_kernel_force(other.encode()) != 0:
                 continue
-            assert lib.aotx_packed_bytes(t, rows, cols) == 0, other
-            assert lib.aotx_matmul_packed(t, *args, 0, 16) == lib.AOTX_E_UNSUPPORTED, other
+            size = lib.aotx_packed_bytes(t, rows, cols)
+            want = packed_size(other, t, rows, cols) if t in PACKED.get(other, (0, {}))[1] else 0
+            assert size == want, other
+            assert lib.aotx_matmul_packed(t, *args, 0, gr) == lib.AOTX_E_UNSUPPORTED, other
     finally:
         assert lib.aotx_kernel_force(b"auto") == 0
 
