@@ -1158,27 +1158,30 @@ AI size_t kp_block(int kind) {
     return kind == AOTX_TK_Q6_K ? AOTX_Q6KP_BLOCK : AOTX_Q4KP_BLOCK;
 }
 
-static void kp_row(int kind, int gr, uint8_t *o, const uint8_t *p, int r) {
-    (void)gr;
+/* Row r of a group of gr rows (8: this file's copy; 16: quant_x86.c's VNNI copy); vectors
+ * of vs = 4 gr bytes, lane r at 4r (the offsets above for gr = 8). */
+void aotx_k_pack_row(int kind, int gr, uint8_t *o, const uint8_t *p, int r) {
+    const size_t vs = 4 * (size_t)gr, lane = 4 * (size_t)r;
     if (kind != AOTX_TK_Q6_K) {
-        for (int a = 0; a < 4; a++) memcpy(o + 32 * a + 4 * r, p + 4 * a, 4);
-        for (int v = 0; v < 32; v++) memcpy(o + KP4_Q + 32 * v + 4 * r, p + 16 + 4 * v, 4);
+        for (size_t a = 0; a < 4; a++) memcpy(o + vs * a + lane, p + 4 * a, 4);
+        for (size_t v = 0; v < 32; v++) memcpy(o + 4 * vs + vs * v + lane, p + 16 + 4 * v, 4);
         return;
     }
+    const size_t s0 = 2 * (size_t)gr, q0 = s0 + 4 * vs;
     memcpy(o + 2 * r, p + 208, 2);
-    for (int a = 0; a < 4; a++) memcpy(o + KP6_S + 32 * a + 4 * r, p + 192 + 4 * a, 4);
-    for (int h = 0; h < 2; h++)
-        for (int c = 0; c < 3; c++) {
-            const size_t src = c == 2 ? 128 + 32 * (size_t)h : 64 * (size_t)h + 32 * (size_t)c;
-            for (int gg = 0; gg < 8; gg++)
-                memcpy(o + KP6_Q + 32 * (24 * h + 8 * c + gg) + 4 * r, p + src + 4 * gg, 4);
+    for (size_t a = 0; a < 4; a++) memcpy(o + s0 + vs * a + lane, p + 192 + 4 * a, 4);
+    for (size_t h = 0; h < 2; h++)
+        for (size_t c = 0; c < 3; c++) {
+            const size_t src = c == 2 ? 128 + 32 * h : 64 * h + 32 * c;
+            for (size_t gg = 0; gg < 8; gg++)
+                memcpy(o + q0 + vs * (24 * h + 8 * c + gg) + lane, p + src + 4 * gg, 4);
         }
 }
 
 void aotx_avx2_k_pack(int kind, const uint8_t *w, size_t rb, int64_t nb, int64_t rows, int64_t g0,
                       int64_t g1, uint8_t *dst) {
     const size_t bb = kind == AOTX_TK_Q6_K ? sizeof(aotx_block_q6_k) : sizeof(aotx_block_q4_k);
-    aotx_pack_groups(kind, TR, kp_row, w, rb, bb, kp_block(kind), nb, rows, g0, g1, dst);
+    aotx_pack_groups(kind, TR, aotx_k_pack_row, w, rb, bb, kp_block(kind), nb, rows, g0, g1, dst);
 }
 
 AI __m256i kp_ld(const uint8_t *p) {

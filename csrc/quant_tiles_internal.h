@@ -36,6 +36,12 @@ void aotx_pack_groups(int kind, int gr, aotx_pack_row_fn *fill, const uint8_t *w
  * in the low nibble, 4(n + 4) + i in the high one), Q5_0: 4 gr bytes of fifth bits (byte
  * 4r + i bit g: quant 4g + i's). */
 void aotx_q45_pack_row(int kind, int gr, uint8_t *o, const uint8_t *p, int r);
+/* The Q4_K / Q6_K copies' row filler for groups of gr rows (kind AOTX_TK_Q4_K / _Q6_K),
+ * vectors of 4 gr bytes, lane r at byte 4r: Q4_K: the dwords at bytes 0, 4, 8, 12 (4
+ * vectors), then the qs dwords (32); Q6_K: 2 gr bytes of fp16 d, the scale dwords at
+ * 192 .. 204 (4 vectors), then per half h the dwords of ql[64h ..], ql[64h + 32 ..] and
+ * qh[32h ..] (8 vectors each). */
+void aotx_k_pack_row(int kind, int gr, uint8_t *o, const uint8_t *p, int r);
 
 /* Q8_0 re-blocked copy (quant_avx2_tiles.c): groups of 8 rows, AOTX_Q8P_BLOCK bytes per
  * group and block; aotx_avx2_q8_0_pack fills groups [g0, g1) of dst (ceil(rows / 8)

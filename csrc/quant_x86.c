@@ -50,6 +50,8 @@ enum { K_Q4_0, K_Q5_0, K_Q8_0 };  /* weight kinds of the Q8_0-activation family 
 #define QX86_VQ8_BLOCK 544
 #define QX86_VQ5_BLOCK 352
 #define QX86_VQ4_BLOCK 288
+#define QX86_VQ4K_BLOCK 2304
+#define QX86_VQ6K_BLOCK 3360
 enum { KQ_Q4_K, KQ_Q5_K, KQ_Q6_K };  /* and of the Q8_K family */
 
 #define QX86_BODY 1
@@ -129,7 +131,7 @@ void aotx_x86_pick(int type, int max_level, int invariant, aotx_mm_fn *mm, const
 
 /* The re-blocked copies of weight matrices, one layout per kernel family that runs them:
  *   PK_AVX2: quant_avx2_tiles.c's (Q8_0 / Q5_0 / Q4_0 / Q4_K / Q6_K, groups of 8 rows);
- *   PK_VNNI: this file's AVX-512 VNNI tiles' (Q8_0 / Q5_0 / Q4_0, groups of 16 rows, below).
+ *   PK_VNNI: this file's AVX-512 VNNI tiles' (the same types, groups of 16 rows, below).
  * Each reproduces its tiles' bits (the same integer sums and float steps) and is served
  * while the type's pick is that family.  A copy starts with a header naming its layout, so
  * a copy made under one pick is refused (AOTX_E_UNSUPPORTED: run the original) under
@@ -153,7 +155,7 @@ static int pk_layout(int32_t type) {
     case AOTX_T_Q8_0: case AOTX_T_Q5_0: case AOTX_T_Q4_0:
         return strcmp(impl, "avx2") == 0 ? PK_AVX2 : strcmp(impl, "avx512vnni") == 0 ? PK_VNNI : PK_NONE;
     case AOTX_T_Q4_K: case AOTX_T_Q6_K:
-        return strcmp(impl, "avx2") == 0 ? PK_AVX2 : PK_NONE;
+        return strcmp(impl, "avx2") == 0 ? PK_AVX2 : strcmp(impl, "avx512vnni") == 0 ? PK_VNNI : PK_NONE;
     default:
         return PK_NONE;
     }
@@ -168,6 +170,8 @@ static size_t pk_block(int layout, int32_t type) {
         case AOTX_T_Q8_0: return QX86_VQ8_BLOCK;
         case AOTX_T_Q5_0: return QX86_VQ5_BLOCK;
         case AOTX_T_Q4_0: return QX86_VQ4_BLOCK;
+        case AOTX_T_Q4_K: return QX86_VQ4K_BLOCK;
+        case AOTX_T_Q6_K: return QX86_VQ6K_BLOCK;
         default: return 0;
         }
     }
@@ -214,6 +218,11 @@ int aotx_pack(int32_t type, const void *w, int64_t rows, int64_t cols, int64_t r
     uint8_t *body = (uint8_t *)dst + AOTX_PK_HEAD;
     const int64_t nb = cols / be, g0 = r0 / gr, g1 = (r1 + gr - 1) / gr;
     const size_t rb = (size_t)aotx_type_row_bytes(type, cols), bb = rb / (size_t)nb;
+    if (layout == PK_VNNI && (type == AOTX_T_Q4_K || type == AOTX_T_Q6_K)) {
+        aotx_pack_groups(type == AOTX_T_Q6_K ? AOTX_TK_Q6_K : AOTX_TK_Q4_K, 16, aotx_k_pack_row, w, rb,
+                         bb, pb, nb, rows, g0, g1, body);
+        return 0;
+    }
     if (layout == PK_VNNI) {
         const int kind = type == AOTX_T_Q8_0 ? K_Q8_0 : type == AOTX_T_Q5_0 ? K_Q5_0 : K_Q4_0;
         aotx_pack_groups(kind, 16, kind == K_Q8_0 ? vq8_row : aotx_q45_pack_row, w, rb, bb, pb, nb,
@@ -246,6 +255,10 @@ int aotx_matmul_packed(int32_t type, const void *pk, int64_t cols, const void *a
     const uint8_t *body = (const uint8_t *)pk + AOTX_PK_HEAD;
     const size_t as = (size_t)aotx_act_bytes(type, cols, 1);
     const int64_t nb = cols / be;
+    if (h.layout == PK_VNNI && (type == AOTX_T_Q4_K || type == AOTX_T_Q6_K)) {
+        mm_k_packed_vnni(type == AOTX_T_Q6_K ? KQ_Q6_K : KQ_Q4_K, body, nb, act, as, n_tok, y, ldy, r0, r1);
+        return 0;
+    }
     if (h.layout == PK_VNNI) {
         const int kind = type == AOTX_T_Q8_0 ? K_Q8_0 : type == AOTX_T_Q5_0 ? K_Q5_0 : K_Q4_0;
         mm_q8fam_packed_vnni(kind, body, nb, act, as, n_tok, y, ldy, r0, r1);
@@ -1481,84 +1494,107 @@ typedef struct {
     __m512 d[QX86_KSL], dmin[QX86_KSL];  /* [sb] per row */
 } qx_ktiles;                             /* ~29 KiB */
 
+/* Q6_K scales of slab entry i from lane vectors: D = the 16 rows' fp16 d, S[a] lane r =
+ * row r's dword at byte 192 + 4a. */
+AI void SFX(k6v_scales_set)(qx_ktiles *kb, int64_t i, __m256i D, const __m512i *S) {
+    kb->d[i] = _mm512_cvtph_ps(D);
+    for (int a = 0; a < 4; a++)
+        for (int c = 0; c < 4; c++)
+            kb->scf[i][4 * a + c] = _mm512_cvtepi32_ps(
+                _mm512_srai_epi32(_mm512_sllv_epi32(S[a], _mm512_set1_epi32(24 - 8 * c)), 24));
+}
+
+/* Q4_K scales of slab entry i from lane vectors: lane r of G / Q0 / Q1 / Q2 = row r's
+ * dword at byte 0 (d, dmin) / 4 / 8 / 12. */
+AI void SFX(k4v_scales_set)(qx_ktiles *kb, int64_t i, __m512i G, __m512i Q0, __m512i Q1, __m512i Q2) {
+    const __m512i ff = _mm512_set1_epi32(0xff);
+    kb->d[i] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(G));
+    kb->dmin[i] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(G, 16)));
+    const __m512i c3f = _mm512_set1_epi8(0x3f), c0f = _mm512_set1_epi8(0x0f), c30 = _mm512_set1_epi8(0x30);
+    /* the 6-bit packing (k4_scales), 4 bytes per vector lane */
+    const __m512i sv[2] = {
+        _mm512_and_si512(Q0, c3f),
+        _mm512_or_si512(_mm512_and_si512(Q2, c0f), _mm512_and_si512(_mm512_srli_epi32(Q0, 2), c30))};
+    const __m512i mv[2] = {
+        _mm512_and_si512(Q1, c3f),
+        _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(Q2, 4), c0f),
+                        _mm512_and_si512(_mm512_srli_epi32(Q1, 2), c30))};
+    for (int j = 0; j < 8; j++) {
+        const __m128i sh = _mm_cvtsi32_si128(8 * (j & 3));
+        kb->scf[i][j] = _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srl_epi32(sv[j >> 2], sh), ff));
+        kb->mf[i][j] = _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srl_epi32(mv[j >> 2], sh), ff));
+    }
+}
+
 /* Scales of rows[0..15], super-blocks [0, kn): gathered per super-block (one dword of
  * each row per gather), unpacked in vectors. */
 AI void SFX(ktile_scales)(int kind, const uint8_t *const *rows, int64_t kn, qx_ktiles *kb) {
     int32_t ix[16];
     for (int r = 0; r < 16; r++) ix[r] = (int32_t)(rows[r] - rows[0]);
     const __m512i vidx = _mm512_loadu_si512((const void *)ix);
-    const __m512i ff = _mm512_set1_epi32(0xff);
     for (int64_t i = 0; i < kn; i++) {
         if (kind == KQ_Q6_K) {
             const uint8_t *p = rows[0] + (size_t)i * sizeof(aotx_block_q6_k);
             /* bytes 206..209: d is the high half (a dword at 208 would pass the block) */
             const __m512i D = _mm512_i32gather_epi32(vidx, (const void *)(p + 206), 1);
-            kb->d[i] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(D, 16)));
-            for (int a = 0; a < 4; a++) {
-                const __m512i S = _mm512_i32gather_epi32(vidx, (const void *)(p + 192 + 4 * a), 1);
-                for (int c = 0; c < 4; c++)
-                    kb->scf[i][4 * a + c] = _mm512_cvtepi32_ps(
-                        _mm512_srai_epi32(_mm512_sllv_epi32(S, _mm512_set1_epi32(24 - 8 * c)), 24));
-            }
+            __m512i S[4];
+            for (int a = 0; a < 4; a++) S[a] = _mm512_i32gather_epi32(vidx, (const void *)(p + 192 + 4 * a), 1);
+            SFX(k6v_scales_set)(kb, i, _mm512_cvtepi32_epi16(_mm512_srli_epi32(D, 16)), S);
             continue;
         }
         const uint8_t *p = rows[0] + (size_t)i * sizeof(aotx_block_q4_k);
-        const __m512i G = _mm512_i32gather_epi32(vidx, (const void *)p, 1);
-        kb->d[i] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(G));
-        kb->dmin[i] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(G, 16)));
-        const __m512i Q0 = _mm512_i32gather_epi32(vidx, (const void *)(p + 4), 1);
-        const __m512i Q1 = _mm512_i32gather_epi32(vidx, (const void *)(p + 8), 1);
-        const __m512i Q2 = _mm512_i32gather_epi32(vidx, (const void *)(p + 12), 1);
-        const __m512i c3f = _mm512_set1_epi8(0x3f), c0f = _mm512_set1_epi8(0x0f), c30 = _mm512_set1_epi8(0x30);
-        /* the 6-bit packing (k4_scales), 4 bytes per vector lane */
-        const __m512i sv[2] = {
-            _mm512_and_si512(Q0, c3f),
-            _mm512_or_si512(_mm512_and_si512(Q2, c0f), _mm512_and_si512(_mm512_srli_epi32(Q0, 2), c30))};
-        const __m512i mv[2] = {
-            _mm512_and_si512(Q1, c3f),
-            _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(Q2, 4), c0f),
-                            _mm512_and_si512(_mm512_srli_epi32(Q1, 2), c30))};
-        for (int j = 0; j < 8; j++) {
-            const __m128i sh = _mm_cvtsi32_si128(8 * (j & 3));
-            kb->scf[i][j] = _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srl_epi32(sv[j >> 2], sh), ff));
-            kb->mf[i][j] = _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srl_epi32(mv[j >> 2], sh), ff));
-        }
+        SFX(k4v_scales_set)(kb, i, _mm512_i32gather_epi32(vidx, (const void *)p, 1),
+                            _mm512_i32gather_epi32(vidx, (const void *)(p + 4), 1),
+                            _mm512_i32gather_epi32(vidx, (const void *)(p + 8), 1),
+                            _mm512_i32gather_epi32(vidx, (const void *)(p + 12), 1));
+    }
+}
+
+/* Q6_K quants of half h into q from A / B / H[g] lane r = row r's dword g of ql[64h ..] /
+ * ql[64h + 32 ..] / qh[32h ..] (element e = 128h + 32k + 4g + byte). */
+AI void SFX(k6v_quants_set)(__m512i *q, int h, const __m512i *A, const __m512i *B, const __m512i *H) {
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
+    for (int g = 0; g < 8; g++) {
+        __m512i *o = q + 32 * h + g;
+        o[0] = _mm512_or_si512(_mm512_and_si512(A[g], m4),
+                               _mm512_and_si512(_mm512_slli_epi16(H[g], 4), m30));
+        o[8] = _mm512_or_si512(_mm512_and_si512(B[g], m4),
+                               _mm512_and_si512(_mm512_slli_epi16(H[g], 2), m30));
+        o[16] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(A[g], 4), m4),
+                                _mm512_and_si512(H[g], m30));
+        o[24] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(B[g], 4), m4),
+                                _mm512_and_si512(_mm512_srli_epi16(H[g], 2), m30));
+    }
+}
+
+/* Q4_K quants of qs bytes 32p .. into q: T[g] lane r = row r's dword g there (low nibbles
+ * sub-block 2p, high 2p + 1). */
+AI void SFX(k4v_quants_set)(__m512i *q, int p, const __m512i *T) {
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    for (int g = 0; g < 8; g++) {
+        q[16 * p + g] = _mm512_and_si512(T[g], m4);
+        q[16 * p + 8 + g] = _mm512_and_si512(_mm512_srli_epi16(T[g], 4), m4);
     }
 }
 
 /* Quants of super-block i of rows[0..15] into kb->q. */
 AI void SFX(ktile_quants)(int kind, const uint8_t *const *rows, int64_t i, qx_ktiles *kb) {
-    const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
-    __m512i *q = kb->q;
     if (kind == KQ_Q6_K) {
         const size_t base = (size_t)i * sizeof(aotx_block_q6_k);
-        for (int h = 0; h < 2; h++) {  /* element e = 128h + 32k + 4g + byte */
+        for (int h = 0; h < 2; h++) {
             __m512i A[8], B[8], H[8];
             SFX(tr16x8)(rows, base + 64 * h, A);
             SFX(tr16x8)(rows, base + 64 * h + 32, B);
             SFX(tr16x8)(rows, base + 128 + 32 * h, H);
-            for (int g = 0; g < 8; g++) {
-                __m512i *o = q + 32 * h + g;
-                o[0] = _mm512_or_si512(_mm512_and_si512(A[g], m4),
-                                       _mm512_and_si512(_mm512_slli_epi16(H[g], 4), m30));
-                o[8] = _mm512_or_si512(_mm512_and_si512(B[g], m4),
-                                       _mm512_and_si512(_mm512_slli_epi16(H[g], 2), m30));
-                o[16] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(A[g], 4), m4),
-                                        _mm512_and_si512(H[g], m30));
-                o[24] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(B[g], 4), m4),
-                                        _mm512_and_si512(_mm512_srli_epi16(H[g], 2), m30));
-            }
+            SFX(k6v_quants_set)(kb->q, h, A, B, H);
         }
         return;
     }
     const size_t base = (size_t)i * sizeof(aotx_block_q4_k) + 16;
-    for (int p = 0; p < 4; p++) {  /* bytes 32p..: low nibbles sub-block 2p, high 2p+1 */
+    for (int p = 0; p < 4; p++) {
         __m512i T[8];
         SFX(tr16x8)(rows, base + 32 * p, T);
-        for (int g = 0; g < 8; g++) {
-            q[16 * p + g] = _mm512_and_si512(T[g], m4);
-            q[16 * p + 8 + g] = _mm512_and_si512(_mm512_srli_epi16(T[g], 4), m4);
-        }
+        SFX(k4v_quants_set)(kb->q, p, T);
     }
 }
 
@@ -1674,6 +1710,77 @@ static void SFX(mm_k_tiles)(int kind, const uint8_t *w, size_t rb, int64_t nb, c
 }
 #undef QX86_KCASE
 #undef QX86_KSL
+
+/* ---- the VNNI copies of Q4_K / Q6_K: groups of 16 rows per super-block, the rows'
+ * bytes as 64-byte lane vectors (aotx_k_pack_row with 16 rows): Q4_K [0, 256) the scale
+ * dwords ktile_scales gathers (G, Q0, Q1, Q2), [256, 2304) the 32 qs vectors tr16x8 made;
+ * Q6_K [0, 32) the 16 fp16 d, [32, 288) the 4 scale vectors, [288, 3360) per half the 8
+ * ql, 8 ql + 32 and 8 qh vectors.  Unpacked by the same steps into kb, then the same
+ * ktile_dot at every n_tok: mm_k_tiles' bits (AOTX_INVARIANT's at n_tok == 1). */
+AI __m512i SFX(kv_ld)(const uint8_t *p) { return _mm512_loadu_si512((const void *)p); }
+
+AI void SFX(kv_unpack)(int kind, const uint8_t *pb, qx_ktiles *kb) {
+    if (kind == KQ_Q6_K) {
+        __m512i S[4];
+        for (int a = 0; a < 4; a++) S[a] = SFX(kv_ld)(pb + 32 + 64 * a);
+        SFX(k6v_scales_set)(kb, 0, _mm256_loadu_si256((const __m256i *)(const void *)pb), S);
+        for (int h = 0; h < 2; h++) {
+            __m512i A[8], B[8], H[8];
+            for (int g = 0; g < 8; g++) {
+                A[g] = SFX(kv_ld)(pb + 288 + 64 * (24 * h + g));
+                B[g] = SFX(kv_ld)(pb + 288 + 64 * (24 * h + 8 + g));
+                H[g] = SFX(kv_ld)(pb + 288 + 64 * (24 * h + 16 + g));
+            }
+            SFX(k6v_quants_set)(kb->q, h, A, B, H);
+        }
+        return;
+    }
+    SFX(k4v_scales_set)(kb, 0, SFX(kv_ld)(pb), SFX(kv_ld)(pb + 64), SFX(kv_ld)(pb + 128),
+                        SFX(kv_ld)(pb + 192));
+    for (int p = 0; p < 4; p++) {
+        __m512i T[8];
+        for (int g = 0; g < 8; g++) T[g] = SFX(kv_ld)(pb + 256 + 64 * (8 * p + g));
+        SFX(k4v_quants_set)(kb->q, p, T);
+    }
+}
+
+#define QX86_KPCASE(K, n) \
+    case n: SFX(ktile_dot)(K, kb, 0, i, act, as, tg, n, yc, ldy, m, i > 0); break;
+#define QX86_KPSWITCH(K)                                                                      \
+    for (int64_t tg = 0; tg < n_tok; tg += QX86_TT) {                                          \
+        switch (n_tok - tg < QX86_TT ? n_tok - tg : QX86_TT) {                                 \
+        QX86_KPCASE(K, 8) QX86_KPCASE(K, 7) QX86_KPCASE(K, 6) QX86_KPCASE(K, 5)                \
+        QX86_KPCASE(K, 4) QX86_KPCASE(K, 3) QX86_KPCASE(K, 2) default: QX86_KPCASE(K, 1)       \
+        }                                                                                      \
+    }
+
+static void SFX(mm_k_packed)(int kind, const uint8_t *pk, int64_t nb, const uint8_t *act, size_t as,
+                             int64_t n_tok, float *y, int64_t ldy, int64_t r0, int64_t r1) {
+    qx_ktiles ktiles, *kb = &ktiles;
+    const size_t bb = kind == KQ_Q6_K ? QX86_VQ6K_BLOCK : QX86_VQ4K_BLOCK, gbytes = (size_t)nb * bb;
+    const uint8_t *end = pk + (size_t)((r1 + 15) / 16) * gbytes;
+    for (int64_t rc = r0; rc < r1; rc += 16) {
+        const int64_t nr = r1 - rc < 16 ? r1 - rc : 16;
+        const __mmask16 m = (__mmask16)((1u << nr) - 1u);
+        const uint8_t *pb = pk + (size_t)(rc / 16) * gbytes, *pf = pb + 2 * gbytes;
+        if (pf + gbytes > end) pf = NULL;
+        float *yc = y + rc;
+        for (int64_t i = 0; i < nb; i++, pb += bb) {
+            if (pf) {  /* two groups ahead, into L2, one super-block's worth at a time */
+                for (size_t o = 0; o < bb; o += 64) _mm_prefetch((const char *)pf + o, _MM_HINT_T1);
+                pf += bb;
+            }
+            SFX(kv_unpack)(kind, pb, kb);
+            if (kind == KQ_Q6_K) {
+                QX86_KPSWITCH(KQ_Q6_K)
+            } else {
+                QX86_KPSWITCH(KQ_Q4_K)
+            }
+        }
+    }
+}
+#undef QX86_KPSWITCH
+#undef QX86_KPCASE
 
 static void SFX(mmt_q4_k)(const uint8_t *w, size_t rb, int64_t nb, const uint8_t *act, size_t as,
                           int64_t n_tok, float *y, int64_t ldy, int64_t r0, int64_t r1) {

@@ -481,7 +481,8 @@ def test_q8_0_tiles_bits_equal_rows1_at_extremes(t: GT, impl: str) -> None:
 # copy starts with a 64-byte header naming its layout.
 PACKED: dict[str, tuple[int, dict[GT, int]]] = {
     "avx2": (8, {GT.Q8_0: 272, GT.Q5_0: 176, GT.Q4_0: 144, GT.Q4_K: 1152, GT.Q6_K: 1680}),
-    "avx512vnni": (16, {GT.Q8_0: 544, GT.Q5_0: 352, GT.Q4_0: 288}),
+    "avx512vnni": (16, {GT.Q8_0: 544, GT.Q5_0: 352, GT.Q4_0: 288, GT.Q4_K: 2304,
+                         GT.Q6_K: 3360}),
 }
 PACK_HEAD = 64
 # columns per type: Q8_0 / Q5_0 / Q4_0 at 640 (the head, attn_q / ffn_gate / ffn_up), 3
