@@ -452,6 +452,14 @@ AI void SFX(row_q8fam)(int kind, size_t bbytes, const uint8_t *w, int64_t nb, co
  * 8 vpdpbusd (512 multiply-adds).  Slabs past the first add into y. */
 #define QX86_TR 16                 /* rows per tile: the 16 int32 lanes */
 #define QX86_TT 8                  /* tokens per tile */
+/* Tokens [0, total) in groups of QX86_TT, each group's size a constant: CASE(n) runs the
+ * group at tg of n tokens (a statement ending in break). */
+#define QX86_TOKENS(total, CASE)                                                              \
+    for (int64_t tg = 0; tg < (total); tg += QX86_TT) {                                        \
+        switch ((total) - tg < QX86_TT ? (total) - tg : QX86_TT) {                             \
+        CASE(8) CASE(7) CASE(6) CASE(5) CASE(4) CASE(3) CASE(2) default: CASE(1)               \
+        }                                                                                      \
+    }
 #define QX86_KB 32                 /* blocks per K slab (1024 columns) */
 #define QX86_ACTB (20 * 1024)      /* bytes of signed activation quants per slab */
 #ifndef QX86_PFC
@@ -638,13 +646,7 @@ static void SFX(mm_q8fam_tiles)(int kind, const uint8_t *w, size_t rb, int64_t n
                 const __mmask16 m = (__mmask16)((1u << nr) - 1u);
                 const int accum = k0 > 0;
                 float *yc = y + s0 * ldy + rc;
-                for (int64_t tg = 0; tg < ts; tg += QX86_TT) {
-                    switch (ts - tg < QX86_TT ? ts - tg : QX86_TT) {
-                    QX86_TCASE(8) QX86_TCASE(7) QX86_TCASE(6) QX86_TCASE(5)
-                    QX86_TCASE(4) QX86_TCASE(3) QX86_TCASE(2)
-                    default: SFX(tile_dot)(tb, kn, tg, 1, yc, ldy, m, accum); break;
-                    }
-                }
+                QX86_TOKENS(ts, QX86_TCASE)
             }
         }
     }
@@ -721,15 +723,8 @@ AI void SFX(vpk_dot)(int kind, const uint8_t *pb, const uint8_t *pf, const qx_ti
     }
 }
 
-#define QX86_PCASE(K, n) \
-    case n: SFX(vpk_dot)(K, pb, tg == 0 ? pf : NULL, tb, kn, tg, n, yc, ldy, m, accum); break;
-#define QX86_PSWITCH(K)                                                                       \
-    for (int64_t tg = 0; tg < ts; tg += QX86_TT) {                                             \
-        switch (ts - tg < QX86_TT ? ts - tg : QX86_TT) {                                       \
-        QX86_PCASE(K, 8) QX86_PCASE(K, 7) QX86_PCASE(K, 6) QX86_PCASE(K, 5)                    \
-        QX86_PCASE(K, 4) QX86_PCASE(K, 3) QX86_PCASE(K, 2) default: QX86_PCASE(K, 1)           \
-        }                                                                                      \
-    }
+#define QX86_PCASE(n) \
+    case n: SFX(vpk_dot)(kind, pb, tg == 0 ? pf : NULL, tb, kn, tg, n, yc, ldy, m, accum); break;
 
 AI void SFX(q8fam_packed)(int kind, const uint8_t *pk, int64_t nb, const uint8_t *act, size_t as,
                           int64_t n_tok, float *y, int64_t ldy, int64_t r0, int64_t r1) {
@@ -751,18 +746,11 @@ AI void SFX(q8fam_packed)(int kind, const uint8_t *pk, int64_t nb, const uint8_t
                 const __mmask16 m = (__mmask16)((1u << nr) - 1u);
                 const int accum = k0 > 0;
                 float *yc = y + s0 * ldy + rc;
-                if (kind == K_Q8_0) {
-                    QX86_PSWITCH(K_Q8_0)
-                } else if (kind == K_Q5_0) {
-                    QX86_PSWITCH(K_Q5_0)
-                } else {
-                    QX86_PSWITCH(K_Q4_0)
-                }
+                QX86_TOKENS(ts, QX86_PCASE)
             }
         }
     }
 }
-#undef QX86_PSWITCH
 #undef QX86_PCASE
 
 static void SFX(mm_q8fam_packed)(int kind, const uint8_t *pk, int64_t nb, const uint8_t *act,
@@ -1696,14 +1684,7 @@ static void SFX(mm_k_tiles)(int kind, const uint8_t *w, size_t rb, int64_t nb, c
                 AOTX_PF_SLICE(pl, i, _MM_HINT_T0);
                 SFX(ktile_quants)(kind, rows, i, kb);
                 const int accum = i > 0;
-                for (int64_t tg = 0; tg < n_tok; tg += QX86_TT) {
-                    switch (n_tok - tg < QX86_TT ? n_tok - tg : QX86_TT) {
-                    QX86_KCASE(8) QX86_KCASE(7) QX86_KCASE(6) QX86_KCASE(5)
-                    QX86_KCASE(4) QX86_KCASE(3) QX86_KCASE(2)
-                    default: SFX(ktile_dot)(kind, kb, i - k0, i, act, as, tg, 1, yc, ldy, m, accum);
-                        break;
-                    }
-                }
+                QX86_TOKENS(n_tok, QX86_KCASE)
             }
         }
     }
@@ -1744,18 +1725,11 @@ AI void SFX(kv_unpack)(int kind, const uint8_t *pb, qx_ktiles *kb) {
     }
 }
 
-#define QX86_KPCASE(K, n) \
-    case n: SFX(ktile_dot)(K, kb, 0, i, act, as, tg, n, yc, ldy, m, i > 0); break;
-#define QX86_KPSWITCH(K)                                                                      \
-    for (int64_t tg = 0; tg < n_tok; tg += QX86_TT) {                                          \
-        switch (n_tok - tg < QX86_TT ? n_tok - tg : QX86_TT) {                                 \
-        QX86_KPCASE(K, 8) QX86_KPCASE(K, 7) QX86_KPCASE(K, 6) QX86_KPCASE(K, 5)                \
-        QX86_KPCASE(K, 4) QX86_KPCASE(K, 3) QX86_KPCASE(K, 2) default: QX86_KPCASE(K, 1)       \
-        }                                                                                      \
-    }
+#define QX86_KPCASE(n) \
+    case n: SFX(ktile_dot)(kind, kb, 0, i, act, as, tg, n, yc, ldy, m, i > 0); break;
 
-static void SFX(mm_k_packed)(int kind, const uint8_t *pk, int64_t nb, const uint8_t *act, size_t as,
-                             int64_t n_tok, float *y, int64_t ldy, int64_t r0, int64_t r1) {
+AI void SFX(k_packed)(int kind, const uint8_t *pk, int64_t nb, const uint8_t *act, size_t as,
+                      int64_t n_tok, float *y, int64_t ldy, int64_t r0, int64_t r1) {
     qx_ktiles ktiles, *kb = &ktiles;
     const size_t bb = kind == KQ_Q6_K ? QX86_VQ6K_BLOCK : QX86_VQ4K_BLOCK, gbytes = (size_t)nb * bb;
     const uint8_t *end = pk + (size_t)((r1 + 15) / 16) * gbytes;
@@ -1771,16 +1745,17 @@ static void SFX(mm_k_packed)(int kind, const uint8_t *pk, int64_t nb, const uint
                 pf += bb;
             }
             SFX(kv_unpack)(kind, pb, kb);
-            if (kind == KQ_Q6_K) {
-                QX86_KPSWITCH(KQ_Q6_K)
-            } else {
-                QX86_KPSWITCH(KQ_Q4_K)
-            }
+            QX86_TOKENS(n_tok, QX86_KPCASE)
         }
     }
 }
-#undef QX86_KPSWITCH
 #undef QX86_KPCASE
+
+static void SFX(mm_k_packed)(int kind, const uint8_t *pk, int64_t nb, const uint8_t *act, size_t as,
+                             int64_t n_tok, float *y, int64_t ldy, int64_t r0, int64_t r1) {
+    if (kind == KQ_Q6_K) SFX(k_packed)(KQ_Q6_K, pk, nb, act, as, n_tok, y, ldy, r0, r1);
+    else SFX(k_packed)(KQ_Q4_K, pk, nb, act, as, n_tok, y, ldy, r0, r1);
+}
 
 static void SFX(mmt_q4_k)(const uint8_t *w, size_t rb, int64_t nb, const uint8_t *act, size_t as,
                           int64_t n_tok, float *y, int64_t ldy, int64_t r0, int64_t r1) {
