@@ -255,15 +255,29 @@ static void pack_one(mtensor *o, uint8_t *p) {
     o->packed = p;
 }
 
-static void pack_weights(aotx_model *m) {
-    const int head = !pack_off("AOTX_HEAD_PACK"), body = !pack_off("AOTX_BODY_PACK");
-    const int32_t nl = body ? m->info.n_layers : 0;
-    size_t total = head ? pack_size(&m->output) : 0;
-    for (int32_t l = 0; l < nl; l++) {
+/* One walk over the tensors that get copies: their bytes in the arena; with an arena,
+ * each one packed at its offset. */
+static size_t pack_walk(aotx_model *m, int head, int body, uint8_t *arena) {
+    size_t at = 0, n;
+    if (head && (n = pack_size(&m->output))) {
+        if (arena) pack_one(&m->output, arena + at);
+        at += n;
+    }
+    for (int32_t l = 0; body && l < m->info.n_layers; l++) {
         mlayer *ly = &m->layers[l];
         mtensor *ts[] = {&ly->q, &ly->k, &ly->v, &ly->o, &ly->gate, &ly->up, &ly->down};
-        for (size_t i = 0; i < sizeof ts / sizeof *ts; i++) total += pack_size(ts[i]);
+        for (size_t i = 0; i < sizeof ts / sizeof *ts; i++)
+            if ((n = pack_size(ts[i]))) {
+                if (arena) pack_one(ts[i], arena + at);
+                at += n;
+            }
     }
+    return at;
+}
+
+static void pack_weights(aotx_model *m) {
+    const int head = !pack_off("AOTX_HEAD_PACK"), body = !pack_off("AOTX_BODY_PACK");
+    size_t total = pack_walk(m, head, body, NULL);
     if (!total) return;
     const size_t huge = (size_t)2 << 20;  /* 2 MiB aligned: transparent huge pages */
     total = (total + huge - 1) / huge * huge;
@@ -271,20 +285,7 @@ static void pack_weights(aotx_model *m) {
     if (!arena) return;
     (void)madvise(arena, total, MADV_HUGEPAGE);
     m->pack_arena = arena;
-    size_t at = 0, n;
-    if (head && (n = pack_size(&m->output))) {
-        pack_one(&m->output, arena);
-        at += n;
-    }
-    for (int32_t l = 0; l < nl; l++) {
-        mlayer *ly = &m->layers[l];
-        mtensor *ts[] = {&ly->q, &ly->k, &ly->v, &ly->o, &ly->gate, &ly->up, &ly->down};
-        for (size_t i = 0; i < sizeof ts / sizeof *ts; i++)
-            if ((n = pack_size(ts[i]))) {
-                pack_one(ts[i], arena + at);
-                at += n;
-            }
-    }
+    pack_walk(m, head, body, arena);
 }
 
 int model_load_weights(aotx_model *m, char *err, int64_t cap) {

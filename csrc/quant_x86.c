@@ -590,6 +590,16 @@ AI void SFX(tile_weights)(int kind, size_t bbytes, const uint8_t *const *rows, i
     }
 }
 
+/* y[(t0 + t) * ldy + r] = f[t] lane r (+= with accum) for t < nt, rows masked by m. */
+AI void SFX(tile_store)(__m512 *f, int nt, int64_t t0, float *y, int64_t ldy, __mmask16 m,
+                        int accum) {
+    for (int t = 0; t < nt; t++) {
+        float *yt = y + (t0 + t) * ldy;
+        if (accum) f[t] = _mm512_add_ps(f[t], _mm512_maskz_loadu_ps(m, yt));
+        _mm512_mask_storeu_ps(yt, m, f[t]);
+    }
+}
+
 /* One tile: 16 rows (lanes) x NT tokens over the slab's kn blocks; y rows masked by m. */
 AI void SFX(tile_dot)(const qx_tiles *tb, int64_t kn, int64_t t0, int nt, float *y, int64_t ldy,
                       __mmask16 m, int accum) {
@@ -612,11 +622,7 @@ AI void SFX(tile_dot)(const qx_tiles *tb, int64_t kn, int64_t t0, int nt, float 
             f[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a[t]),
                                    _mm512_mul_ps(dw, _mm512_set1_ps(tb->dx[(t0 + t) * kn + b])), f[t]);
     }
-    for (int t = 0; t < nt; t++) {
-        float *yt = y + (t0 + t) * ldy;
-        if (accum) f[t] = _mm512_add_ps(f[t], _mm512_maskz_loadu_ps(m, yt));
-        _mm512_mask_storeu_ps(yt, m, f[t]);
-    }
+    SFX(tile_store)(f, nt, t0, y, ldy, m, accum);
 }
 
 #define QX86_TCASE(n) case n: SFX(tile_dot)(tb, kn, tg, n, yc, ldy, m, accum); break;
@@ -716,11 +722,7 @@ AI void SFX(vpk_dot)(int kind, const uint8_t *pb, const uint8_t *pf, const qx_ti
             f[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a[t]),
                                    _mm512_mul_ps(dw, _mm512_set1_ps(tb->dx[(t0 + t) * kn + b])), f[t]);
     }
-    for (int t = 0; t < nt; t++) {
-        float *yt = y + (t0 + t) * ldy;
-        if (accum) f[t] = _mm512_add_ps(f[t], _mm512_maskz_loadu_ps(m, yt));
-        _mm512_mask_storeu_ps(yt, m, f[t]);
-    }
+    SFX(tile_store)(f, nt, t0, y, ldy, m, accum);
 }
 
 #define QX86_PCASE(n) \

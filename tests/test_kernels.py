@@ -390,6 +390,21 @@ def test_matmul_kquant_tiles(t: GT, shape: tuple[int, int, int, int, int], impl:
     run_case(t, rows, nb, n_tok, r0, r1, seed=rows * 5 + nb, impl=impl)
 
 
+def extreme_bytes(t: GT, n_blocks: int, rng: np.random.Generator) -> np.ndarray:
+    """n_blocks random blocks of type t with every quant byte at an extreme: Q8_0 -128 /
+    127 / -127 / 1; Q4_0 / Q5_0 nibbles 0 / 15 (random Q5_0 fifth bits); k-quants bytes
+    0x00 / 0xFF (quants, scales, mins), Q6_K's int8 scales -128 / 127.  Scale fields are
+    random too: callers set or keep them."""
+    _, bb, _ = LAYOUT[t]
+    if t in (GT.Q4_K, GT.Q6_K):
+        raw = rng.choice(np.array((0x00, 0xFF), np.uint8), (n_blocks, bb))
+        if t == GT.Q6_K:
+            raw[:, 192:208] = rng.choice(np.array((0x80, 0x7F), np.uint8), (n_blocks, 16))
+        return raw
+    fill = (0x80, 0x7F, 0x81, 0x01) if t == GT.Q8_0 else (0x00, 0xFF, 0xF0, 0x0F)
+    return rng.choice(np.array(fill, np.uint8), (n_blocks, bb))
+
+
 def test_matmul_kquant_tiles_extreme_quants(impl: str) -> None:
     """Quants, scales and mins at their extremes against activations at +-127."""
     rng = np.random.default_rng(22)
@@ -397,10 +412,8 @@ def test_matmul_kquant_tiles_extreme_quants(impl: str) -> None:
     x = np.where(rng.random((n_tok, cols)) < 0.5, -1.0, 1.0).astype(np.float32)
     for t in (GT.Q4_K, GT.Q6_K):
         act = prepare(t, x)
-        _, bb, offs = LAYOUT[t]
-        raw = rng.choice(np.array((0x00, 0xFF), np.uint8), (rows * cols // 256, bb))
-        if t == GT.Q6_K:
-            raw[:, 192:208] = rng.choice(np.array((0x80, 0x7F), np.uint8), (raw.shape[0], 16))
+        _, _, offs = LAYOUT[t]
+        raw = extreme_bytes(t, rows * cols // 256, rng)
         for off in offs:
             raw[:, off:off + 2] = np.array([0.5], np.float16).view(np.uint8)
         w = raw.reshape(rows, -1)
@@ -449,9 +462,8 @@ def test_q8_0_tiles_bits_equal_rows1_at_extremes(t: GT, impl: str) -> None:
     rng = np.random.default_rng(23)
     rows = 43
     cols = 640 if t == GT.Q8_0 else 1088
-    _, bb, offs = LAYOUT[t]
-    fill = (0x80, 0x7F, 0x81, 0x01) if t == GT.Q8_0 else (0x00, 0xFF, 0xF0, 0x0F)
-    raw = rng.choice(np.array(fill, np.uint8), (rows * cols // 32, bb))
+    _, _, offs = LAYOUT[t]
+    raw = extreme_bytes(t, rows * cols // 32, rng)
     for off in offs:
         raw[:, off:off + 2] = np.array([0.25], np.float16).view(np.uint8)
     w = raw.reshape(rows, -1)
@@ -525,26 +537,13 @@ def force_path(path: str) -> None:
 
 
 def extreme_blocks(t: GT, w: np.ndarray, rows: int, cols: int, rng: np.random.Generator) -> None:
-    """Every third row's even blocks at the type's quant extremes (Q8_0: -128 / 127 /
-    -127 / 1; Q4_0 / Q5_0: nibbles 0 / 15, random Q5_0 fifth bits), in place."""
-    _, bb, _ = LAYOUT[t]
-    fill = (0x80, 0x7F, 0x81, 0x01) if t == GT.Q8_0 else (0x00, 0xFF, 0xF0, 0x0F)
-    ext = rng.choice(np.array(fill, np.uint8), w.shape).reshape(rows, cols // 32, bb)
-    blocks = w.reshape(rows, cols // 32, bb)
-    q0 = 6 if t == GT.Q5_0 else 2   # Q5_0's qh (bytes 2..5) keeps its random bits
-    blocks[::3, ::2, q0:] = ext[::3, ::2, q0:]
-
-
-def extreme_kblocks(t: GT, w: np.ndarray, rows: int, cols: int, rng: np.random.Generator) -> None:
-    """Every third row's even super-blocks with quants, scales and mins at their extremes
-    (as test_matmul_kquant_tiles_extreme_quants: bytes 0x00 / 0xFF, Q6_K's int8 scales
-    -128 / 127), the fp16 d (and dmin) kept, in place."""
-    _, bb, _ = LAYOUT[t]
-    ext = rng.choice(np.array((0x00, 0xFF), np.uint8), w.shape).reshape(rows, cols // 256, bb)
-    if t == GT.Q6_K:
-        ext[:, :, 192:208] = rng.choice(np.array((0x80, 0x7F), np.uint8), ext[:, :, 192:208].shape)
-    lo, hi = (0, 208) if t == GT.Q6_K else (4, bb)   # Q4_K: d, dmin at bytes 0..3
-    blocks = w.reshape(rows, cols // 256, bb)
+    """Every third row's even blocks (k-quants: super-blocks) at the type's extremes
+    (extreme_bytes), in place, keeping the scale fields: Q8_0 / Q4_0 d, Q5_0 d and qh (its
+    random fifth bits), Q4_K d and dmin, Q6_K d."""
+    be, bb, _ = LAYOUT[t]
+    ext = extreme_bytes(t, rows * cols // be, rng).reshape(rows, cols // be, bb)
+    lo, hi = {GT.Q5_0: (6, bb), GT.Q4_K: (4, bb), GT.Q6_K: (0, 208)}.get(t, (2, bb))
+    blocks = w.reshape(rows, cols // be, bb)
     blocks[::3, ::2, lo:hi] = ext[::3, ::2, lo:hi]
 
 
@@ -567,10 +566,7 @@ def test_packed_copy_bits_equal_the_tiles(path: str, t: GT, k: int) -> None:
         rng = np.random.default_rng(cols + int(t))
         rows = cuts[-1]
         w = weights(t, rows, cols, rng, "random")
-        if t in (GT.Q4_K, GT.Q6_K):
-            extreme_kblocks(t, w, rows, cols, rng)
-        else:
-            extreme_blocks(t, w, rows, cols, rng)
+        extreme_blocks(t, w, rows, cols, rng)
         pk = pack_copy(path, t, w, rows, cols, (gr, 2 * gr))
         for n_tok in (1, 3, 8, 9, 13, 37):
             x = rng.standard_normal((n_tok, cols)).astype(np.float32)
