@@ -23,7 +23,7 @@ _ENTRY: dict[str, str] = {
     "gateway write-grants": "aotx_trio.grants:write_grants_main",
     "generate": "aotx_trio.engine_cli:generate_main",
     "embed": "aotx_trio.embed_cli:embed_main",
-    "models": "aotx_trio.models:main",
+    "models": "aotx_trio.default_models:main",
     "registry": "aotx_trio.router.cli:main",
 }
 

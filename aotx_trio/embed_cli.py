@@ -8,7 +8,7 @@ import sys
 
 import numpy as np
 
-from aotx_trio.embed import Embedder
+from aotx_trio.native.embed import Embedder
 
 
 def embed_main(args: argparse.Namespace) -> int:

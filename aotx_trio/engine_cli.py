@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from aotx_trio.engine import Engine
+from aotx_trio.native.engine import Engine
 
 
 def generate_main(args: argparse.Namespace) -> int:

@@ -23,6 +23,7 @@
     │   ├── Gone                     gone                 removed / expired / closed 410
     │   ├── BodyTooLarge             body_too_large                                  413
     │   └── InvalidInput             invalid_argument     bad field (.fields[field]) 422
+    │       └── InvalidParams        invalid_params       .fields: param, rule       422
     ├── FormatError                  a file or frame is corrupt, foreign, too new    500
     │   ├── JournalDamage            journal_damage       refuse to start            500
     │   ├── UnsupportedProfile       unsupported_profile                             500
@@ -39,7 +40,7 @@ attribute); :func:`http_parts` is the one map from an error to (status, the
 error envelope of ``shared-api.md``, headers) that every HTTP surface uses.
 Native return codes become errors through one explicit table,
 :data:`NATIVE`, keyed by the code's name (``aotx_code_name``);
-:func:`aotx_trio.native.check` is its only caller.  A test checks that every
+:func:`aotx_trio.native.lib.check` is its only caller.  A test checks that every
 code the library names is in the table.
 """
 
@@ -180,6 +181,18 @@ class BodyTooLarge(RequestError):
 class InvalidInput(RequestError):
     default_code = "invalid_argument"
     status = 422
+
+
+class InvalidParams(InvalidInput):
+    """A caller's field is wrong: ``param`` names it (a path such as
+    ``output_targets[2].put_url``), ``rule`` says which check it failed
+    (``required``, ``type``, ``range``, ``scheme``...).  Every surface shows it in its
+    own dialect (the shared envelope, the router's, OpenAI's ``param``)."""
+
+    default_code = "invalid_params"
+
+    def __init__(self, param: str, rule: str, message: str, **fields: Any) -> None:
+        super().__init__(message, param=param, rule=rule, **fields)
 
 
 class FormatError(AotxError):

@@ -36,7 +36,6 @@ import trio
 
 from aotx_trio import _latency
 from aotx_trio._process import on_signal, run_trio, setup_logging
-from aotx_trio.client import InProcessClient
 from aotx_trio.config import GatewayConfig, load_gateway_config, write_gateway_config
 from aotx_trio.errors import AotxError
 from aotx_trio.gateway.auth import hash_token, new_token
@@ -45,6 +44,7 @@ from aotx_trio.grants import load_grants, write_grants
 from aotx_trio.runtime.boot import JournalLimits, run_runtime
 from aotx_trio.runtime.ccir import RuntimeFile
 from aotx_trio.runtime.handler import ServiceHandler
+from aotx_trio.service.client import InProcessClient
 from aotx_trio.vocab import ACTIONS
 
 log = logging.getLogger("aotx.serve")
@@ -60,7 +60,7 @@ def ensure_runtime(data: Path) -> Path:
     """The data folder's runtime file, packed from the default models if missing."""
     target = data / RUNTIME_NAME
     if not target.exists():
-        from aotx_trio.models import default_embedding_model, default_text_model
+        from aotx_trio.default_models import default_embedding_model, default_text_model
         from aotx_trio.runtime.pack import pack
 
         print(f"aotx serve: packing {target} from the default models (first run)",
@@ -119,7 +119,7 @@ def model_sources(runtime: Path) -> dict[str, list[Any]]:
     """The runtime file's models as artifact files: text model name -> its one extent,
     ``embedding`` -> the embedding folder's files (aotx_trio.router.defaults.Extent)."""
     from aotx_trio.router.defaults import Extent
-    from aotx_trio.runtime.models import EMBEDDING_NAME
+    from aotx_trio.runtime.served import EMBEDDING_NAME
 
     rf = RuntimeFile.open(runtime)
     out: dict[str, list[Any]] = {c.name: [Extent(c.name, rf.path, c.offset, c.length)]
@@ -133,7 +133,7 @@ async def register_default_models(config: GatewayConfig, runtime: Path,
                                   handler: ServiceHandler) -> list[str]:
     """The default models in the configured store (idempotent; docs/decisions.md)."""
     from aotx_trio.config import is_store_url
-    from aotx_trio.router.backends import open_store
+    from aotx_trio.registry.backends import open_store
     from aotx_trio.router.defaults import register_defaults
     from aotx_trio.router.registry import Registry
 

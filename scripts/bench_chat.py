@@ -12,7 +12,7 @@ client against a real ``aotx serve`` (a child process) on loopback, default mode
   content; p50 / p99 over all requests;
 * **tokens/s**: one client, non-streaming, greedy, ``max_tokens`` ``--tokens``;
   completion tokens (``usage``) over wall time, against the engine alone
-  (:meth:`aotx_trio.engine.Engine.generate` in this process on the same prompt,
+  (:meth:`aotx_trio.native.engine.Engine.generate` in this process on the same prompt,
   rendered by the same chat template, the server idle meanwhile); runs interleaved,
   best of ``--runs`` each; the ratio printed (target >= 0.90).
 
@@ -152,8 +152,8 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "aotx-trio" / "bench")
     a = ap.parse_args()
-    from aotx_trio.engine import Engine
-    from aotx_trio.models import default_text_model
+    from aotx_trio.default_models import default_text_model
+    from aotx_trio.native.engine import Engine
 
     runtime = cached_runtime(a.cache)
     proc, base, toks, data = serve(runtime, a.clients)

@@ -27,7 +27,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from aotx_trio.embed import Embedder  # noqa: E402
+from aotx_trio.native.embed import Embedder  # noqa: E402
 
 SHORT = [
     "The quick brown fox jumps over the lazy dog.",

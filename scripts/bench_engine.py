@@ -88,7 +88,7 @@ def multi_prompts(ids: Sequence[int], n: int) -> list[list[int]]:
 def child_ours(path: Path, threads: int, page_tokens: int, kv_f16: bool) -> dict[str, Any]:
     """Our side's measures; ``kv_f16``: binary16 K/V pages (Engine.load's kv_f16)."""
     sys.path.insert(0, str(ROOT))
-    from aotx_trio.engine import Engine
+    from aotx_trio.native.engine import Engine
 
     r: dict[str, Any] = {}
     with Engine.load(path, threads=threads, max_seqs=PEER_SEQS, max_batch_tokens=BATCH,
@@ -147,7 +147,7 @@ def child_ours(path: Path, threads: int, page_tokens: int, kv_f16: bool) -> dict
 
 
 def kernel_names() -> dict[str, str]:
-    from aotx_trio.native import ffi, lib
+    from aotx_trio.native.lib import ffi, lib
 
     names = {t: ffi.string(lib.aotx_kernel_impl(n)).decode()
              for t, n in (("Q8_0", 8), ("Q5_0", 6), ("Q4_K", 12), ("Q6_K", 14))}
@@ -184,7 +184,7 @@ def invariance(eng: Any, path: Path, threads: int, page_tokens: int, kv_f16: boo
                ids: list[int]) -> dict[str, Any]:
     """Batch invariance on the real model: each config's logits rows against the rows
     of each prompt generated alone with `threads` threads."""
-    from aotx_trio.engine import Engine
+    from aotx_trio.native.engine import Engine
 
     prompts = multi_prompts(ids, PEER_SEQS)
     n = len(prompts)
@@ -218,7 +218,7 @@ def kv_waste_mixed(info: Any, page_tokens: int) -> dict[str, float]:
     layer i global when (i + 1) % 6 == 0)."""
     import random
 
-    from aotx_trio.native import check, ffi, lib
+    from aotx_trio.native.lib import check, ffi, lib
 
     sets = {"1": [N_PROMPT + N_DECODE],
             "8": [len(p) + N_BLOCKS * N_STEPS for p in multi_prompts(list(range(64)), 8)]}

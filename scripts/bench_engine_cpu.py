@@ -47,8 +47,8 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 import bench_engine as B  # noqa: E402
 
-from aotx_trio.engine import Engine  # noqa: E402
-from aotx_trio.native import ffi, lib  # noqa: E402
+from aotx_trio.native.engine import Engine  # noqa: E402
+from aotx_trio.native.lib import ffi, lib  # noqa: E402
 
 
 def main() -> int:

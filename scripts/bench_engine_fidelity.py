@@ -131,8 +131,8 @@ def score(exact_lp: list[np.ndarray], rows: np.ndarray) -> dict[str, float]:
 # ---- the engines (children) --------------------------------------------------------------
 
 def child_aotx(model: Path, kv: str, work: list[dict[str, Any]], out: Path) -> dict[str, Any]:
-    from aotx_trio.engine import Engine
-    from aotx_trio.native import ffi, lib
+    from aotx_trio.native.engine import Engine
+    from aotx_trio.native.lib import ffi, lib
 
     rows = []
     with Engine.load(model, threads=1, max_seqs=1, kv_f16=kv == "f16") as eng:
@@ -215,7 +215,7 @@ def peer_importable() -> bool:
 
 
 def fidelity(model: Path, n_prompts: int, configs: list[str]) -> int:
-    from aotx_trio.engine import Engine
+    from aotx_trio.native.engine import Engine
 
     t0 = time.perf_counter()
     with Engine.load(model, threads=1, max_seqs=1) as eng:

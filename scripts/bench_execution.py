@@ -14,7 +14,7 @@ alternates), on the real default model (Gemma 3 270M Q4_K_M):
              (``GET /operations/{op}/events``).  Aggregate tokens/s = the output
              tokens the receipts report / (last end - first post); time to first
              byte = post sent -> first ``output`` event.
-``engine``   a child process with :class:`aotx_trio.engine.Engine` alone and the
+``engine``   a child process with :class:`aotx_trio.native.engine.Engine` alone and the
              same prompts (:func:`aotx_trio.runtime.prompt.render`): every prompt
              prefilled, then batched decode steps of all sequences, stopping each
              at EOS or ``--tokens`` like the service: the ceiling the service's
@@ -63,9 +63,9 @@ def cpu_model() -> str:
 
 
 def child_engine(n: int, tokens: int, kernels: str) -> dict[str, Any]:
-    from aotx_trio.engine import Engine
-    from aotx_trio.models import default_text_model
-    from aotx_trio.native import check, ffi, lib
+    from aotx_trio.default_models import default_text_model
+    from aotx_trio.native.engine import Engine
+    from aotx_trio.native.lib import check, ffi, lib
     from aotx_trio.runtime.prompt import Turn, render
 
     check(lib.aotx_kernel_force(kernels.encode()))

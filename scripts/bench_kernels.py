@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from aotx_trio.native import ffi, lib
+from aotx_trio.native.lib import ffi, lib
 
 T = {"F32": 0, "F16": 1, "Q4_0": 2, "Q5_0": 6, "Q8_0": 8, "Q4_K": 12, "Q5_K": 13, "Q6_K": 14,
      "BF16": 30}

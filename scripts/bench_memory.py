@@ -46,9 +46,9 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from aotx_trio import device as D  # noqa: E402
-from aotx_trio import native  # noqa: E402
-from aotx_trio.journal import Journal, JournalParams  # noqa: E402
+from aotx_trio.native import device as D  # noqa: E402
+from aotx_trio.native import lib as native  # noqa: E402
+from aotx_trio.native.journal import Journal, JournalParams  # noqa: E402
 from aotx_trio.runtime import memory  # noqa: E402
 
 L = "0123456789abcdef0123456789abcdef"
@@ -156,7 +156,7 @@ async def retention_round(handler: Any, n: int, clients: int, base: int,
     """Sentences/s of ``n`` inputs retained through the handler by ``clients``
     participants at once (each makes a space and a conversation first, from sequence
     ``base``; 1: registers first), and the participants' next sequence."""
-    from aotx_trio.client import InProcessClient
+    from aotx_trio.service.client import InProcessClient
 
     client = InProcessClient(handler)
     lineage = handler.lineage

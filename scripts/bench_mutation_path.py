@@ -120,12 +120,12 @@ def bare_app(folder: Path) -> ASGIApp:
 
 async def aotx_app(folder: Path, tokens: list[str], runtime: Path,
                    nursery: trio.Nursery) -> tuple[ASGIApp, str]:
-    from aotx_trio.client import InProcessClient
     from aotx_trio.config import GatewayConfig, write_gateway_config
     from aotx_trio.gateway.app import make_app_from_config
     from aotx_trio.gateway.auth import hash_token
     from aotx_trio.grants import write_grants
     from aotx_trio.runtime.boot import run_runtime
+    from aotx_trio.service.client import InProcessClient
 
     cfg = GatewayConfig.model_validate({
         "bind": "127.0.0.1:0",

@@ -36,8 +36,8 @@ from pathlib import Path
 
 import trio
 
-from aotx_trio import device as D
-from aotx_trio.journal import RECORD_SIZE
+from aotx_trio.native import device as D
+from aotx_trio.native.journal import RECORD_SIZE
 from aotx_trio.runtime import ccir, checkpoint
 from aotx_trio.runtime.boot import open_runtime_state
 from aotx_trio.vocab import ALL_GRANTS

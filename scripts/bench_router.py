@@ -35,8 +35,8 @@ from pathlib import Path
 import httpx
 import trio
 
-from aotx_trio.engine import Engine
-from aotx_trio.models import default_text_model
+from aotx_trio.default_models import default_text_model
+from aotx_trio.native.engine import Engine
 from aotx_trio.router.aliases import set_alias
 from aotx_trio.router.index import Entry
 
@@ -59,14 +59,14 @@ def engine_alone(eng: Engine, tokens: int) -> float:
 async def bench(args: argparse.Namespace) -> None:
     from hypercorn.trio import serve as hypercorn_serve
 
-    from aotx_trio.client import InProcessClient
     from aotx_trio.gateway.app import create_app
     from aotx_trio.gateway.serve import hypercorn_config
-    from aotx_trio.router.backends import open_store
+    from aotx_trio.registry.backends import open_store
     from aotx_trio.router.registry import Registry
     from aotx_trio.router.service import RouterService, Settings
     from aotx_trio.runtime.boot import run_runtime
     from aotx_trio.serve import prepare, register_default_models
+    from aotx_trio.service.client import InProcessClient
 
     root = Path(tempfile.mkdtemp(prefix="aotx-bench-router-", dir="/tmp"))
     data = root / "data"
@@ -152,9 +152,9 @@ async def bench(args: argparse.Namespace) -> None:
 
 async def store_latency(reg: object, n: int) -> str:
     """p50/p99 of a keyed model read and of a 4-level alias resolution on one store."""
+    from aotx_trio.identity import Descriptor
     from aotx_trio.router.aliases import resolve_alias
     from aotx_trio.router.artifacts import store_artifact
-    from aotx_trio.router.records import Descriptor
     from aotx_trio.router.registry import Registry
 
     assert isinstance(reg, Registry)
@@ -187,7 +187,7 @@ async def store_latency(reg: object, n: int) -> str:
 
 
 async def stores(args: argparse.Namespace) -> None:
-    from aotx_trio.router.backends import open_store
+    from aotx_trio.registry.backends import open_store
     from aotx_trio.router.registry import Registry
 
     with tempfile.TemporaryDirectory(dir="/tmp") as tmp:

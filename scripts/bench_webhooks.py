@@ -33,10 +33,11 @@ import nacl.signing
 import trio
 import trustme
 
-from aotx_trio.router.backends import open_store
-from aotx_trio.router.feed import operation_id
-from aotx_trio.router.records import canonical, parse_time, rfc3339, sha256_hex
-from aotx_trio.router.store import StoreBackend
+from aotx_trio.identity import canonical, sha256_hex
+from aotx_trio.registry.backends import open_store
+from aotx_trio.registry.feed import operation_id
+from aotx_trio.registry.records import parse_time, rfc3339
+from aotx_trio.registry.store import StoreBackend
 from aotx_trio.webhooks.delivery import Settings
 from aotx_trio.webhooks.service import WebhookService
 

@@ -1,6 +1,6 @@
 """Generate csrc/tokenizer_wordpiece_tables.c: the Unicode data BERT's WordPiece
 normalizer needs (docs/embeddings.md, "Tokenization"), from Python's unicodedata,
-the same data the Python oracle (aotx_trio/_wordpiece.py) uses.
+the same data the Python oracle (aotx_trio/native/_wordpiece.py) uses.
 
 Run at development time (the output is committed)::
 

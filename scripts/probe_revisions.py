@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import argparse
 
-from aotx_trio.engine import Engine
-from aotx_trio.models import default_text_model
+from aotx_trio.default_models import default_text_model
+from aotx_trio.native.engine import Engine
 from aotx_trio.runtime.prompt import Turn, render
 
 A, B, C = "pa1a1a1a1", "pb2b2b2b2", "pc3c3c3c3"

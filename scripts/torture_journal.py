@@ -47,7 +47,7 @@ if str(ROOT) not in sys.path:
 import trio  # noqa: E402
 
 from aotx_trio import errors  # noqa: E402
-from aotx_trio.journal import XFER_ADMISSION, XFER_BOOT, XFER_OUTPUT, recover_journal  # noqa: E402
+from aotx_trio.native.journal import XFER_ADMISSION, XFER_BOOT, XFER_OUTPUT, recover_journal  # noqa: E402
 from aotx_trio.runtime.emitter import JOURNAL_NAME, Emitter, open_journal_file  # noqa: E402
 
 LINEAGE = b"torture-lineage!"

@@ -19,13 +19,13 @@ import synth_gguf as sg
 import trio
 from quart_trio import QuartTrio
 
-from aotx_trio.client import InProcessClient
 from aotx_trio.config import GatewayConfig, write_gateway_config
 from aotx_trio.gateway.app import make_app_from_config
 from aotx_trio.gateway.auth import hash_token
 from aotx_trio.grants import write_grants
 from aotx_trio.runtime import boot, pack
 from aotx_trio.runtime.handler import ServiceHandler
+from aotx_trio.service.client import InProcessClient
 
 ALL = ("shared_read", "shared_write", "shared_manage")
 SCHEMA = "aotx.shared.mutation.v1"
@@ -183,8 +183,8 @@ async def served(tmp_path: Path, principals: Mapping[str, Sequence[str]], *,
     the gateway reaches the runtime through its service socket (a SocketClient: streams
     ride its push frames), as ``aotx gateway serve`` does.  Shut down gracefully on exit
     (the gateway before the runtime)."""
-    from aotx_trio.client import DeviceClient, SocketClient
     from aotx_trio.runtime.socket_server import SOCKET_NAME
+    from aotx_trio.service.client import DeviceClient, SocketClient
 
     folder = short_dir()
     try:

@@ -1,5 +1,5 @@
 """The real default models for tests: assembled (once, then cached) from the installed
-PyPI packages by aotx_trio.models, exactly as `aotx serve` does. Never skipped: the
+PyPI packages by aotx_trio.default_models, exactly as `aotx serve` does. Never skipped: the
 install step (scripts/_install) always installs both packages."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 from functools import cache
 from pathlib import Path
 
-from aotx_trio.models import default_embedding_model, default_text_model
+from aotx_trio.default_models import default_embedding_model, default_text_model
 
 
 @cache

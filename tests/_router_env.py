@@ -23,18 +23,18 @@ from _gateway_env import (
     token_for,
 )
 
-from aotx_trio.client import DeviceClient, InProcessClient, SocketClient
 from aotx_trio.gateway.app import create_app
+from aotx_trio.identity import Descriptor, build_commit
+from aotx_trio.registry.backends import open_store
+from aotx_trio.registry.records import ArtifactRef, EngineSet
 from aotx_trio.router.artifacts import store_artifact
-from aotx_trio.router.backends import open_store
-from aotx_trio.router.identity import build_commit
-from aotx_trio.router.records import ArtifactRef, Descriptor, EngineSet
 from aotx_trio.router.registry import Registry
 from aotx_trio.router.service import RouterService, Settings
 from aotx_trio.router.upload import UploadPolicy
 from aotx_trio.runtime import boot
 from aotx_trio.runtime.handler import ServiceHandler
 from aotx_trio.runtime.socket_server import SOCKET_NAME
+from aotx_trio.service.client import DeviceClient, InProcessClient, SocketClient
 
 READ = ("models_read",)
 BOTH = ("models_read", "models_invoke")

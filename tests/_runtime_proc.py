@@ -18,9 +18,9 @@ import trio
 from _gateway_env import ALL, LINEAGE, make_config, short_dir
 from _real import real_embedding_dir, real_gguf
 
-from aotx_trio.client import SocketClient
 from aotx_trio.runtime import pack
 from aotx_trio.runtime.socket_server import SOCKET_NAME
+from aotx_trio.service.client import SocketClient
 
 #: alice's credentials in a socket call
 WHO: dict[str, Any] = {"principal": "alice", "actions": list(ALL)}

@@ -17,9 +17,10 @@ import nacl.signing
 import trio
 import trustme
 
-from aotx_trio.router.feed import operation_id
-from aotx_trio.router.records import canonical, rfc3339, sha256_hex
-from aotx_trio.router.store import StoreBackend
+from aotx_trio.identity import canonical, sha256_hex
+from aotx_trio.registry.feed import operation_id
+from aotx_trio.registry.records import rfc3339
+from aotx_trio.registry.store import StoreBackend
 
 
 @dataclass

@@ -15,8 +15,8 @@ import pytest
 import synth_gguf as sg
 
 from aotx_trio import errors
-from aotx_trio.engine import Engine, backends
-from aotx_trio.native import ffi, lib
+from aotx_trio.native.engine import Engine, backends
+from aotx_trio.native.lib import ffi, lib
 
 CSRC = Path(__file__).resolve().parent.parent / "csrc"
 

@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 import synth_gguf as sg
 
-from aotx_trio.engine import Engine
-from aotx_trio.native import lib
+from aotx_trio.native.engine import Engine
+from aotx_trio.native.lib import lib
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -1,4 +1,4 @@
-"""aotx_trio/_bert_config.py: config.json, sentence_bert_config.json, modules.json and
+"""aotx_trio/native/_bert_config.py: config.json, sentence_bert_config.json, modules.json and
 1_Pooling of a sentence-transformers folder."""
 
 from __future__ import annotations
@@ -10,7 +10,12 @@ import pytest
 from reference_bert import tiny_config, write_tiny_model
 
 from aotx_trio import errors
-from aotx_trio._bert_config import BertConfig, max_seq_length, pooling_and_normalize, read_json
+from aotx_trio.native._bert_config import (
+    BertConfig,
+    max_seq_length,
+    pooling_and_normalize,
+    read_json,
+)
 
 
 def test_config_fields(tmp_path: Path) -> None:

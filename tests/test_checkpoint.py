@@ -21,15 +21,15 @@ from _gateway_env import ALL, LINEAGE, make_config, make_runtime_file, short_dir
 from _runtime_proc import body as _body
 from _runtime_proc import boot as _boot
 
-from aotx_trio import device as D
 from aotx_trio import errors
 from aotx_trio._fs import flock_nb
-from aotx_trio.client import SocketClient
-from aotx_trio.journal import FILE_HEADER, RECORD_SIZE
+from aotx_trio.native import device as D
+from aotx_trio.native.journal import FILE_HEADER, RECORD_SIZE
 from aotx_trio.runtime import ccir, checkpoint
 from aotx_trio.runtime.boot import open_runtime_state
 from aotx_trio.runtime.emitter import JOURNAL_NAME, lock_journal_dir
 from aotx_trio.runtime.socket_server import SOCKET_NAME
+from aotx_trio.service.client import SocketClient
 from aotx_trio.vocab import ALL_GRANTS
 
 pytestmark = pytest.mark.timeout(300)

@@ -15,9 +15,10 @@ from typing import Any
 import pytest
 import trio
 
-from aotx_trio import client, errors
-from aotx_trio.pushed import Pushed
+from aotx_trio import errors
 from aotx_trio.runtime import socket_server as service
+from aotx_trio.service import client
+from aotx_trio.service.pushed import Pushed
 
 
 class Recorder:
@@ -310,7 +311,7 @@ async def test_runtime_shutdown_ends_open_streams(sock_path: Path) -> None:
 async def test_connection_loss_fails_an_open_stream(sock_path: Path) -> None:
     """A runtime that vanishes mid-stream (no end frame): the iteration raises
     RuntimeUnavailable instead of hanging."""
-    from aotx_trio import wire
+    from aotx_trio.service import wire
 
     async def abrupt(stream: trio.SocketStream) -> None:
         reader = wire.FrameReader(stream)

@@ -14,10 +14,11 @@ from typing import Any
 
 import pytest
 
-from aotx_trio import device as D
-from aotx_trio import errors, native
-from aotx_trio.journal import JournalReader
-from aotx_trio.native import ffi, lib
+from aotx_trio import errors
+from aotx_trio.native import device as D
+from aotx_trio.native import lib as native
+from aotx_trio.native.journal import JournalReader
+from aotx_trio.native.lib import ffi, lib
 
 ROOT = Path(__file__).resolve().parent.parent
 L = "0123456789abcdef0123456789abcdef"

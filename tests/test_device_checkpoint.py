@@ -16,9 +16,9 @@ from hypothesis import example as hexample
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aotx_trio import device as D
 from aotx_trio import errors
-from aotx_trio.journal import (
+from aotx_trio.native import device as D
+from aotx_trio.native.journal import (
     Anchor,
     Journal,
     JournalParams,

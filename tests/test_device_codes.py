@@ -5,7 +5,7 @@ conflicting, damaged).  Every code the library names is enumerated through
 
 from __future__ import annotations
 
-from aotx_trio import native
+from aotx_trio.native import lib as native
 
 # Conditions that may clear by themselves: tables and queues that drain, saves that land.
 RETRYABLE = frozenset({

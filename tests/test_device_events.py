@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from aotx_trio import device as D
+from aotx_trio.native import device as D
 from tests.test_device import ALL, A, B, C, Rig, recover_from, refused
 
 

@@ -16,10 +16,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_device import ALL, A, B, Journal, L, Rig, recover_from, refused
 
-from aotx_trio import device as D
 from aotx_trio import errors
-from aotx_trio.journal import JournalReader
-from aotx_trio.native import ffi, lib
+from aotx_trio.native import device as D
+from aotx_trio.native.journal import JournalReader
+from aotx_trio.native.lib import ffi, lib
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "formats" / "device.md"
 VEC = [0.5, -0.25, 1.0, 0.0]

@@ -19,10 +19,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_device import ALL, A, B, C, Journal, L, Rig, recover_from, refused
 
-from aotx_trio import device as D
-from aotx_trio import errors, native
-from aotx_trio.journal import XFER_MEMORY, JournalReader
-from aotx_trio.native import ffi, lib
+from aotx_trio import errors
+from aotx_trio.native import device as D
+from aotx_trio.native import lib as native
+from aotx_trio.native.journal import XFER_MEMORY, JournalReader
+from aotx_trio.native.lib import ffi, lib
 
 ROOT = Path(__file__).resolve().parent.parent
 

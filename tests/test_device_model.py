@@ -28,10 +28,11 @@ from hypothesis.stateful import (
     rule,
 )
 
-from aotx_trio import device as D
-from aotx_trio import errors, native
-from aotx_trio.journal import JournalReader
-from aotx_trio.native import ffi, lib
+from aotx_trio import errors
+from aotx_trio.native import device as D
+from aotx_trio.native import lib as native
+from aotx_trio.native.journal import JournalReader
+from aotx_trio.native.lib import ffi, lib
 
 LINEAGE = "0123456789abcdef0123456789abcdef"
 OTHER_LINEAGE = "f" * 32

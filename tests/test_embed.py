@@ -1,4 +1,4 @@
-"""The embedding encoder (csrc/embed*.c) and aotx_trio.embed: against an
+"""The embedding encoder (csrc/embed*.c) and aotx_trio.native.embed: against an
 independent numpy forward pass (tests/reference_bert.py), the `tokenizers`
 library for WordPiece ids, and tiny synthetic models for config handling."""
 
@@ -23,8 +23,8 @@ from reference_bert import (
 )
 
 from aotx_trio import errors
-from aotx_trio.embed import Embedder
-from aotx_trio.native import ffi, lib
+from aotx_trio.native.embed import Embedder
+from aotx_trio.native.lib import ffi, lib
 
 
 @pytest.fixture(scope="session")
@@ -305,7 +305,7 @@ def test_bad_token_ids_and_lengths_are_refused(tiny_dir: Path) -> None:
 
 def test_native_codes_are_named() -> None:
     assert lib.AOTX_R_EMBED_BATCH_FULL > 0 > lib.AOTX_E_EMBED_TOKEN_INVALID
-    from aotx_trio.native import code_name
+    from aotx_trio.native.lib import code_name
     assert code_name(lib.AOTX_E_EMBED_CONFIG_INVALID) == "embed_config_invalid"
     assert code_name(lib.AOTX_R_EMBED_BATCH_FULL) == "embed_batch_full"
 

@@ -11,8 +11,8 @@ import pytest
 from reference_bert import extract_real_model, reference_embed, write_tiny_model
 
 from aotx_trio import cli
-from aotx_trio.embed import Embedder
 from aotx_trio.embed_cli import embed_main
+from aotx_trio.native.embed import Embedder
 
 
 @pytest.fixture()

@@ -22,7 +22,7 @@ import trio
 import trio.testing
 
 from aotx_trio import errors
-from aotx_trio.journal import (
+from aotx_trio.native.journal import (
     FILE_HEADER,
     HOLD_DISK,
     HOLD_FILE_CAP,

@@ -1,4 +1,4 @@
-"""aotx_trio/engine.py and engine_cli.py on small synthetic models."""
+"""aotx_trio/native/engine.py and engine_cli.py on small synthetic models."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 import synth_gguf as sg
 
 from aotx_trio import errors
-from aotx_trio.engine import PAGE_TOKENS, Engine
 from aotx_trio.engine_cli import generate_main
+from aotx_trio.native.engine import PAGE_TOKENS, Engine
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,8 @@ import inspect
 
 import pytest
 
-from aotx_trio import errors, native
+from aotx_trio import errors
+from aotx_trio.native import lib as native
 
 
 def _named_codes() -> dict[int, str]:
@@ -97,11 +98,11 @@ def test_the_docstring_draws_every_class() -> None:
 
 
 def test_no_error_class_lives_outside_errors() -> None:
-    import aotx_trio.client
     import aotx_trio.gateway.errors
-    import aotx_trio.wire
+    import aotx_trio.service.client
+    import aotx_trio.service.wire
 
-    for mod in (aotx_trio.client, aotx_trio.wire, aotx_trio.gateway.errors):
+    for mod in (aotx_trio.service.client, aotx_trio.service.wire, aotx_trio.gateway.errors):
         for _, cls in inspect.getmembers(mod, inspect.isclass):
             if issubclass(cls, errors.AotxError):
                 assert cls.__module__ == "aotx_trio.errors", (mod.__name__, cls)

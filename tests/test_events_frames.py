@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from aotx_trio.gateway.events import _event, _shared
-from aotx_trio.pushed import Pushed
+from aotx_trio.service.pushed import Pushed
 
 
 def test_a_pushed_event_is_rendered_once_and_its_bytes_shared() -> None:

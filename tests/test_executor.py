@@ -13,13 +13,13 @@ import trio
 import trio.testing
 from _gateway_env import ALL, TINY_MODEL, Env, embedded
 
-from aotx_trio import native
-from aotx_trio.engine import Engine
+from aotx_trio.native import lib as native
+from aotx_trio.native.engine import Engine
 from aotx_trio.runtime.executor import Executor
 from aotx_trio.runtime.history import label_of
 from aotx_trio.runtime.job import Job
-from aotx_trio.runtime.models import ModelSet, TextModel
 from aotx_trio.runtime.prompt import Turn, _markers, render
+from aotx_trio.runtime.served import ModelSet, TextModel
 from aotx_trio.vocab import ALL_GRANTS, principal_key
 
 pytestmark = pytest.mark.timeout(120)
@@ -346,7 +346,7 @@ async def test_the_deadline_counts_from_the_applied_lease(tmp_path: Path) -> Non
     """Execution starts with the recorded lease: while the journal cannot take it (a
     hold) the input waits admitted and no deadline runs; once the lease is applied,
     the deadline counts from there (a MockClock moved by hand: no sleeps)."""
-    from aotx_trio.journal import HOLD_DISK
+    from aotx_trio.native.journal import HOLD_DISK
 
     async with embedded(tmp_path, {"alice": ALL}) as env:
         con = await _room(env, ("alice",))
@@ -415,7 +415,7 @@ async def test_a_completion_waits_out_a_journal_hold(tmp_path: Path) -> None:
     """An input that ends while the journal holds (a disk error, the cap) is not left
     running for ever: its completion waits in the executor and is retried every round
     until the journal takes it (found by scripts/chaos.py --disk-faults)."""
-    from aotx_trio.journal import HOLD_DISK
+    from aotx_trio.native.journal import HOLD_DISK
 
     async with embedded(tmp_path, {"alice": ALL}) as env:
         con = await _room(env, ("alice",))
@@ -531,7 +531,7 @@ async def test_an_inputs_history_texts_are_read_once(tmp_path: Path) -> None:
     """The lease takes the recorded revision from the receipts (history.revision_before):
     an input whose earlier turns were all leased reads each earlier text and output
     once, when it joins, not a second time at its lease."""
-    from aotx_trio import device as D
+    from aotx_trio.native import device as D
 
     async with embedded(tmp_path, {"alice": ALL}) as env:
         con = await _room(env, ("alice",))

@@ -16,11 +16,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from aotx_trio import errors
-from aotx_trio.engine import Engine
+from aotx_trio.native.engine import Engine
 from aotx_trio.runtime.executor import Executor
 from aotx_trio.runtime.job import Job
-from aotx_trio.runtime.models import TextModel
 from aotx_trio.runtime.prompt import Turn
+from aotx_trio.runtime.served import TextModel
 
 pytestmark = pytest.mark.timeout(300)
 RESULT_CAP = 65536

@@ -17,9 +17,9 @@ import pytest
 import trio
 from _runtime_proc import WHO, connected, kill_once, real_runtime, run_once, start_input
 
-from aotx_trio.client import SocketClient
-from aotx_trio.journal import JournalReader
+from aotx_trio.native.journal import JournalReader
 from aotx_trio.runtime.executor import OUTPUT_BATCH_BYTES
+from aotx_trio.service.client import SocketClient
 
 pytestmark = pytest.mark.timeout(300)
 XFER_LEASE, XFER_OUTPUT, XFER_MEMORY = 3, 4, 7

@@ -15,11 +15,12 @@ import pytest
 import trio
 from _gateway_env import ALL, LINEAGE, TINY_MODEL, Env, embedded
 
-from aotx_trio import errors, native
-from aotx_trio.client import InProcessClient, Subscription
-from aotx_trio.pushed import Pushed
+from aotx_trio import errors
+from aotx_trio.native import lib as native
 from aotx_trio.runtime.executor import OUTPUT_BATCH_BYTES, Executor
 from aotx_trio.runtime.fanout import Fanout
+from aotx_trio.service.client import InProcessClient, Subscription
+from aotx_trio.service.pushed import Pushed
 from aotx_trio.vocab import principal_key
 
 pytestmark = pytest.mark.timeout(120)

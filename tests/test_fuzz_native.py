@@ -25,14 +25,16 @@ import trio.testing
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from aotx_trio import device as D
-from aotx_trio import errors, native, wire
-from aotx_trio import journal as J
-from aotx_trio.embed import SafeTensors, WordPiece
-from aotx_trio.engine import Engine
-from aotx_trio.native import ffi, lib
+from aotx_trio import errors
+from aotx_trio.native import device as D
+from aotx_trio.native import journal as J
+from aotx_trio.native import lib as native
+from aotx_trio.native.embed import SafeTensors, WordPiece
+from aotx_trio.native.engine import Engine
+from aotx_trio.native.lib import ffi, lib
+from aotx_trio.native.tokenizer import CONTROL, NORMAL, Tokenizer
 from aotx_trio.runtime import ccir
-from aotx_trio.tokenizer import CONTROL, NORMAL, Tokenizer
+from aotx_trio.service import wire
 
 # AOTX_FUZZ_SCALE=k runs k times the examples with fresh randomness (a longer hunt);
 # the default is a fixed, reproducible run.
@@ -672,7 +674,7 @@ def test_wire_frame_reader(stream_bytes: bytes, chunk: int) -> None:
 # ./scripts/test runs this file a second time on the AOTX_DEBUG=1 build (AddressSanitizer
 # and UBSan, preloaded) with AOTX_SANITIZE_CHECK=1; this test proves that run can fail.
 CANARY = """
-from aotx_trio.native import ffi, lib
+from aotx_trio.native.lib import ffi, lib
 err = ffi.new("char[4]")   # the library is told it holds 256 bytes
 lib.aotx_gguf_open(b"/nonexistent/canary.gguf", ffi.new("aotx_gguf **"), err, 256)
 print("no finding")

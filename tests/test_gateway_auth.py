@@ -11,10 +11,10 @@ import pytest
 from _gateway_env import ALL, embedded
 
 from aotx_trio import errors
-from aotx_trio.client import DeviceClient
 from aotx_trio.errors import Unauthorized
 from aotx_trio.gateway.app import create_app
 from aotx_trio.gateway.auth import Authenticator, hash_token, new_token
+from aotx_trio.service.client import DeviceClient
 
 BASE = "/aotx/v1/shared"
 

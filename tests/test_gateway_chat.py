@@ -11,7 +11,7 @@ import pytest
 import trio
 from _gateway_env import ALL, TINY_MODEL, served, token_for
 
-from aotx_trio.engine import Engine
+from aotx_trio.native.engine import Engine
 from aotx_trio.runtime.prompt import render_chat
 
 pytestmark = pytest.mark.timeout(120)
@@ -114,9 +114,9 @@ async def test_a_chat_request_queues_behind_shared_inputs_on_a_full_pool(
     pool taken by inputs, a chat request waits in order (no error), then completes."""
     from _gateway_env import LINEAGE, SCHEMA
 
-    from aotx_trio import native
+    from aotx_trio.native import lib as native
     from aotx_trio.runtime.executor import Executor
-    from aotx_trio.runtime.models import ModelSet, TextModel
+    from aotx_trio.runtime.served import ModelSet, TextModel
 
     async with served(tmp_path, {"alice": INVOKER}) as srv:
         state = srv.handler.state

@@ -169,7 +169,7 @@ async def test_conversation_watch_over_the_socket(tmp_path: Path) -> None:
     """The split deployment's shape: conversation.watch rides the push frames."""
     from _gateway_env import embedded
 
-    from aotx_trio import client
+    from aotx_trio.service import client
 
     async with embedded(tmp_path, {"alice": ALL}) as env:
         sc = client.SocketClient(str(env.folder / "journal" / "service.sock"),

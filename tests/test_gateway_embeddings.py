@@ -18,7 +18,7 @@ import trio
 from _gateway_env import ALL, LINEAGE, TINY, TINY_MODEL, served, token_for
 from _real import real_embedding_dir
 
-from aotx_trio.embed import Embedder
+from aotx_trio.native.embed import Embedder
 from aotx_trio.runtime import pack
 
 pytestmark = pytest.mark.timeout(240)

@@ -16,7 +16,7 @@ import pytest
 import trio
 from _gateway_env import ALL, LINEAGE, SCHEMA, TINY_MODEL, Served, served, token_for
 
-from aotx_trio import native
+from aotx_trio.native import lib as native
 from aotx_trio.runtime.executor import Executor
 
 pytestmark = [

@@ -9,7 +9,7 @@ import pytest
 
 from aotx_trio import errors
 from aotx_trio.errors import BadRequest
-from aotx_trio.gateway import models
+from aotx_trio.gateway import bodies as models
 from aotx_trio.gateway.routes_table import (
     MAX_INT_DIGITS,
     MUTATION_ROUTES,

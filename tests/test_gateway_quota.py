@@ -13,8 +13,8 @@ import pytest
 import trio
 from _gateway_env import ALL, SCHEMA, served, token_for
 
-from aotx_trio import native
 from aotx_trio.config import Limits
+from aotx_trio.native import lib as native
 from aotx_trio.vocab import BASE_PATH
 
 pytestmark = pytest.mark.timeout(120)

@@ -16,8 +16,8 @@ import trio
 from _gateway_env import ALL, TINY_MODEL, served
 from test_gateway_quota import Caller, _key, _ok, _over
 
-from aotx_trio import native
 from aotx_trio.config import Limits
+from aotx_trio.native import lib as native
 from aotx_trio.vocab import BASE_PATH
 
 pytestmark = pytest.mark.timeout(120)
@@ -171,8 +171,8 @@ def test_a_member_row_seen_once_is_not_scanned_for_again() -> None:
 
     from test_device import A, B, Rig
 
-    from aotx_trio import device as D
     from aotx_trio import errors
+    from aotx_trio.native import device as D
     from aotx_trio.runtime.quota import Quotas
 
     @dataclass

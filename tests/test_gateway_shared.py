@@ -344,8 +344,8 @@ async def test_cache_control_on_every_response(env: Env) -> None:
 def test_openapi_describes_exactly_the_served_routes() -> None:
     import re
 
-    from aotx_trio.client import InProcessClient
     from aotx_trio.gateway.app import create_app
+    from aotx_trio.service.client import InProcessClient
 
     text = (Path(__file__).parent.parent / "docs" / "openapi.yaml").read_text()
     documented: set[tuple[str, str]] = set()

@@ -13,7 +13,7 @@ from gguf import GGMLQuantizationType as Q
 from gguf import GGUFValueType as VT
 
 from aotx_trio import errors
-from aotx_trio.native import check, ffi, lib
+from aotx_trio.native.lib import check, ffi, lib
 
 REAL = real_gguf()
 

@@ -30,7 +30,7 @@ ROWS = [2**31, 2**31 + 320, 2**32, 2**32 + 320]
 CHILD = """
 import json, sys
 from aotx_trio import errors
-from aotx_trio.engine import Engine
+from aotx_trio.native.engine import Engine
 try:
     eng = Engine.load(sys.argv[1], threads=1, max_seqs=2, max_tokens=64, max_batch_tokens=16)
 except errors.AotxError as exc:

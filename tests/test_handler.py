@@ -10,7 +10,8 @@ import pytest
 import trio
 from _gateway_env import ALL, Env, embedded
 
-from aotx_trio import client, errors
+from aotx_trio import errors
+from aotx_trio.service import client
 
 pytestmark = pytest.mark.timeout(120)
 

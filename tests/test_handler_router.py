@@ -1,4 +1,4 @@
-"""The runtime's calls for the serving router (runtime/handler.py, runtime/models.py):
+"""The runtime's calls for the serving router (runtime/handler.py, runtime/served.py):
 ``identity`` (build commit, loaded artifacts and descriptors), ``embed`` (the
 embedding model loaded from the runtime file), and ``chat.generate`` with a raw
 ``prompt`` and its run identity."""
@@ -21,12 +21,12 @@ from _gateway_env import TINY, TINY_MODEL, make_config, make_runtime_file, short
 from _real import real_embedding_dir
 
 from aotx_trio import errors
-from aotx_trio.client import InProcessClient
-from aotx_trio.embed import Embedder
-from aotx_trio.router.identity import build_commit, descriptor_sha256
+from aotx_trio.identity import build_commit, descriptor_sha256
+from aotx_trio.native.embed import Embedder
 from aotx_trio.runtime import boot
 from aotx_trio.runtime.handler import ServiceHandler
 from aotx_trio.runtime.pack import pack
+from aotx_trio.service.client import InProcessClient
 
 pytestmark = pytest.mark.timeout(120)
 INVOKE = {"principal": "inv", "actions": ["models_invoke"]}
@@ -142,7 +142,7 @@ async def test_chat_generate_raw_prompt_and_identity(tmp_path: Path) -> None:
 async def test_a_full_admission_queue_is_over_capacity(tmp_path: Path) -> None:
     """chat.generate on an executor whose queue is full: 429 over_capacity (the router
     passes it on with Retry-After), never a wait without bound."""
-    from aotx_trio import native
+    from aotx_trio.native import lib as native
     from aotx_trio.runtime.executor import Executor
 
     ccir = make_runtime_file(tmp_path / "rt")

@@ -10,7 +10,7 @@ import pytest
 from _gateway_env import ALL, TINY_MODEL, embedded, make_runtime_file, short_dir
 from test_executor import _finished, _input, _offline, _result, _room
 
-from aotx_trio.engine import Engine
+from aotx_trio.native.engine import Engine
 from aotx_trio.runtime.history import label_of
 from aotx_trio.runtime.prompt import Turn, render
 from aotx_trio.vocab import principal_key
@@ -64,7 +64,7 @@ def test_only_turns_that_could_fit_are_read() -> None:
     old turns are never read for a context they cannot enter."""
     from test_device import A, Rig
 
-    from aotx_trio import device as D
+    from aotx_trio.native import device as D
     from aotx_trio.runtime import history
 
     rig = Rig()
@@ -137,7 +137,7 @@ def test_the_lease_revision_reads_receipts_in_the_same_window() -> None:
     turns newer than the newest leased one."""
     from test_device import A, Rig
 
-    from aotx_trio import device as D
+    from aotx_trio.native import device as D
     from aotx_trio.runtime import history
 
     rig = Rig()

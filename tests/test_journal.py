@@ -1,4 +1,4 @@
-"""aotx_trio.journal / csrc/journal*.c: checksums, codec, queue, holds, resume."""
+"""aotx_trio.native.journal / csrc/journal*.c: checksums, codec, queue, holds, resume."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import struct
 import pytest
 
 from aotx_trio import errors
-from aotx_trio.journal import (
+from aotx_trio.native.journal import (
     FILE_HEADER,
     HOLD_DISK,
     HOLD_FILE_CAP,

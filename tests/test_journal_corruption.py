@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from aotx_trio import errors
-from aotx_trio.journal import (
+from aotx_trio.native.journal import (
     FILE_HEADER,
     RECORD_SIZE,
     XFER_ADMISSION,

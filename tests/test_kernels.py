@@ -19,7 +19,7 @@ from _real import real_gguf
 from gguf import GGML_QUANT_SIZES, quants
 from gguf import GGMLQuantizationType as GT
 
-from aotx_trio.native import ffi, lib
+from aotx_trio.native.lib import ffi, lib
 
 MODEL = real_gguf()
 
@@ -758,7 +758,7 @@ def test_threads_on_disjoint_row_ranges_match_one_call() -> None:
 
 
 def test_forced_reference_is_named() -> None:
-    code = ("from aotx_trio.native import ffi, lib; "
+    code = ("from aotx_trio.native.lib import ffi, lib; "
             "print(ffi.string(lib.aotx_kernel_impl(8)).decode())")
     env = dict(os.environ, AOTX_KERNELS="ref")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
@@ -776,7 +776,7 @@ def test_forced_reference_is_named() -> None:
 def test_avx2_cap_from_the_environment() -> None:
     """AOTX_KERNELS=avx2 caps every kernel at the AVX2 path (how benchmarks measure it
     on an AVX-512 machine): never above it, and the same path a forced run reports."""
-    code = ("from aotx_trio.native import ffi, lib; "
+    code = ("from aotx_trio.native.lib import ffi, lib; "
             "print(ffi.string(lib.aotx_kernel_impl(12)).decode(), "
             "ffi.string(lib.aotx_sgemm_impl()).decode())")
     env = dict(os.environ, AOTX_KERNELS="avx2")

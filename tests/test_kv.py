@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aotx_trio import errors
-from aotx_trio.native import check, ffi, lib
+from aotx_trio.native.lib import check, ffi, lib
 
 PT = 16
 

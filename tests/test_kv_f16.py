@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 import synth_gguf as sg
 
-from aotx_trio.engine import Engine
-from aotx_trio.native import ffi, lib
+from aotx_trio.native.engine import Engine
+from aotx_trio.native.lib import ffi, lib
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -1,7 +1,8 @@
-"""Imports point only down (DESIGN.md): no package cycle, the two process roles
-(runtime/ and gateway/) never import each other, and the shared leaves import
-neither.  Read from the source with ``ast``, lazy imports inside functions
-included."""
+"""Imports point only down (docs/decisions.md, "The layers"): every package and
+top-level module has a rank, a module imports only its own rank or lower, there is
+no import cycle, the two process roles (runtime/ and gateway/) never import each
+other, and neither do router/ and webhooks/.  Read from the source with ``ast``,
+lazy imports inside functions included."""
 
 from __future__ import annotations
 
@@ -11,14 +12,26 @@ from pathlib import Path
 PKG = Path(__file__).resolve().parent.parent / "aotx_trio"
 
 # Lower rank = lower layer; a module may import its own rank or lower, never higher.
-RANKS: list[tuple[int, tuple[str, ...]]] = [
-    (0, ("errors", "vocab", "_fs")),
-    (1, ("native",)),
-    (3, ("wire", "config", "grants", "_process", "client")),
-    (4, ("runtime", "gateway")),
-    (5, ("serve", "cli", "__main__", "engine_cli", "embed_cli")),
-]
-DEFAULT_RANK = 2   # the faces of the native library: device, journal, engine, embed...
+# Each entry names a package or module under aotx_trio; the longest matching name wins.
+RANKS: dict[str, int] = {
+    # 0: leaves: they import nothing of the package but each other
+    "errors": 0, "vocab": 0, "identity": 0, "_fs": 0, "_latency": 0,
+    # 1: the native library's loader and code translation (the one place)
+    "native.lib": 1,
+    # 2: the faces of the native library, and plain settings and files
+    "native": 2, "config": 2, "default_models": 2,
+    # 3: what both process roles share
+    "grants": 3, "_process": 3, "service": 3, "outbound": 3,
+    # 4: the model registry's storage, below the router and the webhooks
+    "registry": 4,
+    # 5: the serving router's and the webhooks' logic (siblings)
+    "router": 5, "webhooks": 5,
+    # 6: the two process roles (siblings)
+    "runtime": 6, "gateway": 6,
+    # 7: entry points
+    "serve": 7, "cli": 7, "__main__": 7, "engine_cli": 7, "embed_cli": 7, "": 7,
+}
+SIBLINGS = [("runtime", "gateway"), ("router", "webhooks")]
 
 
 def _name(path: Path) -> str:
@@ -30,11 +43,15 @@ def _name(path: Path) -> str:
 
 
 def _rank(module: str) -> int:
-    head = module.split(".")[1] if "." in module else ""
-    for rank, names in RANKS:
-        if head in names:
-            return rank
-    return DEFAULT_RANK
+    """The rank of ``aotx_trio.<rest>``: the longest entry of RANKS that is <rest> or a
+    package above it; KeyError for a module no entry covers."""
+    rest = module.split(".", 1)[1] if "." in module else ""
+    parts = rest.split(".") if rest else []
+    for n in range(len(parts), -1, -1):
+        key = ".".join(parts[:n])
+        if key in RANKS and (n or not parts):
+            return RANKS[key]
+    raise KeyError(module)
 
 
 def _graph() -> dict[str, set[str]]:
@@ -59,13 +76,40 @@ def test_imports_only_point_down() -> None:
     assert bad == []
 
 
-def test_the_process_roles_do_not_import_each_other() -> None:
+def test_every_module_has_a_rank() -> None:
+    unranked = []
+    for m in _graph():
+        try:
+            _rank(m)
+        except KeyError:
+            unranked.append(m)
+    assert unranked == []
+
+
+def test_siblings_do_not_import_each_other() -> None:
     graph = _graph()
-    for a, b in (("aotx_trio.runtime", "aotx_trio.gateway"),
-                 ("aotx_trio.gateway", "aotx_trio.runtime")):
-        crossing = [(m, d) for m, deps in graph.items() if m.startswith(a)
-                    for d in deps if d.startswith(b)]
-        assert crossing == [], crossing
+    for x, y in SIBLINGS:
+        for a, b in ((x, y), (y, x)):
+            crossing = [(m, d) for m, deps in graph.items()
+                        if m.startswith(f"aotx_trio.{a}")
+                        for d in deps if d.startswith(f"aotx_trio.{b}")]
+            assert crossing == [], crossing
+
+
+def test_the_runtime_never_loads_the_router_or_the_gateway() -> None:
+    """Everything the runtime process imports, followed transitively: no router, no
+    spec DSL, no webhooks, no gateway, no outbound HTTP."""
+    graph = _graph()
+    seen: set[str] = set()
+    todo = [m for m in graph if m.startswith("aotx_trio.runtime")]
+    while todo:
+        m = todo.pop()
+        if m not in seen:
+            seen.add(m)
+            todo.extend(graph[m])
+    banned = ("aotx_trio.router", "aotx_trio.gateway", "aotx_trio.webhooks",
+              "aotx_trio.outbound", "aotx_trio.registry")
+    assert sorted(m for m in seen if m.startswith(banned)) == []
 
 
 def test_no_import_cycle() -> None:
@@ -93,5 +137,5 @@ def test_no_import_cycle() -> None:
 
 def test_the_leaves_import_nothing_of_the_package() -> None:
     graph = _graph()
-    assert graph["aotx_trio.vocab"] == set()
-    assert graph["aotx_trio.errors"] == set()
+    for leaf in ("vocab", "errors", "identity", "_latency"):
+        assert graph[f"aotx_trio.{leaf}"] == set(), leaf

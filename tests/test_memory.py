@@ -20,8 +20,8 @@ import trio.testing
 from _gateway_env import ALL, LINEAGE, SCHEMA, TINY, TINY_MODEL, served, token_for
 from _real import real_embedding_dir
 
-from aotx_trio.device import MemoryRow
-from aotx_trio.embed import Embedder
+from aotx_trio.native.device import MemoryRow
+from aotx_trio.native.embed import Embedder
 from aotx_trio.runtime import memory, pack
 from aotx_trio.vocab import principal_key
 
@@ -365,7 +365,7 @@ async def test_concurrent_retention_texts_share_encoder_runs() -> None:
     """Eight texts handed over at once: the first runs alone, the seven that queued
     meanwhile share the next run; each gets its own vector, equal to the embedder's
     alone; a caller cancelled in its run leaves its batch to the next caller."""
-    from aotx_trio.runtime.models import EmbeddingModel
+    from aotx_trio.runtime.served import EmbeddingModel
 
     service = memory.MemoryService(None, EmbeddingModel("e", "", "", embedder=embedder()))  # type: ignore[arg-type]
     texts = [f"note number {i} about the harbour" for i in range(8)]

@@ -34,11 +34,11 @@ from _gateway_env import (
 from _real import real_embedding_dir
 from test_memory import Client, _setup, embedder
 
-from aotx_trio.client import InProcessClient
-from aotx_trio.engine import Engine
+from aotx_trio.native.engine import Engine
 from aotx_trio.runtime import boot, memory, pack
 from aotx_trio.runtime.job import Job
 from aotx_trio.runtime.prompt import render_chat
+from aotx_trio.service.client import InProcessClient
 
 pytestmark = pytest.mark.timeout(240)
 AUTO = "auto.gguf"

@@ -22,7 +22,7 @@ import synth_gguf as sg
 from reference_decoder import Reference
 
 from aotx_trio import errors
-from aotx_trio.engine import Engine
+from aotx_trio.native.engine import Engine
 
 TOKENS = [int(t) for t in np.random.default_rng(1).integers(4, 512, 20)]
 CHUNKS = [12, 1, 1, 1, 5]   # 20 positions > sliding window 8, prefill then decode
@@ -82,7 +82,7 @@ def test_logits_match_reference(models: dict[str, Path], name: str, tol: float) 
 def _logits_child(path: Path, residual: str) -> np.ndarray:
     """run_chunks' logits from a fresh process (AOTX_ACT_RESIDUAL is read once)."""
     code = ("import json, sys; sys.path.insert(0, 'tests'); from test_model import run_chunks, "
-            "TOKENS, CHUNKS; from aotx_trio.engine import Engine\n"
+            "TOKENS, CHUNKS; from aotx_trio.native.engine import Engine\n"
             f"with Engine.load({str(path)!r}, threads=1) as eng:\n"
             "    print(json.dumps([r.tolist() for r in run_chunks(eng, TOKENS, CHUNKS)]))")
     env = dict(os.environ, AOTX_ACT_RESIDUAL=residual)

@@ -9,7 +9,8 @@ from types import ModuleType
 
 import pytest
 
-from aotx_trio import errors, native
+from aotx_trio import errors
+from aotx_trio.native import lib as native
 
 ROOT = Path(__file__).resolve().parent.parent
 

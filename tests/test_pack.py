@@ -242,7 +242,7 @@ def test_foreign_or_damaged_target_is_never_overwritten(inputs: dict[str, Path],
 
 @pytest.mark.slow
 def test_real_default_models_pack_and_share(tmp_path: Path) -> None:
-    from aotx_trio.models import default_embedding_model, default_text_model
+    from aotx_trio.default_models import default_embedding_model, default_text_model
 
     gguf = default_text_model()
     emb = default_embedding_model()

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 from _real import real_gguf
 
-from aotx_trio.engine import Engine
+from aotx_trio.native.engine import Engine
 from aotx_trio.runtime.prompt import (
     DEFAULT_REVISION,
     HISTORICAL_RULE,

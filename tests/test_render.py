@@ -8,8 +8,8 @@ import errno
 from hypothesis import given
 from hypothesis import strategies as st
 
-from aotx_trio.device import Receipt, SaveId, SaveState
 from aotx_trio.gateway.errors import dumps
+from aotx_trio.native.device import Receipt, SaveId, SaveState
 from aotx_trio.runtime import render
 from aotx_trio.vocab import FINISH_CODES, STATUSES, Kind, finish_of
 

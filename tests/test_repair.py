@@ -20,7 +20,7 @@ import pytest
 import trio
 from _gateway_env import ALL, LINEAGE, make_config, make_runtime_file, short_dir
 
-from aotx_trio.journal import FILE_HEADER, RECORD_SIZE, recover_journal
+from aotx_trio.native.journal import FILE_HEADER, RECORD_SIZE, recover_journal
 from aotx_trio.runtime import boot
 
 pytestmark = pytest.mark.timeout(180)

@@ -16,13 +16,13 @@ import trio
 from _gateway_env import ALL, TINY, TINY_MODEL, Env, embedded
 from test_executor import _finished, _input, _offline, _result, _room
 
-from aotx_trio import native
-from aotx_trio.engine import Engine
+from aotx_trio.native import lib as native
+from aotx_trio.native.engine import Engine
 from aotx_trio.runtime.executor import Executor
 from aotx_trio.runtime.history import label_of
-from aotx_trio.runtime.models import ModelSet, TextModel
 from aotx_trio.runtime.prompt import Turn
 from aotx_trio.runtime.resident import ResidentCache, common_prefix
+from aotx_trio.runtime.served import ModelSet, TextModel
 from aotx_trio.vocab import principal_key
 
 pytestmark = pytest.mark.timeout(120)

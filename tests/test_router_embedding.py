@@ -20,7 +20,7 @@ from _real import real_embedding_dir
 from _router_env import RouterEnv, publish, router_served
 from test_router_upload import Server, ca, https, local_policy  # noqa: F401  (fixtures)
 
-from aotx_trio.embed import Embedder
+from aotx_trio.native.embed import Embedder
 from aotx_trio.router.artifacts import store_artifact
 from aotx_trio.router.specs import default_spec
 from aotx_trio.runtime.pack import pack

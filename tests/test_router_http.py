@@ -12,8 +12,8 @@ import trio
 from _postgres import postgres_server, postgres_url  # noqa: F401  (fixtures)
 from _router_env import MID, RouterEnv, publish, router_served, tiny_gguf
 
+from aotx_trio.registry.records import EngineSet
 from aotx_trio.router.aliases import set_alias
-from aotx_trio.router.records import EngineSet
 from aotx_trio.router.service import Settings
 
 pytestmark = pytest.mark.timeout(120)

@@ -14,12 +14,12 @@ import trio.testing
 from _postgres import postgres_server, postgres_url  # noqa: F401  (fixtures)
 
 from aotx_trio.errors import NotReady
+from aotx_trio.identity import Descriptor
+from aotx_trio.registry.backends import open_store
+from aotx_trio.registry.store import StoreBackend
 from aotx_trio.router.artifacts import store_artifact
-from aotx_trio.router.backends import open_store
 from aotx_trio.router.index import ModelIndex
-from aotx_trio.router.records import Descriptor
 from aotx_trio.router.registry import Registry
-from aotx_trio.router.store import StoreBackend
 
 pytestmark = pytest.mark.timeout(120)
 COMMIT = "0123456789abcdef0123456789abcdef01234567"

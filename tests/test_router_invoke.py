@@ -13,9 +13,9 @@ import pytest
 import trio
 from _router_env import MID, RouterEnv, publish, router_served, tiny_gguf
 
+from aotx_trio.identity import build_commit
+from aotx_trio.registry.records import EngineSet
 from aotx_trio.router.aliases import set_alias
-from aotx_trio.router.identity import build_commit
-from aotx_trio.router.records import EngineSet
 from aotx_trio.router.service import Settings
 
 pytestmark = pytest.mark.timeout(120)

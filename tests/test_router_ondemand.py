@@ -15,8 +15,8 @@ from _gateway_env import TINY
 from _router_env import TEXT_SPEC, publish, router_served
 
 from aotx_trio import errors
+from aotx_trio.identity import build_commit, descriptor_sha256
 from aotx_trio.router.artifacts import store_artifact
-from aotx_trio.router.identity import build_commit, descriptor_sha256
 from aotx_trio.router.scratch import Scratch
 
 pytestmark = pytest.mark.timeout(120)

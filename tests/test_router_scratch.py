@@ -20,15 +20,15 @@ from _gateway_env import make_config, make_runtime_file, short_dir
 from _router_env import TEXT_SPEC, router_served, tiny_gguf
 
 from aotx_trio import errors
-from aotx_trio.client import InProcessClient
+from aotx_trio.identity import build_commit
+from aotx_trio.registry.backends import open_store
+from aotx_trio.registry.records import parse_time, rfc3339
 from aotx_trio.router.artifacts import store_artifact
-from aotx_trio.router.backends import open_store
 from aotx_trio.router.dispatch import Caller
-from aotx_trio.router.identity import build_commit
-from aotx_trio.router.records import parse_time, rfc3339
 from aotx_trio.router.registry import Registry
 from aotx_trio.router.service import RouterService, Settings
 from aotx_trio.runtime import boot
+from aotx_trio.service.client import InProcessClient
 
 pytestmark = pytest.mark.timeout(120)
 PROMPT = {"request": {"prompt": "hello", "max_tokens": 3}}
@@ -125,7 +125,7 @@ async def test_scratch_errors(tmp_path: Path) -> None:
 
         promoted = await _session(env.reg, tiny_gguf(tmp_path))
         desc = env.loaded()["descriptor"]
-        from aotx_trio.router.records import Descriptor
+        from aotx_trio.identity import Descriptor
         await sc.promote(promoted, "runs/scratch/promoted.json", release="tiny-promoted",
                          source_commit=build_commit(), descriptor=Descriptor(**desc))
         e = fail(await env.post(f"/scratch-sessions/{promoted}/invoke", PROMPT), 410,

@@ -19,10 +19,10 @@ import trio
 from _gateway_env import short_dir
 from _real import real_embedding_dir, real_gguf
 
-from aotx_trio.embed import Embedder
+from aotx_trio.identity import build_commit
+from aotx_trio.native.embed import Embedder
+from aotx_trio.registry.backends import open_store
 from aotx_trio.router.artifacts import store_artifact
-from aotx_trio.router.backends import open_store
-from aotx_trio.router.identity import build_commit
 from aotx_trio.runtime.pack import pack
 from aotx_trio.serve import serve_embedded
 

@@ -1,4 +1,4 @@
-"""Spec DSL v2 (aotx_trio/router/spec_dsl.py and spec_*.py): the default specs,
+"""Spec DSL v2 (aotx_trio/router/spec/dsl.py and spec_*.py): the default specs,
 the effective request (defaults, enum-option overrides, precedence), every
 value rule, cross-field constraints, spec refusals, the result wire rule, and
 property tests that generate specs and requests."""
@@ -17,8 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from aotx_trio.errors import InvalidInput, UpstreamFailure
-from aotx_trio.router.records import check_manifest, check_spec
-from aotx_trio.router.spec_dsl import SYSTEM_FIELDS, Spec, parse_spec, split_envelope
+from aotx_trio.router.manifest import check_manifest, check_spec
+from aotx_trio.router.spec.dsl import SYSTEM_FIELDS, Spec, parse_spec, split_envelope
 from aotx_trio.router.specs import NAMES, default_spec
 
 
@@ -302,7 +302,7 @@ def test_bad_specs_are_refused(doc: Any, param: str, rule: str) -> None:
 
 
 def test_a_manifest_with_a_bad_spec_is_refused() -> None:
-    """records.check_manifest (publish, scratch revise) runs the whole spec check."""
+    """manifest.check_manifest (publish, scratch revise) runs the whole spec check."""
     bad = {**BASE, "params": [{"name": "n", "type": "integer", "maximum": 3, "default": 9}]}
     manifest = {"model_type": "textgen",
                 "artifact": {"sha256": "0" * 64, "kind": "gguf", "size": 1},

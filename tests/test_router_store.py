@@ -16,23 +16,15 @@ from _postgres import postgres_server, postgres_url  # noqa: F401  (fixtures)
 from pydantic import ValidationError
 
 from aotx_trio.errors import AotxError, Conflict, Forbidden, FormatError, Gone, NotFound, NotReady
-from aotx_trio.router import feed
+from aotx_trio.identity import Descriptor, canonical, sha256_hex
+from aotx_trio.registry import feed
+from aotx_trio.registry.backends import open_store
+from aotx_trio.registry.records import ArtifactRef, Event, Release, parse, rfc3339
+from aotx_trio.registry.store import StoreBackend
 from aotx_trio.router.aliases import resolve, resolve_alias, set_alias
 from aotx_trio.router.artifacts import export_artifact, store_artifact, verify_artifact
-from aotx_trio.router.backends import open_store
-from aotx_trio.router.records import (
-    ArtifactRef,
-    Descriptor,
-    Event,
-    Release,
-    canonical,
-    parse,
-    rfc3339,
-    sha256_hex,
-)
 from aotx_trio.router.registry import Registry
 from aotx_trio.router.scratch import Scratch
-from aotx_trio.router.store import StoreBackend
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 SPEC = {"spec_dsl": 2, "interaction": "request_response", "params": [], "results": {}}
@@ -316,7 +308,7 @@ async def test_feed_order_dedupe_heal_and_trim(reg: Registry, tmp_path: Path,
         assert await reg.heal() == []   # nothing lost
         # lose an event: the object is written, its append never happens
         clock.t += 100
-        from aotx_trio.router.records import Alias
+        from aotx_trio.registry.records import Alias
         doc = Alias(name="default/text", target=MID, level=0, set_at=rfc3339(clock.t)).body()
         await reg.run(backend.put, "aliases", "default/text", doc)
         clock.t += 5
@@ -357,7 +349,7 @@ async def test_rescan_task_heals_on_its_interval(reg: Registry, tmp_path: Path,
                                                  backend: StoreBackend) -> None:
     with trio.fail_after(30):
         await published(reg, tmp_path)
-        from aotx_trio.router.records import Alias
+        from aotx_trio.registry.records import Alias
         doc = Alias(name="x", target=MID, level=0, set_at=rfc3339(T0)).body()
         await reg.run(backend.put, "aliases", "x", doc)
         async with trio.open_nursery() as nursery:
@@ -464,7 +456,7 @@ async def test_corrupt_documents_are_format_errors(reg: Registry, tmp_path: Path
 
 
 def test_unreachable_postgresql_is_not_ready() -> None:
-    from aotx_trio.router.store_pg import PostgresStore
+    from aotx_trio.registry.postgres import PostgresStore
 
     with pytest.raises(NotReady) as info:
         PostgresStore("postgresql://aotx@127.0.0.1:1/none", timeout_s=1.0)

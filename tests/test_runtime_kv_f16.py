@@ -15,11 +15,11 @@ import synth_gguf as sg
 from _gateway_env import TINY
 
 from aotx_trio import errors
-from aotx_trio.router.identity import descriptor_sha256
+from aotx_trio.identity import descriptor_sha256
 from aotx_trio.runtime import ccir
 from aotx_trio.runtime.ccir import KIND_TEXT_MODEL_GGUF, RuntimeFile, Source
-from aotx_trio.runtime.models import ModelSet
 from aotx_trio.runtime.pack import pack
+from aotx_trio.runtime.served import ModelSet
 
 
 def _gguf(tmp_path: Path, name: str) -> Path:
@@ -122,8 +122,7 @@ def test_aotx_serve_packs_the_default_models_with_f16_kv_once(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A fresh data folder: ``aotx serve`` packs the default models, with the kv_f16
     flag; an existing runtime file is left as it is (no repack, flag or not)."""
-    from aotx_trio import models as default_models
-    from aotx_trio import serve
+    from aotx_trio import default_models, serve
 
     gguf = _gguf(tmp_path, "gemma-stand-in.gguf")
     emb = tmp_path / "emb"

@@ -1,4 +1,4 @@
-"""aotx_trio/_safetensors.py: the mapped safetensors reader (header, shapes, offsets)."""
+"""aotx_trio/native/_safetensors.py: the mapped safetensors reader (header, shapes, offsets)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from reference_bert import write_safetensors
 
 from aotx_trio import errors
-from aotx_trio._safetensors import SafeTensors
+from aotx_trio.native._safetensors import SafeTensors
 
 
 def raw_file(path: Path, header: object, data: bytes = b"") -> Path:

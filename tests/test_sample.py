@@ -9,7 +9,7 @@ import numpy as np
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from aotx_trio.native import ffi, lib
+from aotx_trio.native.lib import ffi, lib
 
 
 class Sampler:

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from aotx_trio.native import ffi, lib
+from aotx_trio.native.lib import ffi, lib
 
 
 def fbuf(a: np.ndarray) -> Any:

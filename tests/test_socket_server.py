@@ -14,9 +14,10 @@ import pytest
 import trio
 import trio.testing
 
-from aotx_trio import errors, wire
-from aotx_trio.pushed import Pushed
+from aotx_trio import errors
 from aotx_trio.runtime import socket_server as service
+from aotx_trio.service import wire
+from aotx_trio.service.pushed import Pushed
 
 
 class SlowEcho:
@@ -237,7 +238,7 @@ async def test_the_socket_client_routes_a_shared_frame_to_every_stream(
         sock_path: Path) -> None:
     """SocketClient: each subscription named by a shared item frame gets the item once,
     in order with its own items, all of them the same decoded object."""
-    from aotx_trio.client import SocketClient
+    from aotx_trio.service.client import SocketClient
 
     first = Pushed({"cursor": "1", "receipt": {"status": "admitted"}})
     handler = Broadcast([first])

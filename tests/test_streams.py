@@ -12,8 +12,8 @@ import trio
 import trio.testing
 
 from aotx_trio import errors
-from aotx_trio.client import InProcessClient
 from aotx_trio.gateway.streams import Feed
+from aotx_trio.service.client import InProcessClient
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from aotx_trio.native import check, ffi, lib
+from aotx_trio.native.lib import check, ffi, lib
 
 
 def make(n: int) -> object:

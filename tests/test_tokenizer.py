@@ -1,4 +1,4 @@
-"""The GGUF-vocabulary tokenizer and the exact-bytes detokenizer (aotx_trio.tokenizer).
+"""The GGUF-vocabulary tokenizer and the exact-bytes detokenizer (aotx_trio.native.tokenizer).
 
 Reference ids on the real Gemma 3 vocabulary were recorded once from llama.cpp
 (llama-cpp-python 0.3.36, ``Llama(model_path, vocab_only=True).tokenize(text,
@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aotx_trio import errors
-from aotx_trio.native import ffi, lib
-from aotx_trio.tokenizer import BYTE, CONTROL, NORMAL, USER_DEFINED, Detokenizer, Tokenizer
+from aotx_trio.native.lib import ffi, lib
+from aotx_trio.native.tokenizer import BYTE, CONTROL, NORMAL, USER_DEFINED, Detokenizer, Tokenizer
 
 MODEL = real_gguf()
 MARK = "\u2581"  # the SentencePiece space marker

@@ -20,9 +20,9 @@ from tokenizers import Tokenizer as HFTokenizer
 from tokenizers.models import BPE
 
 from aotx_trio import errors
-from aotx_trio.engine import Engine
-from aotx_trio.native import ffi, lib
-from aotx_trio.tokenizer import CONTROL, NORMAL, Tokenizer
+from aotx_trio.native.engine import Engine
+from aotx_trio.native.lib import ffi, lib
+from aotx_trio.native.tokenizer import CONTROL, NORMAL, Tokenizer
 
 LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
           r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")

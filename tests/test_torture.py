@@ -50,7 +50,7 @@ def test_torture_detects_a_lost_acknowledgement(tmp_path: Path) -> None:
         import torture_journal as tj
     finally:
         sys.path.remove(str(SCRIPT.parent))
-    from aotx_trio.journal import XFER_ADMISSION, Journal, JournalParams
+    from aotx_trio.native.journal import XFER_ADMISSION, Journal, JournalParams
 
     j = Journal(JournalParams(lineage=tj.LINEAGE))
     j.enqueue(XFER_ADMISSION, tj.payload_for("0.0.0"))

@@ -8,8 +8,8 @@ import typing
 import pytest
 
 from aotx_trio import vocab
-from aotx_trio.gateway import models
-from aotx_trio.native import lib
+from aotx_trio.gateway import bodies as models
+from aotx_trio.native.lib import lib
 
 
 def test_kinds_equal_the_header() -> None:

@@ -19,8 +19,8 @@ import trio
 from _postgres import postgres_server, postgres_url  # noqa: F401  (fixtures)
 from _webhook_env import Receiver, append_events, first_seen, receiving
 
-from aotx_trio.router.backends import open_store
-from aotx_trio.router.store import StoreBackend
+from aotx_trio.registry.backends import open_store
+from aotx_trio.registry.store import StoreBackend
 from aotx_trio.webhooks import signing
 from aotx_trio.webhooks.delivery import Settings
 from aotx_trio.webhooks.service import WebhookService
@@ -229,9 +229,10 @@ async def test_real_changes_and_a_healed_event(tmp_path: Path, store: StoreBacke
     from _gateway_env import make_runtime_file
     from _router_env import tiny_gguf
 
-    from aotx_trio.router import feed
+    from aotx_trio.identity import Descriptor
+    from aotx_trio.registry import feed
+    from aotx_trio.registry.records import parse_time
     from aotx_trio.router.artifacts import store_artifact
-    from aotx_trio.router.records import Descriptor, parse_time
     from aotx_trio.router.registry import Registry
 
     rx, url, ca = consumer

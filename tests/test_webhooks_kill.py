@@ -23,7 +23,7 @@ from _postgres import postgres_server, postgres_url  # noqa: F401  (fixtures)
 from _webhook_env import Receiver, append_events, first_seen, receiving
 
 from aotx_trio.config import token_sha256
-from aotx_trio.router.backends import open_store
+from aotx_trio.registry.backends import open_store
 from aotx_trio.webhooks import signing
 
 EVENTS = int(os.environ.get("AOTX_WEBHOOK_KILL_EVENTS", "120"))

@@ -17,11 +17,11 @@ import trio
 from _gateway_env import make_config, make_runtime_file, short_dir, token_for
 from _webhook_env import Receiver, append_events, receiving
 
-from aotx_trio.client import InProcessClient
 from aotx_trio.config import Webhooks, load_gateway_config, write_gateway_config
 from aotx_trio.gateway.serve import serve_gateway
-from aotx_trio.router.backends import open_store
+from aotx_trio.registry.backends import open_store
 from aotx_trio.runtime import boot
+from aotx_trio.service.client import InProcessClient
 from aotx_trio.webhooks import signing
 
 pytestmark = pytest.mark.timeout(120)

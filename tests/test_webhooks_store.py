@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from _postgres import postgres_server, postgres_url  # noqa: F401  (fixtures)
 
-from aotx_trio.router.backends import open_store
-from aotx_trio.router.store import StoreBackend
+from aotx_trio.registry.backends import open_store
+from aotx_trio.registry.store import StoreBackend
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -8,7 +8,8 @@ import pytest
 import trio
 import trio.testing
 
-from aotx_trio import errors, wire
+from aotx_trio import errors
+from aotx_trio.service import wire
 
 
 def test_frame_layout_is_length_prefixed_json() -> None:

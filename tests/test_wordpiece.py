@@ -1,4 +1,4 @@
-"""aotx_trio/_wordpiece.py + csrc/tokenizer_wordpiece.c: WordPiece against the
+"""aotx_trio/native/_wordpiece.py + csrc/tokenizer_wordpiece.c: WordPiece against the
 `tokenizers` library on the real all-MiniLM-L6-v2 tokenizer.json (hand-picked cases
 and random text), against the Python oracle (tests/wordpiece_oracle.py) on random
 text from all of Unicode and every normalizer flag, and refusals."""
@@ -17,8 +17,8 @@ from reference_bert import real_model_zip, tiny_tokenizer_json
 from wordpiece_oracle import OracleWordPiece
 
 from aotx_trio import errors
-from aotx_trio.embed import WordPiece
-from aotx_trio.native import ffi, lib
+from aotx_trio.native.embed import WordPiece
+from aotx_trio.native.lib import ffi, lib
 
 MAX_LEN = 256   # the real model's max_seq_length
 

@@ -1,4 +1,4 @@
-"""The pure-Python WordPiece steps (what aotx_trio/_wordpiece.py ran before the C
+"""The pure-Python WordPiece steps (what aotx_trio/native/_wordpiece.py ran before the C
 tokenizer, csrc/tokenizer_wordpiece.c): the oracle the C one is tested against,
 next to the `tokenizers` library.  It reuses the package class for reading
 tokenizer.json and replaces only the tokenization."""
@@ -9,7 +9,7 @@ import re
 import unicodedata
 from pathlib import Path
 
-from aotx_trio.embed import WordPiece
+from aotx_trio.native.embed import WordPiece
 
 # Unicode White_Space (what the Rust tokenizers' char::is_whitespace tests).
 _WHITESPACE = frozenset("\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005"

@@ -22,7 +22,6 @@ from quart import Response, g, request
 from quart_trio import QuartTrio
 
 from aotx_trio import errors
-from aotx_trio.client import DeviceClient
 from aotx_trio.config import GatewayConfig
 from aotx_trio.gateway import (
     chat,
@@ -41,6 +40,7 @@ from aotx_trio.gateway.metrics import GatewayMetrics, metrics_response
 from aotx_trio.gateway.quota import V1_PREFIX, RateLimiter, take_v1
 from aotx_trio.gateway.routes_table import BASE, admit
 from aotx_trio.router.service import RouterService, Settings
+from aotx_trio.service.client import DeviceClient
 from aotx_trio.webhooks.service import WebhookService
 
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
@@ -159,7 +159,7 @@ def router_from_config(config: GatewayConfig, client: DeviceClient) -> RouterSer
     if config.store is None:
         return None
     from aotx_trio.config import is_store_url
-    from aotx_trio.router.backends import open_store
+    from aotx_trio.registry.backends import open_store
     from aotx_trio.router.registry import Registry
     from aotx_trio.router.upload import UploadPolicy
 

@@ -30,11 +30,11 @@ from typing import Any
 from quart import Response, current_app, request
 
 from aotx_trio import errors
-from aotx_trio.client import DeviceClient
 from aotx_trio.gateway.auth import Authenticator, Principal
 from aotx_trio.gateway.errors import dumps, json_response
 from aotx_trio.gateway.routes_table import decode_json
 from aotx_trio.gateway.streams import open_stream, sse_response
+from aotx_trio.service.client import DeviceClient
 
 #: Parameters that do not change the answer: accepted with any value.
 IGNORED = {"user", "metadata", "store", "stream_options"}

@@ -21,11 +21,11 @@ import numpy as np
 from quart import Response, request
 
 from aotx_trio import errors
-from aotx_trio.client import DeviceClient
 from aotx_trio.gateway.auth import Authenticator
 from aotx_trio.gateway.chat import EMBEDDING_ID, _bad, _openai
 from aotx_trio.gateway.errors import json_response
 from aotx_trio.gateway.routes_table import decode_json
+from aotx_trio.service.client import DeviceClient
 
 KNOWN = {"model", "input", "encoding_format", "dimensions", "user"}
 MAX_INPUTS = 256

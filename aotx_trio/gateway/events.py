@@ -32,11 +32,11 @@ import trio
 from quart import Response, current_app, request
 
 from aotx_trio import errors
-from aotx_trio.client import SLOW_CONSUMER, DeviceClient
 from aotx_trio.gateway.auth import Principal
 from aotx_trio.gateway.errors import dumps
 from aotx_trio.gateway.streams import Feed, open_feed, sse_response
-from aotx_trio.pushed import Pushed
+from aotx_trio.service.client import SLOW_CONSUMER, DeviceClient
+from aotx_trio.service.pushed import Pushed
 from aotx_trio.vocab import is_decimal
 
 log = logging.getLogger("aotx.gateway")

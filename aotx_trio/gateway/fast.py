@@ -32,11 +32,11 @@ import trio
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge, RequestTimeout
 
 from aotx_trio import errors
-from aotx_trio.client import DeviceClient
 from aotx_trio.gateway.auth import Authenticator
 from aotx_trio.gateway.errors import INTERNAL_ERROR, error_parts, http_error_parts
 from aotx_trio.gateway.quota import RateLimiter
 from aotx_trio.gateway.routes_table import MutationRoute, admit, encode, match, submit
+from aotx_trio.service.client import DeviceClient
 
 log = logging.getLogger("aotx.gateway")
 

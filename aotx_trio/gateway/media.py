@@ -18,10 +18,10 @@ from quart_trio.wrappers import TrioRequest
 from werkzeug.exceptions import RequestEntityTooLarge
 
 from aotx_trio import errors
-from aotx_trio.client import DeviceClient
 from aotx_trio.gateway.auth import Principal
 from aotx_trio.gateway.errors import json_response
 from aotx_trio.gateway.routes_table import BASE
+from aotx_trio.service.client import DeviceClient
 from aotx_trio.vocab import media_kind
 
 PATH = BASE + "/media"

@@ -34,8 +34,8 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 from quart import Response
 
-from aotx_trio.client import DeviceClient
 from aotx_trio.gateway.auth import Authenticator
+from aotx_trio.service.client import DeviceClient
 from aotx_trio.vocab import BASE_PATH
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"

@@ -24,8 +24,8 @@ from aotx_trio import errors
 from aotx_trio.gateway.auth import Authenticator, Principal
 from aotx_trio.gateway.errors import error_parts, handle_any, http_error_parts, json_response
 from aotx_trio.gateway.routes_table import decode_json
+from aotx_trio.registry.records import check_key
 from aotx_trio.router.dispatch import Caller
-from aotx_trio.router.records import check_key
 from aotx_trio.router.service import RouterService
 
 SHOWN = 80

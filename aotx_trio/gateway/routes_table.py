@@ -29,12 +29,12 @@ from typing import Any
 from pydantic import ValidationError
 
 from aotx_trio import errors
-from aotx_trio.client import DeviceClient
 from aotx_trio.errors import BadRequest, BodyTooLarge
-from aotx_trio.gateway import models
+from aotx_trio.gateway import bodies as models
 from aotx_trio.gateway.auth import Authenticator, Principal
 from aotx_trio.gateway.errors import dumps
 from aotx_trio.gateway.quota import RateLimiter
+from aotx_trio.service.client import DeviceClient
 from aotx_trio.vocab import BASE_PATH, SCHEMA
 
 BASE = BASE_PATH
@@ -257,7 +257,7 @@ async def submit(client: DeviceClient, principal: Principal, route: MutationRout
     caller's transport), parsed and validated, submitted, and the wait for its save:
     (status, receipt, headers); 202 for a new (saved) admission, 200 for an exact
     retry.  The receipt is a dict or, from the in-process client, already its JSON
-    bytes (:meth:`aotx_trio.client.DeviceClient.submit_json`)."""
+    bytes (:meth:`aotx_trio.service.client.DeviceClient.submit_json`)."""
     principal.require(route.action)
     body = parse_body(route.model, await read_body())
     body.update(params)

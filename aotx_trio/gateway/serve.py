@@ -31,11 +31,11 @@ from hypercorn.trio import serve as hypercorn_serve
 from aotx_trio import _latency, errors
 from aotx_trio._process import on_reload as on_reload_signal
 from aotx_trio._process import on_signal, run_trio, setup_logging
-from aotx_trio.client import DeviceClient, SocketClient
 from aotx_trio.config import GatewayConfig, load_gateway_config
 from aotx_trio.gateway.app import make_app_from_config
 from aotx_trio.gateway.auth import Authenticator
 from aotx_trio.gateway.listen import configure
+from aotx_trio.service.client import DeviceClient, SocketClient
 
 log = logging.getLogger("aotx.gateway")
 

@@ -28,11 +28,11 @@ from typing import Any
 from quart import Blueprint, Response, current_app, g, request
 
 from aotx_trio import errors
-from aotx_trio.client import DeviceClient
 from aotx_trio.gateway import events
 from aotx_trio.gateway.auth import Principal
 from aotx_trio.gateway.errors import json_response
 from aotx_trio.gateway.routes_table import BASE, MUTATION_ROUTES, MutationRoute, encode, submit
+from aotx_trio.service.client import DeviceClient
 from aotx_trio.vocab import is_decimal
 
 DEFAULT_LIMIT = 50

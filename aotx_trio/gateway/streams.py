@@ -20,7 +20,7 @@ from quart import Response, current_app
 
 from aotx_trio import errors
 from aotx_trio._process import leaves
-from aotx_trio.client import DeviceClient, Subscription
+from aotx_trio.service.client import DeviceClient, Subscription
 
 Message = tuple[str, Any]
 _GONE = (trio.BrokenResourceError, trio.ClosedResourceError)

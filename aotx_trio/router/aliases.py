@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aotx_trio.errors import Conflict, FormatError, Gone, InvalidInput, NotFound
-from aotx_trio.router.records import Alias, check_key, parse
+from aotx_trio.registry.records import Alias, check_key, parse
 from aotx_trio.router.registry import ModelView, Registry
 
 

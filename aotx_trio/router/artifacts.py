@@ -1,7 +1,7 @@
 """Artifacts in the store's blobs: a GGUF file, or an embedding model folder as one
 blob per file plus a tree listing (docs/formats/registry.md, "Blobs").
 
-Blocking functions over a :class:`~aotx_trio.router.store.StoreBackend`; the
+Blocking functions over a :class:`~aotx_trio.registry.store.StoreBackend`; the
 registry runs them in a worker thread.
 """
 
@@ -14,8 +14,9 @@ from pathlib import Path
 
 from aotx_trio._fs import atomic_file
 from aotx_trio.errors import InvalidInput
-from aotx_trio.router.records import ArtifactRef, canonical, check_sha256
-from aotx_trio.router.store import StoreBackend
+from aotx_trio.identity import canonical
+from aotx_trio.registry.records import ArtifactRef, check_sha256
+from aotx_trio.registry.store import StoreBackend
 
 TREE_KIND = "aotx.tree.v1"
 CHUNK = 1 << 20

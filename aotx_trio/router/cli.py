@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -19,11 +17,13 @@ from typing import Any
 import trio
 from pydantic import ValidationError
 
+from aotx_trio import identity
 from aotx_trio.errors import InvalidInput
+from aotx_trio.identity import Descriptor
+from aotx_trio.registry.backends import open_store
+from aotx_trio.registry.records import ArtifactRef, EngineSet, check_commit
 from aotx_trio.router.aliases import resolve, resolve_alias, set_alias
 from aotx_trio.router.artifacts import Progress, artifact_size, store_artifact
-from aotx_trio.router.backends import open_store
-from aotx_trio.router.records import ArtifactRef, Descriptor, EngineSet, check_commit
 from aotx_trio.router.registry import ModelView, Registry, ReleaseView
 from aotx_trio.router.scratch import Scratch
 
@@ -39,15 +39,9 @@ def _json_file(path: str, what: str) -> Any:
 
 def source_commit(args: argparse.Namespace) -> str:
     """--source-commit, else $AOTX_SOURCE_COMMIT, else the package's git HEAD."""
-    value = args.source_commit or os.environ.get("AOTX_SOURCE_COMMIT")
+    value = args.source_commit or identity.source_commit()
     if not value:
-        try:
-            value = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True,
-                                   text=True, timeout=10, check=True,
-                                   cwd=Path(__file__).resolve().parent).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            raise InvalidInput("no source commit: pass --source-commit",
-                               param="source_commit") from None
+        raise InvalidInput("no source commit: pass --source-commit", param="source_commit")
     return check_commit(value)
 
 

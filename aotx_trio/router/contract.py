@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from aotx_trio.router.spec_dsl import Spec, parse_spec, split_envelope
+from aotx_trio.router.spec.dsl import Spec, parse_spec, split_envelope
 from aotx_trio.router.upload import Target, UploadPolicy, check_targets, put_all, vet_targets
 
 

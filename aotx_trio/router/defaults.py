@@ -20,12 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from aotx_trio.errors import NotFound
+from aotx_trio.identity import Descriptor, tree_listing
+from aotx_trio.registry.records import Alias, ArtifactRef, Deployment
+from aotx_trio.registry.store import StoreBackend
 from aotx_trio.router.aliases import set_alias
-from aotx_trio.router.identity import tree_listing
-from aotx_trio.router.records import Alias, ArtifactRef, Deployment, Descriptor
 from aotx_trio.router.registry import Registry
 from aotx_trio.router.specs import default_spec
-from aotx_trio.router.store import StoreBackend
 
 log = logging.getLogger("aotx.router.defaults")
 

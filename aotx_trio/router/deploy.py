@@ -12,9 +12,10 @@ from typing import Any
 import trio
 
 from aotx_trio import errors
+from aotx_trio.identity import Descriptor, sha256_hex
+from aotx_trio.registry.records import ArtifactRef
 from aotx_trio.router.artifacts import export_artifact
 from aotx_trio.router.dispatch import Caller, RuntimeLink
-from aotx_trio.router.records import ArtifactRef, Descriptor, sha256_hex
 from aotx_trio.router.registry import Registry
 
 log = logging.getLogger("aotx.router.deploy")

@@ -25,14 +25,14 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from aotx_trio import errors
-from aotx_trio.router.identity import mismatches
+from aotx_trio.router.attestation import mismatches
 
 #: checks the runtime's identity for a run before its output is used (raises)
 Check = Callable[[Mapping[str, Any]], None]
 
 
 class RuntimeLink(Protocol):
-    """What the router needs of a device client (aotx_trio.client.DeviceClient)."""
+    """What the router needs of a device client (aotx_trio.service.client.DeviceClient)."""
 
     async def call(self, method: str, params: dict[str, Any]) -> Any: ...
 

@@ -18,14 +18,14 @@ from typing import Any, TypeVar
 import trio
 
 from aotx_trio.errors import Conflict, Forbidden, FormatError, Gone, InvalidInput, NotFound
-from aotx_trio.router import feed
-from aotx_trio.router.records import (
+from aotx_trio.identity import Descriptor, sha256_hex
+from aotx_trio.registry import feed
+from aotx_trio.registry.records import (
     MODEL_STATES,
     RELEASE_STATES,
     ArtifactRef,
     D,
     Deployment,
-    Descriptor,
     EngineSet,
     Manifest,
     ModelState,
@@ -35,13 +35,12 @@ from aotx_trio.router.records import (
     Removed,
     check_commit,
     check_key,
-    check_manifest,
     check_name,
     parse,
     rfc3339,
-    sha256_hex,
 )
-from aotx_trio.router.store import StoreBackend
+from aotx_trio.registry.store import StoreBackend
+from aotx_trio.router.manifest import check_manifest
 
 T = TypeVar("T")
 MAX_ALIAS_LEVEL = 3

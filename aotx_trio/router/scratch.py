@@ -12,21 +12,18 @@ import uuid
 from typing import Any
 
 from aotx_trio.errors import Gone, InvalidInput, NotFound, NotReady
-from aotx_trio.router.artifacts import verify_artifact
-from aotx_trio.router.records import (
+from aotx_trio.identity import Descriptor, canonical, sha256_hex
+from aotx_trio.registry.records import (
     ArtifactRef,
-    Descriptor,
     Revision,
     Session,
-    canonical,
     canonical_uuid,
-    check_manifest,
-    check_spec,
     parse,
     parse_time,
     rfc3339,
-    sha256_hex,
 )
+from aotx_trio.router.artifacts import verify_artifact
+from aotx_trio.router.manifest import check_manifest, check_spec
 from aotx_trio.router.registry import ModelView, Registry
 
 DEFAULT_LEASE_S = 900.0

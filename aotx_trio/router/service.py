@@ -28,15 +28,16 @@ import trio
 
 import aotx_trio
 from aotx_trio import errors
-from aotx_trio.router import contract, feed
+from aotx_trio.registry import feed
+from aotx_trio.registry.records import Revision
+from aotx_trio.router import contract
 from aotx_trio.router.aliases import Resolution, resolve, resolve_alias
 from aotx_trio.router.deploy import Deployments
 from aotx_trio.router.dispatch import DISPATCH, Caller, RuntimeLink, checker
 from aotx_trio.router.index import ModelIndex
-from aotx_trio.router.records import Revision
 from aotx_trio.router.registry import ModelView, Registry, ReleaseView
 from aotx_trio.router.scratch import Scratch
-from aotx_trio.router.spec_dsl import Spec
+from aotx_trio.router.spec.dsl import Spec
 from aotx_trio.router.upload import UploadPolicy
 
 log = logging.getLogger("aotx.router")

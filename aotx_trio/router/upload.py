@@ -26,9 +26,9 @@ from typing import Any
 import trio
 
 from aotx_trio.errors import UpstreamFailure
-from aotx_trio.router.pinned_http import RequestFailed, request
-from aotx_trio.router.upload_policy import DEFAULT_SUFFIXES, UploadPolicy, system_resolver
-from aotx_trio.router.upload_targets import Target, check_targets, resolve, vet_targets
+from aotx_trio.outbound.pinned_http import RequestFailed, request
+from aotx_trio.outbound.policy import DEFAULT_SUFFIXES, UploadPolicy, system_resolver
+from aotx_trio.outbound.targets import Target, check_targets, resolve, vet_targets
 
 __all__ = ["DEFAULT_SUFFIXES", "Target", "UploadPolicy", "check_targets", "put_all",
            "system_resolver", "vet_targets"]

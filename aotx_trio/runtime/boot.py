@@ -29,13 +29,14 @@ from pathlib import Path
 
 import trio
 
-from aotx_trio import _latency, errors, native
+from aotx_trio import _latency, errors
 from aotx_trio._fs import flock_nb
 from aotx_trio._process import on_reload, on_signal, run_trio, setup_logging
 from aotx_trio.config import DEFAULT_DEADLINE_S, Limits
-from aotx_trio.device import Device
 from aotx_trio.grants import load_grants
-from aotx_trio.journal import JournalParams
+from aotx_trio.native import lib as native
+from aotx_trio.native.device import Device
+from aotx_trio.native.journal import JournalParams
 from aotx_trio.runtime import checkpoint, faults
 from aotx_trio.runtime.ccir import RuntimeFile
 from aotx_trio.runtime.emitter import Emitter, open_journal_file
@@ -43,7 +44,7 @@ from aotx_trio.runtime.executor import Executor
 from aotx_trio.runtime.fanout import Fanout
 from aotx_trio.runtime.handler import ServiceHandler
 from aotx_trio.runtime.media import MediaStore
-from aotx_trio.runtime.models import ModelSet
+from aotx_trio.runtime.served import ModelSet
 from aotx_trio.runtime.socket_server import SOCKET_NAME, serve_socket
 from aotx_trio.runtime.state import RuntimeState
 

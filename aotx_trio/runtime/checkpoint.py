@@ -1,7 +1,7 @@
 """State checkpoints in the runtime file (docs/formats/checkpoint.md).
 
 A checkpoint is the device's state tables (``csrc/device_checkpoint.c`` encodes and
-parses them) tied to a journal position (:class:`~aotx_trio.journal.Anchor`).  It
+parses them) tied to a journal position (:class:`~aotx_trio.native.journal.Anchor`).  It
 lives after the runtime file's extents; the header's ``checkpoint_offset`` /
 ``checkpoint_length`` point at the current one (docs/formats/ccir.md).
 
@@ -37,8 +37,8 @@ from typing import Any
 
 from aotx_trio import errors
 from aotx_trio._fs import flock_nb
-from aotx_trio.device import Device
-from aotx_trio.journal import (
+from aotx_trio.native.device import Device
+from aotx_trio.native.journal import (
     FILE_HEADER,
     RECORD_SIZE,
     TICK_RECORDS,

@@ -4,7 +4,7 @@
 temporary file, fsynced, renamed, folder fsynced) or opens one, verifies every
 record (from a checkpoint: only those after it, read into a private snapshot),
 truncates a torn tail (and fsyncs), and returns a :class:`JournalFile`
-whose :class:`~aotx_trio.journal.Journal` continues the file.  Damage before
+whose :class:`~aotx_trio.native.journal.Journal` continues the file.  Damage before
 the tail raises ``JournalDamage`` naming the byte offset: the runtime refuses
 to start.
 
@@ -76,7 +76,7 @@ import trio
 
 from aotx_trio import errors
 from aotx_trio._fs import flock_nb, fsync_dir
-from aotx_trio.journal import (
+from aotx_trio.native.journal import (
     FILE_HEADER,
     HOLD_DISK,
     RECORD_SIZE,

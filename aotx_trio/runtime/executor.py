@@ -55,8 +55,8 @@ import trio
 
 from aotx_trio import _latency, errors
 from aotx_trio.config import DEFAULT_DEADLINE_S
-from aotx_trio.device import LEASE_MAX_ROWS, Device
-from aotx_trio.engine import Engine, EngineSequence, StepResult
+from aotx_trio.native.device import LEASE_MAX_ROWS, Device
+from aotx_trio.native.engine import Engine, EngineSequence, StepResult
 from aotx_trio.runtime import history, memory
 from aotx_trio.runtime.job import Job
 from aotx_trio.runtime.prompt import DEFAULT_REVISION, lease_revision, render

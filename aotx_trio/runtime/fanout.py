@@ -20,7 +20,7 @@ conversation events are saved admissions) or the executor makes progress
 Before it pushes, the pass checks the read right again once per distinct
 reader (grant mask, principal key) with the reader's current grants, not once
 per subscriber; a reader who lost it gets the error, which ends its streams.
-Every subscriber shares the same :class:`aotx_trio.pushed.Pushed` items, so
+Every subscriber shares the same :class:`aotx_trio.service.pushed.Pushed` items, so
 the socket and the gateway encode each event once.  Each follower has a
 bounded buffer (``depth`` items); one that is full is dropped: its iteration
 raises :class:`aotx_trio.errors.OverCapacity` with code ``slow_consumer``
@@ -41,9 +41,9 @@ from typing import Any
 import trio
 
 from aotx_trio import errors
-from aotx_trio.device import Device, Receipt
-from aotx_trio.pushed import Pushed
+from aotx_trio.native.device import Device, Receipt
 from aotx_trio.runtime.render import render_receipt, render_span
+from aotx_trio.service.pushed import Pushed
 
 log = logging.getLogger("aotx.fanout")
 

@@ -19,19 +19,20 @@ from typing import Any, Protocol
 
 import trio
 
-from aotx_trio import errors, native, vocab
-from aotx_trio.device import Device, Participant, Receipt, Request
-from aotx_trio.journal import SaveState
-from aotx_trio.router.identity import build_commit, descriptor_sha256
+from aotx_trio import errors, vocab
+from aotx_trio.identity import build_commit, descriptor_sha256
+from aotx_trio.native import lib as native
+from aotx_trio.native.device import Device, Participant, Receipt, Request
+from aotx_trio.native.journal import SaveState
 from aotx_trio.runtime import conv_events, history, render, validate
 from aotx_trio.runtime.executor import Executor
 from aotx_trio.runtime.fanout import Fanout
 from aotx_trio.runtime.job import Job
 from aotx_trio.runtime.media import MediaStore
 from aotx_trio.runtime.memory import MemoryService, render_object, render_row
-from aotx_trio.runtime.models import ModelSet, TextModel
 from aotx_trio.runtime.prompt import Turn, render_chat
 from aotx_trio.runtime.quota import Quotas, media_quota
+from aotx_trio.runtime.served import ModelSet, TextModel
 from aotx_trio.runtime.state import RuntimeState
 from aotx_trio.runtime.stats import Histogram
 from aotx_trio.runtime.unsaved import Key, Unsaved

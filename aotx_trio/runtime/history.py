@@ -15,7 +15,7 @@ revision family, also after a restart (runtime/prompt.py, "Revisions").
 
 from __future__ import annotations
 
-from aotx_trio.device import Device, Receipt, decode_canonical
+from aotx_trio.native.device import Device, Receipt, decode_canonical
 from aotx_trio.runtime.prompt import Turn
 from aotx_trio.vocab import ALL_GRANTS
 

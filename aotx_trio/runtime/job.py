@@ -9,9 +9,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from aotx_trio.engine import EngineSequence
-from aotx_trio.runtime.models import TextModel
+from aotx_trio.native.engine import EngineSequence
 from aotx_trio.runtime.prompt import DEFAULT_REVISION, Turn
+from aotx_trio.runtime.served import TextModel
 
 __all__ = ["Job"]
 

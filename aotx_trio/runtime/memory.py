@@ -52,10 +52,10 @@ import numpy as np
 import trio
 
 from aotx_trio import errors, vocab
-from aotx_trio.device import Device, MemoryRow
+from aotx_trio.native.device import Device, MemoryRow
 from aotx_trio.runtime import render
-from aotx_trio.runtime.models import EmbeddingModel, TextModel
 from aotx_trio.runtime.prompt import Turn, render_chat
+from aotx_trio.runtime.served import EmbeddingModel, TextModel
 from aotx_trio.vocab import ALL_GRANTS, MAX_TEXT_BYTES, format_id
 
 if TYPE_CHECKING:

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from aotx_trio.engine import Engine
+from aotx_trio.native.engine import Engine
 
 
 @dataclass(eq=False)

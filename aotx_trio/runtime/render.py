@@ -2,7 +2,7 @@
 
 Every counter that can pass 2**53 is a decimal string; ids are the
 ``{prefix}-{lineage}-{32 hex}`` forms of :mod:`aotx_trio.vocab`.  Pure
-functions over :mod:`aotx_trio.device` views; nothing here touches the device.
+functions over :mod:`aotx_trio.native.device` views; nothing here touches the device.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import errno
 import json
 from typing import Any
 
-from aotx_trio import device as dev
-from aotx_trio import journal
+from aotx_trio.native import device as dev
+from aotx_trio.native import journal
 from aotx_trio.vocab import KIND_NAMES, PREFIXES, TERMINAL, Kind, format_id
 
 #: The journal's hold bits and their names (csrc/aotx_journal.h, AOTX_HOLD_*).

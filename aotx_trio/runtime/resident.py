@@ -23,7 +23,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from aotx_trio.engine import Engine, EngineSequence
+from aotx_trio.native.engine import Engine, EngineSequence
 
 
 @dataclass(eq=False)

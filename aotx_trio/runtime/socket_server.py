@@ -28,8 +28,9 @@ from typing import Any, Protocol
 
 import trio
 
-from aotx_trio import errors, wire
-from aotx_trio.pushed import Pushed
+from aotx_trio import errors
+from aotx_trio.service import wire
+from aotx_trio.service.pushed import Pushed
 
 log = logging.getLogger("aotx.service")
 
@@ -116,7 +117,7 @@ class _Shared:
 def item_frame(sid: int, value: Any) -> bytes:
     """The item frame of ``value`` on stream ``sid``: the same bytes as
     ``wire.encode_frame(wire.item(sid, value))``, but an item pushed to many streams
-    (:class:`aotx_trio.pushed.Pushed`) is JSON-encoded once for all of them."""
+    (:class:`aotx_trio.service.pushed.Pushed`) is JSON-encoded once for all of them."""
     if not isinstance(value, Pushed):
         return wire.encode_frame(wire.item(sid, value))
     body = b'{"id":%d,"item":%s}' % (sid, value.encoded("wire", _compact))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from aotx_trio.device import Device
+from aotx_trio.native.device import Device
 from aotx_trio.runtime.emitter import Emitter, JournalFile
 
 

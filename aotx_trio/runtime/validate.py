@@ -1,10 +1,10 @@
 """Checking service-call parameters before they reach the device.
 
-The gateway has already checked each body's shape (``gateway/models.py``);
+The gateway has already checked each body's shape (``gateway/bodies.py``);
 these checks are the runtime's own, because the service socket also takes
 calls from other clients: the caller's principal and actions, ids of this
 lineage, cursors, and a mutation body turned into a
-:class:`aotx_trio.device.Request`.  Every failure is an
+:class:`aotx_trio.native.device.Request`.  Every failure is an
 :class:`aotx_trio.errors.AotxError` naming the bad field.
 """
 
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from aotx_trio import errors, vocab
-from aotx_trio.device import Request, new_request
+from aotx_trio.native.device import Request, new_request
 from aotx_trio.vocab import PERMISSIONS, PREFIXES, SCOPES, Kind
 
 DEFAULT_LIMIT = 50

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aotx_trio._fs import fsync_dir
-from aotx_trio.journal import crc32c
+from aotx_trio.native.journal import crc32c
 
 NAME = "journal.commit"
 MAGIC = b"AOTXCMIT"

@@ -23,8 +23,9 @@ import nacl.signing
 import trio
 
 from aotx_trio.errors import AotxError
-from aotx_trio.router.records import canonical, rfc3339
-from aotx_trio.router.store import StoreBackend
+from aotx_trio.identity import canonical
+from aotx_trio.registry.records import rfc3339
+from aotx_trio.registry.store import StoreBackend
 from aotx_trio.webhooks import signing
 from aotx_trio.webhooks.post import PostFailed, post
 from aotx_trio.webhooks.records import Subscription, load, post_body

@@ -2,22 +2,22 @@
 the URL's name), a bounded time and a bounded answer; redirects are never followed
 (a 3xx is a failure like any non-2xx).  The answer's status, or :class:`PostFailed`.
 The transport is the router's one pinned-address client
-(:mod:`aotx_trio.router.pinned_http`, shared with upload delivery)."""
+(:mod:`aotx_trio.outbound.pinned_http`, shared with upload delivery)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from aotx_trio.router.pinned_http import RequestFailed, request
-from aotx_trio.router.upload_policy import UploadPolicy
-from aotx_trio.webhooks.targets import HookTarget
+from aotx_trio.outbound.pinned_http import RequestFailed, request
+from aotx_trio.outbound.policy import UploadPolicy
+from aotx_trio.outbound.urls import Url
 
 
 class PostFailed(Exception):
     """A post that got no status (the reason is safe to log: it never holds the URL)."""
 
 
-async def post(t: HookTarget, addresses: tuple[str, ...], body: bytes,
+async def post(t: Url, addresses: tuple[str, ...], body: bytes,
                headers: Mapping[str, str], pol: UploadPolicy) -> int:
     """POST ``body``; the status code (PostFailed: no answer within the policy's time)."""
     try:

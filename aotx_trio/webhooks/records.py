@@ -6,8 +6,9 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from aotx_trio.router.feed import EVENT_TYPES
-from aotx_trio.router.records import Doc, parse
+from aotx_trio.identity import Doc
+from aotx_trio.registry.feed import EVENT_TYPES
+from aotx_trio.registry.records import parse
 
 #: the body's ``schema`` (serving-router.txt "Webhook POST bodies")
 BODY_SCHEMA = 1

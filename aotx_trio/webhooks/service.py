@@ -24,8 +24,9 @@ import nacl.signing
 import trio
 
 from aotx_trio import errors
-from aotx_trio.router.records import canonical, canonical_uuid, rfc3339
-from aotx_trio.router.store import StoreBackend
+from aotx_trio.identity import canonical
+from aotx_trio.registry.records import canonical_uuid, rfc3339
+from aotx_trio.registry.store import StoreBackend
 from aotx_trio.webhooks import signing
 from aotx_trio.webhooks.delivery import Context, Settings, deliver
 from aotx_trio.webhooks.records import Subscription, check_events, load

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from aotx_trio.router.store import StoreBackend
+from aotx_trio.registry.store import StoreBackend
 
 
 def open_store(*, data: str | Path | None = None, url: str | None = None,
@@ -13,8 +13,8 @@ def open_store(*, data: str | Path | None = None, url: str | None = None,
     if (data is None) == (url is None):
         raise ValueError("open_store takes exactly one of data= or url=")
     if url is not None:
-        from aotx_trio.router.store_pg import PostgresStore
+        from aotx_trio.registry.postgres import PostgresStore
         return PostgresStore(url)
-    from aotx_trio.router.store_folder import FolderStore
+    from aotx_trio.registry.folder import FolderStore
     assert data is not None
     return FolderStore(Path(data) / "registry")

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aotx_trio.errors import InvalidInput
-from aotx_trio.router.spec_types import parse_rule
-from aotx_trio.router.spec_values import NAME, TypeRule, check_value, cut, invalid, shown
+from aotx_trio.router.spec.types import parse_rule
+from aotx_trio.router.spec.values import NAME, TypeRule, check_value, cut, invalid, shown
 
 #: names of the platform's envelope and identity fields: never parameter names
 SYSTEM_FIELDS = frozenset({

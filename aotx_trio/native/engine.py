@@ -12,7 +12,7 @@ owns its thread pool, paged KV pool and tokenizer.  Two levels of API:
   / ``sample`` / ``release``.
 
 An Engine is not thread-safe: one thread (the executor) calls it at a time.
-Native codes become exceptions through :func:`aotx_trio.native.check`.
+Native codes become exceptions through :func:`aotx_trio.native.lib.check`.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from aotx_trio.native import check, ffi, lib
+from aotx_trio.native.lib import check, ffi, lib
 
 _ERR_CAP = 512
 PAGE_TOKENS = 8

@@ -1,6 +1,6 @@
 """Spec DSL v2 types (docs/formats/spec-dsl.md): a spec fragment declaring a
 type (``{"type": "integer", "minimum": 1}``) parsed into a
-:class:`~aotx_trio.router.spec_values.TypeRule`, every key checked (422
+:class:`~aotx_trio.router.spec.values.TypeRule`, every key checked (422
 ``invalid_params``, ``param`` the fragment's path such as
 ``spec.params[2].maximum``)."""
 
@@ -11,7 +11,7 @@ from dataclasses import replace
 from typing import Any
 
 from aotx_trio.errors import InvalidInput
-from aotx_trio.router.spec_values import (
+from aotx_trio.router.spec.values import (
     MAX_BINARY_BYTES,
     NAME,
     TYPES,

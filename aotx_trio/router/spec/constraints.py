@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from aotx_trio.router.spec_values import invalid
+from aotx_trio.router.spec.values import invalid
 
 GROUP_RULES = ("exactly_one", "at_most_one", "at_least_one")
 LINK_RULES = ("requires", "forbids")

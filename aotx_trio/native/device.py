@@ -4,7 +4,7 @@ Every 16-byte value (principal keys, operation keys, lineage, space /
 conversation / operation ids) goes in and comes out as 32 lowercase hex
 digits; :func:`resource_id` / :func:`parse_resource_id` turn them into the
 ``spc-{lineage}-{id}`` forms of the spec.  Every native code goes through
-:func:`aotx_trio.native.check`.  Calls take microseconds and never block on
+:func:`aotx_trio.native.lib.check`.  Calls take microseconds and never block on
 I/O: the gateway may call them directly from trio.
 
 The journal is borrowed: pass the ``aotx_journal *`` cdata (or any object with
@@ -20,8 +20,8 @@ from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
 
 from aotx_trio import errors
-from aotx_trio.journal import Anchor, JournalReader
-from aotx_trio.native import check, error_for, ffi, lib
+from aotx_trio.native.journal import Anchor, JournalReader
+from aotx_trio.native.lib import check, error_for, ffi, lib
 from aotx_trio.vocab import (  # noqa: F401  (re-exported: the device's vocabulary)
     ALL_GRANTS,
     FINISH_CODES,
@@ -831,7 +831,7 @@ class Device:
         owns the file image the native reader points into, so holding it here
         keeps that memory alive for the whole replay."""
         if not isinstance(reader, JournalReader):
-            raise TypeError("Device.recover takes an aotx_trio.journal.JournalReader")
+            raise TypeError("Device.recover takes an aotx_trio.native.journal.JournalReader")
         bad = ffi.new("uint64_t *")
         rc = lib.aotx_device_recover(self._handle, reader.handle, bad)
         if rc != 0:

@@ -1,12 +1,12 @@
 """The models a runtime serves: loaded from its runtime file at boot.
 
 Every text model (a GGUF component of the runtime file) is mapped in place by
-the engine (:meth:`aotx_trio.engine.Engine.load` with the component's extent:
+the engine (:meth:`aotx_trio.native.engine.Engine.load` with the component's extent:
 no copy of the weights) before the runtime accepts mutations, with f16 KV pages when
 its component has the ``kv_f16`` flag (``aotx pack`` sets it on the models it adds;
 an entry without it keeps float32 KV).  The embedding
 model (its files extracted once, verified, into a folder beside the journal,
-then mapped by :class:`aotx_trio.embed.Embedder`) serves the ``embed`` call; a
+then mapped by :class:`aotx_trio.native.embed.Embedder`) serves the ``embed`` call; a
 folder that does not load is listed ``ready: false`` with ``not_ready:
 "embedding_load_failed"``.
 
@@ -30,10 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from aotx_trio import errors
-from aotx_trio.embed import Embedder
-from aotx_trio.engine import PAGE_TOKENS, Engine
-from aotx_trio.router.identity import descriptor_sha256, tree_sha256
-from aotx_trio.router.records import DEFAULT_KV_TYPE, KV_TYPES
+from aotx_trio.identity import DEFAULT_KV_TYPE, KV_TYPES, descriptor_sha256, tree_sha256
+from aotx_trio.native.embed import Embedder
+from aotx_trio.native.engine import PAGE_TOKENS, Engine
 from aotx_trio.runtime.ccir import Component, RuntimeFile
 from aotx_trio.runtime.validate import shown
 

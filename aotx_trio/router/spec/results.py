@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aotx_trio.errors import UpstreamFailure
-from aotx_trio.router.spec_values import NAME, TYPES, invalid, type_of
+from aotx_trio.router.spec.values import NAME, TYPES, invalid, type_of
 
 DELIVERIES = ("inline", "upload")
 MAX_RESULT_FIELDS = 64

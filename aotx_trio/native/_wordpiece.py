@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from aotx_trio import errors
-from aotx_trio._bert_config import read_json
-from aotx_trio._safetensors import is_uint
-from aotx_trio.native import check, ffi, lib
+from aotx_trio.native._bert_config import read_json
+from aotx_trio.native._safetensors import is_uint
+from aotx_trio.native.lib import check, ffi, lib
 
 _MAX_ID = 2**31 - 1
 

@@ -24,7 +24,7 @@ from itertools import accumulate
 from typing import Any
 
 from aotx_trio import errors
-from aotx_trio.native import check, ffi, lib
+from aotx_trio.native.lib import check, ffi, lib
 
 # token_type values as GGUF stores them
 NORMAL = 1

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from aotx_trio import cli, models
+from aotx_trio import cli
+from aotx_trio import default_models as models
 from aotx_trio.errors import ConfigError
 
 GEMMA_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"

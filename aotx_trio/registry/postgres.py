@@ -19,8 +19,8 @@ import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from aotx_trio.errors import FormatError, NotReady
-from aotx_trio.router.records import canonical
-from aotx_trio.router.store import COLLECTIONS, Updater
+from aotx_trio.identity import canonical
+from aotx_trio.registry.store import COLLECTIONS, Updater
 
 CHUNK = 4 << 20
 _SCHEMA_LOCK = 0x616F7478_00000001   # advisory lock ids ("aotx")
@@ -42,7 +42,7 @@ INSERT INTO aotx_registry_meta VALUES ('format', '1') ON CONFLICT DO NOTHING;
 
 
 class PostgresStore:
-    """:class:`~aotx_trio.router.store.StoreBackend` on PostgreSQL."""
+    """:class:`~aotx_trio.registry.store.StoreBackend` on PostgreSQL."""
 
     def __init__(self, url: str, *, max_size: int = 8, timeout_s: float = 10.0) -> None:
         self.url = url

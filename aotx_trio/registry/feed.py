@@ -20,22 +20,20 @@ from typing import Any
 import trio
 
 from aotx_trio.errors import AotxError
-from aotx_trio.router.records import (
+from aotx_trio.identity import Doc, canonical, sha256_hex
+from aotx_trio.registry.records import (
     Alias,
     Deployment,
-    Doc,
     ModelState,
     Published,
     Release,
     ReleaseState,
     Removed,
-    canonical,
     parse,
     parse_time,
     rfc3339,
-    sha256_hex,
 )
-from aotx_trio.router.store import StoreBackend
+from aotx_trio.registry.store import StoreBackend
 
 log = logging.getLogger("aotx.router.feed")
 

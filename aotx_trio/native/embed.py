@@ -28,10 +28,10 @@ from typing import Any
 import numpy as np
 
 from aotx_trio import errors
-from aotx_trio._bert_config import BertConfig, max_seq_length, pooling_and_normalize
-from aotx_trio._safetensors import F32Array, SafeTensors
-from aotx_trio._wordpiece import WordPiece
-from aotx_trio.native import check, ffi, lib
+from aotx_trio.native._bert_config import BertConfig, max_seq_length, pooling_and_normalize
+from aotx_trio.native._safetensors import F32Array, SafeTensors
+from aotx_trio.native._wordpiece import WordPiece
+from aotx_trio.native.lib import check, ffi, lib
 
 __all__ = ["BertConfig", "Embedder", "F32Array", "SafeTensors", "WordPiece"]
 

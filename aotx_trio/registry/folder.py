@@ -19,8 +19,9 @@ from pathlib import Path
 
 from aotx_trio._fs import atomic_file, fsync_dir
 from aotx_trio.errors import FormatError
-from aotx_trio.router.records import canonical, check_key, parse_time
-from aotx_trio.router.store import COLLECTIONS, Updater
+from aotx_trio.identity import canonical
+from aotx_trio.registry.records import check_key, parse_time
+from aotx_trio.registry.store import COLLECTIONS, Updater
 
 FORMAT = b"aotx-registry 1\n"
 CHUNK = 1 << 20
@@ -63,7 +64,7 @@ def _flock(path: Path) -> Iterator[None]:
 
 
 class FolderStore:
-    """:class:`~aotx_trio.router.store.StoreBackend` on a folder."""
+    """:class:`~aotx_trio.registry.store.StoreBackend` on a folder."""
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)

@@ -20,10 +20,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from aotx_trio.router.spec_constraints import Constraint, parse_constraints
-from aotx_trio.router.spec_params import SYSTEM_FIELDS, Param, parse_overrides, parse_param
-from aotx_trio.router.spec_results import Results, parse_results
-from aotx_trio.router.spec_values import check_value, cut, invalid, shown
+from aotx_trio.router.spec.constraints import Constraint, parse_constraints
+from aotx_trio.router.spec.params import SYSTEM_FIELDS, Param, parse_overrides, parse_param
+from aotx_trio.router.spec.results import Results, parse_results
+from aotx_trio.router.spec.values import check_value, cut, invalid, shown
 
 MAX_PARAMS = 128
 #: the invoke body's fields

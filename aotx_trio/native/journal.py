@@ -5,7 +5,7 @@ save state); :class:`JournalReader` verifies a whole journal file and yields
 its complete transfers; :func:`read_journal` / :func:`recover_journal` wrap
 the reader for callers that only want the transfers and ``valid_end``.
 Byte layout: ``docs/formats/journal.md``.  Errors go through
-:func:`aotx_trio.native.check`; a damaged or foreign file raises with the
+:func:`aotx_trio.native.lib.check`; a damaged or foreign file raises with the
 byte offset in ``exc.fields["offset"]`` and in the message.
 """
 
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from aotx_trio.native import check, ffi, lib
+from aotx_trio.native.lib import check, ffi, lib
 
 RECORD_SIZE = 192
 PART_DATA = 160

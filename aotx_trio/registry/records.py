@@ -8,23 +8,23 @@ is *corrupt* (:class:`~aotx_trio.errors.FormatError`).
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
-import json
 import re
 import uuid
-from typing import Any, Literal, TypeVar, cast
+from typing import Any, Literal, TypeVar
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    SerializerFunctionWrapHandler,
     ValidationError,
-    model_serializer,
 )
 
 from aotx_trio.errors import FormatError, InvalidInput
-from aotx_trio.router.spec_dsl import parse_spec
+from aotx_trio.identity import (
+    Descriptor,
+    Doc,
+    canonical,
+)
 
 MODEL_TYPES = ("textgen", "embedding")
 MODEL_STATES = ("active", "deprecated", "disabled")
@@ -36,16 +36,6 @@ _HEX64 = re.compile(r"[0-9a-f]{64}\Z")
 _HEX40 = re.compile(r"[0-9a-f]{40}\Z")
 MAX_KEY_CHARS = 400
 MAX_SEGMENTS = 16
-
-
-def canonical(value: Any) -> bytes:
-    """Canonical JSON: UTF-8, keys sorted, no whitespace."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"),
-                      ensure_ascii=False).encode("utf-8")
-
-
-def sha256_hex(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 def check_key(key: str, what: str = "model_id") -> str:
@@ -97,13 +87,6 @@ def rfc3339(seconds: float) -> str:
 def parse_time(text: str) -> float:
     return dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(
         tzinfo=dt.UTC).timestamp()
-
-
-class Doc(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    def body(self) -> bytes:
-        return canonical(self.model_dump(mode="json"))
 
 
 D = TypeVar("D", bound=BaseModel)
@@ -168,41 +151,6 @@ class ModelState(Doc):
     state: Literal["active", "deprecated", "disabled"]
     successor_id: str | None = None
     changed_at: str
-
-
-KV_TYPES = ("f16", "f32")
-DEFAULT_KV_TYPE = "f16"
-
-
-class Descriptor(Doc):
-    """The engine settings a runtime loads a release's artifact with.
-
-    ``kv_type`` is the element type of the KV pages: ``"f16"`` (binary16) or
-    ``"f32"``; None (unset) means the runtime's default, f16 (:data:`DEFAULT_KV_TYPE`).
-    An unset ``kv_type`` is left out of the document (:meth:`body`, every dump), so
-    a descriptor that does not set it has the canonical body, and the
-    ``descriptor_sha256``, it had before the field existed; one that sets it (even
-    to the default) is another descriptor with another digest.
-    """
-
-    backend: Literal["cpu", "cuda"] = "cpu"
-    threads: int = Field(default=0, ge=0, le=1024)
-    kv_page_tokens: int = Field(default=8, ge=1, le=4096)
-    context: int = Field(default=2048, ge=16, le=1 << 20)
-    kv_type: Literal["f16", "f32"] | None = None
-
-    @model_serializer(mode="wrap")
-    def _unset_kv_type_is_absent(self, handler: SerializerFunctionWrapHandler,
-                                 ) -> dict[str, Any]:
-        out: dict[str, Any] = handler(self)
-        if out.get("kv_type", "") is None:
-            del out["kv_type"]
-        return out
-
-    @property
-    def kv_f16(self) -> bool:
-        """Whether the runtime loads the artifact with binary16 KV pages."""
-        return (self.kv_type or DEFAULT_KV_TYPE) == "f16"
 
 
 class EngineSet(Doc):
@@ -283,24 +231,3 @@ class Event(Doc):
     object_sha256: str
     operation_id: str
     payload: dict[str, Any] = Field(default_factory=dict)
-
-
-def check_spec(spec: Any) -> dict[str, Any]:
-    """``spec`` if it is a valid spec DSL v2 document (docs/formats/spec-dsl.md), checked
-    whole by :func:`~aotx_trio.router.spec_dsl.parse_spec`; else 422 ``invalid_params``
-    with ``param`` (a path such as ``spec.params[2].default``) and ``rule``."""
-    parse_spec(spec)
-    return cast(dict[str, Any], spec)
-
-
-def check_manifest(value: Any) -> Manifest:
-    """A manifest from caller input (422 ``invalid_params`` naming the field)."""
-    try:
-        manifest = Manifest.model_validate(value)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        param = ".".join(str(p) for p in err["loc"]) or "manifest"
-        raise InvalidInput(f"manifest: {param}: {err['msg']}", code="invalid_params",
-                           param=param, rule=err["type"]) from None
-    check_spec(manifest.serving.spec)
-    return manifest

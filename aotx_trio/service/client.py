@@ -34,9 +34,10 @@ from typing import Any, NoReturn, Protocol
 
 import trio
 
-from aotx_trio import errors, wire
+from aotx_trio import errors
 from aotx_trio.errors import RuntimeUnavailable
-from aotx_trio.pushed import Pushed
+from aotx_trio.service import wire
+from aotx_trio.service.pushed import Pushed
 
 log = logging.getLogger("aotx.client")
 
