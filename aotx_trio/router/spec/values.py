@@ -169,9 +169,11 @@ def _check_binary(rule: TypeRule, value: Any, path: str, decode: bool) -> Any:
     if not isinstance(text, str):
         raise invalid(where, "type", f"{where} must be a string")
     hi = rule.max_count if rule.max_count is not None else MAX_BINARY_BYTES
-    if len(text) > 4 * ((hi + 2) // 3):
+    if len(text) % 4:   # never base64, whatever its length: the base64 rule names it
+        raise invalid(where, "base64", f"{where} is not padded standard base64")
+    if len(text) > 4 * ((hi + 2) // 3):   # before decoding: no work for an oversized text
         raise invalid(path, "max_bytes", f"{path} must hold at most {hi} bytes")
-    if len(text) % 4 or not _B64.match(text):
+    if not _B64.match(text):
         raise invalid(where, "base64", f"{where} is not padded standard base64")
     try:
         data = base64.b64decode(text, validate=True)
