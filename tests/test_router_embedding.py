@@ -22,7 +22,7 @@ from test_router_upload import Server, ca, https, local_policy  # noqa: F401  (f
 
 from aotx_trio.native.embed import Embedder
 from aotx_trio.router.artifacts import store_artifact
-from aotx_trio.router.specs import default_spec
+from aotx_trio.router.spec.builtin import default_spec
 from aotx_trio.runtime.pack import pack
 
 pytestmark = pytest.mark.timeout(120)

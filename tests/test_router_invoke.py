@@ -209,7 +209,7 @@ async def test_a_broken_result_contract_is_upstream_failure(tmp_path: Path) -> N
 async def test_an_embedding_model_the_runtime_did_not_load(tmp_path: Path) -> None:
     """The tiny runtime file's stub embedding folder does not load: an embedding model on
     it is not deployed here (detail: not_ready; invoke: 503, never another model)."""
-    from aotx_trio.router.specs import default_spec
+    from aotx_trio.router.spec.builtin import default_spec
     async with router_served(tmp_path) as env:
         await publish(env.reg, tmp_path / "rt" / "embedding", model_id="m/emb",
                       release="emb-r1", model_type="embedding", spec=default_spec("embedding"))

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 from aotx_trio.errors import InvalidInput, UpstreamFailure
 from aotx_trio.router.manifest import check_manifest, check_spec
+from aotx_trio.router.spec.builtin import NAMES, default_spec
 from aotx_trio.router.spec.dsl import SYSTEM_FIELDS, Spec, parse_spec, split_envelope
-from aotx_trio.router.specs import NAMES, default_spec
 
 
 def spec(*params: dict[str, Any], constraints: list[Any] | None = None,

@@ -5,7 +5,7 @@ blobs are copied out of the runtime file (so the store holds exactly what the
 runtime loaded), a release is minted with the runtime's own descriptor and
 build commit, marked deployed on this runtime, a model is published under
 ``aotx/default/<type>/<commit 12>-<artifact 12>`` with the package's default
-spec (``router/specs``), and the level-0 alias ``default/text`` /
+spec (``router/spec/builtin``), and the level-0 alias ``default/text`` /
 ``default/embedding`` is set on it.  Every step is skipped when already done,
 so a second start of the same build writes nothing (no event either).  An
 alias an operator pointed at a model outside ``aotx/default/`` is never moved.
@@ -25,7 +25,7 @@ from aotx_trio.registry.records import Alias, ArtifactRef, Deployment
 from aotx_trio.registry.store import StoreBackend
 from aotx_trio.router.aliases import set_alias
 from aotx_trio.router.registry import Registry
-from aotx_trio.router.specs import default_spec
+from aotx_trio.router.spec.builtin import default_spec
 
 log = logging.getLogger("aotx.router.defaults")
 
