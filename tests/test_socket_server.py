@@ -134,8 +134,8 @@ async def test_regular_file_at_the_socket_path_is_refused(sock_path: Path) -> No
 def test_a_pushed_item_frame_is_the_plain_frame_encoded_once() -> None:
     item = Pushed({"cursor": "7", "text": "naïve ☃", "data": None, "n": [1, 2.5]})
     for sid in (1, 12345678901):
-        assert service.item_frame(sid, item) == wire.encode_frame(wire.item(sid, dict(item)))
-    assert service.item_frame(3, {"plain": True}) == \
+        assert wire.item_frame((sid,), item) == wire.encode_frame(wire.item(sid, dict(item)))
+    assert wire.item_frame((3,), {"plain": True}) == \
         wire.encode_frame(wire.item(3, {"plain": True}))
     calls = []
     item.encoded("probe", lambda v: calls.append(v) or b"x")
