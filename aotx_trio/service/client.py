@@ -288,7 +288,9 @@ class SocketClient(DeviceClient):
     stream whose channel is full is dropped as a slow consumer and cancelled).
     When the connection drops, every waiting call and open stream fails with
     :class:`RuntimeUnavailable` and ``run`` reconnects with backoff; calls made
-    while disconnected fail at once.
+    while disconnected fail at once.  The frames are a sans-IO
+    :class:`aotx_trio.service.protocol.Connection`'s (one per connection): this
+    class moves bytes between it and the socket and routes its events.
     """
 
     def __init__(self, path: str, *, connect_timeout: float = 30.0) -> None:
