@@ -131,18 +131,6 @@ async def test_regular_file_at_the_socket_path_is_refused(sock_path: Path) -> No
     assert sock_path.read_text() == "not a socket"
 
 
-def test_a_pushed_item_frame_is_the_plain_frame_encoded_once() -> None:
-    item = Pushed({"cursor": "7", "text": "naïve ☃", "data": None, "n": [1, 2.5]})
-    for sid in (1, 12345678901):
-        assert service.item_frame(sid, item) == wire.encode_frame(wire.item(sid, dict(item)))
-    assert service.item_frame(3, {"plain": True}) == \
-        wire.encode_frame(wire.item(3, {"plain": True}))
-    calls = []
-    item.encoded("probe", lambda v: calls.append(v) or b"x")
-    item.encoded("probe", lambda v: calls.append(v) or b"y")
-    assert calls == [item] and item.encoded("probe", bytes) == b"x"
-
-
 class Broadcast:
     """``watch`` streams that all push the same :class:`Pushed` items once ``go`` is set
     (what the fanout does), then a plain item of their own."""
@@ -216,7 +204,7 @@ async def test_one_item_pushed_to_many_streams_is_one_shared_frame(sock_path: Pa
                     assert sorted(order) == ids
                     listed = b",".join(b"%d" % i for i in order)
                     assert bodies[0] == b'{"ids":[' + listed + b'],"item":' + \
-                        json_compact(first) + b"}"
+                        wire.compact(first) + b"}"
                     # 12 item deliveries, far fewer frames; a lone stream's is a plain one
                     assert len(bodies) <= 8
                     assert all(b.startswith(b'{"ids":[') == (b'"own"' not in b)
@@ -226,12 +214,6 @@ async def test_one_item_pushed_to_many_streams_is_one_shared_frame(sock_path: Pa
                 n.cancel_scope.cancel()
     finally:
         service._Connection.__init__ = real  # type: ignore[method-assign]
-
-
-def json_compact(value: Any) -> bytes:
-    import json
-
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
 async def test_the_socket_client_routes_a_shared_frame_to_every_stream(

@@ -10,6 +10,7 @@ import trio.testing
 
 from aotx_trio import errors
 from aotx_trio.service import wire
+from aotx_trio.service.pushed import Pushed
 
 
 def test_frame_layout_is_length_prefixed_json() -> None:
@@ -97,3 +98,30 @@ def test_unknown_kind_falls_back_to_base_class() -> None:
                                   "error": {"code": "x", "message": "m"}})
     assert type(back) is errors.AotxError
     assert back.code == "x"
+
+
+def test_a_pushed_item_frame_is_the_plain_frame_encoded_once() -> None:
+    """item_frame writes the bytes of encode_frame(item(...)); a shared item frame is
+    the ids, then the item's JSON once."""
+    item = Pushed({"cursor": "7", "text": "naïve ☃", "data": None, "n": [1, 2.5]})
+    for sid in (1, 12345678901):
+        assert wire.item_frame((sid,), item) == wire.encode_frame(wire.item(sid, dict(item)))
+    assert wire.item_frame((3,), {"plain": True}) == \
+        wire.encode_frame(wire.item(3, {"plain": True}))
+    calls = []
+    item.encoded("probe", lambda v: calls.append(v) or b"x")
+    item.encoded("probe", lambda v: calls.append(v) or b"y")
+    assert calls == [item] and item.encoded("probe", bytes) == b"x"
+    assert wire.item_frame((3, 5, 12345678901), item) == wire.prefixed(
+        b'{"ids":[3,5,12345678901],"item":' + wire.compact(item) + b"}")
+    assert wire.item_frame((3, 5), [1]) == wire.prefixed(b'{"ids":[3,5],"item":[1]}')
+
+
+def test_frame_buffer_refuses_a_bad_length_before_its_body() -> None:
+    frames = wire.FrameBuffer(max_frame=8)
+    frames.feed(struct.pack("<I", 3) + b"{}")
+    assert frames.next_body() is None and not frames.closed
+    frames.feed(b" " + struct.pack("<I", 9))
+    assert frames.next_body() == b"{} "
+    with pytest.raises(wire.FrameError, match=r"outside 1\.\.8"):
+        frames.next_body()

@@ -35,8 +35,9 @@ from aotx_trio import errors
 from aotx_trio.gateway.auth import Principal
 from aotx_trio.gateway.errors import dumps
 from aotx_trio.gateway.streams import Feed, open_feed, sse_response
-from aotx_trio.service.client import SLOW_CONSUMER, DeviceClient
+from aotx_trio.service.client import DeviceClient
 from aotx_trio.service.pushed import Pushed
+from aotx_trio.service.wire import SLOW_CONSUMER
 from aotx_trio.vocab import is_decimal
 
 log = logging.getLogger("aotx.gateway")

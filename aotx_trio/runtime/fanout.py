@@ -44,12 +44,12 @@ from aotx_trio import errors
 from aotx_trio.native.device import Device, Receipt
 from aotx_trio.runtime.render import render_receipt, render_span
 from aotx_trio.service.pushed import Pushed
+from aotx_trio.service.wire import SLOW_CONSUMER
 
 log = logging.getLogger("aotx.fanout")
 
 DEPTH = 256                 # items a follower may be behind before it is dropped
 BATCH = 64                  # inputs per device read of a conversation topic
-SLOW_CONSUMER = "slow_consumer"
 
 Caller = Callable[[], tuple[int, str]]      # (grant mask, principal key), read now
 

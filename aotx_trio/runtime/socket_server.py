@@ -6,44 +6,35 @@ connection is read frame by frame; each call runs in its own task (at most
 ``MAX_STREAMS``); every frame is written whole, one writer at a time per
 connection, which writes every frame queued by then in one ``send_all``
 (:meth:`_Connection._flush`), so answers and pushed items of different ids
-interleave in any order.  One pushed item (:class:`Pushed`) queued for several
-streams next to each other goes out as one shared item frame
-(``{"ids":[...],"item":...}``, docs/formats/socket.md).  A
-cancel frame ends its stream with ``end: "cancelled"``; when the runtime stops,
-open streams end with ``end: "shutdown"``.
+interleave in any order.  The frames themselves (their bytes, the events they
+carry, one shared item frame ``{"ids":[...],"item":...}`` for one pushed item
+queued for several streams next to each other) are the sans-IO
+:class:`aotx_trio.service.protocol.Connection`'s; this module only moves bytes
+between it and the socket and runs the handler's calls and streams.  A cancel
+frame ends its stream with ``end: "cancelled"``; when the runtime stops, open
+streams end with ``end: "shutdown"``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
-import json
 import logging
 import os
 import socket as _socket
 import stat
-import struct
-from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, Protocol
 
 import trio
 
 from aotx_trio import errors
-from aotx_trio.service import wire
-from aotx_trio.service.pushed import Pushed
+from aotx_trio.service import protocol, wire
+from aotx_trio.service.protocol import MAX_STREAMS, End, Event, Handler, Item, Request, Response
 
 log = logging.getLogger("aotx.service")
 
 MAX_IN_FLIGHT = 256
-MAX_STREAMS = 1024
 SOCKET_NAME = "service.sock"
-
-
-class Handler(Protocol):
-    async def call(self, method: str, params: dict[str, Any]) -> Any: ...
-
-    async def open_stream(self, method: str, params: dict[str, Any],
-                          ) -> tuple[Any, AsyncIterator[Any]]: ...
 
 
 async def _listen_unix(path: Path) -> trio.SocketListener:
@@ -79,99 +70,31 @@ def _internal(exc: Exception, what: object) -> errors.AotxError:
     return errors.AotxError(f"internal error: {type(exc).__name__}", code="internal_error")
 
 
-def _request_parts(req: dict[str, Any]) -> tuple[int, str, dict[str, Any]]:
-    req_id, method, params = req.get("id"), req.get("method"), req.get("params", {})
-    if not isinstance(req_id, int) or not isinstance(method, str) \
-            or not isinstance(params, dict):
-        raise errors.FrameError("request needs an integer id, a string method and an "
-                                "object params")
-    return req_id, method, params
-
-
-def _compact(value: Any) -> bytes:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-
-
-#: room left in a frame for a shared item frame's ids (MAX_STREAMS ids of <= 19 digits)
-_IDS_ROOM = MAX_STREAMS * 20 + 64
-
-
-class _Shared:
-    """One pushed item queued for several streams of a connection: written as one
-    shared item frame ``{"ids":[...],"item":...}`` (docs/formats/socket.md)."""
-
-    __slots__ = ("ids", "item")
-
-    def __init__(self, sid: int, item: Pushed) -> None:
-        self.item = item
-        self.ids = [sid]
-
-    def frame(self) -> bytes:
-        if len(self.ids) == 1:
-            return item_frame(self.ids[0], self.item)
-        body = b'{"ids":[%s],"item":%s}' % (b",".join(b"%d" % i for i in self.ids),
-                                             self.item.encoded("wire", _compact))
-        return struct.pack("<I", len(body)) + body
-
-
-def item_frame(sid: int, value: Any) -> bytes:
-    """The item frame of ``value`` on stream ``sid``: the same bytes as
-    ``wire.encode_frame(wire.item(sid, value))``, but an item pushed to many streams
-    (:class:`aotx_trio.service.pushed.Pushed`) is JSON-encoded once for all of them."""
-    if not isinstance(value, Pushed):
-        return wire.encode_frame(wire.item(sid, value))
-    body = b'{"id":%d,"item":%s}' % (sid, value.encoded("wire", _compact))
-    if len(body) > wire.MAX_FRAME:
-        raise errors.FrameError(f"frame of {len(body)} bytes is over the limit of "
-                                f"{wire.MAX_FRAME}", length=len(body))
-    return struct.pack("<I", len(body)) + body
-
-
 class _Connection:
+    """The trio side of one connection: moves bytes between the socket and its
+    :class:`~aotx_trio.service.protocol.Connection` and runs the requests' tasks."""
+
     def __init__(self, stream: trio.abc.Stream, handler: Handler) -> None:
         self.stream = stream
         self.handler = handler
+        self.proto = protocol.Connection(protocol.SERVER)
         self._writing = False             # a task is in send_all
         self._wrote = trio.Event()        # set (and replaced) when a write ends
         self.slots = trio.Semaphore(MAX_IN_FLIGHT)
         self.streams: dict[int, trio.CancelScope] = {}
-        self._pending: list[bytes | _Shared] = []   # frames queued, not written yet
-        self._queued = 0                  # frames queued so far
-        self._taken = 0                   # frames a writer took so far (all queued up to it)
+        self._queued = 0                  # sends queued so far
+        self._taken = 0                   # sends a writer took so far (all queued up to it)
         self._broken: BaseException | None = None
         self.writes = 0                   # send_all calls (tests, benchmarks)
 
-    async def reply(self, frame: dict[str, Any]) -> None:
-        await self.send(wire.encode_frame(frame))
-
-    async def send(self, data: bytes) -> None:
-        """Write one whole frame, in order with the frames queued before it (see
-        :meth:`_flush`)."""
+    async def send(self, event: Event) -> None:
+        """Write the frame of ``event`` whole, in order with the frames queued before it
+        (see :meth:`_flush`).  An item pushed to many streams (:class:`Pushed`) joins
+        the frame queued right before it when that is the same item's: one shared item
+        frame for all of their streams (:meth:`protocol.Connection.send`)."""
         if self._broken is not None:
             raise trio.BrokenResourceError("the connection failed") from self._broken
-        self._pending.append(data)
-        await self._flush()
-
-    async def push(self, sid: int, value: Any) -> None:
-        """Write item ``value`` of stream ``sid``.  An item pushed to many streams
-        (:class:`Pushed`) that the stream right before in the queue also pushes joins
-        that stream's frame: one shared item frame carries it to all of them (500
-        streams of one event: one frame of their ids and the item's JSON once, not
-        500 copies)."""
-        if self._broken is not None:
-            raise trio.BrokenResourceError("the connection failed") from self._broken
-        if not isinstance(value, Pushed):
-            self._pending.append(item_frame(sid, value))
-            return await self._flush()
-        last = self._pending[-1] if self._pending else None
-        if isinstance(last, _Shared) and last.item is value:
-            last.ids.append(sid)
-        else:
-            size = len(value.encoded("wire", _compact))
-            if size + _IDS_ROOM > wire.MAX_FRAME:     # too big to share: its own frame
-                self._pending.append(item_frame(sid, value))
-            else:
-                self._pending.append(_Shared(sid, value))
+        self.proto.send(event)
         await self._flush()
 
     async def _flush(self) -> None:
@@ -196,11 +119,8 @@ class _Connection:
                 with trio.CancelScope(shield=True):
                     # the other tasks woken with this one (a fanout pass) queue theirs first
                     await trio.lowlevel.cancel_shielded_checkpoint()
-                    batch, self._pending = self._pending, []
                     self._taken = self._queued
-                    data = b"".join([f.frame() if isinstance(f, _Shared) else f
-                                     for f in batch])
-                    await self.stream.send_all(data)
+                    await self.stream.send_all(self.proto.data_to_send())
                 self.writes += 1
             except BaseException as exc:
                 self._broken = exc
@@ -210,52 +130,50 @@ class _Connection:
                 wrote, self._wrote = self._wrote, trio.Event()
                 wrote.set()
 
-    async def call(self, req: dict[str, Any]) -> None:
-        req_id = req.get("id")
-        rid = req_id if isinstance(req_id, int) else 0
+    async def _reply(self, event: Event) -> None:
+        """:meth:`send`; a connection that failed or closed meanwhile is let be."""
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            await self.send(event)
+
+    async def call(self, req: Request) -> None:
         try:
-            req_id, method, params = _request_parts(req)
-            frame = wire.success(req_id, await self.handler.call(method, params))
+            answer = Response(req.id, await self.handler.call(req.method, req.params))
         except errors.AotxError as exc:
-            frame = wire.failure(rid, exc)
+            answer = Response(req.id, error=exc)
         except Exception as exc:
-            frame = wire.failure(rid, _internal(exc, req.get("method")))
+            answer = Response(req.id, error=_internal(exc, req.method))
         finally:
             self.slots.release()
-        try:
-            await self.reply(frame)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            pass
+        await self._reply(answer)
 
-    async def run_stream(self, req: dict[str, Any]) -> None:
-        rid = req["id"] if isinstance(req.get("id"), int) else 0
+    async def run_stream(self, req: Request) -> None:
+        sid = req.id
         try:
-            sid, method, params = _request_parts(req)
             if sid in self.streams:
                 raise errors.FrameError(f"stream id {sid} is already open")
-            opened, items = await self.handler.open_stream(method, params)
+            opened, items = await self.handler.open_stream(req.method, req.params)
         except errors.AotxError as exc:
-            await self.reply(wire.failure(rid, exc))
+            await self.send(Response(sid, error=exc))
             return
         except Exception as exc:
-            await self.reply(wire.failure(rid, _internal(exc, req.get("method"))))
+            await self.send(Response(sid, error=_internal(exc, req.method)))
             return
         scope = self.streams[sid] = trio.CancelScope()
-        end = wire.end(sid, wire.END_COMPLETE)
+        end = End(sid, wire.END_COMPLETE)
         try:
-            await self.reply(wire.success(sid, opened, stream=True))
+            await self.send(Response(sid, opened, stream=True))
             with scope:
                 try:
                     async for value in items:
-                        await self.push(sid, value)
+                        await self.send(Item((sid,), value))
                 except errors.AotxError as exc:
-                    end = wire.end(sid, wire.END_ERROR, exc)
+                    end = End(sid, wire.END_ERROR, exc)
                 except Exception as exc:
-                    end = wire.end(sid, wire.END_ERROR, _internal(exc, method))
+                    end = End(sid, wire.END_ERROR, _internal(exc, req.method))
             if scope.cancelled_caught:
-                end = wire.end(sid, wire.END_CANCELLED)
+                end = End(sid, wire.END_CANCELLED)
         except trio.Cancelled:
-            end = wire.end(sid, wire.END_SHUTDOWN)
+            end = End(sid, wire.END_SHUTDOWN)
             raise
         finally:
             self.streams.pop(sid, None)
@@ -264,38 +182,42 @@ class _Connection:
                 cleanup.shield = True
                 if aclose is not None:
                     await aclose()
-                try:
-                    await self.reply(end)
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    pass
+                await self._reply(end)
+
+    async def _next_event(self) -> protocol.Event | protocol.Signal:
+        while (event := self.proto.next_event()) is protocol.Signal.NEED_DATA:
+            self.proto.receive_data(await self.stream.receive_some(65536))
+        return event
 
     async def serve(self) -> None:
-        reader = wire.FrameReader(self.stream)
         async with trio.open_nursery() as nursery:
             while True:
                 try:
-                    req = await reader.read()
+                    event = await self._next_event()
                 except errors.FrameError as exc:
                     with trio.move_on_after(1):
-                        await self.reply(wire.failure(0, exc))
+                        await self.send(Response(0, error=exc))
                     break
-                if req is None:
+                if event is protocol.Signal.CLOSED:
                     break
-                if req.get("cancel") is True:
-                    scope = self.streams.get(req.get("id", -1))
+                if isinstance(event, protocol.Cancel):
+                    scope = self.streams.get(event.id)
                     if scope is not None:
                         scope.cancel()
-                elif req.get("stream") is True:
+                elif isinstance(event, protocol.BadRequest):
+                    await self.send(Response(event.id, error=event.error))
+                elif not isinstance(event, Request):
+                    pass             # a client never sends the runtime's frames: ignored
+                elif event.stream:
                     if len(self.streams) >= MAX_STREAMS:
-                        await self.reply(wire.failure(
-                            req["id"] if isinstance(req.get("id"), int) else 0,
-                            errors.OverCapacity(f"at most {MAX_STREAMS} open streams per "
-                                                "connection", code="too_many_streams")))
+                        await self.send(Response(event.id, error=errors.OverCapacity(
+                            f"at most {MAX_STREAMS} open streams per connection",
+                            code="too_many_streams")))
                         continue
-                    nursery.start_soon(self.run_stream, req)
+                    nursery.start_soon(self.run_stream, event)
                 else:
                     await self.slots.acquire()
-                    nursery.start_soon(self.call, req)
+                    nursery.start_soon(self.call, event)
             nursery.cancel_scope.cancel()   # the client left: end its streams
 
 

@@ -26,36 +26,23 @@ from __future__ import annotations
 import base64
 import contextlib
 import itertools
-import json
 import logging
 import math
 from collections.abc import AsyncIterator, Sequence
-from typing import Any, NoReturn, Protocol
+from typing import Any, NoReturn
 
 import trio
 
 from aotx_trio import errors
 from aotx_trio.errors import RuntimeUnavailable
-from aotx_trio.service import wire
-from aotx_trio.service.pushed import Pushed
+from aotx_trio.service import protocol, wire
+from aotx_trio.service.protocol import Cancel, End, Event, Handler, Item, Request, Response
+from aotx_trio.service.wire import SLOW_CONSUMER
 
 log = logging.getLogger("aotx.client")
 
 
-SLOW_CONSUMER = "slow_consumer"
 DEFAULT_BUFFER = 64
-RECENT_ITEMS = 32      # item frames' values kept to share among the streams they reach
-
-
-class Handler(Protocol):
-    """What the runtime's service handler offers a client (both transports)."""
-
-    async def call(self, method: str, params: dict[str, Any]) -> Any: ...
-
-    async def open_stream(self, method: str, params: dict[str, Any],
-                          ) -> tuple[Any, AsyncIterator[Any]]:
-        """Check and open a stream: (its open result, an async iterator of its items)."""
-        ...
 
 
 class Subscription:
@@ -279,7 +266,7 @@ class _Stream:
 
     def __init__(self, buffer: int) -> None:
         self.opened = trio.Event()
-        self.open_frame: dict[str, Any] | errors.AotxError | None = None
+        self.open_frame: Response | errors.AotxError | None = None
         self.send, receive = trio.open_memory_channel[Any](buffer)
         self.sub = Subscription(None, receive)
         self.live = True    # the runtime has not ended it yet
@@ -301,26 +288,30 @@ class SocketClient(DeviceClient):
     stream whose channel is full is dropped as a slow consumer and cancelled).
     When the connection drops, every waiting call and open stream fails with
     :class:`RuntimeUnavailable` and ``run`` reconnects with backoff; calls made
-    while disconnected fail at once.
+    while disconnected fail at once.  The frames are a sans-IO
+    :class:`aotx_trio.service.protocol.Connection`'s (one per connection): this
+    class moves bytes between it and the socket and routes its events.
     """
 
     def __init__(self, path: str, *, connect_timeout: float = 30.0) -> None:
         self.path = path
         self.connect_timeout = connect_timeout
         self._stream: trio.SocketStream | None = None
+        self._proto = protocol.Connection(protocol.CLIENT)   # the connection's, each time
         self._send_lock = trio.Lock()
         self._ids = itertools.count(1)
-        self._waiting: dict[int, tuple[trio.Event, list[Any]]] = {}
+        self._waiting: dict[int, tuple[trio.Event, list[Response | End | errors.AotxError]]] = {}
         self._streams: dict[int, _Stream] = {}
-        self._recent: dict[bytes, Any] = {}   # item bytes -> the value decoded from them
         # streams dropped as slow consumers, to cancel at the runtime now (run())
         self._dropped, self._to_cancel = trio.open_memory_channel[int](math.inf)
 
-    async def _connect(self, deadline: float) -> trio.SocketStream:
+    async def _connect(self, deadline: float) -> None:
         delay = 0.05
         while True:
             try:
-                return await trio.open_unix_socket(self.path)
+                self._stream = await trio.open_unix_socket(self.path)
+                self._proto = protocol.Connection(protocol.CLIENT)
+                return
             except OSError as exc:
                 if trio.current_time() + delay > deadline:
                     raise RuntimeUnavailable(
@@ -343,7 +334,7 @@ class SocketClient(DeviceClient):
             st.finish(wire.END_ERROR, exc)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        self._stream = await self._connect(trio.current_time() + self.connect_timeout)
+        await self._connect(trio.current_time() + self.connect_timeout)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._cancel_dropped)
             task_status.started()
@@ -362,7 +353,7 @@ class SocketClient(DeviceClient):
                 continue
             with contextlib.suppress(OSError, trio.BrokenResourceError,
                                      trio.ClosedResourceError):
-                await self._send(stream, wire.cancel(sid))
+                await self._send(stream, Cancel(sid))
 
     async def _serve(self) -> None:
         try:
@@ -370,7 +361,7 @@ class SocketClient(DeviceClient):
                 stream = self._stream
                 assert stream is not None
                 try:
-                    await self._read_loop(stream)
+                    await self._read_loop(stream, self._proto)
                     reason = "the runtime closed the service socket"
                 except (OSError, trio.BrokenResourceError, errors.FrameError) as exc:
                     reason = f"service socket failed: {exc}"
@@ -379,7 +370,7 @@ class SocketClient(DeviceClient):
                 self._fail_waiting(reason)
                 with trio.move_on_after(0):
                     await stream.aclose()
-                self._stream = await self._connect(math.inf)
+                await self._connect(math.inf)
         finally:
             self._fail_waiting("the device client stopped")
             if self._stream is not None:
@@ -387,77 +378,38 @@ class SocketClient(DeviceClient):
                     await self._stream.aclose()
                 self._stream = None
 
-    async def _read_loop(self, stream: trio.SocketStream) -> None:
-        reader = wire.FrameReader(stream)
+    async def _read_loop(self, stream: trio.SocketStream, conn: protocol.Connection) -> None:
         while True:
-            body = await reader.read_body()
-            if body is None:
+            event = conn.next_event()
+            if event is protocol.Signal.NEED_DATA:
+                conn.receive_data(await stream.receive_some(65536))
+            elif event is protocol.Signal.CLOSED:
                 return
-            if self._item_frame(body):
-                continue
-            frame = wire.decode_body(body)
-            if isinstance(frame.get("ids"), list) and "item" in frame:   # shared item frame
-                value = frame["item"]
-                for i in frame["ids"]:
-                    st = self._streams.get(i) if isinstance(i, int) else None
-                    if st is not None and st.open_frame is not None:
-                        self._item(st, value)
-                continue
-            fid = frame.get("id", -1)
-            st = self._streams.get(fid) if isinstance(fid, int) else None
-            if st is not None:
-                self._stream_frame(fid, st, frame)
-                continue
-            entry = self._waiting.pop(fid, None) if isinstance(fid, int) else None
-            if entry is None:
-                log.warning("frame for unknown request id %r", fid)
-                continue
-            entry[1].append(frame)
-            entry[0].set()
+            elif isinstance(event, Item):
+                self._route_item(event)
+            elif isinstance(event, (Response, End)):
+                self._route_answer(event)
 
-    def _item_frame(self, body: bytes) -> bool:
-        """Route ``body`` if it is an item frame laid out as the runtime writes it
-        (``{"id":N,"item":VALUE}``, or the shared ``{"ids":[N,...],"item":VALUE}``);
-        False: decode it as any frame.  The same item bytes pushed to many streams
-        decode once, to one shared value."""
-        if not body.endswith(b"}"):
-            return False
-        if body.startswith(b'{"ids":['):
-            cut = body.find(b'],"item":', 8)
-            if cut < 0:
-                return False
-            try:
-                ids = [int(x) for x in body[8:cut].split(b",")]
-            except ValueError:
-                return False
-            raw = body[cut + 9:-1]
-        elif body.startswith(b'{"id":'):
-            cut = body.find(b',"item":', 6)
-            digits = body[6:cut] if cut > 0 else b""
-            if not digits.isdigit() or len(digits) > 18:
-                return False
-            ids = [int(digits)]
-            raw = body[cut + 8:-1]
-        else:
-            return False
-        streams = [self._streams.get(i) for i in ids]
-        if len(ids) == 1 and (streams[0] is None or streams[0].open_frame is None):
-            return False          # the general path (it logs an unknown id)
-        value = self._recent.get(raw)
-        if value is None:
-            try:
-                value = json.loads(raw)
-            except (ValueError, RecursionError):   # not that layout: the general path
-                return False
-            if isinstance(value, dict):
-                value = Pushed(value)
-            if len(self._recent) >= RECENT_ITEMS:
-                del self._recent[next(iter(self._recent))]
-            self._recent[raw] = value
+    def _route_item(self, event: Item) -> None:
+        """Hand the item to each of its streams (the one value to all of them)."""
+        streams = [self._streams.get(i) for i in event.ids]
+        if len(streams) == 1 and streams[0] is None:
+            log.warning("frame for unknown request id %r", event.ids[0])
         for st in streams:        # a stream this side ended already: nothing to route
             if st is not None and st.open_frame is not None:
-                self._item(st, value)
-        return True
+                self._item(st, event.value)
+
+    def _route_answer(self, event: Response | End) -> None:
+        st = self._streams.get(event.id)
+        if st is not None:
+            self._stream_event(st, event)
+            return
+        entry = self._waiting.pop(event.id, None)
+        if entry is None:
+            log.warning("frame for unknown request id %r", event.id)
+            return
+        entry[1].append(event)
+        entry[0].set()
 
     def _item(self, st: _Stream, value: Any) -> None:
         if st.sub.end_reason is None:
@@ -470,27 +422,31 @@ class SocketClient(DeviceClient):
                     st.cancel_sent = True
                     self._dropped.send_nowait(st.sid)
 
-    def _stream_frame(self, sid: int, st: _Stream, frame: dict[str, Any]) -> None:
-        """Route one frame of stream ``sid``: open answer, item, or end."""
+    def _stream_event(self, st: _Stream, event: Response | End) -> None:
+        """Route the open answer or the end of stream ``st``."""
         if st.open_frame is None:
-            st.open_frame = frame if frame.get("ok") else wire.error_from_frame(frame)
+            if isinstance(event, Response) and event.error is None:
+                st.open_frame = event
+                st.opened.set()
+                return
+            st.open_frame = event.error or errors.FrameError("the stream ended unopened")
             st.opened.set()
-            if not frame.get("ok"):
-                self._streams.pop(sid, None)
-                st.finish(wire.END_ERROR)
+            self._streams.pop(st.sid, None)
+            st.finish(wire.END_ERROR)
             return
-        if "item" in frame:
-            self._item(st, frame["item"])
-            return
-        reason = str(frame.get("end", wire.END_ERROR))
-        self._streams.pop(sid, None)
-        error = wire.error_from_frame(frame) if reason == wire.END_ERROR else None
+        self._streams.pop(st.sid, None)
+        if isinstance(event, End):
+            reason, error = event.reason, event.error
+        else:
+            reason = wire.END_ERROR
+            error = event.error or errors.FrameError("an answer frame on an open stream")
         if error is not None and error.code == SLOW_CONSUMER:   # the runtime dropped it
             reason, error = SLOW_CONSUMER, None
         st.finish(reason, error)
 
-    async def _send(self, stream: trio.SocketStream, frame: dict[str, Any]) -> None:
-        data = wire.encode_frame(frame)
+    async def _send(self, stream: trio.SocketStream, event: Event) -> None:
+        self._proto.send(event)
+        data = self._proto.data_to_send()
         async with self._send_lock:
             # A frame is never left half-written: cancellation waits for the send.
             with trio.CancelScope(shield=True):
@@ -507,10 +463,10 @@ class SocketClient(DeviceClient):
         stream = self._connected()
         req_id = next(self._ids)
         event = trio.Event()
-        box: list[Any] = []
+        box: list[Response | End | errors.AotxError] = []
         self._waiting[req_id] = (event, box)
         try:
-            await self._send(stream, wire.request(req_id, method, params))
+            await self._send(stream, Request(req_id, method, params))
             await event.wait()
         except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             raise RuntimeUnavailable(f"service socket send failed: {exc}",
@@ -520,9 +476,9 @@ class SocketClient(DeviceClient):
         reply = box[0]
         if isinstance(reply, errors.AotxError):
             raise reply
-        if reply.get("ok"):
-            return reply.get("result")
-        raise wire.error_from_frame(reply)
+        if isinstance(reply, Response) and reply.error is None:
+            return reply.result
+        raise reply.error or errors.FrameError("failure frame without an error object")
 
     @contextlib.asynccontextmanager
     async def subscribe(self, method: str, params: dict[str, Any], *,
@@ -534,7 +490,7 @@ class SocketClient(DeviceClient):
         self._streams[sid] = st
         try:
             try:
-                await self._send(stream, wire.request(sid, method, params, stream=True))
+                await self._send(stream, Request(sid, method, params, stream=True))
                 await st.opened.wait()
             except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                 raise RuntimeUnavailable(f"service socket send failed: {exc}",
@@ -543,7 +499,7 @@ class SocketClient(DeviceClient):
             if isinstance(opened, errors.AotxError):
                 raise opened
             assert opened is not None
-            st.sub.opened = opened.get("result")
+            st.sub.opened = opened.result
             yield st.sub
         finally:
             st.sub._finish(wire.END_CANCELLED)
@@ -552,6 +508,6 @@ class SocketClient(DeviceClient):
                 # Tell the runtime; its end frame then removes the stream.
                 with trio.move_on_after(1, shield=True):
                     try:
-                        await self._send(stream, wire.cancel(sid))
+                        await self._send(stream, Cancel(sid))
                     except (OSError, trio.BrokenResourceError, trio.ClosedResourceError):
                         self._streams.pop(sid, None)

@@ -14,25 +14,31 @@ Streams (one request, an open answer, pushed items, one end):
 
 * open     ``{"id": <int>, "method": "<name>", "params": {...}, "stream": true}``
 * opened   ``{"id": <int>, "ok": true, "result": <json>, "stream": true}`` (or a failure)
-* item     ``{"id": <int>, "item": <json>}``
+* item     ``{"id": <int>, "item": <json>}``, or the shared item frame
+  ``{"ids": [<int>, ...], "item": <json>}`` (one item for several streams)
 * end      ``{"id": <int>, "end": "<reason>"}``, with ``error`` and ``kind`` when the
   reason is ``error``
 * cancel   ``{"id": <int>, "cancel": true}`` (client to runtime; answered by an end)
 
 Binary values travel as base64 strings.  This module is a leaf: it knows
-frames and the error round trip, nothing of the methods themselves.
+frames (their bytes: :class:`FrameBuffer` cuts a byte stream into frame bodies,
+``encode_frame`` and :func:`item_frame` write them), their shapes and the error
+round trip, nothing of the methods themselves; :mod:`aotx_trio.service.protocol`
+turns frames into events and back for both ends of a connection.
 """
 
 from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Sequence
 from typing import Any
 
 import trio
 
 from aotx_trio import errors
 from aotx_trio.errors import FrameError
+from aotx_trio.service.pushed import Pushed
 
 MAX_FRAME = 4 * 1024 * 1024
 _LEN = struct.Struct("<I")
@@ -44,14 +50,43 @@ END_ERROR = "error"              # the method failed; error + kind say how
 END_SHUTDOWN = "shutdown"        # the runtime is stopping
 END_REASONS = (END_COMPLETE, END_CANCELLED, END_ERROR, END_SHUTDOWN)
 
+#: The error code of a stream dropped for falling behind (the runtime's fanout, or a
+#: client's own bounded buffer); the clients report it as ``end_reason``.
+SLOW_CONSUMER = "slow_consumer"
 
-def encode_frame(obj: dict[str, Any]) -> bytes:
-    """One frame: length prefix + compact UTF-8 JSON."""
-    body = json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+def compact(value: Any) -> bytes:
+    """``value`` as compact UTF-8 JSON (the encoding of every frame body)."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def prefixed(body: bytes) -> bytes:
+    """One frame of ``body``: its length prefix, then the body."""
     if len(body) > MAX_FRAME:
         raise FrameError(f"frame of {len(body)} bytes is over the limit of {MAX_FRAME}",
                          length=len(body))
     return _LEN.pack(len(body)) + body
+
+
+def encode_frame(obj: dict[str, Any]) -> bytes:
+    """One frame: length prefix + compact UTF-8 JSON."""
+    return prefixed(compact(obj))
+
+
+def item_frame(ids: Sequence[int], value: Any) -> bytes:
+    """The item frame of ``value`` on the streams ``ids``: ``{"id":N,"item":...}`` for
+    one stream (the bytes of ``encode_frame(item(N, value))``), the shared item frame
+    ``{"ids":[N1,N2,...],"item":...}`` for several.  An item pushed to many streams
+    (:class:`Pushed`) is JSON-encoded once for all of them."""
+    if not isinstance(value, Pushed):
+        if len(ids) == 1:
+            return encode_frame(item(ids[0], value))
+        raw = compact(value)
+    else:
+        raw = value.encoded("wire", compact)
+    if len(ids) == 1:
+        return prefixed(b'{"id":%d,"item":%s}' % (ids[0], raw))
+    return prefixed(b'{"ids":[%s],"item":%s}' % (b",".join(b"%d" % i for i in ids), raw))
 
 
 def decode_body(body: bytes) -> dict[str, Any]:
@@ -71,25 +106,49 @@ def decode_body(body: bytes) -> dict[str, Any]:
     return obj
 
 
+class FrameBuffer:
+    """Cuts a byte stream into frame bodies, sans I/O: :meth:`feed` the bytes as they
+    come (``b""`` at the end of the stream), take the whole bodies with
+    :meth:`next_body`."""
+
+    def __init__(self, max_frame: int = MAX_FRAME) -> None:
+        self._buf = bytearray()
+        self._max = max_frame
+        self.closed = False       # the peer ended the stream (fed b"")
+
+    def feed(self, data: bytes | bytearray) -> None:
+        if data:
+            self._buf += data
+        else:
+            self.closed = True
+
+    def next_body(self) -> bytes | None:
+        """The next whole frame's body, or None: more bytes needed (or, ``closed``, a
+        clean end of stream).  FrameError for a length outside 1..max_frame (as soon as
+        the prefix is in) or a stream that ended inside a frame."""
+        need = 4
+        if len(self._buf) >= 4:
+            (n,) = _LEN.unpack_from(self._buf, 0)
+            if n == 0 or n > self._max:
+                raise FrameError(f"frame length {n} is outside 1..{self._max}", offset=0,
+                                 length=n)
+            need = 4 + n
+            if len(self._buf) >= need:
+                body = bytes(self._buf[4:need])
+                del self._buf[:need]
+                return body
+        if self.closed and self._buf:
+            raise FrameError(f"connection closed inside a frame ({len(self._buf)} of {need} "
+                             "bytes)", offset=len(self._buf))
+        return None
+
+
 class FrameReader:
-    """Reads whole frames from a trio stream (keeps the partial bytes between reads)."""
+    """Reads whole frames from a trio stream (a :class:`FrameBuffer` fed from it)."""
 
     def __init__(self, stream: trio.abc.ReceiveStream, max_frame: int = MAX_FRAME) -> None:
         self._stream = stream
-        self._buf = bytearray()
-        self._max = max_frame
-
-    async def _fill(self, n: int) -> bool:
-        while len(self._buf) < n:
-            chunk = await self._stream.receive_some(65536)
-            if not chunk:
-                if self._buf:
-                    raise FrameError(
-                        f"connection closed inside a frame ({len(self._buf)} of {n} bytes)",
-                        offset=len(self._buf))
-                return False
-            self._buf += chunk
-        return True
+        self._frames = FrameBuffer(max_frame)
 
     async def read(self) -> dict[str, Any] | None:
         """The next frame's object, or None at a clean end of stream."""
@@ -98,15 +157,8 @@ class FrameReader:
 
     async def read_body(self) -> bytes | None:
         """The next frame's body bytes (not decoded), or None at a clean end of stream."""
-        if not await self._fill(4):
-            return None
-        (n,) = _LEN.unpack_from(self._buf, 0)
-        if n == 0 or n > self._max:
-            raise FrameError(f"frame length {n} is outside 1..{self._max}", offset=0, length=n)
-        if not await self._fill(4 + n):
-            raise FrameError("connection closed inside a frame", offset=len(self._buf))
-        body = bytes(self._buf[4:4 + n])
-        del self._buf[:4 + n]
+        while (body := self._frames.next_body()) is None and not self._frames.closed:
+            self._frames.feed(await self._stream.receive_some(65536))
         return body
 
 
