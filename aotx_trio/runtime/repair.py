@@ -32,7 +32,7 @@ from pathlib import Path
 from aotx_trio import errors
 from aotx_trio._fs import fsync_dir
 from aotx_trio.native.journal import FILE_HEADER, RECORD_SIZE, JournalReader
-from aotx_trio.runtime.emitter import JOURNAL_NAME, QUARANTINE, lock_journal_dir
+from aotx_trio.runtime.journal_file import JOURNAL_NAME, QUARANTINE, lock_journal_dir
 from aotx_trio.runtime.watermark import WatermarkWriter, read_watermark
 
 
