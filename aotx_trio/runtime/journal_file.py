@@ -5,14 +5,15 @@ creates a journal file (header written to a temporary file, fsynced, renamed, fo
 fsynced) or opens one, verifies every record (from a checkpoint: only those after it,
 read into a private snapshot, :func:`read_suffix`, the prefix CRC-checked through a
 read-only map, :func:`check_prefix`), checks the commit watermark
-(:func:`check_watermark`), sets a torn tail aside (:func:`quarantine_tail`) and truncates it
+(:func:`check_watermark`), sets a torn tail aside (:func:`quarantine`) and truncates it
 (and fsyncs), and returns a :class:`JournalFile` whose
 :class:`~aotx_trio.native.journal.Journal` continues the file.  Damage before the tail
 raises ``JournalDamage`` naming the byte offset: the runtime refuses to start.
 
 Every file operation goes through a :class:`FileOps` object, so tests can inject
 faults at the I/O edge; the emitter (runtime/emitter.py) writes and fsyncs through the
-same object.  Byte layout: ``docs/formats/journal.md``.
+same object.  :func:`quarantine` is also ``aotx repair``'s (runtime/repair.py).  Byte
+layout: ``docs/formats/journal.md``.
 """
 
 from __future__ import annotations
@@ -266,20 +267,23 @@ def check_watermark(directory: Path, path: Path, reader: JournalReader) -> None:
             "to start", offset=reader.valid_end, record=records)
 
 
-def quarantine_tail(directory: Path, image: Image, valid_end: int) -> Path:
-    """Keep the bytes a torn-tail truncation drops: ``quarantine/torn-<offset>-<unix s>.aotxj``
-    in the journal folder, fsynced (with its folder) before the journal is truncated."""
+def quarantine(directory: Path, kind: str, data: bytes | bytearray | memoryview,
+               offset: int) -> Path:
+    """Keep bytes a truncation of the journal drops: ``quarantine/<kind>-<offset>-<unix
+    s>.aotxj`` in the journal folder (``torn``: a torn tail cut at open; ``repair``: what
+    ``aotx repair`` sets aside), created ``O_EXCL | O_NOFOLLOW`` and fsynced with its
+    folder before the caller truncates the journal."""
     folder = directory / QUARANTINE
     folder.mkdir(mode=0o700, exist_ok=True)
-    target = folder / f"torn-{valid_end}-{int(time.time())}.aotxj"
-    n = 0
+    stamp = int(time.time())
+    target, n = folder / f"{kind}-{offset}-{stamp}.aotxj", 0
     while target.exists():
         n += 1
-        target = folder / f"torn-{valid_end}-{int(time.time())}-{n}.aotxj"
+        target = folder / f"{kind}-{offset}-{stamp}-{n}.aotxj"
     fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW,
                  0o600)
     try:
-        write_all(FileOps(), fd, image[valid_end:], 0)
+        write_all(FileOps(), fd, data, 0)
         os.fsync(fd)
     finally:
         os.close(fd)
@@ -375,7 +379,7 @@ def _open_locked(d: Path, path: Path, lineage: bytes, base: JournalParams, ops: 
         check_watermark(d, path, reader)
         truncated = len(image) - valid_end
         if truncated:
-            kept = quarantine_tail(d, image, valid_end)
+            kept = quarantine(d, "torn", image[valid_end:], valid_end)
             log.warning("%s: torn tail of %d bytes after offset %d truncated (kept in %s)",
                         path, truncated, valid_end, kept)
             ops.ftruncate(fd, valid_end)
