@@ -17,7 +17,7 @@ import pytest
 from aotx_trio import errors
 from aotx_trio.native import device as D
 from aotx_trio.native import lib as native
-from aotx_trio.native.journal import JournalReader
+from aotx_trio.native.journal import JournalReader, SaveId, SaveState
 from aotx_trio.native.lib import ffi, lib
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -370,8 +370,8 @@ def test_receipt_views_are_the_constructors_objects(rig: Rig) -> None:
     for got in seen:
         want = _constructed(got)
         assert got == want and hash(got) == hash(want) and repr(got) == repr(want)
-        for obj, cls in ((got, D.Receipt), (got.save, D.SaveState),
-                         (got.saved_by, D.SaveId)):
+        for obj, cls in ((got, D.Receipt), (got.save, SaveState),
+                         (got.saved_by, SaveId)):
             if obj is None:
                 continue
             assert type(obj) is cls
@@ -604,8 +604,8 @@ SMALL = {"AOTX_MAX_PARTICIPANTS": "2", "AOTX_MAX_SPACES": "3", "AOTX_MAX_CONVERS
 CHILD = textwrap.dedent("""
     import sys
     sys.path.insert(0, "tests")
-    from aotx_trio import native
-    from aotx_trio import device as D
+    from aotx_trio.native import lib as native
+    from aotx_trio.native import device as D
     from test_device import A, B, C, Rig, refused
     caps = native.capacities()
     assert caps["receipts"] == 8 and caps["spaces"] == 3, caps
@@ -702,13 +702,13 @@ def test_list_pages_follow_the_cursor(rig: Rig) -> None:
 
 
 
-def _chain(file: bytes, records: int) -> str:
+def _chain(file: bytes, records: int) -> bytes:
     import hashlib
 
     d = hashlib.sha256(file[:64]).digest()
     for i in range(records):
         d = hashlib.sha256(d + file[64 + 192 * i:64 + 192 * (i + 1)]).digest()
-    return d.hex()
+    return d
 
 
 def test_receipts_keep_the_save_that_acknowledged_them(rig: Rig) -> None:
@@ -775,15 +775,15 @@ def _receipt_oracle(v: Any) -> D.Receipt:
         terminal_record=None if v.terminal_record == 2**64 - 1 else int(v.terminal_record),
         resource_id=bytes(v.resource_id).hex(), result_len=int(v.result_len),
         input_tokens=int(v.input_tokens), output_tokens=int(v.output_tokens),
-        save=D.SaveState(saved_records=int(v.saved_records), pending_bytes=int(v.pending_bytes),
+        save=SaveState(saved_records=int(v.saved_records), pending_bytes=int(v.pending_bytes),
                          file_incarnation=int(v.file_incarnation),
                          generation=int(v.generation), boot=int(v.boot),
-                         commit_digest=bytes(v.commit_digest).hex(),
+                         commit_digest=bytes(v.commit_digest),
                          disk_error=int(v.disk_error), hold=int(v.hold)),
-        saved_by=D.SaveId(file_incarnation=int(save.file_incarnation),
+        saved_by=SaveId(file_incarnation=int(save.file_incarnation),
                           generation=int(save.generation), boot=int(save.boot),
                           commit_records=int(save.commit_records),
-                          commit_digest=bytes(save.commit_digest).hex())
+                          commit_digest=bytes(save.commit_digest))
         if v.admission_save_known else None,
         input_index=int(v.input_index), finish=D.finish_of(status, int(v.finish)),
         leased=bool(v.leased), lease_revision=int(v.lease_revision),

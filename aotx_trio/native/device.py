@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
 
 from aotx_trio import errors
-from aotx_trio.native.journal import Anchor, JournalReader
+from aotx_trio.native.journal import Anchor, JournalReader, SaveId, SaveState
 from aotx_trio.native.lib import check, error_for, ffi, lib
 from aotx_trio.vocab import (  # noqa: F401  (re-exported: the device's vocabulary)
     ALL_GRANTS,
@@ -266,30 +266,6 @@ def decode_canonical(data: bytes) -> Request:
 
 
 @dataclass(frozen=True)
-class SaveState:
-    saved_records: int
-    pending_bytes: int
-    file_incarnation: int
-    generation: int
-    boot: int
-    commit_digest: str
-    disk_error: int
-    hold: int
-
-
-@dataclass(frozen=True)
-class SaveId:
-    """The save (journal ack) that acknowledged an admission: frozen once it is saved,
-    and rebuilt alike by recovery (docs/formats/journal.md, "Save identity")."""
-
-    file_incarnation: int
-    generation: int
-    boot: int
-    commit_records: int             # records the commit digest covers
-    commit_digest: str              # 64 hex digits
-
-
-@dataclass(frozen=True)
 class Receipt:
     op_id: str
     kind: Kind
@@ -504,19 +480,13 @@ def _receipt(v: Any) -> Receipt:
         "save": _built(SaveState, {
             "saved_records": saved_records, "pending_bytes": pending_bytes,
             "file_incarnation": file_incarnation, "generation": generation, "boot": boot,
-            "commit_digest": commit_digest.hex(), "disk_error": disk_error, "hold": hold}),
+            "commit_digest": commit_digest, "disk_error": disk_error, "hold": hold}),
         "saved_by": _built(SaveId, {
             "file_incarnation": save_incarnation, "generation": save_generation,
             "boot": save_boot, "commit_records": save_records,
-            "commit_digest": save_digest.hex()}) if save_known else None,
+            "commit_digest": save_digest}) if save_known else None,
         "input_index": input_index, "finish": finish_of(status_name, finish),
         "leased": leased != 0, "lease_revision": lease_revision, "lease_mode": lease_mode})
-
-
-def _save_id(v: Any) -> SaveId:
-    return SaveId(file_incarnation=int(v.file_incarnation), generation=int(v.generation),
-                  boot=int(v.boot), commit_records=int(v.commit_records),
-                  commit_digest=_hex(v.commit_digest, 32))
 
 
 def _space(v: Any) -> Space:
