@@ -16,6 +16,7 @@ import pytest
 
 from aotx_trio import errors
 from aotx_trio.native import device as D
+from aotx_trio.native import device_codec as codec
 from aotx_trio.native import lib as native
 from aotx_trio.native.journal import JournalReader, SaveId, SaveState
 from aotx_trio.native.lib import ffi, lib
@@ -352,7 +353,7 @@ def _constructed(r: D.Receipt) -> D.Receipt:
 
 
 def test_receipt_views_are_the_constructors_objects(rig: Rig) -> None:
-    """device._receipt builds its frozen dataclasses without their __init__ (_built):
+    """device_codec.receipt_of builds its frozen dataclasses without their __init__ (_built):
     every field set, in field order, equal (and hashing alike) to the constructed ones,
     still frozen; unsaved, saved (with the save that acknowledged it), terminal."""
     import dataclasses
@@ -759,7 +760,7 @@ def test_receipts_keep_the_save_that_acknowledged_them(rig: Rig) -> None:
 
 def _receipt_oracle(v: Any) -> D.Receipt:
     """``aotx_receipt_view`` read field by field through cffi (the oracle of the one
-    ``unpack`` device._receipt does)."""
+    ``unpack`` device_codec.receipt_of does)."""
     foreign = bool(v.foreign)
     status = D.STATUSES[v.status]
     save = v.admission_save
@@ -806,24 +807,24 @@ def test_receipt_conversion_reads_every_field_of_the_view(seed: int) -> None:
         setattr(v, flag, rng.choice((0, 1, rng.randrange(2, 256))))
     if seed % 4 == 0:
         v.terminal_record = 2**64 - 1
-    assert D._receipt(v) == _receipt_oracle(v)
+    assert codec.receipt_of(v) == _receipt_oracle(v)
 
 
 def test_hex16_ids_are_remembered_but_checked_alike() -> None:
-    """device._hex16 looks up ids it has parsed (bounded), and refuses a bad id under
+    """device_codec.hex16 looks up ids it has parsed (bounded), and refuses a bad id under
     the name it is checked as, whatever was seen before."""
     good = "0123456789abcdef" * 2
-    assert D._hex16(good, "actor") == bytes.fromhex(good) == D._hex16(good, "space")
-    assert D._HEX16[good] == bytes.fromhex(good)
+    assert codec.hex16(good, "actor") == bytes.fromhex(good) == codec.hex16(good, "space")
+    assert codec._HEX16[good] == bytes.fromhex(good)
     for bad in (good.upper(), good[:-1], good + "0", "g" * 32):
         for name in ("actor", "space"):
             with pytest.raises(errors.InvalidInput) as info:
-                D._hex16(bad, name)
+                codec.hex16(bad, name)
             assert info.value.code == f"{name}_invalid"
-            assert bad not in D._HEX16
-    for i in range(D._HEX16_MAX + 10):
-        D._hex16(f"{i:032x}", "id")
-    assert len(D._HEX16) <= D._HEX16_MAX
+            assert bad not in codec._HEX16
+    for i in range(codec._HEX16_MAX + 10):
+        codec.hex16(f"{i:032x}", "id")
+    assert len(codec._HEX16) <= codec._HEX16_MAX
 
 
 def test_new_request_is_the_constructors_request() -> None:
@@ -853,7 +854,7 @@ def test_new_request_is_the_constructors_request() -> None:
 
 
 def _fill_by_fields(req: D.Request) -> Any:
-    """The native request set field by field (device._fill before it packed the struct
+    """The native request set field by field (device_codec.fill_request before it packed the struct
     in one pack_into): the oracle of the test below."""
     c = ffi.new("aotx_request *")
     c.kind = int(req.kind)
@@ -906,9 +907,9 @@ def _fill_by_fields(req: D.Request) -> Any:
               object=C, source_version=2**63),
 ], ids=lambda r: r.kind.name)
 def test_fill_packs_the_request_as_set_field_by_field(req: D.Request) -> None:
-    """device._fill writes the native request in one pack_into laid out from cffi's
+    """device_codec.fill_request writes the native request in one pack_into laid out from cffi's
     offsets: byte for byte what setting each field gives, for every kind."""
-    got, want = D._fill(req), _fill_by_fields(req)
+    got, want = codec.fill_request(req), _fill_by_fields(req)
     assert bytes(ffi.buffer(got)) == bytes(ffi.buffer(want))
 
 
@@ -926,5 +927,5 @@ def test_fill_refuses_as_before() -> None:
                       ({"media": (("image", "zz" * 32),)}, "media_invalid"),
                       ({"retry_floor": -1}, "retry_floor_invalid")):
         with pytest.raises(errors.InvalidInput) as info:
-            D._fill(D.Request(**{**base, **bad}))
+            codec.fill_request(D.Request(**{**base, **bad}))
         assert info.value.code == code, (bad, info.value.code)

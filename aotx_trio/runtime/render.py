@@ -2,7 +2,7 @@
 
 Every counter that can pass 2**53 is a decimal string; ids are the
 ``{prefix}-{lineage}-{32 hex}`` forms of :mod:`aotx_trio.vocab`.  Pure
-functions over :mod:`aotx_trio.native.device` views; nothing here touches the device.
+functions over :mod:`aotx_trio.native.device_codec` views; nothing here touches the device.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import errno
 import json
 from typing import Any
 
-from aotx_trio.native import device as dev
+from aotx_trio.native import device_codec as dev
 from aotx_trio.native import journal
 from aotx_trio.vocab import KIND_NAMES, PREFIXES, TERMINAL, Kind, format_id
 
