@@ -65,17 +65,11 @@ from aotx_trio.vocab import (  # noqa: F401  (re-exported: the device's vocabula
     GRANT_MANAGE,
     GRANT_READ,
     GRANT_WRITE,
-    MAX_MEDIA,
-    MAX_MODEL_NAME,
-    MAX_TEXT_BYTES,
     MEDIA_TYPES,
-    MEMORY_KINDS,
     SCOPES,
     STATUSES,
     Kind,
     finish_of,
-    format_id,
-    parse_id,
 )
 
 
