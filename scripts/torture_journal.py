@@ -48,7 +48,8 @@ import trio  # noqa: E402
 
 from aotx_trio import errors  # noqa: E402
 from aotx_trio.native.journal import XFER_ADMISSION, XFER_BOOT, XFER_OUTPUT, recover_journal  # noqa: E402
-from aotx_trio.runtime.emitter import JOURNAL_NAME, Emitter, open_journal_file  # noqa: E402
+from aotx_trio.runtime.emitter import Emitter  # noqa: E402
+from aotx_trio.runtime.journal_file import JOURNAL_NAME, open_journal_file  # noqa: E402
 
 LINEAGE = b"torture-lineage!"
 PRODUCERS = 3

@@ -27,7 +27,7 @@ from aotx_trio.native import device as D
 from aotx_trio.native.journal import FILE_HEADER, RECORD_SIZE
 from aotx_trio.runtime import ccir, checkpoint
 from aotx_trio.runtime.boot import open_runtime_state
-from aotx_trio.runtime.emitter import JOURNAL_NAME, lock_journal_dir
+from aotx_trio.runtime.journal_file import JOURNAL_NAME, lock_journal_dir
 from aotx_trio.runtime.socket_server import SOCKET_NAME
 from aotx_trio.service.client import SocketClient
 from aotx_trio.vocab import ALL_GRANTS

@@ -17,7 +17,7 @@ from test_checkpoint import LIN, _state, _write
 from aotx_trio import errors
 from aotx_trio.native.journal import FILE_HEADER, RECORD_SIZE, Anchor, record_offset
 from aotx_trio.runtime import checkpoint
-from aotx_trio.runtime.emitter import JOURNAL_NAME, FileOps, JournalFile, open_journal_file
+from aotx_trio.runtime.journal_file import JOURNAL_NAME, FileOps, JournalFile, open_journal_file
 from aotx_trio.runtime.watermark import WatermarkWriter, read_watermark
 
 pytestmark = pytest.mark.timeout(300)

@@ -16,8 +16,9 @@ import pytest
 
 from aotx_trio import errors
 from aotx_trio.native import device as D
+from aotx_trio.native import device_codec as codec
 from aotx_trio.native import lib as native
-from aotx_trio.native.journal import JournalReader
+from aotx_trio.native.journal import JournalReader, SaveId, SaveState
 from aotx_trio.native.lib import ffi, lib
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -352,7 +353,7 @@ def _constructed(r: D.Receipt) -> D.Receipt:
 
 
 def test_receipt_views_are_the_constructors_objects(rig: Rig) -> None:
-    """device._receipt builds its frozen dataclasses without their __init__ (_built):
+    """device_codec.receipt_of builds its frozen dataclasses without their __init__ (_built):
     every field set, in field order, equal (and hashing alike) to the constructed ones,
     still frozen; unsaved, saved (with the save that acknowledged it), terminal."""
     import dataclasses
@@ -370,8 +371,8 @@ def test_receipt_views_are_the_constructors_objects(rig: Rig) -> None:
     for got in seen:
         want = _constructed(got)
         assert got == want and hash(got) == hash(want) and repr(got) == repr(want)
-        for obj, cls in ((got, D.Receipt), (got.save, D.SaveState),
-                         (got.saved_by, D.SaveId)):
+        for obj, cls in ((got, D.Receipt), (got.save, SaveState),
+                         (got.saved_by, SaveId)):
             if obj is None:
                 continue
             assert type(obj) is cls
@@ -604,8 +605,8 @@ SMALL = {"AOTX_MAX_PARTICIPANTS": "2", "AOTX_MAX_SPACES": "3", "AOTX_MAX_CONVERS
 CHILD = textwrap.dedent("""
     import sys
     sys.path.insert(0, "tests")
-    from aotx_trio import native
-    from aotx_trio import device as D
+    from aotx_trio.native import lib as native
+    from aotx_trio.native import device as D
     from test_device import A, B, C, Rig, refused
     caps = native.capacities()
     assert caps["receipts"] == 8 and caps["spaces"] == 3, caps
@@ -702,13 +703,13 @@ def test_list_pages_follow_the_cursor(rig: Rig) -> None:
 
 
 
-def _chain(file: bytes, records: int) -> str:
+def _chain(file: bytes, records: int) -> bytes:
     import hashlib
 
     d = hashlib.sha256(file[:64]).digest()
     for i in range(records):
         d = hashlib.sha256(d + file[64 + 192 * i:64 + 192 * (i + 1)]).digest()
-    return d.hex()
+    return d
 
 
 def test_receipts_keep_the_save_that_acknowledged_them(rig: Rig) -> None:
@@ -759,7 +760,7 @@ def test_receipts_keep_the_save_that_acknowledged_them(rig: Rig) -> None:
 
 def _receipt_oracle(v: Any) -> D.Receipt:
     """``aotx_receipt_view`` read field by field through cffi (the oracle of the one
-    ``unpack`` device._receipt does)."""
+    ``unpack`` device_codec.receipt_of does)."""
     foreign = bool(v.foreign)
     status = D.STATUSES[v.status]
     save = v.admission_save
@@ -775,15 +776,15 @@ def _receipt_oracle(v: Any) -> D.Receipt:
         terminal_record=None if v.terminal_record == 2**64 - 1 else int(v.terminal_record),
         resource_id=bytes(v.resource_id).hex(), result_len=int(v.result_len),
         input_tokens=int(v.input_tokens), output_tokens=int(v.output_tokens),
-        save=D.SaveState(saved_records=int(v.saved_records), pending_bytes=int(v.pending_bytes),
+        save=SaveState(saved_records=int(v.saved_records), pending_bytes=int(v.pending_bytes),
                          file_incarnation=int(v.file_incarnation),
                          generation=int(v.generation), boot=int(v.boot),
-                         commit_digest=bytes(v.commit_digest).hex(),
+                         commit_digest=bytes(v.commit_digest),
                          disk_error=int(v.disk_error), hold=int(v.hold)),
-        saved_by=D.SaveId(file_incarnation=int(save.file_incarnation),
+        saved_by=SaveId(file_incarnation=int(save.file_incarnation),
                           generation=int(save.generation), boot=int(save.boot),
                           commit_records=int(save.commit_records),
-                          commit_digest=bytes(save.commit_digest).hex())
+                          commit_digest=bytes(save.commit_digest))
         if v.admission_save_known else None,
         input_index=int(v.input_index), finish=D.finish_of(status, int(v.finish)),
         leased=bool(v.leased), lease_revision=int(v.lease_revision),
@@ -806,24 +807,24 @@ def test_receipt_conversion_reads_every_field_of_the_view(seed: int) -> None:
         setattr(v, flag, rng.choice((0, 1, rng.randrange(2, 256))))
     if seed % 4 == 0:
         v.terminal_record = 2**64 - 1
-    assert D._receipt(v) == _receipt_oracle(v)
+    assert codec.receipt_of(v) == _receipt_oracle(v)
 
 
 def test_hex16_ids_are_remembered_but_checked_alike() -> None:
-    """device._hex16 looks up ids it has parsed (bounded), and refuses a bad id under
+    """device_codec.hex16 looks up ids it has parsed (bounded), and refuses a bad id under
     the name it is checked as, whatever was seen before."""
     good = "0123456789abcdef" * 2
-    assert D._hex16(good, "actor") == bytes.fromhex(good) == D._hex16(good, "space")
-    assert D._HEX16[good] == bytes.fromhex(good)
+    assert codec.hex16(good, "actor") == bytes.fromhex(good) == codec.hex16(good, "space")
+    assert codec._HEX16[good] == bytes.fromhex(good)
     for bad in (good.upper(), good[:-1], good + "0", "g" * 32):
         for name in ("actor", "space"):
             with pytest.raises(errors.InvalidInput) as info:
-                D._hex16(bad, name)
+                codec.hex16(bad, name)
             assert info.value.code == f"{name}_invalid"
-            assert bad not in D._HEX16
-    for i in range(D._HEX16_MAX + 10):
-        D._hex16(f"{i:032x}", "id")
-    assert len(D._HEX16) <= D._HEX16_MAX
+            assert bad not in codec._HEX16
+    for i in range(codec._HEX16_MAX + 10):
+        codec.hex16(f"{i:032x}", "id")
+    assert len(codec._HEX16) <= codec._HEX16_MAX
 
 
 def test_new_request_is_the_constructors_request() -> None:
@@ -853,7 +854,7 @@ def test_new_request_is_the_constructors_request() -> None:
 
 
 def _fill_by_fields(req: D.Request) -> Any:
-    """The native request set field by field (device._fill before it packed the struct
+    """The native request set field by field (device_codec.fill_request before it packed the struct
     in one pack_into): the oracle of the test below."""
     c = ffi.new("aotx_request *")
     c.kind = int(req.kind)
@@ -906,9 +907,9 @@ def _fill_by_fields(req: D.Request) -> Any:
               object=C, source_version=2**63),
 ], ids=lambda r: r.kind.name)
 def test_fill_packs_the_request_as_set_field_by_field(req: D.Request) -> None:
-    """device._fill writes the native request in one pack_into laid out from cffi's
+    """device_codec.fill_request writes the native request in one pack_into laid out from cffi's
     offsets: byte for byte what setting each field gives, for every kind."""
-    got, want = D._fill(req), _fill_by_fields(req)
+    got, want = codec.fill_request(req), _fill_by_fields(req)
     assert bytes(ffi.buffer(got)) == bytes(ffi.buffer(want))
 
 
@@ -926,5 +927,5 @@ def test_fill_refuses_as_before() -> None:
                       ({"media": (("image", "zz" * 32),)}, "media_invalid"),
                       ({"retry_floor": -1}, "retry_floor_invalid")):
         with pytest.raises(errors.InvalidInput) as info:
-            D._fill(D.Request(**{**base, **bad}))
+            codec.fill_request(D.Request(**{**base, **bad}))
         assert info.value.code == code, (bad, info.value.code)

@@ -434,8 +434,8 @@ def test_memory_visibility_matrix(scopes: list[str], rows: list[tuple[int, int, 
 CHILD = textwrap.dedent("""
     import sys
     sys.path.insert(0, "tests")
-    from aotx_trio import native
-    from aotx_trio import device as D
+    from aotx_trio.native import lib as native
+    from aotx_trio.native import device as D
     from test_device import A, Rig, refused
     assert native.capacities()["memory"] == 4
     rig = Rig()

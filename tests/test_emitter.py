@@ -39,7 +39,8 @@ from aotx_trio.native.journal import (
     JournalReader,
     recover_journal,
 )
-from aotx_trio.runtime.emitter import JOURNAL_NAME, Emitter, FileOps, open_journal_file
+from aotx_trio.runtime.emitter import Emitter
+from aotx_trio.runtime.journal_file import JOURNAL_NAME, FileOps, open_journal_file
 
 LINEAGE = b"emitter-lineage!"
 

@@ -14,7 +14,7 @@ from aotx_trio._fs import atomic_write_text, refuse_writable_by_others
 from aotx_trio.config import load_gateway_config
 from aotx_trio.errors import ConfigError
 from aotx_trio.grants import load_grants
-from aotx_trio.runtime.emitter import JOURNAL_NAME, open_journal_file
+from aotx_trio.runtime.journal_file import JOURNAL_NAME, open_journal_file
 
 LINEAGE = bytes(range(16))
 

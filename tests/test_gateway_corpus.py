@@ -24,7 +24,7 @@ import pytest
 from _gateway_env import ALL, LINEAGE, SCHEMA, make_runtime_file, served, token_for
 
 from aotx_trio.gateway.fast import FastMutations
-from aotx_trio.runtime import emitter
+from aotx_trio.runtime import journal_file
 from aotx_trio.vocab import principal_key
 
 BASE = "/aotx/v1/shared"
@@ -189,7 +189,7 @@ async def _send(http: httpx.AsyncClient, req: Req) -> tuple[int, list[tuple[str,
 @pytest.fixture
 def pinned_incarnation(monkeypatch: pytest.MonkeyPatch) -> None:
     """Both fresh journals get the same file incarnation (otherwise random)."""
-    monkeypatch.setattr(emitter, "secrets", SimpleNamespace(randbits=lambda bits: 0x5EED))
+    monkeypatch.setattr(journal_file, "secrets", SimpleNamespace(randbits=lambda bits: 0x5EED))
 
 
 async def test_one_corpus_answers_byte_for_byte_alike_on_both_paths(

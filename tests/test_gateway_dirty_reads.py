@@ -18,7 +18,7 @@ import pytest
 import trio
 from _gateway_env import ALL, SCHEMA, TINY_MODEL, served, token_for
 
-from aotx_trio.runtime.emitter import FileOps
+from aotx_trio.runtime.journal_file import FileOps
 from aotx_trio.vocab import BASE_PATH
 
 pytestmark = pytest.mark.timeout(120)

@@ -447,7 +447,7 @@ async def test_unsaved_admission_is_503_save_pending_then_retry_answers(env: Env
     disk recovers an exact retry answers 200 with the saved receipt."""
     import errno as errno_mod
 
-    from aotx_trio.runtime.emitter import FileOps
+    from aotx_trio.runtime.journal_file import FileOps
 
     class FailingFsync(FileOps):
         def fsync(self, fd: int) -> None:

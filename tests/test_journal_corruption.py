@@ -30,7 +30,7 @@ from aotx_trio.native.journal import (
     Transfer,
     recover_journal,
 )
-from aotx_trio.runtime.emitter import JOURNAL_NAME, open_journal_file
+from aotx_trio.runtime.journal_file import JOURNAL_NAME, open_journal_file
 from aotx_trio.runtime.watermark import WatermarkWriter
 
 LINEAGE = bytes(range(1, 17))

@@ -9,7 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from aotx_trio.gateway.errors import dumps
-from aotx_trio.native.device import Receipt, SaveId, SaveState
+from aotx_trio.native.device import Receipt
+from aotx_trio.native.journal import SaveId, SaveState
 from aotx_trio.runtime import render
 from aotx_trio.vocab import FINISH_CODES, STATUSES, Kind, finish_of
 
@@ -20,12 +21,12 @@ LINEAGE = "0123456789abcdef0123456789abcdef"
 
 saves = st.builds(SaveState, saved_records=U64, pending_bytes=U64, file_incarnation=U64,
                   generation=U64, boot=U64,
-                  commit_digest=st.binary(min_size=32, max_size=32).map(bytes.hex),
+                  commit_digest=st.binary(min_size=32, max_size=32),
                   disk_error=st.sampled_from([0, errno.EIO, errno.ENOSPC, 9999, -3]),
                   hold=st.integers(0, 7))
 save_ids = st.builds(SaveId, file_incarnation=U64, generation=U64, boot=U64,
                      commit_records=U64,
-                     commit_digest=st.binary(min_size=32, max_size=32).map(bytes.hex))
+                     commit_digest=st.binary(min_size=32, max_size=32))
 
 
 @st.composite
@@ -61,10 +62,10 @@ def test_receipt_json_of_a_saved_admission() -> None:
                 terminal_record=41, resource_id="12" * 16, result_len=0, input_tokens=0,
                 output_tokens=0,
                 save=SaveState(saved_records=42, pending_bytes=0, file_incarnation=255,
-                               generation=9, boot=1, commit_digest="00" * 32, disk_error=0,
+                               generation=9, boot=1, commit_digest=bytes(32), disk_error=0,
                                hold=4),
                 saved_by=SaveId(file_incarnation=255, generation=8, boot=1,
-                                commit_records=42, commit_digest="77" * 32),
+                                commit_records=42, commit_digest=b"\x77" * 32),
                 finish=None)
     lin = LINEAGE
     assert render.receipt_json(r, lin).decode() == (

@@ -1,11 +1,12 @@
 """The durable shared-state device: a typed face over ``csrc/aotx_device.h``.
 
-Every 16-byte value (principal keys, operation keys, lineage, space /
-conversation / operation ids) goes in and comes out as 32 lowercase hex
-digits; :func:`resource_id` / :func:`parse_resource_id` turn them into the
-``spc-{lineage}-{id}`` forms of the spec.  Every native code goes through
-:func:`aotx_trio.native.lib.check`.  Calls take microseconds and never block on
-I/O: the gateway may call them directly from trio.
+:class:`Device` holds the native device and makes its calls; the values they take
+and return, and their packing to and from C, are native/device_codec.py's
+(re-exported here, with the vocabulary, as the device's names).  Every 16-byte
+value (principal keys, operation keys, lineage, space / conversation / operation
+ids) goes in and comes out as 32 lowercase hex digits.  Every native code goes
+through :func:`aotx_trio.native.lib.check`.  Calls take microseconds and never
+block on I/O: the gateway may call them directly from trio.
 
 The journal is borrowed: pass the ``aotx_journal *`` cdata (or any object with
 a ``handle`` attribute holding it); it must outlive the device.
@@ -13,13 +14,49 @@ a ``handle`` attribute holding it); it must outlive the device.
 
 from __future__ import annotations
 
-import math
-import operator
-import struct
-from dataclasses import dataclass, field, fields
-from typing import Any, TypeVar
+from dataclasses import dataclass, field
+from typing import Any
 
 from aotx_trio import errors
+from aotx_trio.native.device_codec import (  # noqa: F401  (re-exported: the device's values)
+    LEASE_HEADER,
+    LEASE_MAX_ROWS,
+    LEASE_ROW,
+    LEASE_ROW_V1,
+    OUTPUT_HEADER,
+    Conversation,
+    LeaseRow,
+    Member,
+    MemoryRow,
+    Participant,
+    Receipt,
+    Request,
+    Space,
+    Usage,
+    conversation_of,
+    decode_canonical,
+    decode_lease,
+    encode_canonical,
+    encode_lease,
+    fill_lease_rows,
+    fill_request,
+    floats,
+    hex16,
+    lease_row_of,
+    member_of,
+    memory_row_of,
+    new_request,
+    parse_resource_id,
+    participant_of,
+    receipt_of,
+    resource_id,
+    rights_mask,
+    rights_names,
+    space_of,
+    u32,
+    u64,
+    usage_of,
+)
 from aotx_trio.native.journal import Anchor, JournalReader
 from aotx_trio.native.lib import check, error_for, ffi, lib
 from aotx_trio.vocab import (  # noqa: F401  (re-exported: the device's vocabulary)
@@ -28,552 +65,12 @@ from aotx_trio.vocab import (  # noqa: F401  (re-exported: the device's vocabula
     GRANT_MANAGE,
     GRANT_READ,
     GRANT_WRITE,
-    MAX_MEDIA,
-    MAX_MODEL_NAME,
-    MAX_TEXT_BYTES,
     MEDIA_TYPES,
-    MEMORY_KINDS,
     SCOPES,
     STATUSES,
     Kind,
     finish_of,
-    format_id,
-    parse_id,
 )
-from aotx_trio.vocab import PERMISSIONS as RIGHT_NAMES
-
-_T = TypeVar("_T")
-
-# ---- ids ----------------------------------------------------------------
-
-
-_HEX16: dict[str, bytes] = {}   # ids seen lately (lineage, actors, spaces): their bytes
-_HEX16_MAX = 8192
-
-
-def _hex16(value: str, name: str) -> bytes:
-    """A 32-digit lowercase hex id as its 16 bytes (422 ``{name}_invalid`` otherwise);
-    the ids a device call names again and again are looked up, not parsed again."""
-    found = _HEX16.get(value)
-    if found is not None:
-        return found
-    if len(value) != 32 or value.lower() != value:
-        raise errors.InvalidInput(f"{name} must be 32 lowercase hex digits", code=f"{name}_invalid",
-                                  field=name)
-    try:
-        raw = bytes.fromhex(value)
-    except ValueError:
-        raise errors.InvalidInput(f"{name} must be 32 lowercase hex digits",
-                                  code=f"{name}_invalid", field=name) from None
-    if len(_HEX16) >= _HEX16_MAX:
-        _HEX16.clear()
-    _HEX16[value] = raw
-    return raw
-
-
-def _hex(buf: Any, n: int = 16) -> str:
-    return bytes(ffi.buffer(buf, n)).hex()
-
-
-resource_id = format_id
-"""``{prefix}-{lineage}-{id}`` (par, spc, con, op): :func:`aotx_trio.vocab.format_id`."""
-
-
-def parse_resource_id(prefix: str, lineage: str, text: str) -> str | None:
-    """The 32-hex id inside ``{prefix}-{lineage}-{id}``, or None when it is not one of
-    this lineage (callers answer not_found)."""
-    return parse_id(prefix, lineage, text)
-
-
-def rights_mask(permissions: tuple[str, ...] | list[str]) -> int:
-    mask = 0
-    for p in permissions:
-        if p not in RIGHT_NAMES:
-            raise errors.InvalidInput(f"unknown permission {p!r}", code="rights_invalid",
-                                      field="permissions")
-        mask |= 1 << RIGHT_NAMES.index(p)
-    return mask
-
-
-def rights_names(mask: int) -> tuple[str, ...]:
-    return tuple(n for i, n in enumerate(RIGHT_NAMES) if mask & (1 << i))
-
-
-# ---- requests -----------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Request:
-    """One sequenced mutation; defaults are the spec's (256 tokens, temperature 0,
-    top_p 1, pages 0 = current grant, scope private, id = operation key)."""
-
-    kind: Kind
-    lineage: str
-    operation_key: str
-    sequence: int
-    id: str | None = None
-    scope: str = "private"
-    space: str | None = None
-    participant: str | None = None
-    permissions: tuple[str, ...] = ()
-    conversation: str | None = None
-    text: str | bytes = ""
-    model: str = ""
-    max_output_tokens: int = 256
-    pages: int = 0
-    temperature: float = 0.0
-    top_p: float = 1.0
-    media: tuple[tuple[str, str], ...] = ()  # (type, sha256 hex)
-    target_sequence: int = 0
-    retry_floor: int = 0
-    object: str | None = None       # PUBLISH: the memory object (destination: ``space``)
-    source_version: int = 0
-
-
-_REQUEST_DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(Request)}
-
-
-def new_request(kind: Kind, lineage: str, operation_key: str, sequence: int,
-                **values: Any) -> Request:
-    """``Request(kind, lineage, operation_key, sequence, **values)`` without the frozen
-    dataclass's ``__init__`` (see :func:`_built`; the mutation path builds one per
-    request); a name that is not a field raises ``TypeError`` as the constructor does."""
-    merged = {**_REQUEST_DEFAULTS, "kind": kind, "lineage": lineage,
-              "operation_key": operation_key, "sequence": sequence, **values}
-    if len(merged) != len(_REQUEST_DEFAULTS):
-        raise TypeError(f"unknown Request fields {sorted(set(merged) - set(_REQUEST_DEFAULTS))}")
-    return _built(Request, merged)
-
-
-def _u64(value: int, name: str) -> int:
-    if not 0 <= value < 1 << 64:
-        raise errors.InvalidInput(f"{name} out of range", code=f"{name}_invalid", field=name)
-    return value
-
-
-def _u32(value: int, name: str) -> int:
-    if not 0 <= value < 1 << 32:
-        raise errors.InvalidInput(f"{name} out of range", code=f"{name}_invalid", field=name)
-    return value
-
-
-def _fill(req: Request) -> Any:
-    """The native ``aotx_request`` for req (type-level checks only; C checks the rest),
-    written in one ``pack_into`` (:data:`_REQUEST_PACK`, laid out from cffi's offsets)."""
-    kind = int(req.kind)
-    lineage = _hex16(req.lineage, "lineage")
-    operation_key = _hex16(req.operation_key, "operation_key")
-    sequence = _u64(req.sequence, "sequence")
-    ident = _ZERO16 if req.id is None else _hex16(req.id, "id")
-    if req.scope not in SCOPES:
-        raise errors.InvalidInput(f"unknown scope {req.scope!r}", code="scope_invalid",
-                                  field="scope")
-    space = _ZERO16 if req.space is None else _hex16(req.space, "space")
-    participant = _ZERO16 if req.participant is None else _hex16(req.participant,
-                                                                 "participant")
-    rights = rights_mask(req.permissions)
-    conversation = _ZERO16 if req.conversation is None else _hex16(req.conversation,
-                                                                   "conversation")
-    text = req.text.encode() if isinstance(req.text, str) else req.text
-    if len(text) > MAX_TEXT_BYTES:
-        raise errors.InvalidInput("text over 2048 bytes", code="text_invalid", field="text")
-    model = req.model.encode()
-    if len(model) > MAX_MODEL_NAME:
-        raise errors.InvalidInput("model name over 128 bytes", code="model_invalid",
-                                  field="model")
-    max_output_tokens = _u32(req.max_output_tokens, "max_output_tokens")
-    pages = _u32(req.pages, "pages")
-    if not (math.isfinite(req.temperature) and math.isfinite(req.top_p)):
-        raise errors.InvalidInput("temperature and top_p must be finite",
-                                  code="sampling_invalid", field="temperature")
-    if len(req.media) > MAX_MEDIA:
-        raise errors.InvalidInput("at most 8 media rows", code="media_invalid", field="media")
-    media: list[tuple[int, bytes]] = []
-    for i, (mtype, sha) in enumerate(req.media):
-        if mtype not in MEDIA_TYPES or len(sha) != 64:
-            raise errors.InvalidInput(f"media[{i}] invalid", code="media_invalid", field="media")
-        try:
-            media.append((MEDIA_TYPES[mtype], bytes.fromhex(sha)))
-        except ValueError:
-            raise errors.InvalidInput(f"media[{i}].sha256 invalid", code="media_invalid",
-                                      field="media") from None
-    target_sequence = _u64(req.target_sequence, "target_sequence")
-    retry_floor = _u64(req.retry_floor, "retry_floor")
-    obj = _ZERO16 if req.object is None else _hex16(req.object, "object")
-    source_version = _u64(req.source_version, "source_version")
-    c = ffi.new("aotx_request *")
-    _REQUEST_PACK.pack_into(
-        ffi.buffer(c), 0, kind, lineage, operation_key, sequence, req.id is not None, ident,
-        SCOPES.index(req.scope), space, participant, rights, conversation, len(text), text,
-        len(model), model, max_output_tokens, pages, float(req.temperature),
-        float(req.top_p), len(media), b"", target_sequence, retry_floor, obj, source_version)
-    for i, (mtype_code, digest) in enumerate(media):
-        c.media[i].type = mtype_code
-        ffi.memmove(c.media[i].sha256, digest, 32)
-    return c
-
-
-_ZERO16 = bytes(16)
-
-
-def encode_canonical(req: Request) -> bytes:
-    """The canonical operation bytes of req (docs/formats/device.md)."""
-    c = _fill(req)
-    n = ffi.new("uint32_t *")
-    rc = int(lib.aotx_canonical_encode(c, ffi.NULL, 0, n))
-    if rc != lib.AOTX_E_BUFFER_TOO_SMALL:
-        check(rc)
-    buf = ffi.new("uint8_t[]", n[0])
-    check(lib.aotx_canonical_encode(c, buf, n[0], n))
-    return bytes(ffi.buffer(buf, n[0]))
-
-
-def decode_canonical(data: bytes) -> Request:
-    c = ffi.new("aotx_request *")
-    check(lib.aotx_canonical_decode(data, len(data), c))
-    kind = Kind(c.kind)
-    fields: dict[str, Any] = {}
-    if kind in (Kind.SPACE_CREATE, Kind.CONVERSATION_CREATE):
-        fields["id"] = _hex(c.id)
-    if kind == Kind.SPACE_CREATE:
-        fields["scope"] = SCOPES[c.scope]
-    if kind in (Kind.MEMBER_SET, Kind.CONVERSATION_CREATE, Kind.PUBLISH):
-        fields["space"] = _hex(c.space)
-    if kind == Kind.PUBLISH:
-        fields["object"] = _hex(c.object)
-        fields["source_version"] = int(c.source_version)
-    if kind == Kind.MEMBER_SET:
-        fields["participant"] = _hex(c.participant)
-        fields["permissions"] = rights_names(c.rights)
-    if kind == Kind.INPUT:
-        fields.update(
-            conversation=_hex(c.conversation),
-            text=bytes(ffi.buffer(c.text, c.text_len)).decode(),
-            model=bytes(ffi.buffer(c.model, c.model_len)).decode(),
-            max_output_tokens=c.max_output_tokens, pages=c.pages,
-            temperature=c.temperature, top_p=c.top_p,
-            media=tuple((("", "image", "audio")[c.media[i].type], _hex(c.media[i].sha256, 32))
-                        for i in range(c.n_media)))
-    if kind == Kind.CANCEL:
-        fields["target_sequence"] = c.target_sequence
-    if kind == Kind.RETIRE:
-        fields["retry_floor"] = c.retry_floor
-    return Request(kind=kind, lineage=_hex(c.lineage), operation_key=_hex(c.operation_key),
-                   sequence=c.sequence, **fields)
-
-
-# ---- views --------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SaveState:
-    saved_records: int
-    pending_bytes: int
-    file_incarnation: int
-    generation: int
-    boot: int
-    commit_digest: str
-    disk_error: int
-    hold: int
-
-
-@dataclass(frozen=True)
-class SaveId:
-    """The save (journal ack) that acknowledged an admission: frozen once it is saved,
-    and rebuilt alike by recovery (docs/formats/journal.md, "Save identity")."""
-
-    file_incarnation: int
-    generation: int
-    boot: int
-    commit_records: int             # records the commit digest covers
-    commit_digest: str              # 64 hex digits
-
-
-@dataclass(frozen=True)
-class Receipt:
-    op_id: str
-    kind: Kind
-    status: str
-    participant: str
-    sequence: int | None            # None for another participant's receipt
-    operation_key: str | None       # None for another participant's receipt
-    retry: bool
-    device_committed: bool
-    admission_saved: bool
-    terminal_saved: bool
-    cancel_requested: bool
-    admission_number: int
-    admission_record: int
-    terminal_record: int | None
-    resource_id: str
-    result_len: int
-    input_tokens: int
-    output_tokens: int
-    save: SaveState                 # the journal's state when read
-    saved_by: SaveId | None = None  # the save that acknowledged the admission (None: unsaved)
-    input_index: int = 0            # INPUT: 1-based place in its conversation's input order
-    finish: str | None = None       # null until terminal (vocab.finish_of)
-    leased: bool = False            # INPUT: an execution lease names it
-    lease_revision: int = 0         # that lease's revision (docs/formats/device.md)
-    lease_mode: int = 0             # its row's retention mode
-
-    @property
-    def terminal(self) -> bool:
-        return self.status not in ("admitted", "running")
-
-
-@dataclass(frozen=True)
-class Participant:
-    key: str
-    registered: bool
-    next_sequence: int | None       # None (JSON null) for a foreign participant
-    retry_floor: int | None
-
-
-@dataclass(frozen=True)
-class Space:
-    id: str
-    owner: str
-    scope: str
-    rights: tuple[str, ...]         # the caller's effective rights
-    admission_number: int
-    conversations: int
-
-
-@dataclass(frozen=True)
-class Member:
-    participant: str
-    rights: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class Conversation:
-    id: str
-    space: str
-    creator: str
-    admission_number: int
-    inputs: int
-
-
-@dataclass(frozen=True)
-class Usage:
-    participants: int
-    spaces: int
-    conversations: int
-    members: int
-    receipts: int
-    admissions: int
-    memory: int = 0
-
-
-@dataclass(frozen=True)
-class MemoryRow:
-    """One 128-byte memory row (docs/formats/device.md, "Memory rows"); ids are 32 hex."""
-
-    object: str
-    version: int
-    kind: str                       # text | embedding | interpretation (mode 2)
-    scope: str                      # the owning space's scope
-    mode: int                       # retention mode
-    origin: str                     # retained (from an input) | published (a copy)
-    byte_length: int
-    owner: str                      # the memory owner: the owning space's id
-    room: str | None                # the room space id (room scope), else None
-    source: str                     # text: the input's operation id; embedding: the text object
-    actor: str                      # principal key of the input's participant
-    conversation: str
-    admission_number: int
-    dim: int                        # embedding: float32 count; text: 0
-
-
-def _floats(values: Any) -> tuple[Any, int]:
-    """A cffi float[] of ``values`` and its length."""
-    vec = [float(x) for x in values]
-    buf = ffi.new("float[]", max(len(vec), 1))
-    for i, x in enumerate(vec):
-        buf[i] = x
-    return buf, len(vec)
-
-
-def _memory_row(v: Any) -> MemoryRow:
-    room = _hex(v.room)
-    return MemoryRow(object=_hex(v.object), version=int(v.version),
-                     kind=MEMORY_KINDS[v.kind] if v.kind < len(MEMORY_KINDS) else str(v.kind),
-                     scope=SCOPES[v.scope], mode=int(v.mode),
-                     origin={1: "retained", 2: "published"}.get(int(v.origin), str(v.origin)),
-                     byte_length=int(v.byte_length),
-                     owner=_hex(v.owner), room=None if room == "0" * 32 else room,
-                     source=_hex(v.source), actor=_hex(v.actor),
-                     conversation=_hex(v.conversation),
-                     admission_number=int(v.admission_number), dim=int(v.dim))
-
-
-_STRUCT_CODES = {"uint8_t": "B", "int8_t": "b", "uint16_t": "H", "int16_t": "h",
-                 "uint32_t": "I", "int32_t": "i", "uint64_t": "Q", "int64_t": "q",
-                 "float": "f", "double": "d"}
-
-
-def _layout(ctype: Any, prefix: str = "") -> tuple[str, list[str]]:
-    """A native struct as a :mod:`struct` format (native byte order, explicit padding)
-    and the names of its values in order (a nested struct's as ``outer.inner``), from
-    cffi's own field offsets: the whole view is read in one ``unpack``."""
-    fmt, names, at = "", [], 0
-    for name, f in ctype.fields:
-        if f.offset > at:
-            fmt += f"{f.offset - at}x"
-        t = f.type
-        if t.kind == "struct":
-            inner, inner_names = _layout(t, f"{prefix}{name}.")
-            fmt += inner
-            names += inner_names
-        elif t.kind == "array":   # bytes (an array of structs too: raw, zeros)
-            fmt += f"{ffi.sizeof(t)}s"
-            names.append(prefix + name)
-        else:
-            fmt += _STRUCT_CODES[t.cname]
-            names.append(prefix + name)
-        at = f.offset + ffi.sizeof(t)
-    if ffi.sizeof(ctype) > at:
-        fmt += f"{ffi.sizeof(ctype) - at}x"
-    return fmt, names
-
-
-def _unpacker(cname: str) -> tuple[struct.Struct, tuple[str, ...]]:
-    fmt, names = _layout(ffi.typeof(cname))
-    packed = struct.Struct("=" + fmt)
-    if packed.size != ffi.sizeof(cname):   # pragma: no cover - a layout cffi disagrees on
-        raise ImportError(f"{cname}: struct layout {packed.size} != {ffi.sizeof(cname)}")
-    return packed, tuple(names)
-
-
-_RECEIPT_VIEW, _RECEIPT_FIELDS = _unpacker("aotx_receipt_view")
-_REQUEST_PACK, _REQUEST_FIELDS = _unpacker("aotx_request")
-if _REQUEST_FIELDS != (   # the order _fill packs in (a field added to the C request fails)
-        "kind", "lineage", "operation_key", "sequence", "has_id", "id", "scope", "space",
-        "participant", "rights", "conversation", "text_len", "text", "model_len", "model",
-        "max_output_tokens", "pages", "temperature", "top_p", "n_media", "media",
-        "target_sequence", "retry_floor", "object", "source_version"):   # pragma: no cover
-    raise ImportError(f"aotx_request fields changed: {_REQUEST_FIELDS}")
-_KIND_OF = {int(k): k for k in Kind}
-_NO_RECORD = 2**64 - 1
-
-
-#: the view's values _receipt reads, in this order (a name the view lacks fails import)
-_RECEIPT_PICK = operator.itemgetter(*(_RECEIPT_FIELDS.index(name) for name in (
-    "op_id", "kind", "status", "foreign", "retry", "device_committed", "admission_saved",
-    "terminal_saved", "cancel_requested", "participant", "operation_key", "sequence",
-    "admission_number", "admission_record", "terminal_record", "resource_id", "result_len",
-    "input_tokens", "output_tokens", "saved_records", "pending_bytes", "file_incarnation",
-    "generation", "boot", "commit_digest", "disk_error", "hold", "admission_save_known",
-    "finish", "leased", "lease_revision", "lease_mode", "admission_save.file_incarnation",
-    "admission_save.generation", "admission_save.boot", "admission_save.commit_records",
-    "admission_save.commit_digest", "input_index")))
-
-
-def _built(cls: type[_T], values: dict[str, Any]) -> _T:
-    """An instance of the frozen dataclass ``cls`` holding ``values`` (every field, in
-    field order), made without its generated ``__init__``, which sets each field through
-    ``object.__setattr__`` (a receipt's 25: 3 us, twice per mutation).  The same object
-    as ``cls(**values)``: tests/test_device.py checks :func:`_receipt` against the
-    constructors."""
-    obj = object.__new__(cls)
-    object.__setattr__(obj, "__dict__", values)
-    return obj
-
-
-def _receipt(v: Any) -> Receipt:
-    """The native ``aotx_receipt_view`` ``v`` as a :class:`Receipt` (one ``unpack``)."""
-    (op_id, kind, status, foreign, retry, device_committed, admission_saved, terminal_saved,
-     cancel_requested, participant, operation_key, sequence, admission_number,
-     admission_record, terminal_record, resource_id, result_len, input_tokens,
-     output_tokens, saved_records, pending_bytes, file_incarnation, generation, boot,
-     commit_digest, disk_error, hold, save_known, finish, leased, lease_revision, lease_mode,
-     save_incarnation, save_generation, save_boot, save_records, save_digest,
-     input_index) = _RECEIPT_PICK(_RECEIPT_VIEW.unpack(ffi.buffer(v)))
-    status_name = STATUSES[status]
-    return _built(Receipt, {
-        "op_id": op_id.hex(), "kind": _KIND_OF.get(kind) or Kind(kind), "status": status_name,
-        "participant": participant.hex(), "sequence": None if foreign else sequence,
-        "operation_key": None if foreign else operation_key.hex(), "retry": retry != 0,
-        "device_committed": device_committed != 0, "admission_saved": admission_saved != 0,
-        "terminal_saved": terminal_saved != 0, "cancel_requested": cancel_requested != 0,
-        "admission_number": admission_number, "admission_record": admission_record,
-        "terminal_record": None if terminal_record == _NO_RECORD else terminal_record,
-        "resource_id": resource_id.hex(), "result_len": result_len,
-        "input_tokens": input_tokens, "output_tokens": output_tokens,
-        "save": _built(SaveState, {
-            "saved_records": saved_records, "pending_bytes": pending_bytes,
-            "file_incarnation": file_incarnation, "generation": generation, "boot": boot,
-            "commit_digest": commit_digest.hex(), "disk_error": disk_error, "hold": hold}),
-        "saved_by": _built(SaveId, {
-            "file_incarnation": save_incarnation, "generation": save_generation,
-            "boot": save_boot, "commit_records": save_records,
-            "commit_digest": save_digest.hex()}) if save_known else None,
-        "input_index": input_index, "finish": finish_of(status_name, finish),
-        "leased": leased != 0, "lease_revision": lease_revision, "lease_mode": lease_mode})
-
-
-def _save_id(v: Any) -> SaveId:
-    return SaveId(file_incarnation=int(v.file_incarnation), generation=int(v.generation),
-                  boot=int(v.boot), commit_records=int(v.commit_records),
-                  commit_digest=_hex(v.commit_digest, 32))
-
-
-def _space(v: Any) -> Space:
-    return Space(id=_hex(v.id), owner=_hex(v.owner), scope=SCOPES[v.scope],
-                 rights=rights_names(v.rights), admission_number=int(v.admission_number),
-                 conversations=int(v.conversations))
-
-
-def _conversation(v: Any) -> Conversation:
-    return Conversation(id=_hex(v.id), space=_hex(v.space), creator=_hex(v.creator),
-                        admission_number=int(v.admission_number), inputs=int(v.inputs))
-
-
-LEASE_HEADER = 8
-LEASE_ROW = 40          # revisions 2..5
-LEASE_ROW_V1 = 32       # revisions 0 and 1 (read on recovery only)
-LEASE_MAX_ROWS = 256
-OUTPUT_HEADER = 32
-
-
-@dataclass(frozen=True)
-class LeaseRow:
-    """One execution lease row (docs/formats/device.md, "Lease transfer")."""
-
-    request_index: int
-    slot: int
-    sequence: int
-    actor: str              # 32 hex digits
-    mode: int               # the input's retention mode (0: nothing retained)
-    reserved: int = 0
-
-
-def encode_lease(revision: int, rows: list[LeaseRow]) -> bytes:
-    """A lease transfer's bytes (revisions 0 and 1: 32-byte rows without mode)."""
-    out = bytearray(struct.pack("<II", len(rows), revision))
-    for r in rows:
-        out += struct.pack("<IIQ", r.request_index, r.slot, r.sequence) + bytes.fromhex(r.actor)
-        if revision >= 2:
-            out += struct.pack("<II", r.mode, r.reserved)
-    return bytes(out)
-
-
-def decode_lease(data: bytes) -> tuple[int, list[LeaseRow]]:
-    """(revision, rows) of a lease transfer; ValueError when the length does not fit
-    the row count."""
-    n, revision = struct.unpack_from("<II", data, 0)
-    size = LEASE_ROW if revision >= 2 else LEASE_ROW_V1
-    if len(data) != LEASE_HEADER + n * size:
-        raise ValueError(f"lease of {n} rows cannot be {len(data)} bytes")
-    rows = []
-    for i in range(n):
-        at = LEASE_HEADER + i * size
-        index, slot, seq = struct.unpack_from("<IIQ", data, at)
-        mode, reserved = struct.unpack_from("<II", data, at + 32) if revision >= 2 \
-            else (revision, 0)
-        rows.append(LeaseRow(index, slot, seq, data[at + 16:at + 32].hex(), mode, reserved))
-    return revision, rows
 
 
 @dataclass
@@ -591,7 +88,7 @@ class Device:
         params.default_pages = self.default_pages
         out = ffi.new("aotx_device **")
         jh = getattr(self.journal, "handle", self.journal)
-        check(lib.aotx_device_new(params, _hex16(self.lineage, "lineage"), jh, out))
+        check(lib.aotx_device_new(params, hex16(self.lineage, "lineage"), jh, out))
         self._handle = ffi.gc(out[0], lib.aotx_device_free)
 
     def close(self) -> None:
@@ -608,39 +105,31 @@ class Device:
 
     # -- mutations --
     def submit(self, grants: int, actor: str, req: Request) -> Receipt:
-        c = _fill(req)
+        c = fill_request(req)
         out = ffi.new("aotx_receipt_view *")
-        check(lib.aotx_device_submit(self._handle, grants, _hex16(actor, "actor"), c, out))
-        return _receipt(out)
+        check(lib.aotx_device_submit(self._handle, grants, hex16(actor, "actor"), c, out))
+        return receipt_of(out)
 
     def start(self, op_id: str) -> None:
-        check(lib.aotx_device_start(self._handle, _hex16(op_id, "op_id")))
+        check(lib.aotx_device_start(self._handle, hex16(op_id, "op_id")))
 
     def lease_row(self, op_id: str, request_index: int = 0) -> LeaseRow:
         """The lease row of a live INPUT (the executor's own read): its slot, sequence,
         actor and recorded retention mode."""
         out = ffi.new("aotx_lease_row *")
-        check(lib.aotx_device_lease_row(self._handle, _hex16(op_id, "op_id"),
-                                        _u32(request_index, "request_index"), out))
-        return LeaseRow(int(out.request_index), int(out.slot), int(out.sequence),
-                        _hex(out.actor), int(out.mode), int(out.reserved))
+        check(lib.aotx_device_lease_row(self._handle, hex16(op_id, "op_id"),
+                                        u32(request_index, "request_index"), out))
+        return lease_row_of(out)
 
     def lease(self, revision: int, rows: list[LeaseRow]) -> None:
         """Apply one execution lease: every row is checked before anything changes;
         then one LEASE transfer is journaled and each input runs, leased."""
-        c = ffi.new("aotx_lease_row[]", max(1, len(rows)))
-        for i, r in enumerate(rows):
-            c[i].request_index = _u32(r.request_index, "request_index")
-            c[i].slot = _u32(r.slot, "slot")
-            c[i].sequence = _u64(r.sequence, "sequence")
-            ffi.memmove(c[i].actor, _hex16(r.actor, "actor"), 16)
-            c[i].mode = _u32(r.mode, "mode")
-            c[i].reserved = _u32(r.reserved, "reserved")
-        check(lib.aotx_device_lease(self._handle, _u32(revision, "revision"), c, len(rows)))
+        c = fill_lease_rows(rows)
+        check(lib.aotx_device_lease(self._handle, u32(revision, "revision"), c, len(rows)))
 
     def output(self, op_id: str, data: bytes) -> None:
         """Journal output bytes of a leased, running INPUT (one OUTPUT transfer)."""
-        check(lib.aotx_device_output(self._handle, _hex16(op_id, "op_id"), data, len(data)))
+        check(lib.aotx_device_output(self._handle, hex16(op_id, "op_id"), data, len(data)))
 
     def complete(self, op_id: str, status: str, result: bytes = b"", input_tokens: int = 0,
                  output_tokens: int = 0, finish: str = "none") -> None:
@@ -652,24 +141,24 @@ class Device:
         if finish not in FINISH_CODES:
             raise errors.InvalidInput(f"unknown finish {finish!r}", code="status_invalid",
                                       field="finish")
-        check(lib.aotx_device_complete(self._handle, _hex16(op_id, "op_id"),
+        check(lib.aotx_device_complete(self._handle, hex16(op_id, "op_id"),
                                        STATUSES.index(status), FINISH_CODES.index(finish),
                                        result, len(result), input_tokens, output_tokens))
 
     # -- reads --
     def receipt(self, grants: int, actor: str, op_id: str) -> Receipt:
         out = ffi.new("aotx_receipt_view *")
-        check(lib.aotx_device_receipt(self._handle, grants, _hex16(actor, "actor"),
-                                      _hex16(op_id, "op_id"), out))
-        return _receipt(out)
+        check(lib.aotx_device_receipt(self._handle, grants, hex16(actor, "actor"),
+                                      hex16(op_id, "op_id"), out))
+        return receipt_of(out)
 
     def result(self, grants: int, actor: str, op_id: str, offset: int = 0,
                limit: int = 65536) -> tuple[bytes, int]:
         """(bytes from offset, total result length)."""
         buf = ffi.new("uint8_t[]", max(limit, 1))
         total = ffi.new("uint32_t *")
-        n = lib.aotx_device_result_read(self._handle, grants, _hex16(actor, "actor"),
-                                        _hex16(op_id, "op_id"), _u64(offset, "offset"), buf,
+        n = lib.aotx_device_result_read(self._handle, grants, hex16(actor, "actor"),
+                                        hex16(op_id, "op_id"), u64(offset, "offset"), buf,
                                         limit, total)
         if n < 0:
             check(int(n))
@@ -677,27 +166,24 @@ class Device:
 
     def participant(self, grants: int, actor: str, key: str | None = None) -> Participant:
         out = ffi.new("aotx_participant_view *")
-        check(lib.aotx_device_participant(self._handle, grants, _hex16(actor, "actor"),
-                                          _hex16(key or actor, "participant"), out))
-        visible = bool(out.counters_visible)
-        return Participant(key=_hex(out.key), registered=bool(out.registered),
-                           next_sequence=int(out.next_sequence) if visible else None,
-                           retry_floor=int(out.retry_floor) if visible else None)
+        check(lib.aotx_device_participant(self._handle, grants, hex16(actor, "actor"),
+                                          hex16(key or actor, "participant"), out))
+        return participant_of(out)
 
     def space(self, grants: int, actor: str, space: str) -> Space:
         out = ffi.new("aotx_space_view *")
-        check(lib.aotx_device_space(self._handle, grants, _hex16(actor, "actor"),
-                                    _hex16(space, "space"), out))
-        return _space(out)
+        check(lib.aotx_device_space(self._handle, grants, hex16(actor, "actor"),
+                                    hex16(space, "space"), out))
+        return space_of(out)
 
     def spaces(self, grants: int, actor: str, cursor: int = 0,
                limit: int = 100) -> tuple[list[Space], int]:
         out = ffi.new("aotx_space_view[]", max(limit, 1))
         n = ffi.new("uint32_t *")
         nxt = ffi.new("uint64_t *")
-        check(lib.aotx_device_spaces(self._handle, grants, _hex16(actor, "actor"),
-                                     _u64(cursor, "cursor"), _u32(limit, "limit"), out, n, nxt))
-        return [_space(out[i]) for i in range(n[0])], int(nxt[0])
+        check(lib.aotx_device_spaces(self._handle, grants, hex16(actor, "actor"),
+                                     u64(cursor, "cursor"), u32(limit, "limit"), out, n, nxt))
+        return [space_of(out[i]) for i in range(n[0])], int(nxt[0])
 
     def _space_page(self, call: Any, view: str, grants: int, actor: str, space: str,
                     cursor: int, limit: int) -> tuple[Any, int, int]:
@@ -705,30 +191,28 @@ class Device:
         out = ffi.new(f"{view}[]", max(limit, 1))
         n = ffi.new("uint32_t *")
         nxt = ffi.new("uint64_t *")
-        check(call(self._handle, grants, _hex16(actor, "actor"), _hex16(space, "space"),
-                   _u64(cursor, "cursor"), _u32(limit, "limit"), out, n, nxt))
+        check(call(self._handle, grants, hex16(actor, "actor"), hex16(space, "space"),
+                   u64(cursor, "cursor"), u32(limit, "limit"), out, n, nxt))
         return out, int(n[0]), int(nxt[0])
 
     def members(self, grants: int, actor: str, space: str, cursor: int = 0,
                 limit: int = 100) -> tuple[list[Member], int]:
         out, n, nxt = self._space_page(lib.aotx_device_members, "aotx_member_view", grants,
                                        actor, space, cursor, limit)
-        rows = [Member(participant=_hex(out[i].participant), rights=rights_names(out[i].rights))
-                for i in range(n)]
-        return rows, nxt
+        return [member_of(out[i]) for i in range(n)], nxt
 
     def conversations(self, grants: int, actor: str, space: str, cursor: int = 0,
                       limit: int = 100) -> tuple[list[Conversation], int]:
         out, n, nxt = self._space_page(lib.aotx_device_conversations,
                                        "aotx_conversation_view", grants, actor, space,
                                        cursor, limit)
-        return [_conversation(out[i]) for i in range(n)], nxt
+        return [conversation_of(out[i]) for i in range(n)], nxt
 
     def conversation(self, grants: int, actor: str, conversation: str) -> Conversation:
         out = ffi.new("aotx_conversation_view *")
-        check(lib.aotx_device_conversation(self._handle, grants, _hex16(actor, "actor"),
-                                           _hex16(conversation, "conversation"), out))
-        return _conversation(out)
+        check(lib.aotx_device_conversation(self._handle, grants, hex16(actor, "actor"),
+                                           hex16(conversation, "conversation"), out))
+        return conversation_of(out)
 
     def conversation_inputs(self, grants: int, actor: str | None, conversation: str,
                             cursor: int = 0, limit: int = 100,
@@ -740,15 +224,15 @@ class Device:
         n = ffi.new("uint32_t *")
         nxt = ffi.new("uint64_t *")
         floor = ffi.new("uint64_t *")
-        who = ffi.NULL if actor is None else _hex16(actor, "actor")
+        who = ffi.NULL if actor is None else hex16(actor, "actor")
         check(lib.aotx_device_conversation_inputs(
-            self._handle, grants, who, _hex16(conversation, "conversation"),
-            _u64(cursor, "cursor"), _u32(limit, "limit"), out, n, nxt, floor))
-        return [_receipt(out + i) for i in range(n[0])], int(nxt[0]), int(floor[0])
+            self._handle, grants, who, hex16(conversation, "conversation"),
+            u64(cursor, "cursor"), u32(limit, "limit"), out, n, nxt, floor))
+        return [receipt_of(out + i) for i in range(n[0])], int(nxt[0]), int(floor[0])
 
     def canonical(self, op_id: str) -> bytes:
         """The runtime's own read of a live receipt's canonical operation bytes."""
-        key = _hex16(op_id, "op_id")
+        key = hex16(op_id, "op_id")
         n = ffi.new("uint32_t *")
         check(lib.aotx_device_canonical(self._handle, key, ffi.NULL, 0, n))
         buf = ffi.new("uint8_t[]", max(int(n[0]), 1))
@@ -758,31 +242,29 @@ class Device:
     def usage(self) -> Usage:
         u = ffi.new("aotx_device_usage *")
         lib.aotx_device_usage_get(self._handle, u)
-        return Usage(participants=u.participants, spaces=u.spaces,
-                     conversations=u.conversations, members=u.members, receipts=u.receipts,
-                     admissions=int(u.admissions), memory=int(u.memory))
+        return usage_of(u)
 
     # -- memory --
     def memory_retain(self, op_id: str, embedding: Any, mode: int = 1) -> list[MemoryRow]:
         """Retain an input's source text and its embedding (float32 values) as two memory
         rows recorded with retention ``mode`` (1, or 2: its model has the automatic-memory
         capability), journaled in one MEMORY transfer; [] for a text-less input."""
-        buf, dim = _floats(embedding)
+        buf, dim = floats(embedding)
         out = ffi.new("aotx_memory_row[2]")
         n = ffi.new("uint32_t *")
-        check(lib.aotx_device_memory_retain_mode(self._handle, _hex16(op_id, "op_id"), mode, buf,
+        check(lib.aotx_device_memory_retain_mode(self._handle, hex16(op_id, "op_id"), mode, buf,
                                                  dim, out, n))
-        return [_memory_row(out[i]) for i in range(n[0])]
+        return [memory_row_of(out[i]) for i in range(n[0])]
 
     def memory_interpret(self, op_id: str, text: bytes, embedding: Any) -> list[MemoryRow]:
         """Mode 2: retain the model's interpretation of input ``op_id`` (UTF-8) and its
         embedding as an interpretation row and an embedding row (one MEMORY transfer)."""
-        buf, dim = _floats(embedding)
+        buf, dim = floats(embedding)
         out = ffi.new("aotx_memory_row[2]")
         n = ffi.new("uint32_t *")
-        check(lib.aotx_device_memory_interpret(self._handle, _hex16(op_id, "op_id"), text,
+        check(lib.aotx_device_memory_interpret(self._handle, hex16(op_id, "op_id"), text,
                                                len(text), buf, dim, out, n))
-        return [_memory_row(out[i]) for i in range(n[0])]
+        return [memory_row_of(out[i]) for i in range(n[0])]
 
     def memory_list(self, grants: int, actor: str, space: str, cursor: int = 0,
                     limit: int = 100) -> tuple[list[MemoryRow], int]:
@@ -790,19 +272,19 @@ class Device:
         ``cursor``; (rows, next cursor or 0)."""
         out, n, nxt = self._space_page(lib.aotx_device_memory_list, "aotx_memory_row", grants,
                                        actor, space, cursor, limit)
-        return [_memory_row(out[i]) for i in range(n)], nxt
+        return [memory_row_of(out[i]) for i in range(n)], nxt
 
     def memory_read(self, grants: int, actor: str, space: str, obj: str, offset: int = 0,
                     limit: int = 65536) -> tuple[MemoryRow, bytes]:
         """(row, payload bytes from ``offset``) of one saved memory object of ``space``."""
         buf = ffi.new("uint8_t[]", max(limit, 1))
         row = ffi.new("aotx_memory_row *")
-        n = lib.aotx_device_memory_read(self._handle, grants, _hex16(actor, "actor"),
-                                        _hex16(space, "space"), _hex16(obj, "object"),
-                                        _u64(offset, "offset"), buf, limit, row)
+        n = lib.aotx_device_memory_read(self._handle, grants, hex16(actor, "actor"),
+                                        hex16(space, "space"), hex16(obj, "object"),
+                                        u64(offset, "offset"), buf, limit, row)
         if n < 0:
             check(int(n))
-        return _memory_row(row), bytes(ffi.buffer(buf, n))
+        return memory_row_of(row), bytes(ffi.buffer(buf, n))
 
     def memory_recall(self, actor: str, space: str, query: Any, limit: int = 8,
                       exclude: str | None = None) -> list[tuple[MemoryRow, float]]:
@@ -810,18 +292,15 @@ class Device:
         read, ranked by cosine similarity of their embeddings to ``query``, best first
         (at most ``limit``, 64 at most); ``exclude`` an operation id whose memory is
         skipped (the input's own)."""
-        vec = [float(x) for x in query]
-        q = ffi.new("float[]", max(len(vec), 1))
-        for i, x in enumerate(vec):
-            q[i] = x
+        q, dim = floats(query)
         out = ffi.new("aotx_memory_row[]", max(limit, 1))
         score = ffi.new("float[]", max(limit, 1))
         n = ffi.new("uint32_t *")
-        skip = ffi.NULL if exclude is None else _hex16(exclude, "exclude")
-        check(lib.aotx_device_memory_recall(self._handle, _hex16(actor, "actor"),
-                                            _hex16(space, "space"), q, len(vec), skip,
-                                            _u32(limit, "limit"), out, score, n))
-        return [(_memory_row(out[i]), float(score[i])) for i in range(n[0])]
+        skip = ffi.NULL if exclude is None else hex16(exclude, "exclude")
+        check(lib.aotx_device_memory_recall(self._handle, hex16(actor, "actor"),
+                                            hex16(space, "space"), q, dim, skip,
+                                            u32(limit, "limit"), out, score, n))
+        return [(memory_row_of(out[i]), float(score[i])) for i in range(n[0])]
 
     # -- recovery --
     def recover(self, reader: JournalReader) -> None:

@@ -1,9 +1,11 @@
 """The journal's Python face: typed wrappers of ``csrc/aotx_journal.h``.
 
 :class:`Journal` is the encoder and pending queue (enqueue, drain, ack, nack,
-save state); :class:`JournalReader` verifies a whole journal file and yields
-its complete transfers; :func:`read_journal` / :func:`recover_journal` wrap
-the reader for callers that only want the transfers and ``valid_end``.
+save state); :class:`SaveState` and :class:`SaveId` are a save's state and identity
+(the device's receipts carry them too); :class:`JournalReader` verifies a whole
+journal file and yields its complete transfers; :func:`read_journal` /
+:func:`recover_journal` wrap the reader for callers that only want the transfers and
+``valid_end``.
 Byte layout: ``docs/formats/journal.md``.  Errors go through
 :func:`aotx_trio.native.lib.check`; a damaged or foreign file raises with the
 byte offset in ``exc.fields["offset"]`` and in the message.
@@ -91,27 +93,45 @@ class JournalParams:
 
 @dataclass(frozen=True)
 class SaveState:
-    next_record: int
-    saved_records: int
-    in_flight_records: int
-    pending_bytes: int
+    """The journal's save state when read (``aotx_save_state``): what a receipt carries
+    of it (``aotx_receipt_view``) and :func:`~aotx_trio.runtime.render.render_save`
+    shows; :meth:`Journal.save_state` reads it whole (:class:`JournalState`)."""
+
+    saved_records: int              # records [0, saved_records) are fsynced
+    pending_bytes: int              # encoded bytes not yet saved (in flight included)
     file_incarnation: int
-    generation: int
-    boot: int
-    commit_digest: bytes
-    disk_error: int
-    hold: int
+    generation: int                 # +1 at every successful ack, continued across boots
+    boot: int                       # boot number (count of boot transfers)
+    commit_digest: bytes            # 32 bytes: the chained digest over every saved record
+    disk_error: int                 # errno of the last failed write or fsync, 0 if none since
+    hold: int                       # HOLD_* bits
+
+
+@dataclass(frozen=True)
+class JournalState(SaveState):
+    """The whole ``aotx_save_state``: the :class:`SaveState` and the queue's position."""
+
+    next_record: int                # the index the next enqueued record gets
+    in_flight_records: int          # drained, not yet acked
 
 
 @dataclass(frozen=True)
 class SaveId:
-    """One save (ack): generation, boot, and the commit point it reached."""
+    """One save (ack): the save that acknowledged an admission, frozen once it is saved
+    and rebuilt alike by recovery (docs/formats/journal.md, "Save identity")."""
 
     file_incarnation: int
     generation: int
     boot: int
-    commit_records: int
-    commit_digest: bytes
+    commit_records: int             # records the commit digest covers
+    commit_digest: bytes            # 32 bytes: the chained digest after them
+
+    @classmethod
+    def of(cls, c: Any) -> SaveId:
+        """The native ``aotx_save_id`` ``c``."""
+        return cls(file_incarnation=int(c.file_incarnation), generation=int(c.generation),
+                   boot=int(c.boot), commit_records=int(c.commit_records),
+                   commit_digest=bytes(c.commit_digest))
 
 
 @dataclass(frozen=True)
@@ -305,10 +325,10 @@ class Journal:
     def set_file_cap(self, file_cap_bytes: int) -> None:
         lib.aotx_journal_set_file_cap(self._j, file_cap_bytes)
 
-    def save_state(self) -> SaveState:
+    def save_state(self) -> JournalState:
         s = ffi.new("aotx_save_state *")
         lib.aotx_journal_save_state(self._j, s)
-        return SaveState(
+        return JournalState(
             next_record=int(s.next_record), saved_records=int(s.saved_records),
             in_flight_records=int(s.in_flight_records), pending_bytes=int(s.pending_bytes),
             file_incarnation=int(s.file_incarnation), generation=int(s.generation),
@@ -323,10 +343,7 @@ class Journal:
         if rc == lib.AOTX_R_JOURNAL_NOTHING:
             return None
         check(rc, f"save_of record {record}", record=record)
-        return SaveId(file_incarnation=int(out.file_incarnation),
-                      generation=int(out.generation), boot=int(out.boot),
-                      commit_records=int(out.commit_records),
-                      commit_digest=bytes(out.commit_digest))
+        return SaveId.of(out)
 
     def retain(self, from_record: int) -> None:
         """Keep saved records from ``from_record`` on readable by :meth:`save_of`."""

@@ -39,10 +39,11 @@ from aotx_trio.native.device import Device
 from aotx_trio.native.journal import JournalParams
 from aotx_trio.runtime import checkpoint, faults
 from aotx_trio.runtime.ccir import RuntimeFile
-from aotx_trio.runtime.emitter import Emitter, open_journal_file
+from aotx_trio.runtime.emitter import Emitter
 from aotx_trio.runtime.executor import Executor
 from aotx_trio.runtime.fanout import Fanout
 from aotx_trio.runtime.handler import ServiceHandler
+from aotx_trio.runtime.journal_file import open_journal_file
 from aotx_trio.runtime.media import MediaStore
 from aotx_trio.runtime.served import ModelSet
 from aotx_trio.runtime.socket_server import SOCKET_NAME, serve_socket

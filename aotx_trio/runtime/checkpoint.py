@@ -50,9 +50,9 @@ from aotx_trio.native.journal import (
     record_offset,
 )
 from aotx_trio.runtime import ccir
-from aotx_trio.runtime.emitter import (
+from aotx_trio.runtime.emitter import Emitter
+from aotx_trio.runtime.journal_file import (
     JOURNAL_NAME,
-    Emitter,
     FileOps,
     check_watermark,
     lock_journal_dir,
@@ -203,7 +203,7 @@ def write_section(path: Path, section: bytes) -> int:
 
 def journal_position(info: SectionInfo, lineage: bytes, source: str,
                      ) -> Callable[[Spans], Anchor | None]:
-    """The check :func:`~aotx_trio.runtime.emitter.open_journal_file` runs on the
+    """The check :func:`~aotx_trio.runtime.journal_file.open_journal_file` runs on the
     journal (its bytes, or a ``FileView`` that reads only the header's incarnation and
     the checkpoint's last record): where reading starts, or a refusal naming what does
     not match.

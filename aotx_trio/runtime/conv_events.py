@@ -24,7 +24,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from aotx_trio.native.device import Device, Receipt
+from aotx_trio.native.device import Device
+from aotx_trio.native.device_codec import Receipt
 from aotx_trio.runtime.fanout import Fanout
 from aotx_trio.runtime.render import render_receipt
 

@@ -55,7 +55,8 @@ import trio
 
 from aotx_trio import _latency, errors
 from aotx_trio.config import DEFAULT_DEADLINE_S
-from aotx_trio.native.device import LEASE_MAX_ROWS, Device
+from aotx_trio.native.device import Device
+from aotx_trio.native.device_codec import LEASE_MAX_ROWS
 from aotx_trio.native.engine import Engine, EngineSequence, StepResult
 from aotx_trio.runtime import history, memory
 from aotx_trio.runtime.job import Job

@@ -41,7 +41,8 @@ from typing import Any
 import trio
 
 from aotx_trio import errors
-from aotx_trio.native.device import Device, Receipt
+from aotx_trio.native.device import Device
+from aotx_trio.native.device_codec import Receipt
 from aotx_trio.runtime.render import render_receipt, render_span
 from aotx_trio.service.pushed import Pushed
 from aotx_trio.service.wire import SLOW_CONSUMER

@@ -22,7 +22,7 @@ import random
 import time
 
 from aotx_trio import errors
-from aotx_trio.runtime.emitter import FileOps
+from aotx_trio.runtime.journal_file import FileOps
 
 ENV = "AOTX_JOURNAL_FAULTS"
 KEYS = ("eio", "enospc", "fsync_eio", "slow_fsync", "seed")

@@ -22,7 +22,8 @@ import trio
 from aotx_trio import errors, vocab
 from aotx_trio.identity import build_commit, descriptor_sha256
 from aotx_trio.native import lib as native
-from aotx_trio.native.device import Device, Participant, Receipt, Request
+from aotx_trio.native.device import Device
+from aotx_trio.native.device_codec import Participant, Receipt, Request
 from aotx_trio.native.journal import SaveState
 from aotx_trio.runtime import conv_events, history, render, validate
 from aotx_trio.runtime.executor import Executor

@@ -15,7 +15,8 @@ revision family, also after a restart (runtime/prompt.py, "Revisions").
 
 from __future__ import annotations
 
-from aotx_trio.native.device import Device, Receipt, decode_canonical
+from aotx_trio.native.device import Device
+from aotx_trio.native.device_codec import Receipt, decode_canonical
 from aotx_trio.runtime.prompt import Turn
 from aotx_trio.vocab import ALL_GRANTS
 

@@ -52,7 +52,8 @@ import numpy as np
 import trio
 
 from aotx_trio import errors, vocab
-from aotx_trio.native.device import Device, MemoryRow
+from aotx_trio.native.device import Device
+from aotx_trio.native.device_codec import MemoryRow
 from aotx_trio.runtime import render
 from aotx_trio.runtime.prompt import Turn, render_chat
 from aotx_trio.runtime.served import EmbeddingModel, TextModel

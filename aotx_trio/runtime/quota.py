@@ -34,7 +34,8 @@ from typing import Protocol
 import trio
 
 from aotx_trio import errors, vocab
-from aotx_trio.native.device import Device, Receipt, Request
+from aotx_trio.native.device import Device
+from aotx_trio.native.device_codec import Receipt, Request
 from aotx_trio.runtime.media import Media, MediaStore
 
 PAGE = 256

@@ -2,7 +2,7 @@
 
 Every counter that can pass 2**53 is a decimal string; ids are the
 ``{prefix}-{lineage}-{32 hex}`` forms of :mod:`aotx_trio.vocab`.  Pure
-functions over :mod:`aotx_trio.native.device` views; nothing here touches the device.
+functions over :mod:`aotx_trio.native.device_codec` views; nothing here touches the device.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import errno
 import json
 from typing import Any
 
-from aotx_trio.native import device as dev
+from aotx_trio.native import device_codec as dev
 from aotx_trio.native import journal
 from aotx_trio.vocab import KIND_NAMES, PREFIXES, TERMINAL, Kind, format_id
 
@@ -33,11 +33,7 @@ def counter(value: int | None) -> str | None:
     return None if value is None else str(value)
 
 
-def _hexstr(value: bytes | str) -> str:
-    return value.hex() if isinstance(value, bytes | bytearray) else str(value)
-
-
-def render_save(save: journal.SaveState | dev.SaveState) -> dict[str, Any]:
+def render_save(save: journal.SaveState) -> dict[str, Any]:
     """The ``save`` object: which journal save this state is, and its trouble."""
     err = int(save.disk_error)
     return {
@@ -45,7 +41,7 @@ def render_save(save: journal.SaveState | dev.SaveState) -> dict[str, Any]:
         "file_incarnation": f"{int(save.file_incarnation):016x}",
         "generation": str(int(save.generation)),
         "boot": str(int(save.boot)),
-        "commit_digest": _hexstr(save.commit_digest),
+        "commit_digest": save.commit_digest.hex(),
         "saved_records": str(int(save.saved_records)),
         "pending_bytes": int(save.pending_bytes),
         "disk_error": None if err == 0 else {"errno": err,
@@ -65,7 +61,7 @@ def render_receipt_save(r: dev.Receipt) -> dict[str, Any]:
         "file_incarnation": None if ack is None else f"{int(ack.file_incarnation):016x}",
         "generation": None if ack is None else str(int(ack.generation)),
         "boot": None if ack is None else str(int(ack.boot)),
-        "commit_digest": None if ack is None else _hexstr(ack.commit_digest),
+        "commit_digest": None if ack is None else ack.commit_digest.hex(),
         "saved_records": None if ack is None else str(int(ack.commit_records)),
     })
     return out
@@ -160,7 +156,7 @@ def _receipt_save_json(r: dev.Receipt) -> str:
     ident = 'null,"generation":null,"boot":null,"commit_digest":null,"saved_records":null' \
         if ack is None else (
             f'"{int(ack.file_incarnation):016x}","generation":"{int(ack.generation)}",'
-            f'"boot":"{int(ack.boot)}","commit_digest":{_js(_hexstr(ack.commit_digest))},'
+            f'"boot":"{int(ack.boot)}","commit_digest":{_js(ack.commit_digest.hex())},'
             f'"saved_records":"{int(ack.commit_records)}"')
     return (f'{{"source":"journal","file_incarnation":{ident},'
             f'"pending_bytes":{int(save.pending_bytes)},"disk_error":{disk},'

@@ -12,8 +12,10 @@ nothing is dropped by accident:
    file ends at the last one that ends at or before ``--at`` (damage *before*
    ``--at`` is refused again, naming its own offset: repair there);
 3. copy every byte from that end on into ``<journal>/quarantine/repair-<end>-<unix
-   s>.aotxj`` (``O_EXCL | O_NOFOLLOW``, fsynced with its folder) *before* the
-   journal is truncated and fsynced: the bytes set aside are kept, never lost;
+   s>.aotxj`` (``O_EXCL | O_NOFOLLOW``, fsynced with its folder: the quarantine
+   :func:`~aotx_trio.runtime.journal_file.quarantine` that keeps a torn tail cut at
+   open too) *before* the journal is truncated and fsynced: the bytes set aside are
+   kept, never lost;
 4. lower the commit watermark (``journal.commit``) to the records kept, with the
    kept prefix's digest, so the next start accepts the file.
 
@@ -25,14 +27,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from aotx_trio import errors
-from aotx_trio._fs import fsync_dir
 from aotx_trio.native.journal import FILE_HEADER, RECORD_SIZE, JournalReader
-from aotx_trio.runtime.emitter import JOURNAL_NAME, QUARANTINE, lock_journal_dir
+from aotx_trio.runtime.journal_file import JOURNAL_NAME, lock_journal_dir, quarantine
 from aotx_trio.runtime.watermark import WatermarkWriter, read_watermark
 
 
@@ -43,28 +43,6 @@ class Repaired:
     kept_records: int
     quarantined: Path
     quarantined_bytes: int
-
-
-def _quarantine(directory: Path, data: bytes, offset: int) -> Path:
-    folder = directory / QUARANTINE
-    folder.mkdir(mode=0o700, exist_ok=True)
-    stamp = int(time.time())
-    target, n = folder / f"repair-{offset}-{stamp}.aotxj", 0
-    while target.exists():
-        n += 1
-        target = folder / f"repair-{offset}-{stamp}-{n}.aotxj"
-    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW,
-                 0o600)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    fsync_dir(folder)
-    fsync_dir(directory)
-    return target
 
 
 def repair(directory: str | os.PathLike[str], at: int) -> Repaired:
@@ -85,7 +63,7 @@ def repair(directory: str | os.PathLike[str], at: int) -> Repaired:
             pass
         end = reader.valid_end
         mark = read_watermark(d, reader.incarnation)
-        quarantined = _quarantine(d, image[end:], end)
+        quarantined = quarantine(d, "repair", image[end:], end)
         fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
         try:
             os.ftruncate(fd, end)

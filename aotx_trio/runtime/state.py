@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from aotx_trio.native.device import Device
-from aotx_trio.runtime.emitter import Emitter, JournalFile
+from aotx_trio.runtime.emitter import Emitter
+from aotx_trio.runtime.journal_file import JournalFile
 
 
 @dataclass

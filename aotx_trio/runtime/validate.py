@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from aotx_trio import errors, vocab
-from aotx_trio.native.device import Request, new_request
+from aotx_trio.native.device_codec import Request, new_request
 from aotx_trio.vocab import PERMISSIONS, PREFIXES, SCOPES, Kind
 
 DEFAULT_LIMIT = 50
