@@ -61,9 +61,8 @@ class SharedReads:
         grants, key = self.callers.caller(params)
         cursor, limit = validate.cursor(params)
         await self.gate.saved_for(key, [("spaces", "*")])
-        rows, nxt = self.device.spaces(grants, key, cursor, limit)
-        if await self.gate.saved_for(key, [("space", r.id) for r in rows]):
-            rows, nxt = self.device.spaces(grants, key, cursor, limit)
+        rows, nxt = await self.gate.saved_page(
+            key, "space", lambda: self.device.spaces(grants, key, cursor, limit))
         return render.render_page([render.render_space(r, self.lineage) for r in rows], nxt)
 
     async def members(self, params: Mapping[str, Any]) -> dict[str, Any]:
@@ -85,9 +84,9 @@ class SharedReads:
         space = validate.parse_id("space", params.get("space"), self.lineage)
         cursor, limit = validate.cursor(params)
         await self.gate.saved_for(key, [("space", space)])
-        rows, nxt = self.device.conversations(grants, key, space, cursor, limit)
-        if await self.gate.saved_for(key, [("conversation", r.id) for r in rows]):
-            rows, nxt = self.device.conversations(grants, key, space, cursor, limit)
+        rows, nxt = await self.gate.saved_page(
+            key, "conversation",
+            lambda: self.device.conversations(grants, key, space, cursor, limit))
         return render.render_page(
             [render.render_conversation(r, self.lineage) for r in rows], nxt)
 

@@ -4,6 +4,9 @@ one, and the wait of a new mutation for its own save."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Protocol, TypeVar
+
 import trio
 
 from aotx_trio import errors, vocab
@@ -17,6 +20,14 @@ from aotx_trio.vocab import format_id
 READ_WAIT_S = 2.0
 #: how long a new mutation waits for its admission's save (then 503 save_pending)
 SAVE_TIMEOUT_S = 30.0
+
+
+class _Row(Protocol):
+    @property
+    def id(self) -> str: ...
+
+
+R = TypeVar("R", bound=_Row)
 
 
 class SaveGate:
@@ -40,6 +51,15 @@ class SaveGate:
             return False
         await self._wait_record(last)
         return True
+
+    async def saved_page(self, reader: str, kind: str,
+                         read: Callable[[], tuple[list[R], int]]) -> tuple[list[R], int]:
+        """A page of rows (each with an ``id``) as ``read`` answers it, read again when
+        it showed another participant's unsaved ``kind`` row (once that is saved)."""
+        rows, nxt = read()
+        if await self.saved_for(reader, [(kind, r.id) for r in rows]):
+            rows, nxt = read()
+        return rows, nxt
 
     async def _wait_record(self, record: int) -> None:
         self.saver.wake()
