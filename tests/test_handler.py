@@ -129,3 +129,27 @@ async def test_reads_never_wait_behind_saves(tmp_path: Path) -> None:
                 while len(waiting) < 20:
                     await trio.sleep(0.05)
             n.cancel_scope.cancel()
+
+
+METHODS = ("ping", "capabilities", "save_state", "metrics", "participant.get",
+           "mutation.submit", "space.get", "space.list", "member.list", "conversation.list",
+           "conversation.get", "conversation.events", "operation.get", "operation.result",
+           "identity", "embed", "media.put", "model.load", "memory.list", "memory.get")
+STREAMS = ("save.watch", "operation.watch", "conversation.watch", "chat.generate")
+
+
+async def test_every_call_group_routes_its_methods(tmp_path: Path) -> None:
+    """The handler's groups (runtime/calls_*.py) answer every method and stream of
+    docs/formats/socket.md: a call without parameters is refused by the method, never
+    as ``method_not_found``."""
+    async with embedded(tmp_path, {"alice": ALL}) as env:
+        for fn, names in ((env.handler.call, METHODS), (env.handler.open_stream, STREAMS)):
+            for name in names:
+                try:
+                    await fn(name, {})
+                except errors.AotxError as exc:
+                    assert exc.code != "method_not_found", name
+        for fn in (env.handler.call, env.handler.open_stream):
+            with pytest.raises(errors.NotFound) as info:
+                await fn("no.such", {})
+            assert info.value.code == "method_not_found"

@@ -46,6 +46,7 @@ from aotx_trio.runtime.handler import ServiceHandler
 from aotx_trio.runtime.journal_file import open_journal_file
 from aotx_trio.runtime.media import MediaStore
 from aotx_trio.runtime.served import ModelSet
+from aotx_trio.runtime.services import Services
 from aotx_trio.runtime.socket_server import SOCKET_NAME, serve_socket
 from aotx_trio.runtime.state import RuntimeState
 
@@ -164,16 +165,14 @@ async def run_runtime(ccir: str | Path, journal: str | Path, grants_dir: str | P
                 executor = Executor(state.device, state.emitter,
                                     native.capacities()["result_bytes"],
                                     deadline_s=execution_deadline_s)
-                handler = ServiceHandler(state.device, state.emitter,
-                                         state.journal_file.journal.save_state, state.lineage,
-                                         grants, models=models, executor=executor)
-                handler.state = state
-                handler.media = MediaStore(journal_dir / "media")
-                handler.fanout = Fanout(state.device, state.emitter, state.lineage)
+                fanout = Fanout(state.device, state.emitter, state.lineage)
+                handler = ServiceHandler(Services.booted(
+                    state, models, executor, MediaStore(journal_dir / "media"), fanout),
+                    grants)
                 async with trio.open_nursery() as nursery:
                     await nursery.start(state.emitter.run)
                     await nursery.start(executor.run)
-                    await nursery.start(handler.fanout.run)
+                    await nursery.start(fanout.run)
                     if socket:
                         await nursery.start(serve_socket, journal_dir / SOCKET_NAME, handler)
                     task_status.started(handler)
