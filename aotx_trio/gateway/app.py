@@ -33,7 +33,7 @@ from aotx_trio.gateway import (
 )
 from aotx_trio.gateway.auth import Authenticator, PrincipalEntry
 from aotx_trio.gateway.budget import BodyBudget
-from aotx_trio.gateway.errors import handle_any
+from aotx_trio.gateway.errors import Dialect, respond
 from aotx_trio.gateway.fast import FastMutations
 from aotx_trio.gateway.framing import guard
 from aotx_trio.gateway.metrics import GatewayMetrics, metrics_response
@@ -138,7 +138,12 @@ def create_app(client: DeviceClient, principals: Iterable[PrincipalEntry], *,
 
     router_routes.mount(app, auth, router)
     webhook_routes.mount(app, auth, webhooks)
-    app.register_error_handler(Exception, handle_any)
+    @app.errorhandler(Exception)
+    async def _error(exc: Exception) -> Response:   # the one place errors are rendered
+        dialect: Dialect = "openai" if request.path.startswith(V1_PREFIX) else \
+            "router" if request.endpoint in router_routes.INVOKE_ENDPOINTS else "shared"
+        return respond(router_routes.unrouted(exc, request.path), dialect)
+
     app.register_blueprint(shared_routes.bp)
     app.add_url_rule(media.PATH, "media_upload", media.upload, methods=["POST"])
     if fast_mutations:

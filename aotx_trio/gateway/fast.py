@@ -24,21 +24,18 @@ Quart unchanged.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import trio
-from werkzeug.exceptions import HTTPException, RequestEntityTooLarge, RequestTimeout
+from werkzeug.exceptions import RequestEntityTooLarge, RequestTimeout
 
-from aotx_trio import errors
+from aotx_trio.errors import ClientGone
 from aotx_trio.gateway.auth import Authenticator
-from aotx_trio.gateway.errors import INTERNAL_ERROR, error_parts, http_error_parts
+from aotx_trio.gateway.errors import render
 from aotx_trio.gateway.quota import RateLimiter
 from aotx_trio.gateway.routes_table import MutationRoute, admit, encode, match, submit
 from aotx_trio.service.client import DeviceClient
-
-log = logging.getLogger("aotx.gateway")
 
 # ASGI (Quart's own asgi_app has its typed-dict signature; these are the loose forms)
 Scope = Any
@@ -92,15 +89,11 @@ class FastMutations:
         try:
             status, body, headers = await self._mutate(found, authorization, length,
                                                        body_in.read)
-        except _Disconnected:
+        except ClientGone:
             return
-        except errors.AotxError as exc:
-            status, body, headers = error_parts(exc, self.retry_after_s)
-        except HTTPException as exc:   # what Quart raises while reading a body
-            status, body, headers = http_error_parts(exc, (self.max_body_bytes,))
-        except Exception as exc:
-            log.error("unhandled error", exc_info=exc)
-            status, body, headers = 500, INTERNAL_ERROR, {}
+        except Exception as exc:   # ours, or what Quart raises while reading a body
+            status, body, headers = render(exc, "shared", self.retry_after_s,
+                                           self.max_body_bytes)
         if (length or chunked) and not body_in.complete:
             # answered before the body was read: close after this response (as the
             # Quart path does), the unread bytes cannot carry another request
@@ -163,7 +156,7 @@ class _Body:
 
     def _take(self, message: Any, chunks: list[bytes]) -> None:
         if message["type"] != "http.request":
-            raise _Disconnected
+            raise ClientGone
         chunk = message.get("body", b"")
         self._size += len(chunk)
         if self._size > self.max_bytes:   # no Content-Length said so up front
@@ -172,10 +165,6 @@ class _Body:
         # the declared length has arrived: the server (h11 keeps the framing) has
         # nothing after it but the end of the body
         self.complete = not message.get("more_body", False) or self._size == self.length
-
-
-class _Disconnected(Exception):
-    """The client went away before its body arrived: nothing to answer."""
 
 
 async def respond(send: Send, status: int, body: Any, headers: dict[str, str]) -> None:

@@ -36,6 +36,7 @@ from hypercorn.config import Config as HyperConfig
 from hypercorn.protocol.h11 import H11Protocol
 from hypercorn.trio.tcp_server import TCPServer
 
+from aotx_trio.errors import H2cRefused
 from aotx_trio.gateway.errors import dumps
 
 log = logging.getLogger("aotx.gateway")
@@ -134,12 +135,12 @@ class _H11Protocol(H11Protocol):
         # PRI reaches no route); an Upgrade: h2c header is simply not acted on
         if event.method == b"PRI" and event.target == b"*":
             await self._send_error_response(505)
-            raise _Refused
+            raise H2cRefused
 
     async def handle(self, event: Any) -> None:
         try:
             await super().handle(event)
-        except _Refused:
+        except H2cRefused:
             from hypercorn.events import Closed
             await self.send(Closed())
 
@@ -154,10 +155,6 @@ class _H11Protocol(H11Protocol):
         await self._send_h11_event(h11.Response(status_code=status_code, headers=headers))
         await self._send_h11_event(h11.Data(data=body))
         await self._send_h11_event(h11.EndOfMessage())
-
-
-class _Refused(Exception):
-    """The h2c preface was answered: close the connection."""
 
 
 def install() -> None:

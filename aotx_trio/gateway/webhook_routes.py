@@ -16,21 +16,9 @@ from quart_trio import QuartTrio
 from aotx_trio import errors
 from aotx_trio.gateway.auth import Authenticator
 from aotx_trio.gateway.errors import json_response
+from aotx_trio.gateway.router_routes import query
 from aotx_trio.gateway.routes_table import decode_json
 from aotx_trio.webhooks.service import WebhookService
-
-
-def _bad(message: str, param: str, rule: str) -> errors.InvalidInput:
-    return errors.InvalidInput(message, code="invalid_params", param=param, rule=rule)
-
-
-def _query(allowed: tuple[str, ...]) -> dict[str, str]:
-    for key in request.args:
-        if key not in allowed:
-            raise _bad(f"unknown query parameter {key[:80]!r}", key[:80], "unknown")
-        if len(request.args.getlist(key)) > 1:
-            raise _bad(f"query parameter {key!r} is given twice", key, "unique")
-    return {k: request.args[k] for k in request.args}
 
 
 def mount(app: QuartTrio, auth: Authenticator, hooks: WebhookService | None) -> None:
@@ -44,23 +32,23 @@ def mount(app: QuartTrio, auth: Authenticator, hooks: WebhookService | None) -> 
     @app.post("/webhooks", endpoint="webhooks_create")
     async def _create() -> Response:
         svc = service()
-        _query(())
+        query(())
         raw = await request.get_data(cache=False, as_text=False, parse_form_data=False)
         return json_response(await svc.create(decode_json(raw)), 201)
 
     @app.get("/webhooks", endpoint="webhooks_list")
     async def _list() -> Response:
         svc = service()
-        _query(())
+        query(())
         return json_response(await svc.list(), 200)
 
     @app.get("/webhooks/signing-key", endpoint="webhooks_signing_key")
     async def _key() -> Response:
         svc = service()
-        _query(())
+        query(())
         return json_response(svc.signing_key(), 200)
 
     @app.delete("/webhooks/<uuid>", endpoint="webhooks_disable")
     async def _disable(uuid: str) -> Response:
         svc = service()
-        return json_response(await svc.disable(uuid, _query(("why",)).get("why")), 200)
+        return json_response(await svc.disable(uuid, query(("why",)).get("why")), 200)
