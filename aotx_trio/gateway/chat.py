@@ -32,11 +32,11 @@ from typing import Any
 from quart import Response, current_app, request
 
 from aotx_trio import errors
-from aotx_trio.gateway.auth import Authenticator, Principal
+from aotx_trio.gateway.auth import Principal
 from aotx_trio.gateway.errors import dumps, event_body, json_response
 from aotx_trio.gateway.routes_table import decode_json
+from aotx_trio.gateway.shared_routes import client, principal
 from aotx_trio.gateway.streams import open_stream, sse_response
-from aotx_trio.service.client import DeviceClient
 
 #: Parameters that do not change the answer: accepted with any value.
 IGNORED = {"user", "metadata", "store", "stream_options"}
@@ -54,7 +54,7 @@ FINISH = {"stop": "stop", "length": "length", "deadline_exceeded": "length",
           "cancelled": "stop", "error": "stop"}
 
 
-def _params(principal: Principal, body: Any) -> tuple[dict[str, Any], bool, bool]:
+def _params(caller: Principal, body: Any) -> tuple[dict[str, Any], bool, bool]:
     """(the chat.generate params, stream?, include usage?) of a request body."""
     if not isinstance(body, dict):
         raise errors.InvalidParams("", INVALID, "the body must be a JSON object")
@@ -74,7 +74,7 @@ def _params(principal: Principal, body: Any) -> tuple[dict[str, Any], bool, bool
     stop = body.get("stop")
     stops = [stop] if isinstance(stop, str) else (stop or [])
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
-    params = {"principal": principal.name, "actions": list(principal.actions),
+    params = {"principal": caller.name, "actions": list(caller.actions),
               "model": body.get("model"), "messages": body.get("messages"),
               "max_tokens": max_tokens, "temperature": body.get("temperature"),
               "top_p": body.get("top_p"), "seed": body.get("seed"), "stop": stops}
@@ -98,13 +98,11 @@ def _chunk(cid: str, created: int, model: str, delta: dict[str, Any] | None,
     return _data(doc)
 
 
-async def chat_completions(client: DeviceClient, auth: Authenticator) -> Response:
-    principal = auth.authenticate(request.headers.get("Authorization"))
-    principal.require("models_invoke")
+async def chat_completions() -> Response:
     raw = await request.get_data(cache=False, as_text=False, parse_form_data=False)
-    params, stream, with_usage = _params(principal, decode_json(raw))
+    params, stream, with_usage = _params(principal(), decode_json(raw))
     depth = int(current_app.config.get("AOTX_SSE_QUEUE_DEPTH", 256))
-    opened, receive = await open_stream(client, "chat.generate", params, depth)
+    opened, receive = await open_stream(client(), "chat.generate", params, depth)
     cid, model, created = f"chatcmpl-{opened['id']}", str(opened["model"]), int(time.time())
 
     if not stream:
@@ -144,12 +142,12 @@ async def chat_completions(client: DeviceClient, auth: Authenticator) -> Respons
     return sse_response(body())
 
 
-async def list_models(client: DeviceClient, auth: Authenticator) -> Response:
-    principal = auth.authenticate(request.headers.get("Authorization"))
-    if "models_read" not in principal.actions:
-        principal.require("models_invoke")
-    caps = await client.capabilities()
+async def list_models() -> Response:
+    caps = await client().capabilities()
     data = [{"id": m["name"] if m.get("kind") == "text" else EMBEDDING_ID, "object": "model",
              "created": 0, "owned_by": "aotx"}
             for m in caps.get("models", []) if m.get("ready")]   # text and embedding
     return json_response({"object": "list", "data": data}, 200)
+
+
+VIEWS = {"v1_chat": chat_completions, "v1_models": list_models}

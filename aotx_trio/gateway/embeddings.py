@@ -21,10 +21,10 @@ import numpy as np
 from quart import Response, request
 
 from aotx_trio import errors
-from aotx_trio.gateway.auth import Authenticator
 from aotx_trio.gateway.chat import EMBEDDING_ID, INVALID, UNSUPPORTED
 from aotx_trio.gateway.errors import json_response
 from aotx_trio.gateway.routes_table import decode_json
+from aotx_trio.gateway.shared_routes import client, principal
 from aotx_trio.service.client import DeviceClient
 
 KNOWN = {"model", "input", "encoding_format", "dimensions", "user"}
@@ -50,9 +50,8 @@ async def _embedding_models(client: DeviceClient) -> set[str]:
     return names | {EMBEDDING_ID} if names else set()
 
 
-async def create_embeddings(client: DeviceClient, auth: Authenticator) -> Response:
-    principal = auth.authenticate(request.headers.get("Authorization"))
-    principal.require("models_invoke")
+async def create_embeddings() -> Response:
+    p = principal()
     raw = await request.get_data(cache=False, as_text=False, parse_form_data=False)
     body = decode_json(raw)
     if not isinstance(body, dict):
@@ -68,12 +67,12 @@ async def create_embeddings(client: DeviceClient, auth: Authenticator) -> Respon
         raise errors.InvalidParams("encoding_format", INVALID,
                                    "encoding_format must be float or base64")
     texts = _texts(body)
-    known = await _embedding_models(client)
+    known = await _embedding_models(client())
     if model not in known:
         raise errors.NotFound(f"no embedding model {model!r}", code="model_not_found")
     try:
-        out = await client.call("embed", {"principal": principal.name,
-                                          "actions": list(principal.actions),
+        out = await client().call("embed", {"principal": p.name,
+                                            "actions": list(p.actions),
                                           "model": model, "texts": texts})
     except errors.InvalidInput as exc:   # the runtime's ``texts[i]`` is OpenAI's input
         field = str(exc.fields.get("field") or "")
@@ -92,3 +91,6 @@ async def create_embeddings(client: DeviceClient, auth: Authenticator) -> Respon
     tokens = sum(int(t) for t in out.get("tokens", []))
     return json_response({"object": "list", "data": data, "model": model,
                           "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}, 200)
+
+
+VIEWS = {"v1_embeddings": create_embeddings}
