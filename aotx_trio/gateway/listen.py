@@ -1,7 +1,9 @@
 """What the gateway asks of hypercorn below the app: a connection limit, no h2c unless
 configured, and hypercorn's own error answers in the error envelope.
 
-hypercorn (0.18) has no connection limit, accepts cleartext HTTP/2 (the
+hypercorn (0.18; pinned to that minor version in pyproject.toml, since
+nothing below is public API: tests/test_gateway_connections.py checks the swap
+takes effect) has no connection limit, accepts cleartext HTTP/2 (the
 ``PRI * HTTP/2.0`` preface and ``Upgrade: h2c``), and answers a request h11
 cannot parse with an empty 400.  Its trio worker builds one ``TCPServer`` per
 accepted connection and one ``H11Protocol`` per HTTP/1 connection, looked up
