@@ -135,7 +135,8 @@ async def test_unrouted_paths() -> None:
     r = await http.get(BASE + "/nowhere", headers=TOKEN)
     assert r.status_code == 404 and (await r.get_json())["error"]["code"] == "not_found"
     assert (await http.delete(BASE + "/spaces", headers=TOKEN)).status_code == 405
-    for path, code in (("/nowhere", None), ("/models/", "model_not_found"), ("/aliases/", "alias_unresolved"),
+    for path, code in (("/nowhere", None), ("/models/", "model_not_found"),
+                       ("/aliases/", "alias_unresolved"),
                        ("/scratch-sessions/a/b", "scratch_not_found"), ("/v1/nothing", None)):
         r = await http.get(path)
         assert r.status_code in (404, 405), path
