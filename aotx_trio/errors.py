@@ -1,4 +1,5 @@
-"""The exception tree of aotx-trio: every error class of the package lives here.
+"""The exception tree of aotx-trio: every exception class of the package lives here
+(the errors under :class:`AotxError`, the control-flow signals under :class:`Signal`).
 
 ::
 
@@ -34,6 +35,13 @@
     ├── ConfigError                  config_error         names the key              500
     └── NativeError                  any other native error (<0)                     500
         └── DiskError                disk_error           write / fsync failed       500
+
+    Signal                    not an error of a request: one function telling its caller
+    │                         something; never rendered, never an AotxError
+    ├── OutboundFailed        .reason: an outbound request got no status (pinned_http)
+    ├── ClientGone            the client left before its body arrived (gateway fast path)
+    ├── H2cRefused            the h2c preface was answered: close (gateway/listen.py)
+    └── LeaseLost             a webhook delivery lease passed on: take it again
 
 The number ending each line is the class's HTTP ``status`` (a class
 attribute); :func:`http_parts` is the one map from an error to (status, the
@@ -247,6 +255,33 @@ class NativeError(AotxError):
 
 class DiskError(NativeError):
     default_code = "disk_error"
+
+
+class Signal(Exception):
+    """Base of the control-flow exceptions: a function telling its caller something
+    (module docstring); no HTTP surface ever sees one."""
+
+
+class OutboundFailed(Signal):
+    """An outbound request (:mod:`aotx_trio.outbound.pinned_http`) got no status:
+    ``reason`` says why, safe to log (``timeout``, ``tls:<error>``,
+    ``connection:<error>``, ``address``); never the URL."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class ClientGone(Signal):
+    """The client went away before its request body arrived: nothing to answer."""
+
+
+class H2cRefused(Signal):
+    """The cleartext HTTP/2 preface was answered 505: close the connection."""
+
+
+class LeaseLost(Signal):
+    """This router no longer surely holds a webhook's delivery lease: take it again."""
 
 
 def by_name(kind: str) -> type[AotxError] | None:

@@ -106,3 +106,29 @@ def test_no_error_class_lives_outside_errors() -> None:
         for _, cls in inspect.getmembers(mod, inspect.isclass):
             if issubclass(cls, errors.AotxError):
                 assert cls.__module__ == "aotx_trio.errors", (mod.__name__, cls)
+
+
+def test_every_exception_class_is_defined_in_errors() -> None:
+    """No module but errors.py defines an exception class (control-flow signals
+    included: they are :class:`aotx_trio.errors.Signal`)."""
+    import ast
+    from pathlib import Path
+
+    package = Path(errors.__file__).parent
+    ours = {name for name, c in inspect.getmembers(errors, inspect.isclass)
+            if issubclass(c, BaseException)} | {"Exception", "BaseException"}
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        if path.name == "errors.py" and path.parent == package:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef):
+                bases = {b.id if isinstance(b, ast.Name) else
+                         b.attr if isinstance(b, ast.Attribute) else "" for b in node.bases}
+                if bases & ours:
+                    found.append(f"{path.relative_to(package)}: {node.name}")
+    assert not found, found
+    for cls in (errors.OutboundFailed, errors.ClientGone, errors.H2cRefused,
+                errors.LeaseLost):
+        assert issubclass(cls, errors.Signal) and not issubclass(cls, errors.AotxError)
+        assert f" {cls.__name__} " in (errors.__doc__ or "")

@@ -141,3 +141,34 @@ async def test_h2c_is_off_and_hypercorn_errors_carry_the_envelope(tmp_path: Path
         assert status == 400 and body["error"]["code"] == "bad_request"
         assert headers["content-type"] == "application/json"
         await s.aclose()
+
+
+def test_the_hypercorn_swap_takes_effect() -> None:
+    """gateway/listen.py puts its subclasses where hypercorn's trio worker looks them
+    up by name (hypercorn has no public setting for a connection limit, h2c off or its
+    own 400s' bodies); this fails when a hypercorn release moves those lookups (the
+    dependency is pinned to the tested minor version in pyproject.toml)."""
+    import hypercorn.protocol as hyper_protocol
+    import hypercorn.trio.run as hyper_run
+    from hypercorn.config import Config
+    from hypercorn.protocol import ProtocolWrapper
+    from hypercorn.protocol.h11 import H11Protocol
+    from hypercorn.trio.tcp_server import TCPServer
+
+    from aotx_trio.gateway import listen
+
+    hc = Config()
+    gate = listen.configure(hc, max_connections=3, h2c=False)
+    assert gate.limit == 3 and hc.aotx_gate is gate  # type: ignore[attr-defined]
+    assert hyper_run.TCPServer is listen._TCPServer
+    assert hyper_protocol.H11Protocol is listen._H11Protocol
+    assert issubclass(listen._TCPServer, TCPServer)
+    assert issubclass(listen._H11Protocol, H11Protocol)
+    # the lookups are global-name lookups in the functions that build them
+    assert "TCPServer" in hyper_run.worker_serve.__code__.co_names
+    assert "H11Protocol" in ProtocolWrapper.__init__.__code__.co_names
+    # and the overridden hooks still exist to be overridden
+    for name in ("_check_protocol", "_send_error_response", "handle"):
+        assert name in vars(H11Protocol), name
+    for name in ("run", "_read_data"):
+        assert name in vars(TCPServer), name

@@ -27,17 +27,17 @@ async def env(tmp_path: Path) -> Any:
 def test_match_takes_exactly_the_mutation_routes() -> None:
     assert match is routes_table.match      # one matcher, built from the one table
     for route in MUTATION_ROUTES:
-        path = BASE + route.rule.replace("<space>", "spc-x")
+        path = route.path.replace("<space>", "spc-x")
         found = match(path)
         assert found is not None and found[0] is route, path
     found = match(BASE + "/spaces/spc-x/members")
     assert found is not None
-    assert (found[0].kind, found[0].action, found[1]) == ("member.set", "shared_manage",
-                                                          {"space": "spc-x"})
+    assert (found[0].kind, found[0].actions, found[1]) == ("member.set", ("shared_manage",),
+                                                           {"space": "spc-x"})
     found = match(BASE + "/spaces/s/conversations")
     assert found is not None
-    assert (found[0].kind, found[0].action, found[1]) == ("conversation.create",
-                                                          "shared_write", {"space": "s"})
+    assert (found[0].kind, found[0].actions, found[1]) == ("conversation.create",
+                                                           ("shared_write",), {"space": "s"})
     for other in (BASE + "/participant/", BASE + "/spaces/", BASE + "/spaces//members",
                   BASE + "/spaces/a/b/members", BASE + "/spaces/a/members/", BASE + "/nowhere",
                   "/aotx/v1/sharedx/spaces", BASE + "/capabilities", BASE + "/spaces/members",

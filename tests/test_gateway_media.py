@@ -142,13 +142,14 @@ async def test_inputs_reference_only_their_own_media(tmp_path: Path) -> None:
 
 
 async def test_an_early_refusal_closes_the_connection(tmp_path: Path) -> None:
-    """A refusal answered before the body was read (here 403 on a 2 MiB chat body) says
-    Connection: close, so the client's next request gets a fresh connection instead of
-    waiting behind the unread bytes."""
+    """A refusal answered before the body was read (here 413 on a 2 MiB chat body: the
+    admit step checks the declared length before the action) says Connection: close,
+    so the client's next request gets a fresh connection instead of waiting behind the
+    unread bytes."""
     async with served(tmp_path, {"alice": ("shared_read",)}) as srv, httpx.AsyncClient(
             base_url=srv.url, timeout=10) as http:
         r = await http.post("/v1/chat/completions", content=b"\0" * (2 * 1024 * 1024),
                             headers=_auth("alice", "application/json"))
-        assert r.status_code == 403 and r.headers["connection"] == "close"
+        assert r.status_code == 413 and r.headers["connection"] == "close"
         r = await http.get(BASE + "/capabilities", headers=_auth("alice"))
         assert r.status_code == 200 and "connection" not in r.headers   # keep-alive stays

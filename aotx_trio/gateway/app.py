@@ -1,14 +1,17 @@
 """The gateway's QuartTrio app factory.
 
-:func:`create_app` wires the one device client, the authenticator, the body
-limit, the error envelope and the shared-conversations routes.  When the
+:func:`create_app` wires the one device client, the authenticator, the limits,
+and every route of the one table (:data:`aotx_trio.gateway.routes_table.ROUTES`,
+whose docstring explains the routes): one view per row, registered from the
+handler modules' ``VIEWS`` by endpoint, each behind the one admit step
+(``before_request``) and the one error renderer (the app's error handler, in the
+row's dialect).  When the
 client has a long-lived ``run(task_status=...)`` task (the socket transport),
 the app starts it in ``app.nursery`` before serving and only then accepts
 requests; quart-trio cancels that nursery at shutdown, so nothing is left
 running.
 
-The mutation routes (one table, :mod:`aotx_trio.gateway.routes_table`) are
-answered in front of Quart by :class:`aotx_trio.gateway.fast.FastMutations`
+The mutation rows are answered in front of Quart by :class:`aotx_trio.gateway.fast.FastMutations`
 (the same functions, so the same checks and the same bytes, far less CPU);
 ``fast_mutations=False`` leaves them to the Quart views generated from the
 same table.
@@ -16,7 +19,7 @@ same table.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 
 from quart import Response, g, request
 from quart_trio import QuartTrio
@@ -27,24 +30,30 @@ from aotx_trio.gateway import (
     chat,
     embeddings,
     media,
+    metrics,
     router_routes,
     shared_routes,
     webhook_routes,
 )
 from aotx_trio.gateway.auth import Authenticator, PrincipalEntry
 from aotx_trio.gateway.budget import BodyBudget
-from aotx_trio.gateway.errors import handle_any
+from aotx_trio.gateway.errors import respond
 from aotx_trio.gateway.fast import FastMutations
 from aotx_trio.gateway.framing import guard
-from aotx_trio.gateway.metrics import GatewayMetrics, metrics_response
-from aotx_trio.gateway.quota import V1_PREFIX, RateLimiter, take_v1
-from aotx_trio.gateway.routes_table import BASE, admit
+from aotx_trio.gateway.metrics import GatewayMetrics
+from aotx_trio.gateway.quota import RateLimiter
+from aotx_trio.gateway.routes_table import ROUTES, Admission, route_of, unrouted
 from aotx_trio.router.service import RouterService, Settings
 from aotx_trio.service.client import DeviceClient
 from aotx_trio.webhooks.service import WebhookService
 
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 DEFAULT_MAX_MEDIA_BYTES = 2 * 1024 * 1024
+
+#: every row's view, by endpoint (a test checks these are exactly the table's rows)
+VIEWS: dict[str, Callable[..., Awaitable[Response]]] = {
+    **shared_routes.VIEWS, **media.VIEWS, **chat.VIEWS, **embeddings.VIEWS,
+    **metrics.VIEWS, **router_routes.VIEWS, **webhook_routes.VIEWS}
 
 
 def create_app(client: DeviceClient, principals: Iterable[PrincipalEntry], *,
@@ -68,6 +77,8 @@ def create_app(client: DeviceClient, principals: Iterable[PrincipalEntry], *,
         AOTX_RETRY_AFTER_S=retry_after_s,
         AOTX_SSE_QUEUE_DEPTH=sse_queue_depth,
         AOTX_SSE_KEEPALIVE_S=sse_keepalive_s,
+        AOTX_ROUTER=router,
+        AOTX_WEBHOOKS=webhooks,
     )
     app.config["BODY_TIMEOUT"] = 30
     auth = Authenticator(principals)
@@ -93,16 +104,21 @@ def create_app(client: DeviceClient, principals: Iterable[PrincipalEntry], *,
         async def _start_webhooks() -> None:
             await app.nursery.start(webhooks.run)
 
+    admission = Admission(auth, {"requests": rate, "v1": v1_rate},
+                          {"body": max_body_bytes, "media": max_media_bytes})
+
     @app.before_request
-    async def _authenticate() -> None:
-        if request.path.startswith(V1_PREFIX):   # limits.v1_requests_per_second
-            take_v1(v1_rate, auth, request.headers.get("Authorization"))
-            return
-        if not request.path.startswith(BASE + "/") and request.path != BASE:
-            return
-        limit = max_media_bytes if request.path == media.PATH else max_body_bytes
-        g.principal = admit(auth, request.headers.get("Authorization"),
-                            request.content_length, limit, rate)
+    async def _admit() -> None:   # the one admit step of every row
+        route = route_of(request.endpoint, request.path)
+        if route is not None:
+            g.principal = admission(route, request.headers.get("Authorization"),
+                                    request.content_length)
+
+    @app.errorhandler(Exception)
+    async def _error(exc: Exception) -> Response:   # the one place errors are rendered
+        route = route_of(request.endpoint, request.path)
+        return respond(unrouted(exc, request.path), "shared" if route is None
+                       else route.dialect)
 
     @app.after_request
     async def _no_store(resp: Response) -> Response:
@@ -119,33 +135,13 @@ def create_app(client: DeviceClient, principals: Iterable[PrincipalEntry], *,
     own_metrics = GatewayMetrics()
     app.config["AOTX_METRICS"] = own_metrics
 
-    @app.post("/v1/chat/completions")
-    async def _chat() -> Response:
-        return await chat.chat_completions(client, auth)
-
-    @app.post("/v1/embeddings")
-    async def _embeddings() -> Response:
-        return await embeddings.create_embeddings(client, auth)
-
-    @app.get("/v1/models")
-    async def _models() -> Response:
-        return await chat.list_models(client, auth)
-
-    @app.get("/metrics")
-    async def _metrics() -> Response:
-        return await metrics_response(client, auth, request.headers.get("Authorization"),
-                                      own_metrics)
-
-    router_routes.mount(app, auth, router)
-    webhook_routes.mount(app, auth, webhooks)
-    app.register_error_handler(Exception, handle_any)
-    app.register_blueprint(shared_routes.bp)
-    app.add_url_rule(media.PATH, "media_upload", media.upload, methods=["POST"])
+    for route in ROUTES:
+        app.add_url_rule(route.path, route.endpoint, VIEWS[route.endpoint],
+                         methods=[route.method])
     if fast_mutations:
         app.asgi_app = app.config["AOTX_FAST"] = FastMutations(  # type: ignore[method-assign]
-            app.asgi_app, client, auth, max_body_bytes=max_body_bytes,
-            body_timeout=float(app.config["BODY_TIMEOUT"]), retry_after_s=retry_after_s,
-            rate=rate)
+            app.asgi_app, client, admission,
+            body_timeout=float(app.config["BODY_TIMEOUT"]), retry_after_s=retry_after_s)
     if body_budget is not None:
         app.asgi_app = BodyBudget(  # type: ignore[method-assign]
             app.asgi_app, budget=body_budget, max_body_bytes=max(max_body_bytes, max_media_bytes),

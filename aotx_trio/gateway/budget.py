@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aotx_trio import errors
-from aotx_trio.gateway.errors import error_parts
+from aotx_trio.gateway.errors import render
 from aotx_trio.gateway.fast import respond
 
 ASGIApp = Callable[[Any, Any, Any], Awaitable[None]]
@@ -58,7 +58,7 @@ class BodyBudget:
             exc = errors.NotReady(
                 "the gateway is buffering its limit of request bodies; try again shortly",
                 code="body_budget_exhausted", limit=self.budget)
-            status, body, headers = error_parts(exc, self.retry_after_s)
+            status, body, headers = render(exc, retry_after_s=self.retry_after_s)
             await respond(send, status, body, {**headers, "Connection": "close"})
             return
         self.reserved += need

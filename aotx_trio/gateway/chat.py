@@ -16,9 +16,11 @@ include_usage`` adds the usage chunk), ``max_tokens`` /
 (a string or up to 4), ``n`` = 1, and the sampling knobs the engine does not
 have only at their neutral values (``frequency_penalty``, ``presence_penalty``
 0).  Anything else that changes the answer (tools, logprobs, response_format,
-n > 1) is 400 naming the parameter: never silently ignored.  Errors keep the
-one envelope, with OpenAI's ``type`` and ``param`` added, so the official
-``openai`` client raises its usual exceptions.
+n > 1) is 400 naming the parameter: never silently ignored.  Errors are
+rendered in the ``openai`` dialect of :mod:`aotx_trio.gateway.errors` (the rule
+of an :class:`~aotx_trio.errors.InvalidParams` is OpenAI's ``code``:
+:data:`INVALID` or :data:`UNSUPPORTED`), so the official ``openai`` client
+raises its usual exceptions.
 """
 
 from __future__ import annotations
@@ -30,11 +32,11 @@ from typing import Any
 from quart import Response, current_app, request
 
 from aotx_trio import errors
-from aotx_trio.gateway.auth import Authenticator, Principal
-from aotx_trio.gateway.errors import dumps, json_response
+from aotx_trio.gateway.auth import Principal
+from aotx_trio.gateway.errors import dumps, event_body, json_response
 from aotx_trio.gateway.routes_table import decode_json
+from aotx_trio.gateway.shared_routes import client, principal
 from aotx_trio.gateway.streams import open_stream, sse_response
-from aotx_trio.service.client import DeviceClient
 
 #: Parameters that do not change the answer: accepted with any value.
 IGNORED = {"user", "metadata", "store", "stream_options"}
@@ -46,47 +48,33 @@ KNOWN = {"model", "messages", "stream", "max_tokens", "max_completion_tokens",
 #: The id of the runtime's embedding model in the OpenAI routes (the name the runtime's
 #: ``embed`` call answers with; capabilities names its weights file, also accepted).
 EMBEDDING_ID = "embedding"
+#: the rules of a wrong parameter here (OpenAI's error ``code``)
+INVALID, UNSUPPORTED = "invalid_parameter", "unsupported_parameter"
 FINISH = {"stop": "stop", "length": "length", "deadline_exceeded": "length",
           "cancelled": "stop", "error": "stop"}
 
 
-def _bad(message: str, param: str, code: str = "invalid_parameter") -> errors.BadRequest:
-    return errors.BadRequest(message, code=code, type="invalid_request_error", param=param)
-
-
-def _openai(exc: errors.AotxError) -> errors.AotxError:
-    """A runtime refusal in OpenAI's terms: bad parameters are 400, an unknown model is
-    404 ``model_not_found``."""
-    param = exc.fields.get("field")
-    if exc.code == "unknown_model":
-        return errors.NotFound(exc.message, code="model_not_found",
-                               type="invalid_request_error", param="model")
-    if isinstance(exc, errors.InvalidInput):
-        return _bad(exc.message, str(param or ""), exc.code)
-    return exc
-
-
-def _params(principal: Principal, body: Any) -> tuple[dict[str, Any], bool, bool]:
+def _params(caller: Principal, body: Any) -> tuple[dict[str, Any], bool, bool]:
     """(the chat.generate params, stream?, include usage?) of a request body."""
     if not isinstance(body, dict):
-        raise _bad("the body must be a JSON object", "")
+        raise errors.InvalidParams("", INVALID, "the body must be a JSON object")
     for key, value in body.items():
         if key not in KNOWN:
-            raise _bad(f"unsupported parameter {key!r}", key, "unsupported_parameter")
+            raise errors.InvalidParams(key, UNSUPPORTED, f"unsupported parameter {key!r}")
         if key in NEUTRAL and value not in (None, NEUTRAL[key]):
-            raise _bad(f"{key} is not supported (only {NEUTRAL[key]!r})", key,
-                       "unsupported_parameter")
+            raise errors.InvalidParams(key, UNSUPPORTED,
+                                       f"{key} is not supported (only {NEUTRAL[key]!r})")
     if body.get("n", 1) != 1:
-        raise _bad("n must be 1", "n", "unsupported_parameter")
+        raise errors.InvalidParams("n", UNSUPPORTED, "n must be 1")
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
-        raise _bad("stream must be a boolean", "stream")
+        raise errors.InvalidParams("stream", INVALID, "stream must be a boolean")
     options = body.get("stream_options") or {}
     usage = isinstance(options, dict) and options.get("include_usage") is True
     stop = body.get("stop")
     stops = [stop] if isinstance(stop, str) else (stop or [])
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
-    params = {"principal": principal.name, "actions": list(principal.actions),
+    params = {"principal": caller.name, "actions": list(caller.actions),
               "model": body.get("model"), "messages": body.get("messages"),
               "max_tokens": max_tokens, "temperature": body.get("temperature"),
               "top_p": body.get("top_p"), "seed": body.get("seed"), "stop": stops}
@@ -110,16 +98,11 @@ def _chunk(cid: str, created: int, model: str, delta: dict[str, Any] | None,
     return _data(doc)
 
 
-async def chat_completions(client: DeviceClient, auth: Authenticator) -> Response:
-    principal = auth.authenticate(request.headers.get("Authorization"))
-    principal.require("models_invoke")
+async def chat_completions() -> Response:
     raw = await request.get_data(cache=False, as_text=False, parse_form_data=False)
-    params, stream, with_usage = _params(principal, decode_json(raw))
+    params, stream, with_usage = _params(principal(), decode_json(raw))
     depth = int(current_app.config.get("AOTX_SSE_QUEUE_DEPTH", 256))
-    try:
-        opened, receive = await open_stream(client, "chat.generate", params, depth)
-    except errors.AotxError as exc:
-        raise _openai(exc) from exc
+    opened, receive = await open_stream(client(), "chat.generate", params, depth)
     cid, model, created = f"chatcmpl-{opened['id']}", str(opened["model"]), int(time.time())
 
     if not stream:
@@ -128,7 +111,7 @@ async def chat_completions(client: DeviceClient, auth: Authenticator) -> Respons
         async with receive:
             async for kind, value in receive:
                 if kind == "error":
-                    raise _openai(value)
+                    raise value
                 if kind == "item" and "text" in value:
                     parts.append(value["text"])
                 elif kind == "item":
@@ -145,7 +128,7 @@ async def chat_completions(client: DeviceClient, auth: Authenticator) -> Respons
             yield _chunk(cid, created, model, {"role": "assistant", "content": ""}, None)
             async for kind, value in receive:
                 if kind == "error":
-                    yield _data(_openai(value).envelope())
+                    yield _data(event_body(value, "openai"))
                     break
                 if kind == "item" and "text" in value:
                     yield _chunk(cid, created, model, {"content": value["text"]}, None)
@@ -159,12 +142,12 @@ async def chat_completions(client: DeviceClient, auth: Authenticator) -> Respons
     return sse_response(body())
 
 
-async def list_models(client: DeviceClient, auth: Authenticator) -> Response:
-    principal = auth.authenticate(request.headers.get("Authorization"))
-    if "models_read" not in principal.actions:
-        principal.require("models_invoke")
-    caps = await client.capabilities()
+async def list_models() -> Response:
+    caps = await client().capabilities()
     data = [{"id": m["name"] if m.get("kind") == "text" else EMBEDDING_ID, "object": "model",
              "created": 0, "owned_by": "aotx"}
             for m in caps.get("models", []) if m.get("ready")]   # text and embedding
     return json_response({"object": "list", "data": data}, 200)
+
+
+VIEWS = {"v1_chat": chat_completions, "v1_models": list_models}

@@ -21,10 +21,10 @@ import numpy as np
 from quart import Response, request
 
 from aotx_trio import errors
-from aotx_trio.gateway.auth import Authenticator
-from aotx_trio.gateway.chat import EMBEDDING_ID, _bad, _openai
+from aotx_trio.gateway.chat import EMBEDDING_ID, INVALID, UNSUPPORTED
 from aotx_trio.gateway.errors import json_response
 from aotx_trio.gateway.routes_table import decode_json
+from aotx_trio.gateway.shared_routes import client, principal
 from aotx_trio.service.client import DeviceClient
 
 KNOWN = {"model", "input", "encoding_format", "dimensions", "user"}
@@ -36,8 +36,8 @@ def _texts(body: dict[str, Any]) -> list[str]:
     texts = [raw] if isinstance(raw, str) else raw
     if not isinstance(texts, list) or not 1 <= len(texts) <= MAX_INPUTS or \
             not all(isinstance(t, str) for t in texts):
-        raise _bad(f"input must be a string or a list of 1..{MAX_INPUTS} strings (token "
-                   "ids are not supported)", "input")
+        raise errors.InvalidParams("input", INVALID, "input must be a string or a list of "
+                                   f"1..{MAX_INPUTS} strings (token ids are not supported)")
     return texts
 
 
@@ -50,42 +50,39 @@ async def _embedding_models(client: DeviceClient) -> set[str]:
     return names | {EMBEDDING_ID} if names else set()
 
 
-async def create_embeddings(client: DeviceClient, auth: Authenticator) -> Response:
-    principal = auth.authenticate(request.headers.get("Authorization"))
-    principal.require("models_invoke")
+async def create_embeddings() -> Response:
+    p = principal()
     raw = await request.get_data(cache=False, as_text=False, parse_form_data=False)
     body = decode_json(raw)
     if not isinstance(body, dict):
-        raise _bad("the body must be a JSON object", "")
+        raise errors.InvalidParams("", INVALID, "the body must be a JSON object")
     for key in body:
         if key not in KNOWN:
-            raise _bad(f"unsupported parameter {key!r}", key, "unsupported_parameter")
+            raise errors.InvalidParams(key, UNSUPPORTED, f"unsupported parameter {key!r}")
     model = body.get("model")
     if not isinstance(model, str) or not model:
-        raise _bad("model must be a string", "model")
+        raise errors.InvalidParams("model", INVALID, "model must be a string")
     fmt = body.get("encoding_format") or "float"
     if fmt not in ("float", "base64"):
-        raise _bad("encoding_format must be float or base64", "encoding_format")
+        raise errors.InvalidParams("encoding_format", INVALID,
+                                   "encoding_format must be float or base64")
     texts = _texts(body)
-    known = await _embedding_models(client)
+    known = await _embedding_models(client())
     if model not in known:
-        raise errors.NotFound(f"no embedding model {model!r}", code="model_not_found",
-                              type="invalid_request_error", param="model")
+        raise errors.NotFound(f"no embedding model {model!r}", code="model_not_found")
     try:
-        out = await client.call("embed", {"principal": principal.name,
-                                          "actions": list(principal.actions),
+        out = await client().call("embed", {"principal": p.name,
+                                            "actions": list(p.actions),
                                           "model": model, "texts": texts})
-    except errors.InvalidInput as exc:
+    except errors.InvalidInput as exc:   # the runtime's ``texts[i]`` is OpenAI's input
         field = str(exc.fields.get("field") or "")
-        raise _bad(exc.message, "input" if field.startswith("texts") else field,
-                   exc.code) from exc
-    except errors.AotxError as exc:
-        raise _openai(exc) from exc
+        raise errors.InvalidParams("input" if field.startswith("texts") else field,
+                                   exc.code, exc.message) from exc
     dim = int(out["dim"])
     dims = body.get("dimensions")
     if dims is not None and dims != dim:
-        raise _bad(f"dimensions must be {dim} (the model's own)", "dimensions",
-                   "unsupported_parameter")
+        raise errors.InvalidParams("dimensions", UNSUPPORTED,
+                                   f"dimensions must be {dim} (the model's own)")
     data = []
     for i, b64 in enumerate(out["vectors_b64"]):
         vec: Any = b64 if fmt == "base64" else \
@@ -94,3 +91,6 @@ async def create_embeddings(client: DeviceClient, auth: Authenticator) -> Respon
     tokens = sum(int(t) for t in out.get("tokens", []))
     return json_response({"object": "list", "data": data, "model": model,
                           "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}, 200)
+
+
+VIEWS = {"v1_embeddings": create_embeddings}

@@ -1,18 +1,36 @@
-"""The one error envelope renderer of the gateway.
+"""The gateway's one error renderer: :func:`render` ``(exc, dialect) -> (status, body,
+headers)``, applied once, at the edge (the app's error handler, the ASGI fast path,
+the body budget), in the dialect of the route (its row of the route table).
 
-Every error on every route, including Quart's own 404/405/413/500, leaves as
-``{"error": {"code": "<snake_case>", "message": "...", ...fields}}`` with
-``Cache-Control: no-store``.  Status, code and headers of our own errors come
-from the one map :func:`aotx_trio.errors.http_parts` (every 429 and 503 with
-``Retry-After`` from ``limits.retry_after_s``); werkzeug's own HTTP
-exceptions are translated by :func:`http_error_parts`.
+Handlers raise; they never build an error body.  A caller's wrong field is
+:class:`aotx_trio.errors.InvalidParams` ``(param, rule, message)`` on every surface.
+Every error leaves with ``Cache-Control: no-store``; the dialects:
+
+* ``shared`` (the shared API, media, metrics, the router's reads, webhooks):
+  ``{"error": {"code": "<snake_case>", "message": "...", ...fields}}``.  Status,
+  code and headers of our own errors come from the one map
+  :func:`aotx_trio.errors.http_parts` (every 429 and 503 with ``Retry-After`` from
+  ``limits.retry_after_s``); werkzeug's own HTTP exceptions (Quart's
+  404/405/413/...) are translated by :func:`http_error_parts`; anything else is a
+  logged 500 ``internal_error``.
+* ``router`` (the serving router's invoke routes): the shared envelope with
+  ``"ok": false`` first.
+* ``openai`` (``/v1``): a wrong field (``InvalidParams``, or the runtime's
+  ``InvalidInput`` naming a ``field``) is 400 ``{"error": {"code", "message",
+  "type": "invalid_request_error", "param"}}`` (``code`` is the rule, or the
+  runtime's code); an unknown model is 404 ``model_not_found`` with ``param:
+  "model"``; everything else is the shared envelope.  The official ``openai``
+  client raises its usual exceptions on these.
+
+A stream's error event carries :func:`event_body` (the dialect's body without the
+HTTP-only ``retry_after``).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from typing import Any
+from typing import Any, Literal
 
 from quart import Response, current_app, has_app_context
 from werkzeug.exceptions import HTTPException
@@ -49,26 +67,54 @@ def json_response(body: Any, status: int, headers: dict[str, str] | None = None)
     return resp
 
 
-def error_parts(exc: errors.AotxError, retry_after_s: int = DEFAULT_RETRY_AFTER_S,
-                ) -> tuple[int, dict[str, Any], dict[str, str]]:
-    """(status, envelope, extra headers) of an error: :func:`aotx_trio.errors.http_parts`
-    with the configured ``limits.retry_after_s``; shared by :func:`render` and the ASGI
-    fast path (aotx_trio.gateway.fast)."""
-    return errors.http_parts(exc, retry_after_s)
+Dialect = Literal["shared", "router", "openai"]
+Parts = tuple[int, dict[str, Any], dict[str, str]]
+
+INTERNAL_ERROR: dict[str, Any] = {"error": {"code": "internal_error",
+                                           "message": "internal error; see the gateway log"}}
 
 
-def render(exc: errors.AotxError) -> Response:
-    retry = current_app.config.get("AOTX_RETRY_AFTER_S", DEFAULT_RETRY_AFTER_S) \
-        if has_app_context() else DEFAULT_RETRY_AFTER_S
-    status, body, headers = error_parts(exc, retry)
-    return json_response(body, status, headers)
+def _openai(exc: errors.AotxError) -> tuple[int, dict[str, Any]] | None:
+    """The OpenAI form of a wrong field or an unknown model (None: the shared one)."""
+    if exc.code in ("unknown_model", "model_not_found"):   # the runtime's, or ours
+        return 404, {"error": {"code": "model_not_found", "message": exc.message,
+                               "type": "invalid_request_error", "param": "model"}}
+    if isinstance(exc, errors.InvalidParams):
+        code, param = str(exc.fields["rule"]), str(exc.fields["param"])
+    elif isinstance(exc, errors.InvalidInput):
+        code, param = exc.code, str(exc.fields.get("field") or "")
+    else:
+        return None
+    return 400, {"error": {"code": code, "message": exc.message,
+                           "type": "invalid_request_error", "param": param}}
 
 
-def http_error_parts(exc: HTTPException, limit: tuple[Any] | None = None,
-                     ) -> tuple[int, dict[str, Any], dict[str, str]]:
-    """(status, envelope, extra headers) of a werkzeug HTTP exception; ``limit``, when
-    given, is the 1-tuple of the body limit a 413 names.  Shared by :func:`render_http`
-    and the fast path."""
+def render(exc: BaseException, dialect: Dialect = "shared",
+           retry_after_s: int = DEFAULT_RETRY_AFTER_S, limit: int | None = None) -> Parts:
+    """(status, body, extra headers) of any exception in ``dialect``; ``limit`` is the
+    body limit a werkzeug 413 names."""
+    if isinstance(exc, errors.AotxError):
+        own = _openai(exc) if dialect == "openai" else None
+        status, body, headers = (*own, {}) if own else errors.http_parts(exc, retry_after_s)
+    elif isinstance(exc, HTTPException):
+        status, body, headers = http_error_parts(exc, limit)
+    else:
+        log.error("unhandled error", exc_info=exc)
+        return 500, INTERNAL_ERROR, {}
+    if dialect == "router":
+        body = {"ok": False, **body}
+    return status, body, headers
+
+
+def event_body(exc: errors.AotxError, dialect: Dialect = "shared") -> dict[str, Any]:
+    """The error body a stream ends with (no HTTP: no ``retry_after``)."""
+    own = _openai(exc) if dialect == "openai" else None
+    return own[1] if own else exc.envelope()
+
+
+def http_error_parts(exc: HTTPException, limit: int | None = None) -> Parts:
+    """(status, envelope, extra headers) of a werkzeug HTTP exception; ``limit`` is the
+    body limit a 413 names."""
     status = exc.code or 500
     code = _HTTP_CODES.get(status, f"http_{status}")
     message = {
@@ -78,7 +124,7 @@ def http_error_parts(exc: HTTPException, limit: tuple[Any] | None = None,
     }.get(status, exc.description or exc.name)
     body: dict[str, Any] = {"code": code, "message": message}
     if status == 413 and limit is not None:
-        body["limit"] = limit[0]
+        body["limit"] = limit
     headers: dict[str, str] = {}
     if status == 405:
         allow = getattr(exc, "valid_methods", None)
@@ -87,25 +133,11 @@ def http_error_parts(exc: HTTPException, limit: tuple[Any] | None = None,
     return status, {"error": body}, headers
 
 
-def render_http(exc: HTTPException) -> Response:
-    limit = (current_app.config.get("MAX_CONTENT_LENGTH"),) if has_app_context() else None
-    status, body, headers = http_error_parts(exc, limit)
+def respond(exc: BaseException, dialect: Dialect = "shared") -> Response:
+    """:func:`render` as a Quart response, with the app's ``limits.retry_after_s`` and
+    body limit."""
+    config = current_app.config if has_app_context() else {}
+    status, body, headers = render(
+        exc, dialect, int(config.get("AOTX_RETRY_AFTER_S", DEFAULT_RETRY_AFTER_S)),
+        config.get("MAX_CONTENT_LENGTH"))
     return json_response(body, status, headers)
-
-
-INTERNAL_ERROR: dict[str, Any] = {"error": {"code": "internal_error",
-                                           "message": "internal error; see the gateway log"}}
-
-
-def render_unexpected(exc: BaseException) -> Response:
-    log.error("unhandled error", exc_info=exc)
-    return json_response(INTERNAL_ERROR, 500)
-
-
-async def handle_any(exc: Exception) -> Response:
-    """The app's single error handler (registered for ``Exception``)."""
-    if isinstance(exc, errors.AotxError):
-        return render(exc)
-    if isinstance(exc, HTTPException):
-        return render_http(exc)
-    return render_unexpected(exc)

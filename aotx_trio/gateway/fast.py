@@ -3,15 +3,15 @@
 A mutation through Quart costs a request context, the before/after-request
 hooks, URL routing, a ``Request`` and a ``Response`` object; together more CPU
 than the device and the journal spend on it.  :class:`FastMutations` wraps
-the app's ``asgi_app`` and answers ``POST`` on exactly the rows of
-:data:`aotx_trio.gateway.routes_table.MUTATION_ROUTES` itself, running the
-same functions as the Quart views generated from that table
-(:func:`~aotx_trio.gateway.routes_table.admit`,
+the app's ``asgi_app`` and answers ``POST`` on exactly the mutation rows of
+:data:`aotx_trio.gateway.routes_table.ROUTES` itself, running the same
+functions as the Quart views generated from that table (the app's
+:class:`~aotx_trio.gateway.routes_table.Admission`,
 :func:`~aotx_trio.gateway.routes_table.submit`,
 :func:`~aotx_trio.gateway.routes_table.encode`), so the checks, their order
-and the bytes out are the same: 401, 413, 403, 400, 422, then submit and wait
-for the save (202 or 200), errors in the envelope of
-:mod:`aotx_trio.gateway.errors`.
+and the bytes out are the same: 401, 429, 413, 403, 400, 422, then submit and
+wait for the save (202 or 200), errors rendered by
+:func:`aotx_trio.gateway.errors.render` in the row's dialect.
 
 What is the fast path's own is the ASGI transport: the headers read from the
 scope, the body read from ``receive``.  A body without ``Content-Length``
@@ -24,21 +24,16 @@ Quart unchanged.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import trio
-from werkzeug.exceptions import HTTPException, RequestEntityTooLarge, RequestTimeout
+from werkzeug.exceptions import RequestEntityTooLarge, RequestTimeout
 
-from aotx_trio import errors
-from aotx_trio.gateway.auth import Authenticator
-from aotx_trio.gateway.errors import INTERNAL_ERROR, error_parts, http_error_parts
-from aotx_trio.gateway.quota import RateLimiter
-from aotx_trio.gateway.routes_table import MutationRoute, admit, encode, match, submit
+from aotx_trio.errors import ClientGone
+from aotx_trio.gateway.errors import render
+from aotx_trio.gateway.routes_table import Admission, Route, encode, match, submit
 from aotx_trio.service.client import DeviceClient
-
-log = logging.getLogger("aotx.gateway")
 
 # ASGI (Quart's own asgi_app has its typed-dict signature; these are the loose forms)
 Scope = Any
@@ -50,14 +45,11 @@ ASGIApp = Callable[[Any, Any, Any], Awaitable[None]]
 class FastMutations:
     """ASGI middleware: the mutation routes without Quart (see the module doc)."""
 
-    def __init__(self, app: ASGIApp, client: DeviceClient, auth: Authenticator, *,
-                 max_body_bytes: int, body_timeout: float = 30.0,
-                 retry_after_s: int = 1, rate: RateLimiter | None = None) -> None:
+    def __init__(self, app: ASGIApp, client: DeviceClient, admission: Admission, *,
+                 body_timeout: float = 30.0, retry_after_s: int = 1) -> None:
         self.app = app
-        self.rate = rate
         self.client = client
-        self.auth = auth
-        self.max_body_bytes = max_body_bytes
+        self.admission = admission
         self.retry_after_s = retry_after_s
         self.body_timeout = body_timeout
         self.answered = 0   # requests this path answered itself (tests, diagnostics)
@@ -88,19 +80,15 @@ class FastMutations:
         if length is not None and length < 0:
             await self.app(scope, receive, send)   # odd Content-Length: Quart decides
             return
-        body_in = _Body(receive, self.max_body_bytes, self.body_timeout, length)
+        limit = self.admission.limits[found[0].body]
+        body_in = _Body(receive, limit, self.body_timeout, length)
         try:
             status, body, headers = await self._mutate(found, authorization, length,
                                                        body_in.read)
-        except _Disconnected:
+        except ClientGone:
             return
-        except errors.AotxError as exc:
-            status, body, headers = error_parts(exc, self.retry_after_s)
-        except HTTPException as exc:   # what Quart raises while reading a body
-            status, body, headers = http_error_parts(exc, (self.max_body_bytes,))
-        except Exception as exc:
-            log.error("unhandled error", exc_info=exc)
-            status, body, headers = 500, INTERNAL_ERROR, {}
+        except Exception as exc:   # ours, or what Quart raises while reading a body
+            status, body, headers = render(exc, found[0].dialect, self.retry_after_s, limit)
         if (length or chunked) and not body_in.complete:
             # answered before the body was read: close after this response (as the
             # Quart path does), the unread bytes cannot carry another request
@@ -109,12 +97,12 @@ class FastMutations:
         self.queued_bodies += body_in.queued
         await respond(send, status, body, headers)
 
-    async def _mutate(self, found: tuple[MutationRoute, dict[str, str]],
+    async def _mutate(self, found: tuple[Route, dict[str, str]],
                       authorization: str | None, length: int | None,
                       read_body: Callable[[], Awaitable[bytes]],
                       ) -> tuple[int, dict[str, Any] | bytes, dict[str, str]]:
         route, params = found
-        principal = admit(self.auth, authorization, length, self.max_body_bytes, self.rate)
+        principal = self.admission(route, authorization, length)
         return await submit(self.client, principal, route, params, read_body)
 
 
@@ -163,7 +151,7 @@ class _Body:
 
     def _take(self, message: Any, chunks: list[bytes]) -> None:
         if message["type"] != "http.request":
-            raise _Disconnected
+            raise ClientGone
         chunk = message.get("body", b"")
         self._size += len(chunk)
         if self._size > self.max_bytes:   # no Content-Length said so up front
@@ -172,10 +160,6 @@ class _Body:
         # the declared length has arrived: the server (h11 keeps the framing) has
         # nothing after it but the end of the body
         self.complete = not message.get("more_body", False) or self._size == self.length
-
-
-class _Disconnected(Exception):
-    """The client went away before its body arrived: nothing to answer."""
 
 
 async def respond(send: Send, status: int, body: Any, headers: dict[str, str]) -> None:

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from aotx_trio import errors
-from aotx_trio.gateway.errors import error_parts
+from aotx_trio.gateway.errors import render
 from aotx_trio.gateway.fast import respond
 
 ASGIApp = Callable[[Any, Any, Any], Awaitable[None]]
@@ -31,7 +31,7 @@ def guard(app: ASGIApp) -> Callable[[Any, Any, Any], Coroutine[Any, Any, None]]:
             exc = errors.BadRequest("a request may carry Content-Length or "
                                     "Transfer-Encoding, once, not both",
                                     code="ambiguous_framing")
-            status, body, headers = error_parts(exc)
+            status, body, headers = render(exc)
             await respond(send, status, body, {**headers, "Connection": "close"})
             return
         await app(scope, receive, send)

@@ -1,7 +1,9 @@
 """What the gateway asks of hypercorn below the app: a connection limit, no h2c unless
 configured, and hypercorn's own error answers in the error envelope.
 
-hypercorn (0.18) has no connection limit, accepts cleartext HTTP/2 (the
+hypercorn (0.18; pinned to that minor version in pyproject.toml, since
+nothing below is public API: tests/test_gateway_connections.py checks the swap
+takes effect) has no connection limit, accepts cleartext HTTP/2 (the
 ``PRI * HTTP/2.0`` preface and ``Upgrade: h2c``), and answers a request h11
 cannot parse with an empty 400.  Its trio worker builds one ``TCPServer`` per
 accepted connection and one ``H11Protocol`` per HTTP/1 connection, looked up
@@ -36,6 +38,7 @@ from hypercorn.config import Config as HyperConfig
 from hypercorn.protocol.h11 import H11Protocol
 from hypercorn.trio.tcp_server import TCPServer
 
+from aotx_trio.errors import H2cRefused
 from aotx_trio.gateway.errors import dumps
 
 log = logging.getLogger("aotx.gateway")
@@ -134,12 +137,12 @@ class _H11Protocol(H11Protocol):
         # PRI reaches no route); an Upgrade: h2c header is simply not acted on
         if event.method == b"PRI" and event.target == b"*":
             await self._send_error_response(505)
-            raise _Refused
+            raise H2cRefused
 
     async def handle(self, event: Any) -> None:
         try:
             await super().handle(event)
-        except _Refused:
+        except H2cRefused:
             from hypercorn.events import Closed
             await self.send(Closed())
 
@@ -154,10 +157,6 @@ class _H11Protocol(H11Protocol):
         await self._send_h11_event(h11.Response(status_code=status_code, headers=headers))
         await self._send_h11_event(h11.Data(data=body))
         await self._send_h11_event(h11.EndOfMessage())
-
-
-class _Refused(Exception):
-    """The h2c preface was answered: close the connection."""
 
 
 def install() -> None:

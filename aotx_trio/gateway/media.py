@@ -13,15 +13,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from quart import Response, current_app, g, request
+from quart import Response, current_app, request
 from quart_trio.wrappers import TrioRequest
 from werkzeug.exceptions import RequestEntityTooLarge
 
 from aotx_trio import errors
-from aotx_trio.gateway.auth import Principal
 from aotx_trio.gateway.errors import json_response
 from aotx_trio.gateway.routes_table import BASE
-from aotx_trio.service.client import DeviceClient
+from aotx_trio.gateway.shared_routes import client, principal
 from aotx_trio.vocab import media_kind
 
 PATH = BASE + "/media"
@@ -40,8 +39,8 @@ def request_class(max_media_bytes: int) -> type[TrioRequest]:
 
 
 async def upload() -> Response:
-    principal: Principal = g.principal
-    principal.require("shared_write")
+    """The view of ``media_upload`` (the admit step checked ``shared_write``)."""
+    p = principal()
     content_type = request.headers.get("Content-Type", "")
     if media_kind(content_type) is None:           # 422 before the body is read
         raise errors.InvalidInput("Content-Type must be image/* or audio/*",
@@ -53,7 +52,9 @@ async def upload() -> Response:
         raise errors.BodyTooLarge(f"media over the limit of {limit} bytes",
                                   limit=limit) from None
     assert isinstance(data, bytes)
-    client: DeviceClient = current_app.config["AOTX_CLIENT"]
-    out = await client.media_put(principal.name, principal.actions, content_type, data)
+    out = await client().media_put(p.name, p.actions, content_type, data)
     return json_response(out["media"], 201 if out["created"] else 200)
+
+
+VIEWS = {"media_upload": upload}
 

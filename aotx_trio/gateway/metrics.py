@@ -32,9 +32,8 @@ from prometheus_client.core import (
     Metric,
 )
 from prometheus_client.registry import Collector
-from quart import Response
+from quart import Response, current_app
 
-from aotx_trio.gateway.auth import Authenticator
 from aotx_trio.service.client import DeviceClient
 from aotx_trio.vocab import BASE_PATH
 
@@ -191,10 +190,8 @@ def _histogram(name: str, help_: str, h: dict[str, Any]) -> HistogramMetricFamil
     return fam
 
 
-async def metrics_response(client: DeviceClient, auth: Authenticator,
-                           authorization: str | None, own: GatewayMetrics) -> Response:
-    """The ``/metrics`` page (401 without a token, 403 without ``metrics_read``)."""
-    auth.authenticate(authorization).require("metrics_read")
+async def metrics_response(client: DeviceClient, own: GatewayMetrics) -> Response:
+    """The ``/metrics`` page (after the admit step: ``metrics_read``)."""
     snap: dict[str, Any] = await client.call("metrics", {})
     runtime = CollectorRegistry()
     runtime.register(_Snapshot(snap))
@@ -202,3 +199,11 @@ async def metrics_response(client: DeviceClient, auth: Authenticator,
     resp = Response(body, status=200, content_type=CONTENT_TYPE)
     resp.headers["Cache-Control"] = "no-store"
     return resp
+
+
+async def _view() -> Response:
+    return await metrics_response(current_app.config["AOTX_CLIENT"],
+                                  current_app.config["AOTX_METRICS"])
+
+
+VIEWS = {"metrics": _view}

@@ -1,19 +1,20 @@
 """Per-principal request rate: a token bucket per principal (429 ``over_quota``).
 
 ``limits.requests_per_second`` tokens flow into each principal's bucket, which
-holds at most ``limits.request_burst``; every authenticated request of the
-shared API takes one (:func:`aotx_trio.gateway.routes_table.admit`, which both
-the Quart path and the ASGI fast path call, so both meet the same check).  An
-empty bucket is 429 ``over_quota`` (``quota: "requests"``) with
-``Retry-After`` = the seconds until the next token, rounded up.  Buckets exist
-only for configured principals (a request is authenticated first), so memory
-is bounded by the configuration.  A rate of 0 turns the limit off.
+holds at most ``limits.request_burst``; every authenticated request of every
+route (the shared API, media, metrics, the router, webhooks) takes one, in the
+one admit step (:class:`aotx_trio.gateway.routes_table.Admission`, which both the
+Quart path and the ASGI fast path run).  An empty bucket is 429 ``over_quota``
+(``quota: "requests"``) with ``Retry-After`` = the seconds until the next token,
+rounded up.  Buckets exist only for configured principals (a request is
+authenticated first), so memory is bounded by the configuration.  A rate of 0
+turns the limit off.
 
 The OpenAI-compatible routes (``/v1/chat/completions``, ``/v1/embeddings``,
 ``/v1/models``) draw from a bucket of their own (``limits.v1_requests_per_second``,
-``limits.v1_request_burst``; ``quota: "v1_requests"``), taken by :func:`take_v1`
-before the route runs: a generation costs far more than a shared-API read, so
-its rate is set apart.
+``limits.v1_request_burst``; ``quota: "v1_requests"``; the ``v1`` bucket of their
+rows): a generation costs far more than a shared-API read, so its rate is set
+apart.
 
 The receipt, space, conversation, member-row and media-bytes quotas are the
 runtime's (:mod:`aotx_trio.runtime.quota`): it holds the counts.
@@ -26,9 +27,6 @@ import time
 from collections.abc import Callable
 
 from aotx_trio import errors
-from aotx_trio.gateway.auth import Authenticator
-
-V1_PREFIX = "/v1/"
 
 
 class RateLimiter:
@@ -57,15 +55,3 @@ class RateLimiter:
                 retry_after=wait)
         self._buckets[name] = (tokens - 1.0, now)
 
-
-def take_v1(rate: RateLimiter | None, auth: Authenticator, authorization: str | None) -> None:
-    """One request of a ``/v1/*`` route from the principal its token names (429
-    ``over_quota`` when its bucket is empty); a request without a valid token is
-    left to the route, which answers 401 itself."""
-    if rate is None or rate.rate <= 0:
-        return
-    try:
-        principal = auth.authenticate(authorization)
-    except errors.Unauthorized:
-        return
-    rate.take(principal.name)

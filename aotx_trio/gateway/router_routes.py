@@ -3,12 +3,14 @@
 ``GET /models``, ``GET /models/{id-or-alias}`` (slashes allowed), ``POST
 /models/{id-or-alias}/invoke``, ``GET /aliases/{name}``, ``GET
 /scratch-sessions[?active=]``, ``GET /scratch-sessions/{uuid}``, ``POST
-/scratch-sessions/{uuid}/invoke``.  Bearer auth on every route: ``models_read``
-for the reads, ``models_invoke`` for the invokes (403 ``forbidden`` without
-it).  What each answers is :class:`aotx_trio.router.service.RouterService`'s;
-here only HTTP: query strings, the body, and the one error envelope, with
-``"ok": false`` added on the invoke routes.  A gateway without a ``store``
-answers every route 503 ``not_ready`` (``missing: ["store"]``).
+/scratch-sessions/{uuid}/invoke``: rows of
+:data:`aotx_trio.gateway.routes_table.ROUTES`, whose admit step checks the token,
+the rate and ``models_read`` for the reads, ``models_invoke`` for the invokes (403
+``forbidden`` without it).  What each answers is
+:class:`aotx_trio.router.service.RouterService`'s; here only HTTP: query strings
+and the body.  Errors leave in the rows' dialects (the invokes' ``router``:
+``"ok": false`` added; :mod:`aotx_trio.gateway.errors`).  A gateway without a
+``store`` answers every route 503 ``not_ready`` (``missing: ["store"]``).
 """
 
 from __future__ import annotations
@@ -17,13 +19,11 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from quart import Response, current_app, request
-from quart_trio import QuartTrio
-from werkzeug.exceptions import HTTPException, NotFound
 
 from aotx_trio import errors
-from aotx_trio.gateway.auth import Authenticator, Principal
-from aotx_trio.gateway.errors import error_parts, handle_any, http_error_parts, json_response
+from aotx_trio.gateway.errors import json_response
 from aotx_trio.gateway.routes_table import decode_json
+from aotx_trio.gateway.shared_routes import principal
 from aotx_trio.registry.records import check_key
 from aotx_trio.router.dispatch import Caller
 from aotx_trio.router.service import RouterService
@@ -31,25 +31,33 @@ from aotx_trio.router.service import RouterService
 SHOWN = 80
 
 
-def _bad(message: str, param: str, rule: str) -> errors.InvalidInput:
-    return errors.InvalidInput(message, code="invalid_params", param=param, rule=rule)
-
-
-def _envelope(exc: errors.AotxError) -> errors.InvalidInput:
-    """A body that is not JSON (or breaks the JSON bounds) is a transport-envelope
-    violation: 422 ``invalid_params`` with ``param: "body"`` and the shared API's code as
-    the ``rule`` (the router's table has no other code for it)."""
-    return _bad(exc.message, "body", exc.code)
-
-
-def _query(allowed: tuple[str, ...]) -> dict[str, str]:
+def query(allowed: tuple[str, ...]) -> dict[str, str]:
+    """The query string of a router or webhook route: only ``allowed`` keys, once each
+    (422 ``invalid_params`` naming the key)."""
     args = request.args
     for key in args:
         if key not in allowed:
-            raise _bad(f"unknown query parameter {key[:SHOWN]!r}", key[:SHOWN], "unknown")
+            raise errors.InvalidParams(key[:SHOWN], "unknown",
+                                       f"unknown query parameter {key[:SHOWN]!r}")
         if len(args.getlist(key)) > 1:
-            raise _bad(f"query parameter {key!r} is given twice", key, "unique")
+            raise errors.InvalidParams(key, "unique", f"query parameter {key!r} is given twice")
     return {k: args[k] for k in args}
+
+
+def not_ready() -> errors.NotReady:
+    """What the router and webhook routes answer on a gateway without a store."""
+    return errors.NotReady("this gateway has no model registry (set store in "
+                           "gateway.json)", missing=["store"])
+
+
+def _body(raw: bytes) -> Any:
+    """An invoke body: one that is not JSON (or breaks the JSON bounds) is a
+    transport-envelope violation, 422 ``invalid_params`` with ``param: "body"`` and the
+    shared API's code as the ``rule`` (the router's table has no other code for it)."""
+    try:
+        return decode_json(raw)
+    except errors.BadRequest as exc:
+        raise errors.InvalidParams("body", exc.code, exc.message) from None
 
 
 def _key(value: str, code: str) -> str:
@@ -61,91 +69,62 @@ def _key(value: str, code: str) -> str:
                               target=value[:SHOWN]) from None
 
 
-#: unmatched paths under a router prefix answer that prefix's not-found code
-NOT_FOUND_CODES = (("/models/", "model_not_found"), ("/aliases/", "alias_unresolved"),
-                   ("/scratch-sessions/", "scratch_not_found"))
+def _service() -> RouterService:
+    router: RouterService | None = current_app.config.get("AOTX_ROUTER")
+    if router is None:
+        raise not_ready()
+    return router
 
 
-def mount(app: QuartTrio, auth: Authenticator, router: RouterService | None) -> None:
-    def principal(action: str) -> Principal:
-        p = auth.authenticate(request.headers.get("Authorization"))
-        p.require(action)
-        return p
+async def _invoke(run: Callable[[RouterService, Any, Caller], Awaitable[dict[str, Any]]],
+                  ) -> Response:
+    p = principal()
+    svc = _service()
+    raw = await request.get_data(cache=False, as_text=False, parse_form_data=False)
+    return json_response(await run(svc, _body(raw), Caller(p.name, p.actions)), 200)
 
-    def service() -> RouterService:
-        if router is None:
-            raise errors.NotReady("this gateway has no model registry (set store in "
-                                  "gateway.json)", missing=["store"])
-        return router
 
-    async def invoke(run: Callable[[RouterService, Any, Caller], Awaitable[dict[str, Any]]],
-                     ) -> Response:
-        try:
-            p = principal("models_invoke")
-            svc = service()
-            raw = await request.get_data(cache=False, as_text=False, parse_form_data=False)
-            try:
-                parsed = decode_json(raw)
-            except (errors.BadRequest, errors.InvalidInput) as exc:
-                raise _envelope(exc) from None
-            body = await run(svc, parsed, Caller(p.name, p.actions))
-            return json_response(body, 200)
-        except errors.AotxError as exc:
-            status, env, headers = error_parts(
-                exc, int(current_app.config.get("AOTX_RETRY_AFTER_S", 1)))
-        except HTTPException as exc:
-            status, env, headers = http_error_parts(
-                exc, (current_app.config.get("MAX_CONTENT_LENGTH"),))
-        return json_response({"ok": False, **env}, status, headers)
+async def _models() -> Response:
+    q = query(("model_type", "state_filter"))
+    return json_response(_service().list_models(q.get("model_type"), q.get("state_filter")),
+                         200)
 
-    async def not_found(exc: Exception) -> Response:
-        for prefix, code in NOT_FOUND_CODES:
-            if request.path.startswith(prefix):
-                return await handle_any(errors.NotFound("no such target", code=code))
-        return await handle_any(exc)
 
-    app.register_error_handler(NotFound, not_found)
+async def _model(target: str) -> Response:
+    query(())
+    return json_response(await _service().detail(_key(target, "model_not_found")), 200)
 
-    @app.get("/models", endpoint="router_models")
-    async def _models() -> Response:
-        principal("models_read")
-        q = _query(("model_type", "state_filter"))
-        return json_response(service().list_models(q.get("model_type"),
-                                                   q.get("state_filter")), 200)
 
-    @app.get("/models/<path:target>", endpoint="router_model")
-    async def _model(target: str) -> Response:
-        principal("models_read")
-        _query(())
-        return json_response(await service().detail(_key(target, "model_not_found")), 200)
+async def _model_invoke(target: str) -> Response:
+    return await _invoke(lambda svc, body, caller: svc.invoke(
+        _key(target, "model_not_found"), body, caller))
 
-    @app.post("/models/<path:target>/invoke", endpoint="router_invoke")
-    async def _invoke(target: str) -> Response:
-        return await invoke(lambda svc, body, caller: svc.invoke(
-            _key(target, "model_not_found"), body, caller))
 
-    @app.get("/aliases/<path:name>", endpoint="router_alias")
-    async def _alias(name: str) -> Response:
-        principal("models_read")
-        _query(())
-        return json_response(await service().alias(_key(name, "alias_unresolved")), 200)
+async def _alias(name: str) -> Response:
+    query(())
+    return json_response(await _service().alias(_key(name, "alias_unresolved")), 200)
 
-    @app.get("/scratch-sessions", endpoint="router_sessions")
-    async def _sessions() -> Response:
-        principal("models_read")
-        active = _query(("active",)).get("active", "true")
-        if active not in ("true", "false"):
-            raise _bad("active must be true or false", "active", "enum")
-        return json_response(await service().sessions(active == "true"), 200)
 
-    @app.get("/scratch-sessions/<session_id>", endpoint="router_session")
-    async def _session(session_id: str) -> Response:
-        principal("models_read")
-        _query(())
-        return json_response(await service().session(_key(session_id, "scratch_not_found")),
-                             200)
+async def _sessions() -> Response:
+    active = query(("active",)).get("active", "true")
+    if active not in ("true", "false"):
+        raise errors.InvalidParams("active", "enum", "active must be true or false")
+    return json_response(await _service().sessions(active == "true"), 200)
 
-    @app.post("/scratch-sessions/<session_id>/invoke", endpoint="router_scratch_invoke")
-    async def _scratch_invoke(session_id: str) -> Response:
-        return await invoke(lambda svc, body, caller: svc.scratch_invoke(
-            _key(session_id, "scratch_not_found"), body, caller))
+
+async def _session(session_id: str) -> Response:
+    query(())
+    return json_response(await _service().session(_key(session_id, "scratch_not_found")),
+                         200)
+
+
+async def _scratch_invoke(session_id: str) -> Response:
+    return await _invoke(lambda svc, body, caller: svc.scratch_invoke(
+        _key(session_id, "scratch_not_found"), body, caller))
+
+
+VIEWS: dict[str, Callable[..., Awaitable[Response]]] = {
+    "router_models": _models, "router_model": _model, "router_invoke": _model_invoke,
+    "router_alias": _alias, "router_sessions": _sessions, "router_session": _session,
+    "router_scratch_invoke": _scratch_invoke,
+}

@@ -1,20 +1,40 @@
-"""The mutation routes of the shared-conversations API, defined once.
+"""Every route of the gateway, defined once, and the one admit step before each.
 
-:data:`MUTATION_ROUTES` is the one table of the sequenced mutation routes:
-path rule (werkzeug syntax, below :data:`BASE`), device kind, gateway action
-and body model.  Both ways a mutation can be answered are generated from it
-and run the same functions, in the same order:
+:data:`ROUTES` is the one table: per row the endpoint, method and path (werkzeug
+syntax; ``<name>`` is one path segment, ``<path:name>`` may hold slashes), the
+gateway actions (any one suffices; none: any valid token), the rate bucket, the body
+limit, the error dialect, and for the sequenced mutations of the shared API the
+device's operation kind and the body model.  The surfaces:
 
-* the Quart blueprint (:mod:`aotx_trio.gateway.shared_routes`) registers one
-  view per row; the app's ``before_request`` calls :func:`admit`;
-* the ASGI fast path (:mod:`aotx_trio.gateway.fast`) finds the row with
-  :func:`match` (a matcher compiled from the same rules) and calls
-  :func:`admit` itself.
+* the shared-conversations API under :data:`BASE` (reads ``shared_read``;
+  registering, creating and retiring ``shared_write``; membership and publications
+  ``shared_manage``; ``capabilities`` any valid token; ``POST /media`` its own body
+  limit, ``limits.max_media_bytes``);
+* the OpenAI-compatible ``/v1`` routes (the ``v1`` bucket, ``limits.v1_*``, and
+  OpenAI's error shape);
+* ``GET /metrics`` (``metrics_read``);
+* the serving router (``/models``, ``/aliases``, ``/scratch-sessions``: reads
+  ``models_read``, invokes ``models_invoke`` with the router's ``"ok": false``
+  envelope) and the webhook routes (``webhooks_manage``).
 
-The steps: :func:`admit` (token: 401; ``Content-Length`` over the limit: 413),
-the row's action (403), the body read by the caller's own transport, then
-:func:`submit` (strict UTF-8 and JSON: 400; ``schema``: 400; the model: 422;
-submit and wait for the save: 202, or 200 for an exact retry) and
+Every request of a row runs :class:`Admission` first, once (the Quart app's
+``before_request``; the ASGI fast path itself): the bearer token (401), the
+principal's rate in the row's bucket (429 ``over_quota``,
+:mod:`aotx_trio.gateway.quota`), a declared ``Content-Length`` over the row's body
+limit (413), the row's action (403); then the handler, whose view the app
+registers from this table by endpoint (one ``VIEWS`` map per handler module).  A
+request under :data:`BASE` that matches no row is admitted too (no action), so a
+bad token is 401 before a 404 or 405.  Errors are rendered once, at the edge, in
+the row's dialect (:func:`aotx_trio.gateway.errors.render`); a path under a router
+prefix that matches no row answers that prefix's not-found code (:func:`unrouted`).
+
+Both ways a mutation can be answered run the same functions, in the same order:
+the Quart views generated from the rows with a kind
+(:mod:`aotx_trio.gateway.shared_routes`), and the ASGI fast path
+(:mod:`aotx_trio.gateway.fast`), which finds the row with :func:`match` (a matcher
+compiled from the same rows).  After admission: the body read by the caller's own
+transport, then :func:`submit` (strict UTF-8 and JSON: 400; ``schema``: 400; the
+model: 422; submit and wait for the save: 202, or 200 for an exact retry) and
 :func:`encode` for the bytes out (``application/json``, ``Cache-Control:
 no-store``, ``Location`` of the operation).
 """
@@ -22,53 +42,143 @@ no-store``, ``Location`` of the operation).
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import ValidationError
+from werkzeug.exceptions import NotFound
 
 from aotx_trio import errors
 from aotx_trio.errors import BadRequest, BodyTooLarge
 from aotx_trio.gateway import bodies as models
 from aotx_trio.gateway.auth import Authenticator, Principal
-from aotx_trio.gateway.errors import dumps
+from aotx_trio.gateway.errors import Dialect, dumps
 from aotx_trio.gateway.quota import RateLimiter
 from aotx_trio.service.client import DeviceClient
 from aotx_trio.vocab import BASE_PATH, SCHEMA
 
 BASE = BASE_PATH
+Bucket = Literal["requests", "v1"]     # limits.requests_per_second / v1_requests_per_second
+BodyLimit = Literal["body", "media"]   # limits.max_body_bytes / max_media_bytes
 
 
 @dataclass(frozen=True, slots=True)
-class MutationRoute:
-    """One sequenced mutation route: ``POST BASE + rule``."""
+class Route:
+    """One row of the route table (see the module doc)."""
 
-    endpoint: str                  # the Quart endpoint name
-    rule: str                      # below BASE; ``<name>`` is one path segment
-    kind: str                      # the device's operation kind
-    action: str                    # the gateway action it needs
-    model: type[models.Mutation]   # the body
+    endpoint: str                    # the Quart endpoint name (and the view's key)
+    method: str
+    path: str                        # werkzeug rule, the whole path
+    actions: tuple[str, ...]         # any one suffices; (): any valid token
+    bucket: Bucket = "requests"
+    body: BodyLimit = "body"
+    dialect: Dialect = "shared"
+    kind: str | None = None          # a sequenced mutation: the device's operation kind
+    model: type[models.Mutation] | None = None   # ... and its body
 
 
-MUTATION_ROUTES: tuple[MutationRoute, ...] = (
-    MutationRoute("participant_register", "/participant", "participant.register",
-                  "shared_write", models.RegisterParticipant),
-    MutationRoute("space_create", "/spaces", "space.create", "shared_write",
-                  models.CreateSpace),
-    MutationRoute("member_set", "/spaces/<space>/members", "member.set", "shared_manage",
-                  models.SetMember),
-    MutationRoute("conversation_create", "/spaces/<space>/conversations",
-                  "conversation.create", "shared_write", models.CreateConversation),
-    MutationRoute("participant_retire", "/participant/retirements", "participant.retire",
-                  "shared_write", models.Retirement),
-    MutationRoute("input_create", "/conversations/<conversation>/inputs", "input",
-                  "shared_write", models.CreateInput),
-    MutationRoute("cancellation_create", "/participant/cancellations", "cancellation",
-                  "shared_write", models.Cancellation),
-    MutationRoute("publication_create", "/spaces/<space>/publications", "publication",
-                  "shared_manage", models.Publication),
+def _read(endpoint: str, rule: str, action: str | None = "shared_read") -> Route:
+    return Route(endpoint, "GET", BASE + rule, (action,) if action else ())
+
+
+def _mutation(endpoint: str, rule: str, kind: str, action: str,
+              model: type[models.Mutation]) -> Route:
+    return Route(endpoint, "POST", BASE + rule, (action,), kind=kind, model=model)
+
+
+def _router(endpoint: str, method: str, path: str) -> Route:
+    invoke = method == "POST"
+    return Route(endpoint, method, path, ("models_invoke" if invoke else "models_read",),
+                 dialect="router" if invoke else "shared")
+
+
+def _webhooks(endpoint: str, method: str, path: str) -> Route:
+    return Route(endpoint, method, path, ("webhooks_manage",))
+
+
+ROUTES: tuple[Route, ...] = (
+    # the shared-conversations API: reads
+    _read("capabilities", "/capabilities", None),
+    _read("participant_get", "/participant"),
+    _read("spaces_list", "/spaces"),
+    _read("space_get", "/spaces/<space>"),
+    _read("members_list", "/spaces/<space>/members"),
+    _read("conversations_list", "/spaces/<space>/conversations"),
+    _read("conversation_get", "/conversations/<conversation>"),
+    _read("memory_list", "/spaces/<space>/memory"),
+    _read("memory_get", "/spaces/<space>/memory/<object>"),
+    _read("operation_get", "/operations/<operation>"),
+    _read("operation_result", "/operations/<operation>/result"),
+    _read("conversation_events", "/conversations/<conversation>/events"),
+    _read("operation_events", "/operations/<operation>/events"),
+    # the shared-conversations API: sequenced mutations (the fast path's rows)
+    _mutation("participant_register", "/participant", "participant.register",
+              "shared_write", models.RegisterParticipant),
+    _mutation("space_create", "/spaces", "space.create", "shared_write", models.CreateSpace),
+    _mutation("member_set", "/spaces/<space>/members", "member.set", "shared_manage",
+              models.SetMember),
+    _mutation("conversation_create", "/spaces/<space>/conversations",
+              "conversation.create", "shared_write", models.CreateConversation),
+    _mutation("participant_retire", "/participant/retirements", "participant.retire",
+              "shared_write", models.Retirement),
+    _mutation("input_create", "/conversations/<conversation>/inputs", "input",
+              "shared_write", models.CreateInput),
+    _mutation("cancellation_create", "/participant/cancellations", "cancellation",
+              "shared_write", models.Cancellation),
+    _mutation("publication_create", "/spaces/<space>/publications", "publication",
+              "shared_manage", models.Publication),
+    Route("media_upload", "POST", BASE + "/media", ("shared_write",), body="media"),
+    # OpenAI-compatible
+    Route("v1_chat", "POST", "/v1/chat/completions", ("models_invoke",), bucket="v1",
+          dialect="openai"),
+    Route("v1_embeddings", "POST", "/v1/embeddings", ("models_invoke",), bucket="v1",
+          dialect="openai"),
+    Route("v1_models", "GET", "/v1/models", ("models_read", "models_invoke"), bucket="v1",
+          dialect="openai"),
+    # metrics
+    Route("metrics", "GET", "/metrics", ("metrics_read",)),
+    # the serving router
+    _router("router_models", "GET", "/models"),
+    _router("router_model", "GET", "/models/<path:target>"),
+    _router("router_invoke", "POST", "/models/<path:target>/invoke"),
+    _router("router_alias", "GET", "/aliases/<path:name>"),
+    _router("router_sessions", "GET", "/scratch-sessions"),
+    _router("router_session", "GET", "/scratch-sessions/<session_id>"),
+    _router("router_scratch_invoke", "POST", "/scratch-sessions/<session_id>/invoke"),
+    # webhooks
+    _webhooks("webhooks_create", "POST", "/webhooks"),
+    _webhooks("webhooks_list", "GET", "/webhooks"),
+    _webhooks("webhooks_signing_key", "GET", "/webhooks/signing-key"),
+    _webhooks("webhooks_disable", "DELETE", "/webhooks/<uuid>"),
 )
+
+BY_ENDPOINT: dict[str, Route] = {r.endpoint: r for r in ROUTES}
+MUTATION_ROUTES: tuple[Route, ...] = tuple(r for r in ROUTES if r.kind is not None)
+
+#: a request under BASE that matches no row: admitted (token, rate, body), no action
+UNROUTED = Route("", "", BASE, ())
+
+#: unmatched paths under a router prefix answer that prefix's not-found code
+NOT_FOUND_CODES = (("/models/", "model_not_found"), ("/aliases/", "alias_unresolved"),
+                   ("/scratch-sessions/", "scratch_not_found"))
+
+
+def route_of(endpoint: str | None, path: str) -> Route | None:
+    """The row a routed request matched (``endpoint``), :data:`UNROUTED` for another
+    path under :data:`BASE`, else None."""
+    if endpoint is not None and endpoint in BY_ENDPOINT:
+        return BY_ENDPOINT[endpoint]
+    return UNROUTED if path == BASE or path.startswith(BASE + "/") else None
+
+
+def unrouted(exc: Exception, path: str) -> Exception:
+    """Quart's 404 for a path under a router prefix is that prefix's not-found code."""
+    if isinstance(exc, NotFound):
+        for prefix, code in NOT_FOUND_CODES:
+            if path.startswith(prefix):
+                return errors.NotFound("no such target", code=code)
+    return exc
 
 
 # --------------------------------------------------------------------------- matching
@@ -78,22 +188,22 @@ class _Matcher:
     """The rows of a route table by request path, as werkzeug would route them: a
     ``<name>`` part is one non-empty segment without ``/``; nothing else matches."""
 
-    def __init__(self, routes: tuple[MutationRoute, ...]) -> None:
-        self.fixed: dict[str, MutationRoute] = {}
-        self.param: list[tuple[str, str, str, MutationRoute]] = []
+    def __init__(self, routes: tuple[Route, ...]) -> None:
+        self.fixed: dict[str, Route] = {}
+        self.param: list[tuple[str, str, str, Route]] = []
         for route in routes:
-            path = BASE + route.rule
+            path = route.path
             head, lt, rest = path.partition("<")
             if not lt:
                 self.fixed[path] = route
                 continue
             name, gt, tail = rest.partition(">")
-            if not gt or "<" in tail or not head.endswith("/") \
+            if not gt or "<" in tail or ":" in name or not head.endswith("/") \
                     or (tail and not tail.startswith("/")):
-                raise ValueError(f"unsupported rule {route.rule!r}")
+                raise ValueError(f"unsupported rule {route.path!r}")
             self.param.append((head, name, tail, route))
 
-    def __call__(self, path: str) -> tuple[MutationRoute, dict[str, str]] | None:
+    def __call__(self, path: str) -> tuple[Route, dict[str, str]] | None:
         route = self.fixed.get(path)
         if route is not None:
             return route, {}
@@ -112,18 +222,29 @@ match = _Matcher(MUTATION_ROUTES)
 # --------------------------------------------------------------------------- the steps
 
 
-def admit(auth: Authenticator, authorization: str | None, length: int | None,
-          max_body_bytes: int, rate: RateLimiter | None = None) -> Principal:
-    """The checks before any route of the API: the bearer token (401), the principal's
-    request rate (429 ``over_quota``, :mod:`aotx_trio.gateway.quota`), then a declared
-    ``Content-Length`` over the limit (413)."""
-    principal = auth.authenticate(authorization)
-    if rate is not None:
-        rate.take(principal.name)
-    if length is not None and length > max_body_bytes:
-        raise BodyTooLarge(f"request body of {length} bytes is over the limit of "
-                           f"{max_body_bytes}", limit=max_body_bytes)
-    return principal
+@dataclass(frozen=True)
+class Admission:
+    """The one admit step (see the module doc): the authenticator, a rate limiter per
+    bucket (None: no limit) and the byte count of each body limit."""
+
+    auth: Authenticator
+    rates: Mapping[str, RateLimiter | None]
+    limits: Mapping[str, int]
+
+    def __call__(self, route: Route, authorization: str | None,
+                 length: int | None) -> Principal:
+        """The principal of a request of ``route``: 401, 429, 413, 403 in this order."""
+        principal = self.auth.authenticate(authorization)
+        rate = self.rates.get(route.bucket)
+        if rate is not None:
+            rate.take(principal.name)
+        limit = self.limits[route.body]
+        if length is not None and length > limit:
+            raise BodyTooLarge(f"request body of {length} bytes is over the limit of "
+                               f"{limit}", limit=limit)
+        if route.actions and not set(route.actions) & set(principal.actions):
+            principal.require(route.actions[-1])
+        return principal
 
 
 MAX_DEPTH = 16          # nesting of arrays and objects in a body
@@ -250,15 +371,15 @@ def validate(model: type[models.Mutation], data: Any) -> models.Mutation:
         raise errors.InvalidInput(f"field {field!r}: {first['msg']}", field=field) from exc
 
 
-async def submit(client: DeviceClient, principal: Principal, route: MutationRoute,
+async def submit(client: DeviceClient, principal: Principal, route: Route,
                  params: dict[str, str], read_body: Callable[[], Awaitable[bytes]],
                  ) -> tuple[int, dict[str, Any] | bytes, dict[str, str]]:
-    """The route after :func:`admit`: its action (403), then the body (read by the
-    caller's transport), parsed and validated, submitted, and the wait for its save:
-    (status, receipt, headers); 202 for a new (saved) admission, 200 for an exact
-    retry.  The receipt is a dict or, from the in-process client, already its JSON
-    bytes (:meth:`aotx_trio.service.client.DeviceClient.submit_json`)."""
-    principal.require(route.action)
+    """A mutation row after :class:`Admission`: the body (read by the caller's
+    transport), parsed and validated, submitted, and the wait for its save: (status,
+    receipt, headers); 202 for a new (saved) admission, 200 for an exact retry.  The
+    receipt is a dict or, from the in-process client, already its JSON bytes
+    (:meth:`aotx_trio.service.client.DeviceClient.submit_json`)."""
+    assert route.kind is not None and route.model is not None, route.endpoint
     body = parse_body(route.model, await read_body())
     body.update(params)
     receipt, created, operation = await client.submit_json(principal.name, principal.actions,

@@ -1,16 +1,13 @@
 """Routes of the shared-conversations API (base ``/aotx/v1/shared``).
 
-Each route authenticates (``g.principal``, set by the app), checks the
-gateway action it needs, parses and validates the body, then makes exactly
-one device-client call and renders its JSON.  Reads need ``shared_read``;
-registering, creating spaces and conversations and retiring need
-``shared_write``; membership changes need ``shared_manage`` (the device then
-also checks the caller's manage right in that space).  ``capabilities`` needs
-only a valid token.
-
-The mutation views are generated from
-:data:`aotx_trio.gateway.routes_table.MUTATION_ROUTES` (the table the ASGI
-fast path answers from too); the plain reads from :data:`READ_ROUTES`.
+The paths, actions and limits are rows of :data:`aotx_trio.gateway.routes_table.ROUTES`;
+the admit step has authenticated the caller (``g.principal``) and checked the
+row's action before a view here runs (the device then also checks the caller's
+rights in a space).  Each view parses and validates what is left, then makes
+exactly one device-client call and renders its JSON.  :data:`VIEWS` maps the
+rows' endpoints to the views: the mutation views are generated from the rows with
+a kind (the rows the ASGI fast path answers from too), the plain reads from
+:data:`READS`.
 
 ``GET /operations/{op}/events`` and ``GET /conversations/{con}/events?stream=true``
 stream server-sent events (:mod:`aotx_trio.gateway.events`); without
@@ -25,32 +22,30 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from quart import Blueprint, Response, current_app, g, request
+from quart import Response, current_app, g, request
 
 from aotx_trio import errors
 from aotx_trio.gateway import events
 from aotx_trio.gateway.auth import Principal
 from aotx_trio.gateway.errors import json_response
-from aotx_trio.gateway.routes_table import BASE, MUTATION_ROUTES, MutationRoute, encode, submit
+from aotx_trio.gateway.routes_table import MUTATION_ROUTES, Route, encode, submit
 from aotx_trio.service.client import DeviceClient
 from aotx_trio.vocab import is_decimal
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 500
 
-bp = Blueprint("shared", __name__, url_prefix=BASE)
+
+def client() -> DeviceClient:
+    """The app's device client (in a view)."""
+    found: DeviceClient = current_app.config["AOTX_CLIENT"]
+    return found
 
 
-def _client() -> DeviceClient:
-    client: DeviceClient = current_app.config["AOTX_CLIENT"]
-    return client
-
-
-def _principal(action: str | None) -> Principal:
-    principal: Principal = g.principal
-    if action is not None:
-        principal.require(action)
-    return principal
+def principal() -> Principal:
+    """The caller, as the admit step found it (in a view)."""
+    found: Principal = g.principal
+    return found
 
 
 def _list_args() -> tuple[str | None, int]:
@@ -73,12 +68,9 @@ def _ok(body: Any) -> Response:
 # --------------------------------------------------------------------------- reads
 
 
-@bp.get("/capabilities")
 async def capabilities() -> Response:
-    principal = _principal(None)
-    caps = await _client().capabilities()
-    caps = dict(caps)
-    if "shared_manage" not in principal.actions:
+    caps = dict(await client().capabilities())
+    if "shared_manage" not in principal().actions:
         caps["usage"] = None    # deployment-wide counts are for managers only
     limits = dict(caps.get("limits", {}))
     limits["max_body_bytes"] = current_app.config["MAX_CONTENT_LENGTH"]
@@ -88,80 +80,69 @@ async def capabilities() -> Response:
 
 
 @dataclass(frozen=True, slots=True)
-class ReadRoute:
-    """``GET BASE + rule`` -> ``DeviceClient.<method>(principal, actions, *path
-    parameters[, cursor, limit])``, with ``shared_read``."""
+class Read:
+    """A plain read: ``DeviceClient.<method>(principal, actions, *path parameters[,
+    cursor, limit])``."""
 
-    endpoint: str
-    rule: str
     method: str
     paged: bool = False
 
 
-READ_ROUTES: tuple[ReadRoute, ...] = (
-    ReadRoute("participant_get", "/participant", "participant"),
-    ReadRoute("spaces_list", "/spaces", "spaces", paged=True),
-    ReadRoute("space_get", "/spaces/<space>", "space"),
-    ReadRoute("members_list", "/spaces/<space>/members", "members", paged=True),
-    ReadRoute("conversations_list", "/spaces/<space>/conversations", "conversations",
-              paged=True),
-    ReadRoute("conversation_get", "/conversations/<conversation>", "conversation"),
-    ReadRoute("memory_list", "/spaces/<space>/memory", "memory_list", paged=True),
-    ReadRoute("operation_get", "/operations/<operation>", "operation"),
-)
+READS: dict[str, Read] = {
+    "participant_get": Read("participant"),
+    "spaces_list": Read("spaces", paged=True),
+    "space_get": Read("space"),
+    "members_list": Read("members", paged=True),
+    "conversations_list": Read("conversations", paged=True),
+    "conversation_get": Read("conversation"),
+    "memory_list": Read("memory_list", paged=True),
+    "operation_get": Read("operation"),
+}
 
 
-def _read_view(route: ReadRoute) -> Callable[..., Awaitable[Response]]:
+def _read_view(read: Read) -> Callable[..., Awaitable[Response]]:
     async def view(**params: str) -> Response:
-        p = _principal("shared_read")
+        p = principal()
         args: list[Any] = list(params.values())
-        if route.paged:
+        if read.paged:
             args.extend(_list_args())
-        call = getattr(_client(), route.method)
+        call = getattr(client(), read.method)
         return _ok(await call(p.name, p.actions, *args))
 
     return view
 
 
-for _read in READ_ROUTES:
-    bp.add_url_rule(_read.rule, _read.endpoint, _read_view(_read), methods=["GET"])
-
-
-@bp.get("/operations/<operation>/result")
 async def operation_result(operation: str) -> Response:
-    p = _principal("shared_read")
+    p = principal()
     raw = request.args.get("offset", "0")
     if not is_decimal(raw):
         raise errors.InvalidInput("offset must be a non-negative byte offset", field="offset")
-    return _ok(await _client().operation_result(p.name, p.actions, operation, int(raw)))
+    return _ok(await client().operation_result(p.name, p.actions, operation, int(raw)))
 
 
-@bp.get("/spaces/<space>/memory/<object>")
 async def memory_get(space: str, **params: str) -> Response:
-    p = _principal("shared_read")
+    p = principal()
     raw = request.args.get("offset", "0")
     if not is_decimal(raw):
         raise errors.InvalidInput("offset must be a non-negative byte offset", field="offset")
-    return _ok(await _client().memory_get(p.name, p.actions, space, params["object"],
+    return _ok(await client().memory_get(p.name, p.actions, space, params["object"],
                                           int(raw)))
 
 
-@bp.get("/conversations/<conversation>/events")
 async def conversation_events(conversation: str) -> Response:
-    p = _principal("shared_read")
+    p = principal()
     stream = request.args.get("stream", "false")
     if stream not in ("true", "false"):
         raise errors.InvalidInput("stream must be true or false", field="stream")
     if stream == "true":
-        return await events.conversation_events(_client(), p, conversation)
+        return await events.conversation_events(client(), p, conversation)
     cursor, limit = _list_args()
-    return _ok(await _client().conversation_events(p.name, p.actions, conversation, cursor,
+    return _ok(await client().conversation_events(p.name, p.actions, conversation, cursor,
                                                    limit))
 
 
-@bp.get("/operations/<operation>/events")
 async def operation_events(operation: str) -> Response:
-    return await events.operation_events(_client(), _principal("shared_read"), operation)
+    return await events.operation_events(client(), principal(), operation)
 
 
 # --------------------------------------------------------------------------- mutations
@@ -172,15 +153,19 @@ async def _body() -> bytes:
     return raw
 
 
-def _mutation_view(route: MutationRoute) -> Callable[..., Awaitable[Response]]:
+def _mutation_view(route: Route) -> Callable[..., Awaitable[Response]]:
     async def view(**params: str) -> Response:
-        status, receipt, headers = await submit(_client(), g.principal, route, params, _body)
+        status, receipt, headers = await submit(client(), principal(), route, params, _body)
         data, pairs = encode(receipt, headers)
         return Response(data, status=status, headers=pairs)
 
     return view
 
 
-for _mutation in MUTATION_ROUTES:
-    bp.add_url_rule(_mutation.rule, _mutation.endpoint, _mutation_view(_mutation),
-                    methods=["POST"])
+VIEWS: dict[str, Callable[..., Awaitable[Response]]] = {
+    "capabilities": capabilities, "operation_result": operation_result,
+    "memory_get": memory_get, "conversation_events": conversation_events,
+    "operation_events": operation_events,
+    **{endpoint: _read_view(read) for endpoint, read in READS.items()},
+    **{route.endpoint: _mutation_view(route) for route in MUTATION_ROUTES},
+}

@@ -2,65 +2,56 @@
 
 ``POST /webhooks`` (201 with the subscription), ``GET /webhooks`` (every one,
 disabled history included), ``DELETE /webhooks/{uuid}[?why=]`` (disables; 404
-``webhook_not_found`` when no active one), ``GET /webhooks/signing-key``.  Bearer
-auth with ``webhooks_manage`` on every route.  What each answers is
+``webhook_not_found`` when no active one), ``GET /webhooks/signing-key``: rows of
+:data:`aotx_trio.gateway.routes_table.ROUTES` (the admit step checks the token, the
+rate and ``webhooks_manage``).  What each answers is
 :class:`aotx_trio.webhooks.service.WebhookService`'s; a gateway without a ``store``
 answers 503 ``not_ready`` (``missing: ["store"]``).
 """
 
 from __future__ import annotations
 
-from quart import Response, request
-from quart_trio import QuartTrio
+from collections.abc import Awaitable, Callable
 
-from aotx_trio import errors
-from aotx_trio.gateway.auth import Authenticator
+from quart import Response, current_app, request
+
 from aotx_trio.gateway.errors import json_response
+from aotx_trio.gateway.router_routes import not_ready, query
 from aotx_trio.gateway.routes_table import decode_json
 from aotx_trio.webhooks.service import WebhookService
 
 
-def _bad(message: str, param: str, rule: str) -> errors.InvalidInput:
-    return errors.InvalidInput(message, code="invalid_params", param=param, rule=rule)
+def _service() -> WebhookService:
+    hooks: WebhookService | None = current_app.config.get("AOTX_WEBHOOKS")
+    if hooks is None:
+        raise not_ready()
+    return hooks
 
 
-def _query(allowed: tuple[str, ...]) -> dict[str, str]:
-    for key in request.args:
-        if key not in allowed:
-            raise _bad(f"unknown query parameter {key[:80]!r}", key[:80], "unknown")
-        if len(request.args.getlist(key)) > 1:
-            raise _bad(f"query parameter {key!r} is given twice", key, "unique")
-    return {k: request.args[k] for k in request.args}
+async def _create() -> Response:
+    svc = _service()
+    query(())
+    raw = await request.get_data(cache=False, as_text=False, parse_form_data=False)
+    return json_response(await svc.create(decode_json(raw)), 201)
 
 
-def mount(app: QuartTrio, auth: Authenticator, hooks: WebhookService | None) -> None:
-    def service() -> WebhookService:
-        auth.authenticate(request.headers.get("Authorization")).require("webhooks_manage")
-        if hooks is None:
-            raise errors.NotReady("this gateway has no model registry (set store in "
-                                  "gateway.json)", missing=["store"])
-        return hooks
+async def _list() -> Response:
+    svc = _service()
+    query(())
+    return json_response(await svc.list(), 200)
 
-    @app.post("/webhooks", endpoint="webhooks_create")
-    async def _create() -> Response:
-        svc = service()
-        _query(())
-        raw = await request.get_data(cache=False, as_text=False, parse_form_data=False)
-        return json_response(await svc.create(decode_json(raw)), 201)
 
-    @app.get("/webhooks", endpoint="webhooks_list")
-    async def _list() -> Response:
-        svc = service()
-        _query(())
-        return json_response(await svc.list(), 200)
+async def _key() -> Response:
+    svc = _service()
+    query(())
+    return json_response(svc.signing_key(), 200)
 
-    @app.get("/webhooks/signing-key", endpoint="webhooks_signing_key")
-    async def _key() -> Response:
-        svc = service()
-        _query(())
-        return json_response(svc.signing_key(), 200)
 
-    @app.delete("/webhooks/<uuid>", endpoint="webhooks_disable")
-    async def _disable(uuid: str) -> Response:
-        svc = service()
-        return json_response(await svc.disable(uuid, _query(("why",)).get("why")), 200)
+async def _disable(uuid: str) -> Response:
+    svc = _service()
+    return json_response(await svc.disable(uuid, query(("why",)).get("why")), 200)
+
+
+VIEWS: dict[str, Callable[..., Awaitable[Response]]] = {
+    "webhooks_create": _create, "webhooks_list": _list,
+    "webhooks_signing_key": _key, "webhooks_disable": _disable}

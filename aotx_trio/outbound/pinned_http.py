@@ -4,7 +4,7 @@ delivery (``upload.py``, PUT) and webhook posts (``webhooks/post.py``, POST).
 
 A redirect is never followed (the caller sees its 3xx status); the answer's body is
 read only up to ``MAX_RESPONSE_BYTES`` (the status is all that counts); any failure
-is :class:`RequestFailed` with a short reason that is safe to log (``timeout``,
+is :class:`aotx_trio.errors.OutboundFailed` with a short reason that is safe to log (``timeout``,
 ``tls:<error>``, ``connection:<error>``, ``address``): it never holds the URL.
 """
 
@@ -17,16 +17,10 @@ from collections.abc import Sequence
 import h11
 import trio
 
+from aotx_trio.errors import OutboundFailed
+
 MAX_RESPONSE_BYTES = 64 * 1024
 _CHUNK = 64 * 1024
-
-
-class RequestFailed(Exception):
-    """No status: ``reason`` says why (never the URL)."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
 
 
 @functools.lru_cache(maxsize=16)
@@ -42,19 +36,19 @@ async def request(method: str, *, host: str, port: int, addresses: Sequence[str]
                   body: bytes, timeout_s: float, ca_file: str | None,
                   tls: bool = True) -> int:
     """Send one request with ``body`` to the first of ``addresses`` that connects; the
-    answer's status code, or :class:`RequestFailed`."""
+    answer's status code, or :class:`~aotx_trio.errors.OutboundFailed`."""
     try:
         with trio.fail_after(timeout_s):
             return await _request(method, host, port, addresses, target, host_header,
                                   headers, body, ca_file, tls)
     except trio.TooSlowError:
-        raise RequestFailed("timeout") from None
+        raise OutboundFailed("timeout") from None
     except (OSError, trio.BrokenResourceError, trio.ClosedResourceError,
             h11.ProtocolError) as exc:
         cause = exc if isinstance(exc, ssl.SSLError) else exc.__cause__
         if isinstance(cause, ssl.SSLError):   # trio wraps TLS failures
-            raise RequestFailed(f"tls:{type(cause).__name__}") from None
-        raise RequestFailed(f"connection:{type(exc).__name__}") from None
+            raise OutboundFailed(f"tls:{type(cause).__name__}") from None
+        raise OutboundFailed(f"connection:{type(exc).__name__}") from None
 
 
 async def _connect(addresses: Sequence[str], port: int) -> trio.SocketStream:
@@ -66,7 +60,7 @@ async def _connect(addresses: Sequence[str], port: int) -> trio.SocketStream:
             last = exc
     if last is not None:
         raise last
-    raise RequestFailed("address")
+    raise OutboundFailed("address")
 
 
 async def _request(method: str, host: str, port: int, addresses: Sequence[str],
@@ -112,5 +106,5 @@ async def _status(conn: h11.Connection, stream: trio.abc.Stream) -> int:
                 return status
         elif isinstance(event, h11.EndOfMessage | h11.ConnectionClosed):
             if status is None:
-                raise RequestFailed("connection:no_response")
+                raise OutboundFailed("connection:no_response")
             return status

@@ -48,10 +48,6 @@ MAX_INFLIGHT = 64
 MAX_CACHED_SPECS = 1024
 
 
-def _bad(message: str, param: str, rule: str) -> errors.InvalidInput:
-    return errors.InvalidInput(message, code="invalid_params", param=param, rule=rule)
-
-
 @dataclass(frozen=True)
 class Settings:
     index_refresh_s: float = 30.0
@@ -107,10 +103,11 @@ class RouterService:
                     ) -> dict[str, Any]:
         state = "active" if state_filter is None else state_filter
         if state not in STATE_FILTERS:
-            raise _bad(f"state_filter must be one of {', '.join(STATE_FILTERS)}",
-                       "state_filter", "enum")
+            raise errors.InvalidParams("state_filter", "enum", "state_filter must be one of "
+                                      f"{', '.join(STATE_FILTERS)}")
         if model_type is not None and model_type not in ("textgen", "embedding"):
-            raise _bad("model_type must be textgen or embedding", "model_type", "enum")
+            raise errors.InvalidParams("model_type", "enum",
+                                      "model_type must be textgen or embedding")
         return {"models": self.index.list(model_type, state)}
 
     async def detail(self, target: str) -> dict[str, Any]:

@@ -25,8 +25,8 @@ from typing import Any
 
 import trio
 
-from aotx_trio.errors import UpstreamFailure
-from aotx_trio.outbound.pinned_http import RequestFailed, request
+from aotx_trio.errors import OutboundFailed, UpstreamFailure
+from aotx_trio.outbound.pinned_http import request
 from aotx_trio.outbound.policy import DEFAULT_SUFFIXES, UploadPolicy, system_resolver
 from aotx_trio.outbound.targets import Target, check_targets, resolve, vet_targets
 
@@ -36,11 +36,8 @@ __all__ = ["DEFAULT_SUFFIXES", "Target", "UploadPolicy", "check_targets", "put_a
 log = logging.getLogger("aotx.router.upload")
 
 
-class _Failed(Exception):
-    def __init__(self, reason: str, status: int | None = None) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.status = status
+#: a failed PUT: (its target, the reason safe to log, the status when one came)
+_Failure = tuple[Target, str, int | None]
 
 
 async def put_all(targets: Sequence[Target], bodies: Sequence[bytes], policy: UploadPolicy,
@@ -50,7 +47,7 @@ async def put_all(targets: Sequence[Target], bodies: Sequence[bytes], policy: Up
     redirect) ends the batch: 502 ``upload_failed`` naming the first target that failed."""
     if len(targets) != len(bodies):
         raise ValueError(f"{len(targets)} targets for {len(bodies)} bodies")
-    failures: list[tuple[Target, _Failed]] = []
+    failures: list[_Failure] = []
     work = iter(zip(targets, bodies, strict=True))   # shared: PUTs start in target order
 
     async def worker(cancel: trio.CancelScope) -> None:
@@ -66,40 +63,38 @@ async def put_all(targets: Sequence[Target], bodies: Sequence[bytes], policy: Up
             nursery.start_soon(worker, nursery.cancel_scope)
     if failures:
         failures.sort(key=lambda f: f[0].index)
-        t, exc = failures[0]
+        t, reason, status = failures[0]
         log.warning("upload to %s (output_id %.80r) failed: %s%s; batch of %d reports "
-                    "no results", t.param, t.output_id, exc.reason,
-                    f" {exc.status}" if exc.status else "", len(targets))
+                    "no results", t.param, t.output_id, reason,
+                    f" {status}" if status else "", len(targets))
         fields: dict[str, Any] = {"param": t.param, "output_id": t.output_id[:80],
-                                  "reason": exc.reason.split(":")[0]}
-        if exc.status is not None:
-            fields["status"] = exc.status
-        raise UpstreamFailure(f"the upload to {t.param} failed ({exc.reason}"
-                              f"{' ' + str(exc.status) if exc.status else ''}); the batch "
+                                  "reason": reason.split(":")[0]}
+        if status is not None:
+            fields["status"] = status
+        raise UpstreamFailure(f"the upload to {t.param} failed ({reason}"
+                              f"{' ' + str(status) if status else ''}); the batch "
                               "reports no results", code="upload_failed", **fields)
     return [t.output_id for t in targets]
 
 
 async def _one(t: Target, body: bytes, policy: UploadPolicy, content_type: str,
-               ) -> tuple[Target, _Failed] | None:
+               ) -> _Failure | None:
     """One PUT; its failure (None: a 2xx)."""
+    if not t.addresses:
+        addresses, reason = await resolve(t, policy)
+        if reason is not None:
+            return t, reason, None
+        t = replace(t, addresses=addresses)
     try:
-        if not t.addresses:
-            addresses, reason = await resolve(t, policy)
-            if reason is not None:
-                raise _Failed(reason)
-            t = replace(t, addresses=addresses)
         status = await request(
             "PUT", host=t.host, port=t.port, addresses=t.addresses, target=t.request_target,
             host_header=t.host_header, body=body, timeout_s=policy.timeout_s,
             ca_file=policy.ca_file,
             headers=[("Content-Type", content_type), ("User-Agent", "aotx-router")])
-    except _Failed as exc:
-        return t, exc
-    except RequestFailed as exc:
-        return t, _Failed(exc.reason)
+    except OutboundFailed as exc:
+        return t, exc.reason, None
     if 300 <= status < 400:
-        return t, _Failed("redirect", status)
+        return t, "redirect", status
     if not 200 <= status < 300:
-        return t, _Failed("status", status)
+        return t, "status", status
     return None

@@ -22,12 +22,12 @@ from typing import Any, TypeVar
 import nacl.signing
 import trio
 
-from aotx_trio.errors import AotxError
+from aotx_trio.errors import AotxError, LeaseLost, OutboundFailed
 from aotx_trio.identity import canonical
 from aotx_trio.registry.records import rfc3339
 from aotx_trio.registry.store import StoreBackend
 from aotx_trio.webhooks import signing
-from aotx_trio.webhooks.post import PostFailed, post
+from aotx_trio.webhooks.post import post
 from aotx_trio.webhooks.records import Subscription, load, post_body
 from aotx_trio.webhooks.targets import check_url, policy, vet
 
@@ -78,10 +78,6 @@ class Context:
         return result
 
 
-class _LeaseLost(Exception):
-    pass
-
-
 @dataclass
 class _Hold:
     """Until when this router surely holds the lease (the time before the last
@@ -113,7 +109,7 @@ async def deliver(ctx: Context, uid: str) -> None:
             nursery.start_soon(_renew, ctx, uid, nursery.cancel_scope, lost, hold)
             try:
                 await _pump(ctx, uid, hold)
-            except _LeaseLost:
+            except LeaseLost:
                 lost.append(True)
             nursery.cancel_scope.cancel()
         if lost:
@@ -197,7 +193,7 @@ async def _advance(ctx: Context, uid: str, ev: dict[str, Any], delivered: bool,
 
     new = await ctx.call(ctx.store.hook_update, uid, past, holder=ctx.holder, now=now)
     if new is None:
-        raise _LeaseLost
+        raise LeaseLost
     return load(new, uid)
 
 
@@ -205,12 +201,12 @@ async def _post_once(ctx: Context, sub: Subscription, ev: dict[str, Any], hold: 
                      ) -> bool:
     """One post of ``ev``: True on a 2xx; anything else is logged (never the URL's
     path or query) and False.  Its time is bounded by ``timeout_s`` and by the
-    lease (:class:`_Hold`); no time left is :class:`_LeaseLost` (take it again)."""
+    lease (:class:`_Hold`); no time left is :class:`LeaseLost` (take it again)."""
     s = ctx.settings
     body = canonical(post_body(ev))
     budget = min(s.timeout_s, hold.budget(ctx))
     if budget <= 0:
-        raise _LeaseLost
+        raise LeaseLost
     pol = policy(s.allow_insecure_targets, budget, s.ca_file)
     shown = "the subscription's URL"
     try:
@@ -222,7 +218,7 @@ async def _post_once(ctx: Context, sub: Subscription, ev: dict[str, Any], hold: 
         if 200 <= status < 300:
             return True
         why = f"status {status}"
-    except PostFailed as exc:
+    except OutboundFailed as exc:
         why = str(exc)
     except AotxError as exc:    # refused by the URL rules or the address policy now
         why = str(exc.fields.get("rule", exc.code))

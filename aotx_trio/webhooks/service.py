@@ -40,10 +40,6 @@ async def _in_thread(fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
     return await trio.to_thread.run_sync(functools.partial(fn, *args, **kw))
 
 
-def _bad(message: str, param: str, rule: str) -> errors.InvalidInput:
-    return errors.InvalidInput(message, code="invalid_params", param=param, rule=rule)
-
-
 class WebhookService:
     def __init__(self, store: StoreBackend, key: nacl.signing.SigningKey | None,
                  settings: Settings | None = None, *, now: Callable[[], float] = time.time,
@@ -74,16 +70,17 @@ class WebhookService:
         if self.key is None:
             raise self._unconfigured()
         if not isinstance(body, dict):
-            raise _bad("the body must be a JSON object", "body", "type")
+            raise errors.InvalidParams("body", "type", "the body must be a JSON object")
         for k in body:
             if k not in ("url", "events", "backfill"):
-                raise _bad(f"unknown field {str(k)[:80]!r}", str(k)[:80], "unknown")
+                raise errors.InvalidParams(str(k)[:80], "unknown",
+                                          f"unknown field {str(k)[:80]!r}")
         s = self.settings
         target = check_url(body.get("url"), s.allow_insecure_targets)
         events = check_events(body.get("events"))
         backfill = body.get("backfill", False)
         if not isinstance(backfill, bool):
-            raise _bad("backfill must be a boolean", "backfill", "type")
+            raise errors.InvalidParams("backfill", "type", "backfill must be a boolean")
         await vet(target, policy(s.allow_insecure_targets, s.timeout_s, s.ca_file))
         cursor, cursor_at = 0, None
         if not backfill:
@@ -107,7 +104,8 @@ class WebhookService:
 
     async def disable(self, uid: str, why: str | None) -> dict[str, Any]:
         if why is not None and len(why) > MAX_WHY_CHARS:
-            raise _bad(f"why must be at most {MAX_WHY_CHARS} characters", "why", "length")
+            raise errors.InvalidParams("why", "length",
+                                      f"why must be at most {MAX_WHY_CHARS} characters")
         missing = errors.NotFound(f"no active webhook subscription {uid[:80]!r}",
                                   code="webhook_not_found", uuid=uid[:80])
         if canonical_uuid(uid) is None:
