@@ -10,7 +10,7 @@ from typing import Any
 import trio
 
 from aotx_trio import errors, vocab
-from aotx_trio.native.device import Receipt, Request
+from aotx_trio.native.device_codec import Receipt, Request
 from aotx_trio.runtime import history, render, validate
 from aotx_trio.runtime.callers import Callers
 from aotx_trio.runtime.calls_media import check_media

@@ -11,7 +11,7 @@ from typing import Any
 import trio
 
 from aotx_trio import errors, vocab
-from aotx_trio.native.device import Participant
+from aotx_trio.native.device_codec import Participant
 from aotx_trio.runtime import conv_events, render, validate
 from aotx_trio.runtime.callers import Callers
 from aotx_trio.runtime.save_gate import SaveGate

@@ -10,7 +10,8 @@ from typing import Protocol, TypeVar
 import trio
 
 from aotx_trio import errors, vocab
-from aotx_trio.native.device import Device, Receipt
+from aotx_trio.native.device import Device
+from aotx_trio.native.device_codec import Receipt
 from aotx_trio.runtime.services import Saver
 from aotx_trio.runtime.unsaved import Key, Unsaved
 from aotx_trio.vocab import format_id
