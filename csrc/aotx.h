@@ -14,7 +14,7 @@
  *     is too small (and writes nothing);
  *   - no exit(), no allocation on the decode path.
  *
- * Each area declares its API in csrc/aotx_<area>.h; this file holds what is
+ * Each area declares its API in csrc/<area>/aotx_<name>.h; this file holds what is
  * common.  The text between CDEF-BEGIN and CDEF-END is what cffi sees.
  */
 #ifndef AOTX_H
@@ -101,7 +101,7 @@ typedef struct aotx_code_entry {
  *
  * The decoder (model*.c) reaches kernels and KV storage only through one table
  * of operations, aotx_backend_ops, picked by name at aotx_model_load
- * (aotx_model_params.backend; "cpu", csrc/backend_cpu.c, is the only one
+ * (aotx_model_params.backend; "cpu", csrc/engine/backend/backend_cpu.c, is the only one
  * today).  Page ACCOUNTING (which page belongs to which sequence, refcounts,
  * reservations, the budget, prefix sharing, sliding-window release) stays on
  * the host in kv.c (aotx_kv_pool); page STORAGE (the memory holding K and V)

@@ -1,4 +1,4 @@
-"""aotx_trio.journal / csrc/journal*.c: checksums, codec, queue, holds, resume."""
+"""aotx_trio.journal / csrc/journal/journal*.c: checksums, codec, queue, holds, resume."""
 
 from __future__ import annotations
 

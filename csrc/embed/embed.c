@@ -14,7 +14,7 @@
 #include <string.h>
 
 /* The thread pool is optional at link time (a partial development build may
- * not carry csrc/threadpool.c): without it the encoder runs single-threaded. */
+ * not carry csrc/engine/threads/threadpool.c): without it the encoder runs single-threaded. */
 #pragma weak aotx_pool_new
 #pragma weak aotx_pool_free
 #pragma weak aotx_pool_run
