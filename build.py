@@ -5,11 +5,21 @@
 
     python build.py                      # compile everything, in place (aotx_trio/_native*.so)
     python build.py --only device,journal --out build/dev-device
-                                         # a subset, into another folder; point
+                                         # some areas, into another folder; point
                                          # AOTX_NATIVE_DIR at it to load it
 
+csrc/ holds one folder per area (``device``, ``journal``, ``engine``, ``tokenizer``,
+``embed``; every folder directly under csrc/ is an area) next to the shared bits at
+its root (``aotx.h``, ``common.c``, ``cpu_internal.h``).  An area's sources are every
+``*.c`` under its folder, subfolders included (csrc/engine/{model,kv,backend,kernels,
+sampling,threads}/); its public headers (``aotx_*.h``) sit at the area folder's root.
+``--only`` names areas; ``common`` (csrc/*.c) is always in, and naming it is allowed.
+Every area root is on the include path (whatever ``--only`` says), so sources include
+any public header by its bare name; internal headers are included by bare name from
+their own folder (or, shared across an area's subfolders, from the area root).
+
 Declarations for cffi are the text between ``/* CDEF-BEGIN */`` and
-``/* CDEF-END */`` in ``csrc/aotx.h`` and every ``csrc/aotx_*.h``; that text
+``/* CDEF-END */`` in ``csrc/aotx.h`` and every area's ``aotx_*.h``; that text
 must be plain C that cffi's parser accepts (no #include, integer #defines only).
 
 Capacities are build settings: ``AOTX_MAX_PARTICIPANTS`` and friends (see
@@ -65,14 +75,23 @@ def _header_rank(h: Path) -> tuple[int, str]:
     return (_HEADER_ORDER.index(area) if area in _HEADER_ORDER else len(_HEADER_ORDER), area)
 
 
+def areas() -> list[Path]:
+    """The area folders: every folder directly under csrc/."""
+    return sorted(d for d in CSRC.iterdir() if d.is_dir() and not d.name.startswith("."))
+
+
 def select(only: list[str] | None) -> tuple[list[Path], list[Path]]:
     """Headers and sources to build; ``common`` and ``aotx.h`` are always in."""
-    headers = sorted(CSRC.glob("aotx_*.h"), key=_header_rank)
-    sources = sorted(CSRC.glob("*.c"))
+    chosen = areas()
     if only is not None:
-        stems = set(only) | {"common"}
-        headers = [h for h in headers if h.stem[len("aotx_"):] in stems]
-        sources = [s for s in sources if s.stem in stems or s.stem.split("_")[0] in stems]
+        names = {a.name for a in chosen}
+        unknown = sorted(set(only) - names - {"common"})
+        if unknown:
+            raise SystemExit(f"build.py: --only {','.join(unknown)}: not an area "
+                             f"(areas: {', '.join(sorted(names))}; common is always in)")
+        chosen = [a for a in chosen if a.name in only]
+    headers = sorted((h for a in chosen for h in a.glob("aotx_*.h")), key=_header_rank)
+    sources = sorted(CSRC.glob("*.c")) + sorted(s for a in chosen for s in a.rglob("*.c"))
     return [CSRC / "aotx.h", *headers], sources
 
 
@@ -95,7 +114,7 @@ def make_ffi(only: list[str] | None = None, absolute: bool = False) -> FFI:
         includes,
         # setuptools wants relative paths; ffi.compile() runs in a temp dir.
         sources=[str(s if absolute else s.relative_to(ROOT)) for s in sources],
-        include_dirs=[str(CSRC if absolute else CSRC.relative_to(ROOT))],
+        include_dirs=[str(d if absolute else d.relative_to(ROOT)) for d in [CSRC, *areas()]],
         define_macros=capacity_macros(),
         extra_compile_args=cflags,
         extra_link_args=ldflags,
@@ -106,7 +125,8 @@ def make_ffi(only: list[str] | None = None, absolute: bool = False) -> FFI:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--only", help="comma-separated source stems to build (common is always in)")
+    ap.add_argument("--only", help="comma-separated areas to build: folders of csrc/ "
+                                   "(common is always in)")
     ap.add_argument("--out", help="folder for the built module (default: in place, aotx_trio/)")
     args = ap.parse_args(argv)
     only = args.only.split(",") if args.only else None

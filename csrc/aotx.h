@@ -14,7 +14,7 @@
  *     is too small (and writes nothing);
  *   - no exit(), no allocation on the decode path.
  *
- * Each area declares its API in csrc/aotx_<area>.h; this file holds what is
+ * Each area declares its API in csrc/<area>/aotx_<name>.h; this file holds what is
  * common.  The text between CDEF-BEGIN and CDEF-END is what cffi sees.
  */
 #ifndef AOTX_H
@@ -101,7 +101,7 @@ typedef struct aotx_code_entry {
  *
  * The decoder (model*.c) reaches kernels and KV storage only through one table
  * of operations, aotx_backend_ops, picked by name at aotx_model_load
- * (aotx_model_params.backend; "cpu", csrc/backend_cpu.c, is the only one
+ * (aotx_model_params.backend; "cpu", csrc/engine/backend/backend_cpu.c, is the only one
  * today).  Page ACCOUNTING (which page belongs to which sequence, refcounts,
  * reservations, the budget, prefix sharing, sliding-window release) stays on
  * the host in kv.c (aotx_kv_pool); page STORAGE (the memory holding K and V)
@@ -112,25 +112,31 @@ typedef struct aotx_code_entry {
  *
  * Shapes: [a][b] is row-major, b contiguous; strides (ld*) are in elements.
  * Every op returns when its results are in place (no asynchronous queue yet).
- * No op allocates except init, reserve and kv_alloc_pages.
+ * No op allocates except init (scratch, prepared weights), reserve and kv_alloc_pages.
  */
 struct aotx_pool;
 struct aotx_kv_pool;
 typedef struct aotx_backend aotx_backend;     /* one backend instance (opaque to the decoder) */
 typedef struct aotx_kv_store aotx_kv_store;   /* KV page storage owned by a backend */
 
-typedef struct aotx_backend_params {
-    struct aotx_pool *pool;      /* host thread pool the backend may run sections on (borrowed) */
-    int32_t max_batch_tokens;    /* tokens per matmul / attention / kv_write call, at most */
-    int32_t max_ctx;             /* positions one attention query may span, at most */
-} aotx_backend_params;
-
 typedef struct aotx_weight {     /* a weight matrix as the GGUF stores it */
     const void *w;               /* [rows][row_bytes] in `type` blocks (the file mapping) */
     int32_t type;                /* AOTX_T_* */
     int64_t rows, cols;
-    const void *packed;          /* NULL, or its aotx_pack copy (owned by the loader) */
+    const void *packed;          /* NULL, or its aotx_pack copy (made and owned by the backend) */
 } aotx_weight;
+
+typedef struct aotx_backend_params {
+    struct aotx_pool *pool;      /* host thread pool the backend may run sections on (borrowed) */
+    int32_t max_batch_tokens;    /* tokens per matmul / attention / kv_write call, at most */
+    int32_t max_ctx;             /* positions one attention query may span, at most */
+    /* The weights matmul will see, for init to prepare its own form of (the CPU backend:
+     * re-blocked copies, `packed`, kept until free; which ones is the backend's own
+     * configuration).  The list is read during init only; NULL / 0: nothing to prepare. */
+    aotx_weight *head;           /* the output projection */
+    aotx_weight *const *body;    /* [n_body] the layers' projections, in layer order */
+    int32_t n_body;
+} aotx_backend_params;
 
 typedef struct aotx_mm_out {     /* one product y = W x of a matmul call */
     const aotx_weight *w;

@@ -15,7 +15,8 @@ over the prompts (the positions of one prompt are correlated, so the prompt is t
 
 Engines (each in its own child process, so AOTX_KERNELS is read fresh):
 ``aotx:<kernels>:<kv>[:res|:res6|:nores]`` with kernels auto | avx2 | ref, kv f32 | f16;
-``res`` for AOTX_ACT_RESIDUAL=1 (ffn_down also on its Q8 residual, csrc/model_fwd.c), ``res6``
+``res`` for AOTX_ACT_RESIDUAL=1 (ffn_down also on its Q8 residual,
+csrc/engine/model/model_fwd.c), ``res6``
 for AOTX_ACT_RESIDUAL=6 (only on ffn_down weights of 6 bits or more), none (or ``nores``)
 for the default, AOTX_ACT_RESIDUAL=0; and
 ``llama.cpp``
@@ -25,7 +26,7 @@ Not a test: a measurement, printed as a table.
 
 What the engines quantize: aotx multiplies every quantized weight type with int8
 activations that have one float scale per 32 values (before k-quants the Q8_K32 format of
-csrc/aotx_kernels.h: Q8_K's quants and 16-sums with 8 scales per 256 values; before
+csrc/engine/aotx_kernels.h: Q8_K's quants and 16-sums with 8 scales per 256 values; before
 Q4_0/Q5_0/Q8_0 its Q8_0 pairs); llama.cpp's CPU kernels use Q8_K (one scale per 256
 values) before k-quants and Q8_0 before the others.  The ratio lines give the KL
 difference to llama.cpp in combined standard errors (sqrt(se_a^2 + se_b^2), unpaired).

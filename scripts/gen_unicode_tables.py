@@ -1,9 +1,9 @@
-"""Generate csrc/tokenizer_unicode.c: the Unicode classes the byte-level BPE
+"""Generate csrc/tokenizer/tokenizer_unicode.c: the Unicode classes the byte-level BPE
 pre-tokenizer needs (\\p{L}, \\p{N}, \\s) as sorted code point ranges.
 
 Run at development time (the output is committed)::
 
-    python scripts/gen_unicode_tables.py > csrc/tokenizer_unicode.c
+    python scripts/gen_unicode_tables.py > csrc/tokenizer/tokenizer_unicode.c
 
 \\p{L} is General_Category L* (Lu Ll Lt Lm Lo), \\p{N} is N* (Nd Nl No), and
 \\s is the White_Space property: Python's str.isspace() minus U+001C..U+001F

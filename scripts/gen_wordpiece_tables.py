@@ -1,10 +1,10 @@
-"""Generate csrc/tokenizer_wordpiece_tables.c: the Unicode data BERT's WordPiece
+"""Generate csrc/tokenizer/tokenizer_wordpiece_tables.c: the Unicode data BERT's WordPiece
 normalizer needs (docs/embeddings.md, "Tokenization"), from Python's unicodedata,
 the same data the Python oracle (aotx_trio/native/_wordpiece.py) uses.
 
 Run at development time (the output is committed)::
 
-    python scripts/gen_wordpiece_tables.py > csrc/tokenizer_wordpiece_tables.c
+    python scripts/gen_wordpiece_tables.py > csrc/tokenizer/tokenizer_wordpiece_tables.c
 
 Tables: control characters (Cc Cf Co Cs: clean_text), punctuation (P*), nonspacing
 marks (Mn: strip_accents), canonical combining classes (NFD reordering), the

@@ -49,7 +49,8 @@ class Reference:
     quantized like the Q8_0 family's before Q4_0/Q5_0/Q8_0), so
     quantized models can be compared tightly too; with act_residual (the engine's
     AOTX_ACT_RESIDUAL=1; off by default, as in the engine) ffn_down multiplies quantize_act(x) and
-    quantize_act(r) of the residual r = x - quantize_act(x), as csrc/model_fwd.c does."""
+    quantize_act(r) of the residual r = x - quantize_act(x), as csrc/engine/model/model_fwd.c
+    does."""
 
     def __init__(self, path: Path | str, act_quant: bool = False,
                  act_residual: bool = False) -> None:

@@ -1,4 +1,4 @@
-"""The engine's backend seam (aotx.h, engine section; csrc/backend_cpu.c).
+"""The engine's backend seam (aotx.h, engine section; csrc/engine/backend/backend_cpu.c).
 
 The decoder reaches kernels and KV storage only through one backend table,
 picked by name at load; KV page accounting (kv.c) holds no K/V memory (its own
@@ -74,7 +74,7 @@ def _code(path: Path) -> str:
 
 
 def test_the_decoder_reaches_kernels_and_kv_memory_only_through_the_table() -> None:
-    decoder = {p.name: _code(p) for p in sorted(CSRC.glob("model*.c"))}
+    decoder = {p.name: _code(p) for p in sorted((CSRC / "engine" / "model").glob("model*.c"))}
     assert set(decoder) == {"model.c", "model_fwd.c", "model_load.c"}
     for name, src in decoder.items():
         for direct in ("aotx_matmul_rows", "aotx_act_prepare", "aotx_sgemm_rows",
@@ -83,5 +83,5 @@ def test_the_decoder_reaches_kernels_and_kv_memory_only_through_the_table() -> N
     uses = set(re.findall(r"be_ops->(\w+)", "".join(decoder.values())))
     assert uses == {"matmul", "attention", "kv_write", "kv_alloc_pages", "kv_free_pages",
                     "kv_page_ptr", "reserve", "init", "free", "name"}
-    kv = _code(CSRC / "kv.c")
+    kv = _code(CSRC / "engine" / "kv" / "kv.c")
     assert re.search(r"\bfloat\b", kv) is None      # accounting: page ids and counts only

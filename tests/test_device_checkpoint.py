@@ -1,4 +1,4 @@
-"""Device checkpoints (csrc/device_checkpoint.c): the section's bytes against the worked
+"""Device checkpoints (csrc/device/device_checkpoint.c): the section's bytes against the worked
 example of docs/formats/checkpoint.md, refusal of every damaged byte, and the key
 property: a device recovered from checkpoint + journal suffix reads exactly like one
 recovered from the whole journal."""

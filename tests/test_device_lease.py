@@ -1,4 +1,4 @@
-"""Execution leases and output transfers on the device (csrc/device_lease.c,
+"""Execution leases and output transfers on the device (csrc/device/device_lease.c,
 docs/formats/device.md "Lease transfer", "Output transfer"): the documented bytes,
 every row check refusing with nothing changed, recovery replaying both and failing
 closed on anything partial or inconsistent."""

@@ -1,4 +1,4 @@
-"""The embedding encoder (csrc/embed*.c) and aotx_trio.native.embed: against an
+"""The embedding encoder (csrc/embed/embed*.c) and aotx_trio.native.embed: against an
 independent numpy forward pass (tests/reference_bert.py), the `tokenizers`
 library for WordPiece ids, and tiny synthetic models for config handling."""
 

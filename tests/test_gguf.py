@@ -1,4 +1,4 @@
-"""csrc/gguf.c: the GGUF v3 reader against gguf-py's writer and reader."""
+"""csrc/engine/model/gguf.c: the GGUF v3 reader against gguf-py's writer and reader."""
 
 from __future__ import annotations
 

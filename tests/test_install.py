@@ -75,7 +75,7 @@ def test_first_install_compiles_once_and_a_second_does_nothing(clone: Path) -> N
 
 def test_each_input_reruns_only_its_step(clone: Path) -> None:
     install(clone)
-    with (clone / "csrc" / "device.c").open("a") as f:
+    with (clone / "csrc" / "device" / "device.c").open("a") as f:
         f.write("\n/* edited */\n")
     assert install(clone) == BUILD
     with (clone / "pyproject.toml").open("a") as f:

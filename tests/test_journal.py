@@ -1,4 +1,4 @@
-"""aotx_trio.native.journal / csrc/journal*.c: checksums, codec, queue, holds, resume."""
+"""aotx_trio.native.journal / csrc/journal/journal*.c: checksums, codec, queue, holds, resume."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Recovery fails closed: every single-byte flip and every truncation of a journal.
 
-Each case runs the native reader (csrc/journal_reader.c) over a damaged copy
+Each case runs the native reader (csrc/journal/journal_reader.c) over a damaged copy
 of a real journal image written in three saves.  A flip must be refused with
 an offset inside the damaged record, or -- only inside the last save, which
 no later save confirmed -- end the journal as a torn tail that drops the

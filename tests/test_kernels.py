@@ -1,4 +1,4 @@
-"""Tensor kernels (csrc/quant.c, csrc/quant_x86.c): dequantization equals gguf-py bit for
+"""Tensor kernels (csrc/engine/kernels/quant.c, quant_x86.c): dequantization equals gguf-py bit for
 bit, fast matmul kernels equal the reference (same integer sums, float order only), the
 reference equals numpy on dequantized data, and the real model's tensors decode like gguf-py.
 """
@@ -704,7 +704,7 @@ def test_matmul_batch_invariant(t: GT, path: str) -> None:
 def test_kquant_invariant_kernels_equal_the_reference_bits(t: GT, path: str) -> None:
     """Q4_K / Q6_K x Q8_K32: the batch-invariant kernels (the AVX2 tiles and Q6_K's
     one-row decode kernel, the AVX-512 tiles in the invariant mode) repeat the
-    reference's float steps (aotx_block_q8_k32 in csrc/aotx_kernels.h), so they give its
+    reference's float steps (aotx_block_q8_k32 in csrc/engine/aotx_kernels.h), so they give its
     bits at every n_tok (1: decode; 5: a partial token group; 13: more than one), on row
     ranges that cut 8- and 16-row chunks, with random and extreme quants (|T_j| near
     2^24 for Q6_K: the float steps are exact only below it) and activations with

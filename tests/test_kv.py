@@ -1,4 +1,4 @@
-"""csrc/kv.c: page accounting, reservations, sharing, sliding-window release."""
+"""csrc/engine/kv/kv.c: page accounting, reservations, sharing, sliding-window release."""
 
 from __future__ import annotations
 

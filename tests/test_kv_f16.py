@@ -1,4 +1,4 @@
-"""csrc/kv_f16.c: K/V pages in IEEE binary16 (Engine.load(kv_f16=True)), on every path
+"""csrc/engine/kv/kv_f16.c: K/V pages in IEEE binary16 (Engine.load(kv_f16=True)), on every path
 this CPU runs ("ref" always, "f16c" with AVX2 + FMA + F16C).
 
 The conversions against numpy's float16 (round to nearest even, exact widening), bit for

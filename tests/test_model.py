@@ -1,4 +1,4 @@
-"""csrc/model*.c: the decoder against the numpy reference (tests/reference_decoder.py).
+"""csrc/engine/model/model*.c: the decoder against the numpy reference (tests/reference_decoder.py).
 
 Tolerances (relative L2 error of the logits):
 * float weights (F32): < 1e-3 (observed ~5e-7);
@@ -92,8 +92,8 @@ def _logits_child(path: Path, residual: str) -> np.ndarray:
 
 
 def test_ffn_down_residual_product(models: dict[str, Path]) -> None:
-    """ffn_down multiplies Q(x) and Q(x - Q(x)) (csrc/model_fwd.c): on a model whose only
-    quantized product is ffn_down the engine follows the reference that emulates it and
+    """ffn_down multiplies Q(x) and Q(x - Q(x)) (csrc/engine/model/model_fwd.c): on a model
+    whose only quantized product is ffn_down the engine follows the reference that emulates it and
     lands ~250x closer to the exact model than without (AOTX_ACT_RESIDUAL=1; unset or 0,
     the default, is off, =6 keeps it for Q6_K / Q8_0 weights only)."""
     path = models["gemma3_down_q4k"]

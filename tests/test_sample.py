@@ -1,4 +1,4 @@
-"""csrc/sample.c: greedy, temperature, top-p, seeded determinism."""
+"""csrc/engine/sampling/sample.c: greedy, temperature, top-p, seeded determinism."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Float32 row products (csrc/sgemm.c): the fast version equals the reference and numpy
-on odd shapes, sub-ranges of rows and strided activations / outputs."""
+"""Float32 row products (csrc/engine/kernels/sgemm.c): the fast version equals the reference and
+numpy on odd shapes, sub-ranges of rows and strided activations / outputs."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""csrc/threadpool.c: every worker runs every section exactly once, in order."""
+"""csrc/engine/threads/threadpool.c: every worker runs every section exactly once, in order."""
 
 from __future__ import annotations
 

@@ -343,13 +343,13 @@ def test_engine_refuses_unknown_tokenizer_model(tmp_path: Path) -> None:
 
 
 def test_unicode_tables_are_current() -> None:
-    """csrc/tokenizer_unicode.c is what scripts/gen_unicode_tables.py writes."""
+    """csrc/tokenizer/tokenizer_unicode.c is what scripts/gen_unicode_tables.py writes."""
     import subprocess
     import sys
     import unicodedata
 
     root = Path(__file__).resolve().parent.parent
-    committed = (root / "csrc" / "tokenizer_unicode.c").read_text()
+    committed = (root / "csrc" / "tokenizer" / "tokenizer_unicode.c").read_text()
     if f"(Unicode {unicodedata.unidata_version})" not in committed:
         pytest.skip(f"tables were generated for another Unicode than {unicodedata.unidata_version}")
     fresh = subprocess.run([sys.executable, str(root / "scripts" / "gen_unicode_tables.py")],

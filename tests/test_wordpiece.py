@@ -1,4 +1,4 @@
-"""aotx_trio/native/_wordpiece.py + csrc/tokenizer_wordpiece.c: WordPiece against the
+"""aotx_trio/native/_wordpiece.py + csrc/tokenizer/tokenizer_wordpiece.c: WordPiece against the
 `tokenizers` library on the real all-MiniLM-L6-v2 tokenizer.json (hand-picked cases
 and random text), against the Python oracle (tests/wordpiece_oracle.py) on random
 text from all of Unicode and every normalizer flag, and refusals."""

@@ -1,5 +1,5 @@
 """The pure-Python WordPiece steps (what aotx_trio/native/_wordpiece.py ran before the C
-tokenizer, csrc/tokenizer_wordpiece.c): the oracle the C one is tested against,
+tokenizer, csrc/tokenizer/tokenizer_wordpiece.c): the oracle the C one is tested against,
 next to the `tokenizers` library.  It reuses the package class for reading
 tokenizer.json and replaces only the tokenization."""
 

@@ -26,55 +26,6 @@ AOTX_STATIC_ASSERT(AOTX_MAX_TEXT_BYTES <= AOTX_MEMORY_PAYLOAD_MAX, "a text fits 
 
 #define MEM_RECALL_MAX 64
 
-static bool terminal(uint8_t s) {
-    return s >= AOTX_STATUS_SUCCEEDED && s <= AOTX_STATUS_DEADLINE_EXCEEDED;
-}
-
-/* Rows promised to admitted inputs that have not retained yet (two each). */
-uint32_t dev_memory_promised(const aotx_device *d) {
-    uint32_t n = 0;
-    for (uint32_t i = 0; i < DEV_RECEIPT_SLOTS; i++) {
-        const dev_receipt *r = &d->receipts[i];
-        if (r->used && r->kind == AOTX_KIND_INPUT && r->retains && !r->retained &&
-            !terminal(r->status))
-            n++;
-    }
-    return n;
-}
-
-static uint64_t mix64(uint64_t z) { /* splitmix64 finaliser (device.c's op ids too) */
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
-/* Object id of memory row m (1-based, in retention order). */
-static void memory_id(const aotx_device *d, uint64_t m, uint8_t out[16]) {
-    uint64_t l0 = dev_rd64(d->lineage), l1 = dev_rd64(d->lineage + 8);
-    dev_le64(out, mix64(m ^ l0 ^ 0x6d656d5f6f626a31ULL));
-    dev_le64(out + 8, mix64(m ^ l1 ^ 0x6f626a5f69645f32ULL));
-}
-
-/* The 128-byte memory row as docs/formats/device.md lays it out (the MEMORY
- * transfer's rows and the checkpoint's, device_checkpoint.c). */
-void dev_memory_row_encode(const aotx_memory_row *r, uint8_t *b) {
-    memset(b, 0, AOTX_MEMORY_ROW_BYTES);
-    memcpy(b, r->object, 16);
-    dev_le64(b + 16, r->version);
-    b[24] = r->kind;
-    b[25] = r->scope;
-    b[26] = r->mode;
-    b[27] = r->origin;
-    dev_le32(b + 28, r->byte_length);
-    memcpy(b + 32, r->owner, 16);
-    memcpy(b + 48, r->room, 16);
-    memcpy(b + 64, r->source, 16);
-    memcpy(b + 80, r->actor, 16);
-    memcpy(b + 96, r->conversation, 16);
-    dev_le64(b + 112, r->admission_number);
-    dev_le32(b + 120, r->dim);
-}
-
 /* What retaining the memory of receipt `slot` writes: the two rows and
  * their payloads (text, then dim little-endian float32s), or a code.  A
  * retention (rows[0] TEXT, the input's own text) or, in mode 2, an
@@ -106,7 +57,7 @@ static void plan_rows(const aotx_device *d, const dev_receipt *r, uint32_t c, ui
     memset(mp->rows, 0, sizeof mp->rows);
     for (int k = 0; k < 2; k++) {
         aotx_memory_row *m = &mp->rows[k];
-        memory_id(d, (uint64_t)d->n_memory + 1 + (uint64_t)k, m->object);
+        dev_memory_id(d, (uint64_t)d->n_memory + 1 + (uint64_t)k, m->object);
         m->version = 1;
         m->kind = k == 0 ? kind : AOTX_MEMORY_EMBEDDING;
         m->scope = sp->scope;
@@ -134,7 +85,7 @@ static int plan_retention(const aotx_device *d, uint32_t slot, uint8_t mode,
     const dev_receipt *r = &d->receipts[slot];
     if (r->kind != AOTX_KIND_INPUT) return AOTX_E_OPERATION_NOT_FOUND;
     if (r->retained) return AOTX_E_MEMORY_RETAINED;
-    if (terminal(r->status)) return AOTX_E_ALREADY_TERMINAL;
+    if (dev_terminal(r->status)) return AOTX_E_ALREADY_TERMINAL;
     if (mode != AOTX_RETENTION_MODE_1 && mode != AOTX_RETENTION_MODE_2)
         return AOTX_E_RETENTION_MODE_INVALID;
     /* retained after its lease: with the mode the lease row recorded */
@@ -160,7 +111,7 @@ static int plan_interpretation(const aotx_device *d, uint32_t slot, const uint8_
     if (r->kind != AOTX_KIND_INPUT) return AOTX_E_OPERATION_NOT_FOUND;
     if (!r->retained || r->mode != AOTX_RETENTION_MODE_2) return AOTX_E_RETENTION_MODE_INVALID;
     if (r->interpreted) return AOTX_E_MEMORY_RETAINED;
-    if (terminal(r->status)) return AOTX_E_ALREADY_TERMINAL;
+    if (dev_terminal(r->status)) return AOTX_E_ALREADY_TERMINAL;
     if (tlen == 0 || tlen > AOTX_MAX_TEXT_BYTES || !dev_utf8_valid(text, tlen))
         return AOTX_E_TEXT_INVALID;
     int rc = check_vector(vec_le, dim);
@@ -302,13 +253,6 @@ int dev_memory_replay(aotx_device *d, const uint8_t *data, uint32_t len, uint64_
 
 /* ---- publication (a PUBLISH admission) ------------------------------------ */
 
-static void res_id(const aotx_device *d, const char *prefix, const uint8_t id[16], char *out) {
-    char l[33], h[33];
-    dev_hex(d->lineage, 16, l);
-    dev_hex(id, 16, h);
-    snprintf(out, 80, "%s-%s-%s", prefix, l, h);
-}
-
 /* The source of a publication: a saved TEXT row (with its EMBEDDING row next to it)
  * the actor may read, at the named version; then room for two rows; the result. */
 int dev_publish_prepare(const aotx_device *d, uint32_t grants, dev_plan *pl) {
@@ -331,13 +275,13 @@ int dev_publish_prepare(const aotx_device *d, uint32_t grants, dev_plan *pl) {
         return AOTX_R_MEMORY_FULL;
     pl->memory_src = src;
     uint8_t a[16], b[16];
-    memory_id(d, (uint64_t)d->n_memory + 1, a);
-    memory_id(d, (uint64_t)d->n_memory + 2, b);
+    dev_memory_id(d, (uint64_t)d->n_memory + 1, a);
+    dev_memory_id(d, (uint64_t)d->n_memory + 2, b);
     char sp[80], t[80], e[80], s[80];
-    res_id(d, "spc", q->space, sp);
-    res_id(d, "mem", a, t);
-    res_id(d, "mem", b, e);
-    res_id(d, "mem", row->object, s);
+    dev_res_id(d, "spc", q->space, sp);
+    dev_res_id(d, "mem", a, t);
+    dev_res_id(d, "mem", b, e);
+    dev_res_id(d, "mem", row->object, s);
     int n = snprintf((char *)pl->result, sizeof pl->result,
                      "{\"space\":\"%s\",\"objects\":[\"%s\",\"%s\"],\"source\":\"%s\","
                      "\"source_version\":\"%llu\"}",
@@ -355,7 +299,7 @@ void dev_publish_apply(aotx_device *d, const dev_plan *pl, uint64_t record) {
         const dev_memory *from = &d->memory[pl->memory_src + k];
         dev_memory *m = &d->memory[d->n_memory];
         m->row = from->row;
-        memory_id(d, (uint64_t)d->n_memory + 1, m->row.object);
+        dev_memory_id(d, (uint64_t)d->n_memory + 1, m->row.object);
         m->row.version = 1;
         m->row.origin = AOTX_MEMORY_PUBLISHED;
         m->row.scope = dst->scope;
@@ -378,26 +322,13 @@ static bool saved(const aotx_device *d, const dev_memory *m) {
     return m->record < dev_saved_records(d);
 }
 
-/* The space `actor` names for a memory read: the shared_read grant, then the
- * read right on the space (hidden spaces are space_not_found). */
-static int memory_space(const aotx_device *d, uint32_t grants, const uint8_t actor[16],
-                        const uint8_t space[16], uint32_t *out) {
-    if (!(grants & AOTX_GRANT_READ)) return AOTX_E_GRANT_FORBIDDEN;
-    *out = dev_find_space(d, space);
-    if (*out == DEV_NONE) return AOTX_E_SPACE_NOT_FOUND;
-    uint8_t resolved = dev_resolved_rights(d, *out, dev_find_participant(d, actor));
-    if (resolved == 0) return AOTX_E_SPACE_NOT_FOUND;
-    if (!(resolved & grants & AOTX_RIGHT_READ)) return AOTX_E_FORBIDDEN;
-    return AOTX_OK;
-}
-
 int dev_memory_list_locked(aotx_device *d, uint32_t grants, const uint8_t actor[16],
                            const uint8_t space[16], uint64_t cursor, uint32_t limit,
                            aotx_memory_row *out, uint32_t *out_n, uint64_t *out_next) {
     if (!d || !actor || !space || !out_n || !out_next || (limit && !out))
         return AOTX_E_INVALID_ARGUMENT;
     uint32_t s;
-    int rc = memory_space(d, grants, actor, space, &s);
+    int rc = dev_space_for_read(d, grants, actor, space, &s);
     if (rc) return rc;
     if (cursor > d->n_memory) return AOTX_E_CURSOR_INVALID;
     uint32_t n = 0;
@@ -417,7 +348,7 @@ int64_t dev_memory_read_locked(aotx_device *d, uint32_t grants, const uint8_t ac
                                uint64_t offset, uint8_t *buf, size_t cap, aotx_memory_row *row) {
     if (!d || !actor || !space || !object || !row || (cap && !buf)) return AOTX_E_INVALID_ARGUMENT;
     uint32_t s;
-    int rc = memory_space(d, grants, actor, space, &s);
+    int rc = dev_space_for_read(d, grants, actor, space, &s);
     if (rc) return rc;
     for (uint32_t i = 0; i < d->n_memory; i++) {
         const dev_memory *m = &d->memory[i];

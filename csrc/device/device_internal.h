@@ -1,4 +1,23 @@
-/* device_internal.h -- the device's tables, shared by csrc/device*.c only. */
+/* device_internal.h -- the device's tables, shared by the .c files of csrc/device/ only.
+ *
+ * The files are layers; a call points down (or sideways inside the lower layer,
+ * rights -> tables -> canon), never up:
+ *
+ *   device_api.c          the public calls: the mutex, dev_stamp_saves, one *_locked body
+ *        |
+ *   device_recover.c      replay: admissions, leases, outputs, memory transfers
+ *        |
+ *   device.c              admission (prepare -> enqueue -> apply), start/complete
+ *        |
+ *   device_lease.c  device_memory.c  device_read.c  device_checkpoint.c   the other kinds
+ *        |                (PUBLISH's plan lives in device_memory.c, called by admission)
+ *   ------------------------------------------------------------------- lower layer
+ *   device_rights.c       the rights rule: resolved rights, the space access check
+ *   device_tables.c       lookups, ids (op, object, resource), views, save bookkeeping
+ *   device_canon.c        bytes: little-endian, hex, UTF-8, canonical form, memory rows
+ *
+ * A higher file may skip layers (device_api.c calls every kind; recovery calls
+ * the lease and memory replays); no lower file includes a higher one's names. */
 #ifndef AOTX_DEVICE_INTERNAL_H
 #define AOTX_DEVICE_INTERNAL_H
 
@@ -155,9 +174,12 @@ typedef struct dev_plan {
     uint8_t result[DEV_RESULT_JSON_MAX]; /* immediate-kind result JSON */
 } dev_plan;
 
+/* ---- lower layer ----------------------------------------------------- */
+
 /* device_canon.c */
 int dev_validate_request(const aotx_request *req);
 bool dev_utf8_valid(const uint8_t *s, size_t n);
+bool dev_is_zero(const uint8_t *b, size_t n);
 void dev_memory_row_encode(const aotx_memory_row *r, uint8_t *b);   /* 128 bytes */
 void dev_le16(uint8_t *p, uint16_t v);
 void dev_le32(uint8_t *p, uint32_t v);
@@ -167,15 +189,39 @@ uint32_t dev_rd32(const uint8_t *p);
 uint64_t dev_rd64(const uint8_t *p);
 void dev_hex(const uint8_t *b, size_t n, char *out);
 
-/* device.c */
-bool dev_is_zero(const uint8_t *b, size_t n);
+/* device_tables.c */
+uint32_t dev_find_participant(const aotx_device *d, const uint8_t key[16]);
+uint32_t dev_find_space(const aotx_device *d, const uint8_t id[16]);
+uint32_t dev_find_conversation(const aotx_device *d, const uint8_t id[16]);
+uint32_t dev_find_member_row(const aotx_device *d, uint32_t space, const uint8_t key[16]);
+uint32_t dev_find_receipt_seq(const aotx_device *d, uint32_t actor, uint64_t sequence);
+uint32_t dev_find_receipt_by_op(const aotx_device *d, const uint8_t op_id[16]);
+uint64_t dev_saved_records(const aotx_device *d);
+void dev_stamp_saves(aotx_device *d);
+void dev_reclaim(aotx_device *d);
+bool dev_terminal(uint8_t status);   /* AOTX_STATUS_SUCCEEDED .. DEADLINE_EXCEEDED */
+uint32_t dev_memory_promised(const aotx_device *d);
+uint32_t dev_result_visible(const aotx_device *d, uint32_t slot);
 void dev_op_id(const aotx_device *d, uint64_t n, uint8_t out[16]);
+void dev_memory_id(const aotx_device *d, uint64_t m, uint8_t out[16]);
+/* "<prefix>-<lineage hex>-<id hex>" into out[80] (the results' resource ids). */
+void dev_res_id(const aotx_device *d, const char *prefix, const uint8_t id[16], char *out);
+void dev_receipt_view(aotx_device *d, uint32_t slot, bool foreign, aotx_receipt_view *out);
+
+/* device_rights.c */
+uint8_t dev_resolved_rights(const aotx_device *d, uint32_t space, uint32_t participant);
+int dev_space_access(const aotx_device *d, uint32_t grants, uint32_t actor, uint32_t space,
+                     uint8_t need, int not_found);
+int dev_space_for_read(const aotx_device *d, uint32_t grants, const uint8_t actor[16],
+                       const uint8_t space[16], uint32_t *out);
+
+/* ---- operation kinds -------------------------------------------------- */
+
+/* device.c: admission */
 int dev_prepare(aotx_device *d, uint32_t grants, const uint8_t actor[16],
                 const aotx_request *req, dev_plan *plan, uint32_t *retry_slot);
 size_t dev_admission_encode(const dev_plan *plan, uint8_t *buf);
 void dev_apply(aotx_device *d, const dev_plan *plan, uint64_t record);
-uint32_t dev_find_receipt_by_op(const aotx_device *d, const uint8_t op_id[16]);
-void dev_reclaim(aotx_device *d);
 /* The terminal result of an INPUT: what a COMPLETION transfer carries. */
 typedef struct dev_completion {
     uint8_t status;             /* AOTX_STATUS_* (terminal) */
@@ -189,7 +235,6 @@ int dev_complete_check(const aotx_device *d, uint32_t slot, const dev_completion
 void dev_complete_apply(aotx_device *d, uint32_t slot, const dev_completion *c, uint64_t record);
 size_t dev_completion_encode(const uint8_t op_id[16], const dev_completion *c, uint8_t *buf);
 
-
 /* device_lease.c */
 uint32_t dev_retention_mode(const aotx_device *d, uint32_t slot);
 int dev_lease_locked(aotx_device *d, uint32_t revision, const aotx_lease_row *rows, uint32_t n);
@@ -198,10 +243,8 @@ int dev_lease_row_locked(aotx_device *d, const uint8_t op_id[16], uint32_t reque
 int dev_output_locked(aotx_device *d, const uint8_t op_id[16], const uint8_t *data, uint32_t len);
 int dev_lease_replay(aotx_device *d, const uint8_t *data, uint32_t len, uint64_t record);
 int dev_output_replay(aotx_device *d, const uint8_t *data, uint32_t len, uint64_t record);
-uint32_t dev_result_visible(const aotx_device *d, uint32_t slot);
 
 /* device_memory.c */
-uint32_t dev_memory_promised(const aotx_device *d);
 int dev_publish_prepare(const aotx_device *d, uint32_t grants, dev_plan *pl);
 void dev_publish_apply(aotx_device *d, const dev_plan *pl, uint64_t record);
 int dev_memory_replay(aotx_device *d, const uint8_t *data, uint32_t len, uint64_t record);
@@ -222,7 +265,8 @@ int dev_memory_recall_locked(aotx_device *d, const uint8_t actor[16], const uint
                              uint32_t limit, aotx_memory_row *out, float *out_score,
                              uint32_t *out_n);
 
-/* The bodies of the public calls (device_api.c takes the mutex around them). */
+/* The bodies of the public calls (device_api.c takes the mutex around them):
+ * device.c, device_read.c, device_recover.c. */
 void dev_usage_get_locked(aotx_device *d, aotx_device_usage *out);
 int dev_submit_locked(aotx_device *d, uint32_t grants, const uint8_t actor[16],
                       const aotx_request *req, aotx_receipt_view *out);
@@ -256,13 +300,5 @@ int dev_conversation_inputs_locked(aotx_device *d, uint32_t grants, const uint8_
 int dev_canonical_locked(aotx_device *d, const uint8_t op_id[16], uint8_t *buf, size_t cap,
                          uint32_t *out_len);
 int dev_recover_locked(aotx_device *d, aotx_journal_reader *r, uint64_t *out_bad_record);
-uint32_t dev_find_participant(const aotx_device *d, const uint8_t key[16]);
-uint32_t dev_find_space(const aotx_device *d, const uint8_t id[16]);
-uint32_t dev_find_conversation(const aotx_device *d, const uint8_t id[16]);
-uint32_t dev_find_member_row(const aotx_device *d, uint32_t space, const uint8_t key[16]);
-uint64_t dev_saved_records(const aotx_device *d);
-uint8_t dev_resolved_rights(const aotx_device *d, uint32_t space, uint32_t participant);
-void dev_receipt_view(aotx_device *d, uint32_t slot, bool foreign, aotx_receipt_view *out);
-void dev_stamp_saves(aotx_device *d);
 
 #endif

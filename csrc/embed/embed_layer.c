@@ -1,8 +1,10 @@
 /* embed_layer.c -- the compute sections of the BERT forward pass.
  *
- * Each section is a pool function (ctx, ith, nth): linears split their output
- * rows across workers (aotx_sgemm_rows takes a row range), token-wise steps
- * split tokens, attention splits (sequence, head) pairs.  Everything works on
+ * The linears' products go through the backend table (e->be_ops->matmul, as the
+ * decoder's do); their bias / GELU is a section splitting the output rows.  Each
+ * section is a pool function (ctx, ith, nth): token-wise steps split tokens,
+ * attention splits (sequence, head) pairs, its per-head products on the worker
+ * (aotx_sgemm_rows: the table has no unpaged attention op yet).  Everything works on
  * the packed batch of struct aotx_embed (no padding anywhere).
  */
 #include "embed_internal.h"
@@ -11,7 +13,7 @@
 #include <string.h>
 
 typedef struct linear_job {
-    const float *w;   /* [rows][cols] */
+    aotx_weight w;    /* [rows][cols] float32 */
     const float *b;   /* [rows] */
     const float *x;   /* [n_tok][cols] */
     float *y;         /* [n_tok][rows] */
@@ -99,14 +101,14 @@ static void sec_embeddings(void *ctx, int32_t ith, int32_t nth) {
     }
 }
 
-static void sec_linear(void *ctx, int32_t ith, int32_t nth) {
+/* y += b, then GELU where asked, on the products in place. */
+static void sec_bias(void *ctx, int32_t ith, int32_t nth) {
     section *s = ctx;
     for (int32_t i = 0; i < s->n_lin; i++) {
         const linear_job *j = &s->lin[i];
         int64_t a, b;
         span(j->rows, ith, nth, 16, &a, &b);
         if (a >= b) continue;
-        aotx_sgemm_rows(j->w, j->cols, j->x, j->cols, s->n_tok, j->y, j->rows, a, b);
         for (int64_t t = 0; t < s->n_tok; t++) {
             float *y = j->y + t * j->rows;
             if (j->gelu)
@@ -115,6 +117,15 @@ static void sec_linear(void *ctx, int32_t ith, int32_t nth) {
                 for (int64_t r = a; r < b; r++) y[r] += j->b[r];
         }
     }
+}
+
+/* The n_lin products of one input (the backend's matmul), then their bias sections. */
+static void linears(aotx_embed *e, section *s) {
+    aotx_mm_out out[3];
+    for (int32_t i = 0; i < s->n_lin; i++)
+        out[i] = (aotx_mm_out){&s->lin[i].w, s->lin[i].y, s->lin[i].rows};
+    e->be_ops->matmul(e->be, s->lin[0].x, s->lin[0].cols, s->n_tok, s->n_lin, out);
+    aotx_embed_internal_parallel(e, sec_bias, s);
 }
 
 /* x = LayerNorm(tmp + x) per token. */
@@ -180,7 +191,7 @@ static void sec_attention(void *ctx, int32_t ith, int32_t nth) {
 
 static linear_job job(const float *w, const float *b, int64_t rows, int64_t cols, const float *x,
                       float *y, int gelu) {
-    linear_job j = {w, b, x, y, rows, cols, gelu};
+    linear_job j = {{w, AOTX_T_F32, rows, cols, NULL}, b, x, y, rows, cols, gelu};
     return j;
 }
 
@@ -190,18 +201,18 @@ static void run_layer(aotx_embed *e, section *s, const aotx_bert_layer *l) {
     s->lin[0] = job(l->q_w, l->q_b, h, h, e->x, e->q, 0);
     s->lin[1] = job(l->k_w, l->k_b, h, h, e->x, e->k, 0);
     s->lin[2] = job(l->v_w, l->v_b, h, h, e->x, e->v, 0);
-    aotx_embed_internal_parallel(e, sec_linear, s);
+    linears(e, s);
     aotx_embed_internal_parallel(e, sec_attention, s);
     s->n_lin = 1;
     s->lin[0] = job(l->ao_w, l->ao_b, h, h, e->ctx, e->tmp, 0);
-    aotx_embed_internal_parallel(e, sec_linear, s);
+    linears(e, s);
     s->ln_w = l->ln1_w;
     s->ln_b = l->ln1_b;
     aotx_embed_internal_parallel(e, sec_residual_ln, s);
     s->lin[0] = job(l->i_w, l->i_b, im, h, e->x, e->inter, 1);
-    aotx_embed_internal_parallel(e, sec_linear, s);
+    linears(e, s);
     s->lin[0] = job(l->o_w, l->o_b, h, im, e->inter, e->tmp, 0);
-    aotx_embed_internal_parallel(e, sec_linear, s);
+    linears(e, s);
     s->ln_w = l->ln2_w;
     s->ln_b = l->ln2_b;
     aotx_embed_internal_parallel(e, sec_residual_ln, s);

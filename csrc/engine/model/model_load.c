@@ -6,8 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 int model_set_err(char *err, int64_t cap, int code, const char *fmt, ...) {
     if (err && cap > 0) {
@@ -216,78 +214,6 @@ static int load_layer(aotx_model *m, int32_t l, char *err, int64_t cap) {
     return 0;
 }
 
-/* Re-blocked copies of the weights whose kernels picked at load use one (the AVX2 tiles:
- * aotx_packed_bytes for Q8_0, Q5_0, Q4_0, Q4_K and Q6_K; each group of 8 rows one
- * sequential stream, no transposes or scale gathers per call, the same bits): the head
- * (AOTX_HEAD_PACK=0 keeps it on the mapping) and the layers' projections
- * (AOTX_BODY_PACK=0), all in one arena of transparent huge pages.  A copy replaces the
- * mapping's pages of its tensor in the resident set (the whole pages inside the tensor
- * are dropped from it once read; only the token embedding's rows read later come back),
- * so RSS does not grow by the copies.  No arena (out of memory) runs the mapping as
- * before.  Caveat: if packing fails half way (it cannot with valid shapes), some of the
- * mapping's pages are already dropped, which only costs page faults. */
-#define PACK_SLICE 8192   /* rows (a multiple of 8) packed between two drops of source pages */
-#define PACK_ALIGN 4096
-
-static int pack_off(const char *var) {
-    const char *e = getenv(var);
-    return e && strcmp(e, "0") == 0;
-}
-
-static size_t pack_size(const mtensor *o) {
-    int64_t n = aotx_packed_bytes(o->type, o->rows, o->cols);
-    return n > 0 ? ((size_t)n + PACK_ALIGN - 1) / PACK_ALIGN * PACK_ALIGN : 0;
-}
-
-static void pack_one(mtensor *o, uint8_t *p) {
-    const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)o->w;
-    const uintptr_t rb = (uintptr_t)aotx_type_row_bytes(o->type, o->cols);
-    uintptr_t done = (a + pg - 1) / pg * pg;
-    for (int64_t r0 = 0; r0 < o->rows; r0 += PACK_SLICE) {
-        int64_t r1 = o->rows - r0 < PACK_SLICE ? o->rows : r0 + PACK_SLICE;
-        if (aotx_pack(o->type, o->w, o->rows, o->cols, r0, r1, p)) return;
-        uintptr_t hi = (a + (uintptr_t)r1 * rb) / pg * pg;
-        if (hi > done) {
-            (void)madvise((void *)done, hi - done, MADV_DONTNEED);
-            done = hi;
-        }
-    }
-    o->packed = p;
-}
-
-/* One walk over the tensors that get copies: their bytes in the arena; with an arena,
- * each one packed at its offset. */
-static size_t pack_walk(aotx_model *m, int head, int body, uint8_t *arena) {
-    size_t at = 0, n;
-    if (head && (n = pack_size(&m->output))) {
-        if (arena) pack_one(&m->output, arena + at);
-        at += n;
-    }
-    for (int32_t l = 0; body && l < m->info.n_layers; l++) {
-        mlayer *ly = &m->layers[l];
-        mtensor *ts[] = {&ly->q, &ly->k, &ly->v, &ly->o, &ly->gate, &ly->up, &ly->down};
-        for (size_t i = 0; i < sizeof ts / sizeof *ts; i++)
-            if ((n = pack_size(ts[i]))) {
-                if (arena) pack_one(ts[i], arena + at);
-                at += n;
-            }
-    }
-    return at;
-}
-
-static void pack_weights(aotx_model *m) {
-    const int head = !pack_off("AOTX_HEAD_PACK"), body = !pack_off("AOTX_BODY_PACK");
-    size_t total = pack_walk(m, head, body, NULL);
-    if (!total) return;
-    const size_t huge = (size_t)2 << 20;  /* 2 MiB aligned: transparent huge pages */
-    total = (total + huge - 1) / huge * huge;
-    uint8_t *arena = aligned_alloc(huge, total);
-    if (!arena) return;
-    (void)madvise(arena, total, MADV_HUGEPAGE);
-    m->pack_arena = arena;
-    pack_walk(m, head, body, arena);
-}
-
 int model_load_weights(aotx_model *m, char *err, int64_t cap) {
     int rc;
     aotx_model_info *in = &m->info;
@@ -307,7 +233,16 @@ int model_load_weights(aotx_model *m, char *err, int64_t cap) {
     if (!m->layers) return AOTX_E_NOMEM;
     for (int32_t l = 0; l < in->n_layers; l++)
         if ((rc = load_layer(m, l, err, cap))) return rc;
-    pack_weights(m);
+    /* every matmul weight, the head first: what the backend prepares at init and reserves for */
+    m->n_weights = 1 + 7 * in->n_layers;
+    m->weights = malloc(sizeof(mtensor *) * (size_t)m->n_weights);
+    if (!m->weights) return AOTX_E_NOMEM;
+    m->weights[0] = &m->output;
+    for (int32_t l = 0; l < in->n_layers; l++) {
+        mlayer *ly = &m->layers[l];
+        mtensor *ts[] = {&ly->q, &ly->k, &ly->v, &ly->o, &ly->gate, &ly->up, &ly->down};
+        memcpy(m->weights + 1 + 7 * l, ts, sizeof ts);
+    }
     return 0;
 }
 
@@ -323,9 +258,7 @@ void model_free_weights(aotx_model *m) {
     }
     free(m->out_norm);
     free(m->inv_freq);
-    free(m->pack_arena);
-    m->pack_arena = NULL;
-    m->output.packed = NULL;
+    free(m->weights);
 }
 
 static int32_t tok_id(const aotx_gguf *g, const char *key) {
@@ -499,19 +432,9 @@ int model_alloc_scratch(aotx_model *m) {
         !m->rope_cs || !m->tok_pos || !m->tok_seq || !m->logit_tok || !m->old_len || !m->seen)
         return AOTX_E_NOMEM;
     /* the backend sizes its scratch for every weight at the most tokens it will see */
-    const mtensor *all[8];
-    for (int32_t l = -1; l < in->n_layers; l++) {
-        int na = 0;
-        if (l < 0) { all[na++] = &m->output; }
-        else {
-            const mlayer *ly = &m->layers[l];
-            all[na++] = &ly->q; all[na++] = &ly->k; all[na++] = &ly->v; all[na++] = &ly->o;
-            all[na++] = &ly->gate; all[na++] = &ly->up; all[na++] = &ly->down;
-        }
-        for (int a = 0; a < na; a++) {
-            int rc = m->be_ops->reserve(m->be, all[a]->type, all[a]->cols, maxs);
-            if (rc) return rc;
-        }
+    for (int32_t a = 0; a < m->n_weights; a++) {
+        int rc = m->be_ops->reserve(m->be, m->weights[a]->type, m->weights[a]->cols, maxs);
+        if (rc) return rc;
     }
     return 0;
 }

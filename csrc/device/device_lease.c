@@ -22,10 +22,6 @@ static_assert(offsetof(aotx_lease_row, reserved) == 36, "reserved @36");
 static_assert(AOTX_LEASE_ROW_V1_BYTES == offsetof(aotx_lease_row, mode),
               "a revision 0/1 row is the 40-byte row without mode and reserved");
 
-static bool terminal(uint8_t s) {
-    return s >= AOTX_STATUS_SUCCEEDED && s <= AOTX_STATUS_DEADLINE_EXCEEDED;
-}
-
 /* The one place that reads an input's retention mode: the mode recorded in
  * its retained text row (memory rows byte 26); 0 when it retained nothing. */
 uint32_t dev_retention_mode(const aotx_device *d, uint32_t slot) {
@@ -98,7 +94,7 @@ static int lease_check(const aotx_device *d, uint32_t revision, const aotx_lease
         if (r->sequence != w->sequence ||
             memcmp(d->participants[r->actor].key, w->actor, 16) != 0)
             return AOTX_E_LEASE_INVALID;
-        if (terminal(r->status)) return AOTX_E_ALREADY_TERMINAL;
+        if (dev_terminal(r->status)) return AOTX_E_ALREADY_TERMINAL;
         if (r->leased) return AOTX_E_LEASE_CONFLICT;
         if (r->admission_record >= saved) return AOTX_R_ADMISSION_UNSAVED;
         if (!mode_allowed(revision, w->mode) || !lease_mode_ok(r, w->mode, d, w->slot))
@@ -197,7 +193,7 @@ static int output_check(const aotx_device *d, uint32_t s, uint32_t offset, uint3
     if (s == DEV_NONE) return AOTX_E_OPERATION_NOT_FOUND;
     const dev_receipt *r = &d->receipts[s];
     if (r->kind != AOTX_KIND_INPUT) return AOTX_E_LEASE_MISSING;
-    if (terminal(r->status)) return AOTX_E_ALREADY_TERMINAL;
+    if (dev_terminal(r->status)) return AOTX_E_ALREADY_TERMINAL;
     if (!r->leased) return AOTX_E_LEASE_MISSING;
     if (len == 0) return AOTX_E_INVALID_ARGUMENT;
     if (offset != r->result_len) return AOTX_E_OUTPUT_CONFLICT;
@@ -249,13 +245,3 @@ int dev_output_replay(aotx_device *d, const uint8_t *data, uint32_t len, uint64_
     return AOTX_OK;
 }
 
-/* Result bytes a read may serve: all of them once terminal (the handler
- * waits for the terminal save) or once the newest OUTPUT transfer is saved;
- * before that only what was saved before it, so no read shows output a crash
- * could take back. */
-uint32_t dev_result_visible(const aotx_device *d, uint32_t slot) {
-    const dev_receipt *r = &d->receipts[slot];
-    if (terminal(r->status) || !r->has_output || r->output_record < dev_saved_records(d))
-        return r->result_len;
-    return r->output_visible;
-}

@@ -1,5 +1,6 @@
-/* device_canon.c -- request validation and the canonical operation bytes
- * (docs/formats/device.md, "Canonical operation bytes"). */
+/* device_canon.c -- the lower layer's byte side (device_internal.h): little-endian
+ * and hex helpers, request validation, the canonical operation bytes
+ * (docs/formats/device.md, "Canonical operation bytes") and the 128-byte memory row. */
 #include "device_internal.h"
 
 #include <math.h>
@@ -303,4 +304,30 @@ int aotx_canonical_decode(const uint8_t *buf, size_t len, aotx_request *out) {
         return AOTX_E_INVALID_ARGUMENT;
     *out = r;
     return AOTX_OK;
+}
+
+bool dev_is_zero(const uint8_t *b, size_t n) {
+    uint8_t acc = 0;
+    for (size_t i = 0; i < n; i++) acc |= b[i];
+    return acc == 0;
+}
+
+/* The 128-byte memory row as docs/formats/device.md lays it out (the MEMORY
+ * transfer's rows and the checkpoint's, device_checkpoint.c). */
+void dev_memory_row_encode(const aotx_memory_row *r, uint8_t *b) {
+    memset(b, 0, AOTX_MEMORY_ROW_BYTES);
+    memcpy(b, r->object, 16);
+    dev_le64(b + 16, r->version);
+    b[24] = r->kind;
+    b[25] = r->scope;
+    b[26] = r->mode;
+    b[27] = r->origin;
+    dev_le32(b + 28, r->byte_length);
+    memcpy(b + 32, r->owner, 16);
+    memcpy(b + 48, r->room, 16);
+    memcpy(b + 64, r->source, 16);
+    memcpy(b + 80, r->actor, 16);
+    memcpy(b + 96, r->conversation, 16);
+    dev_le64(b + 112, r->admission_number);
+    dev_le32(b + 120, r->dim);
 }

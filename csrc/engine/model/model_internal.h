@@ -35,7 +35,9 @@ struct aotx_model {
     mtensor tok_embd, output;
     float *out_norm;          /* [d_model] owned */
     mlayer *layers;           /* [n_layers] */
-    void *pack_arena;         /* owned: the re-blocked weight copies (model_load.c), or NULL */
+    mtensor **weights;        /* [n_weights] owned list: output, then each layer's q k v o gate
+                                 up down (the backend's init prepares them, reserve sizes) */
+    int32_t n_weights;
     float emb_scale;          /* sqrt(d_model) for gemma3, else 1 */
     int rope_neox;            /* 1: rotate halves; 0: rotate adjacent pairs */
     int32_t n_rot;            /* rotated dims per head (even, <= head_dim) */

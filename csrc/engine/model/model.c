@@ -50,7 +50,8 @@ static int open_backend(aotx_model *m, const aotx_model_params *p, char *err, in
         return model_set_err(err, cap, AOTX_E_UNSUPPORTED, "backend '%.64s' is not built in "
                              "(this build has: cpu)", p->backend);
     aotx_backend_params bp = {.pool = m->pool, .max_batch_tokens = m->info.max_batch_tokens,
-                              .max_ctx = m->info.max_tokens};
+                              .max_ctx = m->info.max_tokens, .head = m->weights[0],
+                              .body = m->weights + 1, .n_body = m->n_weights - 1};
     int rc = m->be_ops->init(&bp, &m->be);
     if (rc) return model_set_err(err, cap, rc, "backend '%s' cannot start", m->be_ops->name);
     return 0;

@@ -1,6 +1,7 @@
 /* device.c -- the device handle, admission (prepare -> enqueue -> apply) and
- * the executor's start/complete.  Reads: device_read.c; rights:
- * device_rights.c; canonical bytes: device_canon.c; recovery: device_recover.c. */
+ * the executor's start/complete.  Layers: device_internal.h.  Reads:
+ * device_read.c; rights: device_rights.c; lookups and ids: device_tables.c;
+ * canonical bytes: device_canon.c; recovery: device_recover.c. */
 #include "device_internal.h"
 
 #include <stdio.h>
@@ -61,26 +62,6 @@ const aotx_code_entry aotx_device_codes[] = {
     {AOTX_E_DEVICE_STATE, "device_out_of_order", "call out of order for this device"},
     {0, NULL, NULL},
 };
-
-bool dev_is_zero(const uint8_t *b, size_t n) {
-    uint8_t acc = 0;
-    for (size_t i = 0; i < n; i++) acc |= b[i];
-    return acc == 0;
-}
-
-static uint64_t mix64(uint64_t z) { /* splitmix64 finaliser: a bijection */
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
-/* Operation id of admission n: bytes 0..7 = mix64(n ^ L0) (a bijection of n,
- * so never reused), bytes 8..15 = mix64(n ^ L1 ^ 0x6f70...). */
-void dev_op_id(const aotx_device *d, uint64_t n, uint8_t out[16]) {
-    uint64_t l0 = dev_rd64(d->lineage), l1 = dev_rd64(d->lineage + 8);
-    dev_le64(out, mix64(n ^ l0));
-    dev_le64(out + 8, mix64(n ^ l1 ^ 0x6f705f69645f7631ULL));
-}
 
 void aotx_device_default_params(aotx_device_params *p) {
     memset(p, 0, sizeof *p);
@@ -167,94 +148,7 @@ void dev_usage_get_locked(aotx_device *d, aotx_device_usage *out) {
     out->admissions = d->admissions;
 }
 
-/* ---- lookups ---------------------------------------------------------- */
-
-uint32_t dev_find_participant(const aotx_device *d, const uint8_t key[16]) {
-    for (uint32_t i = 0; i < d->n_participants; i++)
-        if (memcmp(d->participants[i].key, key, 16) == 0) return i;
-    return DEV_NONE;
-}
-uint32_t dev_find_space(const aotx_device *d, const uint8_t id[16]) {
-    for (uint32_t i = 0; i < d->n_spaces; i++)
-        if (memcmp(d->spaces[i].id, id, 16) == 0) return i;
-    return DEV_NONE;
-}
-uint32_t dev_find_conversation(const aotx_device *d, const uint8_t id[16]) {
-    for (uint32_t i = 0; i < d->n_conversations; i++)
-        if (memcmp(d->conversations[i].id, id, 16) == 0) return i;
-    return DEV_NONE;
-}
-uint32_t dev_find_member_row(const aotx_device *d, uint32_t space, const uint8_t key[16]) {
-    for (uint32_t i = 0; i < d->n_members; i++)
-        if (d->members[i].space == space && memcmp(d->members[i].key, key, 16) == 0) return i;
-    return DEV_NONE;
-}
-/* A live (not retiring) receipt of `actor` at `sequence`. */
-static uint32_t find_receipt_seq(const aotx_device *d, uint32_t actor, uint64_t sequence) {
-    for (uint32_t i = 0; i < DEV_RECEIPT_SLOTS; i++) {
-        const dev_receipt *r = &d->receipts[i];
-        if (r->used && !r->retiring && r->actor == actor && r->sequence == sequence) return i;
-    }
-    return DEV_NONE;
-}
-uint32_t dev_find_receipt_by_op(const aotx_device *d, const uint8_t op_id[16]) {
-    for (uint32_t i = 0; i < DEV_RECEIPT_SLOTS; i++) {
-        const dev_receipt *r = &d->receipts[i];
-        if (r->used && !r->retiring && memcmp(r->op_id, op_id, 16) == 0) return i;
-    }
-    return DEV_NONE;
-}
-
-uint64_t dev_saved_records(const aotx_device *d) {
-    if (d->replaying) return UINT64_MAX;
-    aotx_save_state s;
-    aotx_journal_save_state(d->journal, &s);
-    return s.saved_records;
-}
-
-/* Every receipt whose admission got saved since the last call copies the
- * identity of that save from the journal's ring; then the ring may reuse
- * those records.  Runs at the start of every public call (device_api.c). */
-void dev_stamp_saves(aotx_device *d) {
-    if (d->replaying || d->failed) return;
-    aotx_save_state st;
-    aotx_journal_save_state(d->journal, &st);
-    if (st.saved_records == d->stamped_saved) return;
-    for (uint32_t i = 0; i < DEV_RECEIPT_SLOTS; i++) {
-        dev_receipt *r = &d->receipts[i];
-        if (r->used && !r->save_known && r->admission_record < st.saved_records &&
-            aotx_journal_save_of(d->journal, r->admission_record, &r->save) == AOTX_OK)
-            r->save_known = 1;
-    }
-    aotx_journal_retain(d->journal, st.saved_records);
-    d->stamped_saved = st.saved_records;
-}
-
-/* Free the slots of retiring receipts whose retirement is saved. */
-void dev_reclaim(aotx_device *d) {
-    uint64_t saved = dev_saved_records(d);
-    for (uint32_t i = 0; i < DEV_RECEIPT_SLOTS; i++) {
-        dev_receipt *r = &d->receipts[i];
-        if (r->used && r->retiring && r->retire_record < saved) {
-            r->used = 0;
-            r->retiring = 0;
-            d->n_receipts--;
-        }
-    }
-}
-
-static bool terminal_status(uint8_t s) {
-    return s >= AOTX_STATUS_SUCCEEDED && s <= AOTX_STATUS_DEADLINE_EXCEEDED;
-}
-
 /* ---- immediate results (JSON, docs/formats/device.md "Results") ------- */
-
-static void res_id(const aotx_device *d, const char *prefix, const uint8_t id[16], char *out) {
-    char l[33], h[33];
-    dev_hex(d->lineage, 16, l);
-    dev_hex(id, 16, h);
-    snprintf(out, 80, "%s-%s-%s", prefix, l, h);
-}
 
 static const char *scope_name(uint8_t s) {
     return s == AOTX_SCOPE_ROOM ? "room" : s == AOTX_SCOPE_INSTANCE ? "instance" : "private";
@@ -268,16 +162,16 @@ static void result_json(const aotx_device *d, dev_plan *pl, bool was_running) {
     size_t cap = sizeof pl->result;
     switch (q->kind) {
     case AOTX_KIND_REGISTER:
-        res_id(d, "par", pl->actor_key, a);
+        dev_res_id(d, "par", pl->actor_key, a);
         n = snprintf(o, cap, "{\"participant\":\"%s\"}", a);
         break;
     case AOTX_KIND_SPACE_CREATE:
-        res_id(d, "spc", pl->resource_id, a);
+        dev_res_id(d, "spc", pl->resource_id, a);
         n = snprintf(o, cap, "{\"space\":\"%s\",\"scope\":\"%s\"}", a, scope_name(q->scope));
         break;
     case AOTX_KIND_MEMBER_SET: {
-        res_id(d, "spc", q->space, a);
-        res_id(d, "par", q->participant, b);
+        dev_res_id(d, "spc", q->space, a);
+        dev_res_id(d, "par", q->participant, b);
         char perms[40] = "";
         const char *names[3] = {"\"read\"", "\"write\"", "\"manage\""};
         for (int i = 0; i < 3; i++) {
@@ -290,8 +184,8 @@ static void result_json(const aotx_device *d, dev_plan *pl, bool was_running) {
         break;
     }
     case AOTX_KIND_CONVERSATION_CREATE:
-        res_id(d, "con", pl->resource_id, a);
-        res_id(d, "spc", q->space, b);
+        dev_res_id(d, "con", pl->resource_id, a);
+        dev_res_id(d, "spc", q->space, b);
         n = snprintf(o, cap, "{\"conversation\":\"%s\",\"space\":\"%s\"}", a, b);
         break;
     case AOTX_KIND_CANCEL:
@@ -313,17 +207,6 @@ static void result_json(const aotx_device *d, dev_plan *pl, bool was_running) {
 
 /* ---- prepare: every check, no change ---------------------------------- */
 
-/* Space lookup for an action needing `need` (effective = resolved & grants):
- * invisible (no resolved right) -> not found; visible but lacking -> forbidden. */
-static int space_access(const aotx_device *d, uint32_t grants, uint32_t actor, uint32_t space,
-                        uint8_t need, int not_found) {
-    if (space == DEV_NONE) return not_found;
-    uint8_t resolved = dev_resolved_rights(d, space, actor);
-    if (resolved == 0) return not_found;
-    if ((resolved & grants & need) != need) return AOTX_E_FORBIDDEN;
-    return AOTX_OK;
-}
-
 static int prepare_kind(aotx_device *d, uint32_t grants, dev_plan *pl, const dev_participant *p,
                         uint64_t *freed) {
     const aotx_request *q = pl->req;
@@ -340,7 +223,7 @@ static int prepare_kind(aotx_device *d, uint32_t grants, dev_plan *pl, const dev
         break;
     case AOTX_KIND_MEMBER_SET:
         pl->space = dev_find_space(d, q->space);
-        rc = space_access(d, grants, pl->actor, pl->space, AOTX_RIGHT_MANAGE,
+        rc = dev_space_access(d, grants, pl->actor, pl->space, AOTX_RIGHT_MANAGE,
                           AOTX_E_SPACE_NOT_FOUND);
         if (rc) return rc;
         /* A row may name a principal that is not registered (yet): the answer never
@@ -356,7 +239,7 @@ static int prepare_kind(aotx_device *d, uint32_t grants, dev_plan *pl, const dev
         break;
     case AOTX_KIND_CONVERSATION_CREATE:
         pl->space = dev_find_space(d, q->space);
-        rc = space_access(d, grants, pl->actor, pl->space, AOTX_RIGHT_WRITE,
+        rc = dev_space_access(d, grants, pl->actor, pl->space, AOTX_RIGHT_WRITE,
                           AOTX_E_SPACE_NOT_FOUND);
         if (rc) return rc;
         memcpy(pl->resource_id, q->has_id ? q->id : q->operation_key, 16);
@@ -366,7 +249,7 @@ static int prepare_kind(aotx_device *d, uint32_t grants, dev_plan *pl, const dev
         break;
     case AOTX_KIND_INPUT:
         pl->conversation = dev_find_conversation(d, q->conversation);
-        rc = space_access(d, grants, pl->actor,
+        rc = dev_space_access(d, grants, pl->actor,
                           pl->conversation == DEV_NONE ? DEV_NONE
                                                        : d->conversations[pl->conversation].space,
                           AOTX_RIGHT_WRITE, AOTX_E_CONVERSATION_NOT_FOUND);
@@ -380,13 +263,13 @@ static int prepare_kind(aotx_device *d, uint32_t grants, dev_plan *pl, const dev
         break;
     case AOTX_KIND_CANCEL:
         if (q->target_sequence >= q->sequence) return AOTX_E_TARGET_NOT_FOUND;
-        pl->target_receipt = find_receipt_seq(d, pl->actor, q->target_sequence);
+        pl->target_receipt = dev_find_receipt_seq(d, pl->actor, q->target_sequence);
         if (pl->target_receipt == DEV_NONE) return AOTX_E_TARGET_NOT_FOUND;
         memcpy(pl->resource_id, d->receipts[pl->target_receipt].op_id, 16);
         break;
     case AOTX_KIND_PUBLISH:
         pl->space = dev_find_space(d, q->space);
-        rc = space_access(d, grants, pl->actor, pl->space, AOTX_RIGHT_MANAGE,
+        rc = dev_space_access(d, grants, pl->actor, pl->space, AOTX_RIGHT_MANAGE,
                           AOTX_E_SPACE_NOT_FOUND);
         if (rc) return rc;
         rc = dev_publish_prepare(d, grants, pl);
@@ -436,7 +319,7 @@ int dev_prepare(aotx_device *d, uint32_t grants, const uint8_t actor[16],
     if (req->sequence < floor) return AOTX_E_BELOW_RETRY_FLOOR;
     if (req->sequence > next) return AOTX_E_FUTURE_SEQUENCE;
     if (req->sequence < next) {
-        uint32_t s = find_receipt_seq(d, pl->actor, req->sequence);
+        uint32_t s = dev_find_receipt_seq(d, pl->actor, req->sequence);
         if (s == DEV_NONE) return AOTX_E_INTERNAL; /* [floor, next) always has receipts */
         const dev_receipt *r = &d->receipts[s];
         if (r->canon_len != pl->canon_len || memcmp(r->canon, pl->canon, pl->canon_len) != 0)
@@ -472,7 +355,7 @@ int dev_prepare(aotx_device *d, uint32_t grants, const uint8_t actor[16],
     dev_op_id(d, pl->admission_number, pl->op_id);
     pl->status = req->kind == AOTX_KIND_INPUT ? AOTX_STATUS_ADMITTED : AOTX_STATUS_SUCCEEDED;
     bool was_running = req->kind == AOTX_KIND_CANCEL &&
-                       !terminal_status(d->receipts[pl->target_receipt].status);
+                       !dev_terminal(d->receipts[pl->target_receipt].status);
     result_json(d, pl, was_running);
     return AOTX_OK;
 }
@@ -546,7 +429,7 @@ void dev_apply(aotx_device *d, const dev_plan *pl, uint64_t record) {
         break;   /* the receipt takes the new count as its input_index below */
     case AOTX_KIND_CANCEL: {
         dev_receipt *t = &d->receipts[pl->target_receipt];
-        if (!terminal_status(t->status)) t->cancel_requested = 1;
+        if (!dev_terminal(t->status)) t->cancel_requested = 1;
         break;
     }
     case AOTX_KIND_PUBLISH:
@@ -580,7 +463,7 @@ void dev_apply(aotx_device *d, const dev_plan *pl, uint64_t record) {
     memcpy(r->resource_id, pl->resource_id, 16);
     r->admission_number = pl->admission_number;
     r->admission_record = record;
-    if (terminal_status(pl->status)) {
+    if (dev_terminal(pl->status)) {
         r->has_terminal_record = 1;
         r->terminal_record = record;
     }
@@ -625,7 +508,7 @@ int dev_start_locked(aotx_device *d, const uint8_t op_id[16]) {
     uint32_t s = dev_find_receipt_by_op(d, op_id);
     if (s == DEV_NONE) return AOTX_E_OPERATION_NOT_FOUND;
     dev_receipt *r = &d->receipts[s];
-    if (terminal_status(r->status)) return AOTX_E_ALREADY_TERMINAL;
+    if (dev_terminal(r->status)) return AOTX_E_ALREADY_TERMINAL;
     if (r->admission_record >= dev_saved_records(d)) return AOTX_R_ADMISSION_UNSAVED;
     r->status = AOTX_STATUS_RUNNING;
     return AOTX_OK;
@@ -633,11 +516,11 @@ int dev_start_locked(aotx_device *d, const uint8_t op_id[16]) {
 
 int dev_complete_check(const aotx_device *d, uint32_t slot, const dev_completion *c) {
     if (slot == DEV_NONE) return AOTX_E_OPERATION_NOT_FOUND;
-    if (!terminal_status(c->status)) return AOTX_E_STATUS_INVALID;
+    if (!dev_terminal(c->status)) return AOTX_E_STATUS_INVALID;
     if (c->finish > AOTX_FINISH_LENGTH ||
         (c->finish != AOTX_FINISH_NONE && c->status != AOTX_STATUS_SUCCEEDED))
         return AOTX_E_STATUS_INVALID;
-    if (terminal_status(d->receipts[slot].status)) return AOTX_E_ALREADY_TERMINAL;
+    if (dev_terminal(d->receipts[slot].status)) return AOTX_E_ALREADY_TERMINAL;
     /* c carries the bytes after the journaled output (result_len so far) */
     if ((uint64_t)d->receipts[slot].result_len + c->len > AOTX_MAX_RESULT_BYTES)
         return AOTX_E_RESULT_TOO_LARGE;
@@ -676,7 +559,7 @@ int dev_complete_locked(aotx_device *d, const uint8_t op_id[16], const dev_compl
     if (s == DEV_NONE) return AOTX_E_OPERATION_NOT_FOUND;
     /* `c` holds the whole result: the journaled output must be its prefix, and
      * the completion carries the rest */
-    uint32_t journaled = terminal_status(d->receipts[s].status) ? 0 : d->receipts[s].result_len;
+    uint32_t journaled = dev_terminal(d->receipts[s].status) ? 0 : d->receipts[s].result_len;
     if (journaled && (c->len < journaled || memcmp(c->result, d->receipts[s].result, journaled)))
         return AOTX_E_OUTPUT_CONFLICT;
     dev_completion tail = *c;

@@ -3,6 +3,7 @@
 #define AOTX_EMBED_INTERNAL_H
 
 #include "aotx_embed.h"
+#include "aotx_kernels.h"
 #include "aotx_pool.h"
 #include "aotx_sgemm.h"
 
@@ -10,7 +11,9 @@ struct aotx_embed {
     aotx_bert_config cfg;
     aotx_bert_weights w;       /* w.layers points at layers below */
     aotx_bert_layer *layers;   /* [n_layers] */
-    aotx_pool *pool;           /* NULL: single-threaded */
+    aotx_pool *pool;
+    const aotx_backend_ops *be_ops;  /* the linears' products (aotx.h, engine section) */
+    aotx_backend *be;
     int32_t n_threads;         /* workers including the caller */
     int32_t max_tokens;        /* packed-token capacity of the scratch below */
     int32_t max_seq;           /* longest sequence */
@@ -29,7 +32,7 @@ struct aotx_embed {
     float *att;                /* [n_threads][att_stride] per-worker K_h, V_h^T, scores */
 };
 
-/* Runs fn on every worker of the pool, or once on the caller without one. */
+/* Runs fn on every worker of the pool. */
 void aotx_embed_internal_parallel(aotx_embed *e, aotx_pool_fn fn, void *ctx);
 /* Embeddings + every layer on the packed batch (tok/pos/seq_off filled): result in e->x. */
 void aotx_embed_internal_forward(aotx_embed *e, int32_t n_tok, int32_t n_seq);

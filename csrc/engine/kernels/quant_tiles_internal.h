@@ -1,4 +1,4 @@
-/* quant_tiles_internal.h -- the AVX2 register-tile kernels (csrc/quant_avx2_tiles.c)
+/* quant_tiles_internal.h -- the AVX2 register-tile kernels (quant_avx2_tiles.c)
  * as quant_x86.c's picker uses them.  Not part of the cffi surface.
  *
  * Both run every n_tok (1 included): a row's float reduction order is fixed by the

@@ -13,13 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The thread pool is optional at link time (a partial development build may
- * not carry csrc/threadpool.c): without it the encoder runs single-threaded. */
-#pragma weak aotx_pool_new
-#pragma weak aotx_pool_free
-#pragma weak aotx_pool_run
-#pragma weak aotx_pool_size
-
 const aotx_code_entry aotx_embed_codes[] = {
     {AOTX_E_EMBED_CONFIG_INVALID, "embed_config_invalid",
      "an embedding model hyperparameter is out of range"},
@@ -76,16 +69,22 @@ static int weights_check(const aotx_bert_weights *w, int32_t n_layers) {
     return AOTX_OK;
 }
 
+/* The pool (one worker: the caller alone) and the backend the linears' products run on
+ * (aotx.h, engine section; the CPU one), its scratch sized for the two input widths. */
 static int pool_open(aotx_embed *e, int32_t n_threads) {
-    e->pool = NULL;
     e->n_threads = 1;
-    if (n_threads == 1 || !aotx_pool_new || !aotx_pool_run || !aotx_pool_free || !aotx_pool_size)
-        return AOTX_OK;
     int rc = aotx_pool_new(n_threads, &e->pool);
     if (rc != AOTX_OK) return rc;
     e->n_threads = aotx_pool_size(e->pool);
     if (e->n_threads < 1) e->n_threads = 1;
-    return AOTX_OK;
+    aotx_backend_params bp = {.pool = e->pool, .max_batch_tokens = e->max_tokens,
+                              .max_ctx = e->max_seq};
+    rc = aotx_backend_cpu.init(&bp, &e->be);
+    if (rc != AOTX_OK) return rc;
+    e->be_ops = &aotx_backend_cpu;
+    rc = e->be_ops->reserve(e->be, AOTX_T_F32, e->cfg.hidden, e->max_tokens);
+    if (rc == AOTX_OK) rc = e->be_ops->reserve(e->be, AOTX_T_F32, e->cfg.intermediate, e->max_tokens);
+    return rc;
 }
 
 static int scratch_alloc(aotx_embed *e) {
@@ -142,7 +141,8 @@ int aotx_embed_new(const aotx_bert_config *cfg, const aotx_bert_weights *w, int3
 
 void aotx_embed_free(aotx_embed *e) {
     if (!e) return;
-    if (e->pool && aotx_pool_free) aotx_pool_free(e->pool);
+    if (e->be_ops) e->be_ops->free(e->be);
+    aotx_pool_free(e->pool);
     free(e->layers);
     free(e->tok);
     free(e->pos);

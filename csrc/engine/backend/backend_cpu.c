@@ -6,6 +6,8 @@
  *              dynamic 16-row-multiple chunks (aotx_matmul_rows);
  *   attention  items = (block of up to 4 consecutive tokens of a sequence) x head,
  *              taken dynamically; keys and values read in place from the pages;
+ *   weights    at init, re-blocked copies of the weights whose kernels use one
+ *              (aotx_pack; AOTX_HEAD_PACK / AOTX_BODY_PACK, read here only);
  *   KV storage one 64-byte-aligned host array of n_pages pages (touched lazily),
  *              float32 or, when the pool says elem_bytes 2 (kv_f16), binary16 rows
  *              (kv_f16.c converts on write and widens on read; sums stay float).
@@ -21,6 +23,8 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #define ACT_CLASSES 3   /* F32-like, Q8_K (k-quants), Q8_0 (legacy quants) */
 #define ROW_ALIGN 16
@@ -38,6 +42,7 @@ struct aotx_backend {
     float *scores;                   /* [n_threads][ATT_BLOCK][max_ctx + ATT_BLOCK] */
     const float **vrows;             /* [n_threads][max_ctx + ATT_BLOCK] V row pointers */
     int32_t *blk_start;              /* [max_batch_tokens + 1] first token of each block */
+    void *pack_arena;                /* the weights' re-blocked copies, or NULL */
 };
 
 struct aotx_kv_store {
@@ -64,7 +69,89 @@ static void cpu_free(aotx_backend *be) {
     free(be->scores);
     free((void *)be->vrows);
     free(be->blk_start);
+    free(be->pack_arena);
     free(be);
+}
+
+/* ---------- prepared weights ----------
+ *
+ * Re-blocked copies of the weights whose kernels picked at init use one (the AVX2 tiles:
+ * aotx_packed_bytes for Q8_0, Q5_0, Q4_0, Q4_K and Q6_K; each group of 8 rows one
+ * sequential stream, no transposes or scale gathers per call, the same bits): the head
+ * (AOTX_HEAD_PACK=0 keeps it on the mapping) and the layers' projections
+ * (AOTX_BODY_PACK=0), all in one arena of transparent huge pages.  A copy replaces the
+ * mapping's pages of its tensor in the resident set (the whole pages inside the tensor
+ * are dropped from it once read; only the token embedding's rows read later come back),
+ * so RSS does not grow by the copies.  No arena (out of memory) runs the mapping as
+ * before.  Caveat: if packing fails half way (it cannot with valid shapes), some of the
+ * mapping's pages are already dropped, which only costs page faults. */
+#define PACK_SLICE 8192   /* rows (a multiple of 8) packed between two drops of source pages */
+#define PACK_ALIGN 4096
+
+/* The CPU backend's configuration, read at every init (the one place these switches are
+ * read): AOTX_HEAD_PACK=0 / AOTX_BODY_PACK=0 keep the head / the body on the mapping. */
+typedef struct cpu_config {
+    int pack_head, pack_body;
+} cpu_config;
+
+static int env_off(const char *var) {
+    const char *e = getenv(var);
+    return e && strcmp(e, "0") == 0;
+}
+
+static cpu_config cpu_config_read(void) {
+    return (cpu_config){.pack_head = !env_off("AOTX_HEAD_PACK"),
+                        .pack_body = !env_off("AOTX_BODY_PACK")};
+}
+
+static size_t pack_size(const aotx_weight *o) {
+    int64_t n = aotx_packed_bytes(o->type, o->rows, o->cols);
+    return n > 0 ? ((size_t)n + PACK_ALIGN - 1) / PACK_ALIGN * PACK_ALIGN : 0;
+}
+
+static void pack_one(aotx_weight *o, uint8_t *p) {
+    const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)o->w;
+    const uintptr_t rb = (uintptr_t)aotx_type_row_bytes(o->type, o->cols);
+    uintptr_t done = (a + pg - 1) / pg * pg;
+    for (int64_t r0 = 0; r0 < o->rows; r0 += PACK_SLICE) {
+        int64_t r1 = o->rows - r0 < PACK_SLICE ? o->rows : r0 + PACK_SLICE;
+        if (aotx_pack(o->type, o->w, o->rows, o->cols, r0, r1, p)) return;
+        uintptr_t hi = (a + (uintptr_t)r1 * rb) / pg * pg;
+        if (hi > done) {
+            (void)madvise((void *)done, hi - done, MADV_DONTNEED);
+            done = hi;
+        }
+    }
+    o->packed = p;
+}
+
+/* One walk over the weights that get copies: their bytes in the arena; with an arena,
+ * each one packed at its offset. */
+static size_t pack_walk(const aotx_backend_params *p, cpu_config c, uint8_t *arena) {
+    size_t at = 0, n;
+    if (c.pack_head && p->head && (n = pack_size(p->head))) {
+        if (arena) pack_one(p->head, arena + at);
+        at += n;
+    }
+    for (int32_t i = 0; c.pack_body && i < p->n_body; i++)
+        if ((n = pack_size(p->body[i]))) {
+            if (arena) pack_one(p->body[i], arena + at);
+            at += n;
+        }
+    return at;
+}
+
+static void pack_weights(aotx_backend *be, const aotx_backend_params *p) {
+    const cpu_config c = cpu_config_read();
+    size_t total = pack_walk(p, c, NULL);
+    if (!total) return;
+    const size_t huge = (size_t)2 << 20;  /* 2 MiB aligned: transparent huge pages */
+    total = (total + huge - 1) / huge * huge;
+    uint8_t *arena = aligned_alloc(huge, total);
+    if (!arena) return;
+    (void)madvise(arena, total, MADV_HUGEPAGE);
+    be->pack_arena = arena;
+    pack_walk(p, c, arena);
 }
 
 static int cpu_init(const aotx_backend_params *p, aotx_backend **out) {
@@ -83,6 +170,7 @@ static int cpu_init(const aotx_backend_params *p, aotx_backend **out) {
         cpu_free(be);
         return AOTX_E_NOMEM;
     }
+    pack_weights(be, p);
     *out = be;
     return 0;
 }

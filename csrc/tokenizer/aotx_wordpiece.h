@@ -5,7 +5,7 @@
  * WordPiece, and added tokens matched on the raw text first.  The caller
  * (aotx_trio/_wordpiece.py) reads and validates tokenizer.json and hands the
  * vocabulary and flags here; the Unicode data comes from
- * csrc/tokenizer_wordpiece_tables.c (generated).
+ * csrc/tokenizer/tokenizer_wordpiece_tables.c (generated).
  */
 #ifndef AOTX_WORDPIECE_H
 #define AOTX_WORDPIECE_H

@@ -1,76 +1,8 @@
-/* device_read.c -- rights resolution and every read (receipts, results,
- * participants, spaces, members, conversations).  Reads check the caller's
- * current grants first (grant_forbidden), then stored rights: a resource the
+/* device_read.c -- every read (receipts, results, participants, spaces, members,
+ * conversations).  Reads check the caller's current grants first
+ * (grant_forbidden), then stored rights (device_rights.c): a resource the
  * caller has no resolved right on reads as not found. */
 #include "device_internal.h"
-
-/* Spec "Scope": an explicit member row replaces the implicit rights (owner:
- * read|write|manage; instance space: read|write for every registered
- * participant; room and private: nothing). A zero-rights row blocks both. */
-uint8_t dev_resolved_rights(const aotx_device *d, uint32_t space, uint32_t participant) {
-    if (space == DEV_NONE || participant == DEV_NONE) return 0;
-    uint32_t row = dev_find_member_row(d, space, d->participants[participant].key);
-    if (row != DEV_NONE) return d->members[row].rights;
-    const dev_space *s = &d->spaces[space];
-    if (s->owner == participant) return AOTX_RIGHT_READ | AOTX_RIGHT_WRITE | AOTX_RIGHT_MANAGE;
-    if (s->scope == AOTX_SCOPE_INSTANCE) return AOTX_RIGHT_READ | AOTX_RIGHT_WRITE;
-    return 0;
-}
-
-/* 0 when the caller may read the space; not_found / forbidden otherwise. */
-static int read_access(const aotx_device *d, uint32_t grants, uint32_t actor, uint32_t space,
-                       int not_found) {
-    if (space == DEV_NONE) return not_found;
-    uint8_t resolved = dev_resolved_rights(d, space, actor);
-    if (resolved == 0) return not_found;
-    if (!(resolved & grants & AOTX_RIGHT_READ)) return AOTX_E_FORBIDDEN;
-    return AOTX_OK;
-}
-
-void dev_receipt_view(aotx_device *d, uint32_t slot, bool foreign, aotx_receipt_view *out) {
-    const dev_receipt *r = &d->receipts[slot];
-    memset(out, 0, sizeof *out);
-    aotx_save_state st;
-    aotx_journal_save_state(d->journal, &st);
-    out->saved_records = st.saved_records;
-    out->pending_bytes = st.pending_bytes;
-    out->file_incarnation = st.file_incarnation;
-    out->generation = st.generation;
-    out->boot = st.boot;
-    memcpy(out->commit_digest, st.commit_digest, 32);
-    out->disk_error = st.disk_error;
-    out->hold = st.hold;
-    uint64_t saved = d->replaying ? UINT64_MAX : st.saved_records;
-    memcpy(out->op_id, r->op_id, 16);
-    out->kind = r->kind;
-    out->status = r->status;
-    out->foreign = foreign;
-    out->device_committed = 1;
-    out->admission_saved = r->admission_record < saved;
-    out->terminal_saved = r->has_terminal_record && r->terminal_record < saved;
-    out->cancel_requested = r->cancel_requested;
-    memcpy(out->participant, d->participants[r->actor].key, 16);
-    if (!foreign) {
-        memcpy(out->operation_key, r->op_key, 16);
-        out->sequence = r->sequence;
-    }
-    out->admission_number = r->admission_number;
-    out->admission_record = r->admission_record;
-    out->terminal_record = r->has_terminal_record ? r->terminal_record : UINT64_MAX;
-    memcpy(out->resource_id, r->resource_id, 16);
-    out->result_len = dev_result_visible(d, slot);
-    out->leased = r->leased;
-    out->lease_revision = r->lease_revision;
-    out->lease_mode = r->lease_mode;
-    out->input_tokens = r->input_tokens;
-    out->output_tokens = r->output_tokens;
-    out->input_index = r->input_index;
-    out->finish = r->finish;
-    if (r->save_known && out->admission_saved) {
-        out->admission_save_known = 1;
-        out->admission_save = r->save;
-    }
-}
 
 /* The receipt slot `actor` may read, or a code. Own receipts are always
  * visible; another participant's INPUT receipt is visible to readers of its
@@ -92,7 +24,8 @@ static int readable_receipt(aotx_device *d, uint32_t grants, const uint8_t actor
     if (r->kind != AOTX_KIND_INPUT) return AOTX_E_OPERATION_NOT_FOUND;
     uint32_t c = dev_find_conversation(d, r->resource_id);
     if (c == DEV_NONE) return AOTX_E_OPERATION_NOT_FOUND;
-    int rc = read_access(d, grants, me, d->conversations[c].space, AOTX_E_OPERATION_NOT_FOUND);
+    int rc = dev_space_access(d, grants, me, d->conversations[c].space, AOTX_RIGHT_READ,
+                              AOTX_E_OPERATION_NOT_FOUND);
     if (rc) return rc;
     *slot = s;
     *foreign = true;
@@ -157,21 +90,11 @@ static void space_view(const aotx_device *d, uint32_t s, uint8_t eff, aotx_space
     out->conversations = sp->conversations;
 }
 
-/* The space a reader names, after the grant and read-right checks every space
- * read makes (hidden spaces are space_not_found). */
-static int space_for_read(const aotx_device *d, uint32_t grants, const uint8_t actor[16],
-                          const uint8_t space[16], uint32_t *out) {
-    if (!(grants & AOTX_GRANT_READ)) return AOTX_E_GRANT_FORBIDDEN;
-    uint32_t me = dev_find_participant(d, actor);
-    *out = dev_find_space(d, space);
-    return read_access(d, grants, me, *out, AOTX_E_SPACE_NOT_FOUND);
-}
-
 int dev_space_locked(aotx_device *d, uint32_t grants, const uint8_t actor[16],
                       const uint8_t space[16], aotx_space_view *out) {
     if (!d || !actor || !space || !out) return AOTX_E_INVALID_ARGUMENT;
     uint32_t s;
-    int rc = space_for_read(d, grants, actor, space, &s);
+    int rc = dev_space_for_read(d, grants, actor, space, &s);
     if (rc) return rc;
     uint8_t rights = dev_resolved_rights(d, s, dev_find_participant(d, actor));
     space_view(d, s, rights & (uint8_t)grants, out);
@@ -203,7 +126,7 @@ int dev_members_locked(aotx_device *d, uint32_t grants, const uint8_t actor[16],
     if (!d || !actor || !space || !out_n || !out_next || (limit && !out))
         return AOTX_E_INVALID_ARGUMENT;
     uint32_t s;
-    int rc = space_for_read(d, grants, actor, space, &s);
+    int rc = dev_space_for_read(d, grants, actor, space, &s);
     if (rc) return rc;
     if (cursor > d->n_members) return AOTX_E_CURSOR_INVALID;
     uint32_t n = 0;
@@ -238,7 +161,7 @@ int dev_conversations_locked(aotx_device *d, uint32_t grants, const uint8_t acto
     if (!d || !actor || !space || !out_n || !out_next || (limit && !out))
         return AOTX_E_INVALID_ARGUMENT;
     uint32_t s;
-    int rc = space_for_read(d, grants, actor, space, &s);
+    int rc = dev_space_for_read(d, grants, actor, space, &s);
     if (rc) return rc;
     if (cursor > d->n_conversations) return AOTX_E_CURSOR_INVALID;
     uint32_t n = 0;
@@ -258,8 +181,8 @@ int dev_conversation_locked(aotx_device *d, uint32_t grants, const uint8_t actor
     if (!(grants & AOTX_GRANT_READ)) return AOTX_E_GRANT_FORBIDDEN;
     uint32_t me = dev_find_participant(d, actor);
     uint32_t c = dev_find_conversation(d, conversation);
-    int rc = read_access(d, grants, me, c == DEV_NONE ? DEV_NONE : d->conversations[c].space,
-                         AOTX_E_CONVERSATION_NOT_FOUND);
+    int rc = dev_space_access(d, grants, me, c == DEV_NONE ? DEV_NONE : d->conversations[c].space,
+                              AOTX_RIGHT_READ, AOTX_E_CONVERSATION_NOT_FOUND);
     if (rc) return rc;
     conversation_view(d, c, out);
     return AOTX_OK;
@@ -290,8 +213,8 @@ int dev_conversation_inputs_locked(aotx_device *d, uint32_t grants, const uint8_
     if (actor) {
         if (!(grants & AOTX_GRANT_READ)) return AOTX_E_GRANT_FORBIDDEN;
         me = dev_find_participant(d, actor);
-        int rc = read_access(d, grants, me, c == DEV_NONE ? DEV_NONE : d->conversations[c].space,
-                             AOTX_E_CONVERSATION_NOT_FOUND);
+        int rc = dev_space_access(d, grants, me, c == DEV_NONE ? DEV_NONE : d->conversations[c].space,
+                                  AOTX_RIGHT_READ, AOTX_E_CONVERSATION_NOT_FOUND);
         if (rc) return rc;
     } else if (c == DEV_NONE) {
         return AOTX_E_CONVERSATION_NOT_FOUND;

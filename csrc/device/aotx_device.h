@@ -310,7 +310,7 @@ int aotx_device_complete(aotx_device *d, const uint8_t op_id[16], uint8_t status
                          uint32_t input_tokens, uint32_t output_tokens);
 
 /* One execution lease row (40 bytes on disk, docs/formats/device.md "Lease
- * transfer"; static_asserts in csrc/device_lease.c). */
+ * transfer"; static_asserts in csrc/device/device_lease.c). */
 typedef struct aotx_lease_row {
     uint32_t request_index;     /* the row's place in its lease (0, 1, ...) */
     uint32_t slot;              /* the receipt's slot */
@@ -459,7 +459,7 @@ void aotx_device_usage_get(aotx_device *d, aotx_device_usage *out);
  * offset for journal damage) and the device must be discarded
  * (its tables read empty and every mutation is refused with device_out_of_order). */
 int aotx_device_recover(aotx_device *d, struct aotx_journal_reader *r, uint64_t *out_bad_record);
-/* Checkpoints (csrc/device_checkpoint.c; bytes: docs/formats/checkpoint.md):
+/* Checkpoints (csrc/device/device_checkpoint.c; bytes: docs/formats/checkpoint.md):
  * the state tables as of journal position `a`, one checksummed section.
  * Encode needs a device whose every receipt has its admission save stamped
  * and that holds nothing past a->records (AOTX_E_DEVICE_STATE otherwise);

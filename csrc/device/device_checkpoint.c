@@ -100,10 +100,6 @@ static int ck_bad(ck_reader *r, size_t off) {
     return AOTX_E_RECOVERY_DAMAGE;
 }
 
-static bool terminal_status(uint8_t s) {
-    return s >= AOTX_STATUS_SUCCEEDED && s <= AOTX_STATUS_DEADLINE_EXCEEDED;
-}
-
 /* ---- per-table encoders -------------------------------------------------- */
 
 static uint8_t *table_begin(ck_writer *w, uint16_t tag, uint32_t rows, size_t *at) {
@@ -517,7 +513,7 @@ static int par_receipts(aotx_device *d, ck_reader *r, uint64_t records) {
         memcpy(x->result, b + CKR_FIXED + canon_len, result_len);
         d->n_receipts++;
         if (x->admission_record >= records) return ck_bad(r, at + CKR_ADM_RECORD);
-        if (x->has_terminal_record != terminal_status(x->status) ||
+        if (x->has_terminal_record != dev_terminal(x->status) ||
             (x->has_terminal_record && x->terminal_record >= records))
             return ck_bad(r, at + CKR_TERM_RECORD);
         if (x->retiring && x->retire_record >= records) return ck_bad(r, at + CKR_RETIRE_RECORD);
