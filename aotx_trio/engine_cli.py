@@ -1,4 +1,4 @@
-"""``aotx generate``: one completion on the native engine (shared-api.md)."""
+"""``aotx generate``: one completion on the native engine (docs/api.md)."""
 
 from __future__ import annotations
 

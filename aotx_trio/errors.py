@@ -45,7 +45,7 @@
 
 The number ending each line is the class's HTTP ``status`` (a class
 attribute); :func:`http_parts` is the one map from an error to (status, the
-error envelope of ``shared-api.md``, headers) that every HTTP surface uses.
+error envelope of docs/api.md, headers) that every HTTP surface uses.
 Native return codes become errors through one explicit table,
 :data:`NATIVE`, keyed by the code's name (``aotx_code_name``);
 :func:`aotx_trio.native.lib.check` is its only caller.  A test checks that every
@@ -77,7 +77,7 @@ class AotxError(Exception):
         self.native: str | None = None
 
     def envelope(self) -> dict[str, Any]:
-        """The error body of shared-api.md: {"error": {"code", "message", ...fields}}."""
+        """The error body of docs/api.md: {"error": {"code", "message", ...fields}}."""
         body: dict[str, Any] = {"code": self.code, "message": self.message}
         body.update(self.fields)
         return {"error": body}
@@ -340,7 +340,7 @@ NATIVE: dict[str, _Entry] = {
     "internal_error": _e(NativeError),
     "unsupported": _e(FormatError),
     "buffer_too_small": _e(NativeError),
-    # device (csrc/aotx_device.h)
+    # device (csrc/device/aotx_device.h)
     "lineage_mismatch": _e(Conflict),
     "participant_not_found": _e(NotFound),
     "sequence_conflict": _e(SequenceConflict),
@@ -393,14 +393,14 @@ NATIVE: dict[str, _Entry] = {
     "reserved_token_invalid": _e(InvalidInput),
     "recovery_damage": _e(JournalDamage),
     "device_out_of_order": _e(NativeError),
-    # journal (csrc/aotx_journal.h)
+    # journal (csrc/journal/aotx_journal.h)
     "journal_damage": _e(JournalDamage),
     "journal_foreign": _e(FormatError),
     "journal_too_large": _e(FormatError),
     "journal_state": _e(NativeError),
     "journal_hold": _e(JournalHold),
     "journal_nothing": _e(Refusal),
-    # gguf and model (csrc/aotx_gguf.h, aotx_model.h)
+    # gguf and model (csrc/engine/aotx_gguf.h, aotx_model.h)
     "gguf_open_error": _e(NativeError),
     "gguf_header_corrupt": _e(FormatError),
     "gguf_version_unsupported": _e(FormatError),
@@ -415,14 +415,14 @@ NATIVE: dict[str, _Entry] = {
     "model_tensor_invalid": _e(InvalidInput),
     "model_batch_invalid": _e(InvalidInput),
     "model_vocab_invalid": _e(InvalidInput),
-    # KV pool (csrc/aotx_kv.h)
+    # KV pool (csrc/engine/aotx_kv.h)
     "kv_seq_not_found": _e(NotFound),
     "kv_context_invalid": _e(InvalidInput),
     "kv_params_invalid": _e(InvalidInput),
     "kv_pages_exhausted": _e(OverCapacity),
     "kv_seqs_exhausted": _e(OverCapacity),
     "kv_prefix_released": _e(Refusal),
-    # tokenizer (csrc/aotx_tokenizer.h)
+    # tokenizer (csrc/tokenizer/aotx_tokenizer.h)
     "tokenizer_vocab_corrupt": _e(FormatError),
     "token_id_invalid": _e(InvalidInput),
     "token_type_invalid": _e(InvalidInput),
@@ -432,13 +432,13 @@ NATIVE: dict[str, _Entry] = {
     "tokenizer_model_unsupported": _e(FormatError),
     "tokenizer_pre_unsupported": _e(FormatError),
     "tokenizer_merges_invalid": _e(InvalidInput),
-    # embeddings (csrc/aotx_embed.h)
+    # embeddings (csrc/embed/aotx_embed.h)
     "embed_config_invalid": _e(InvalidInput),
     "embed_weight_missing": _e(FormatError),
     "embed_token_invalid": _e(InvalidInput),
     "embed_length_invalid": _e(InvalidInput),
     "embed_batch_full": _e(OverCapacity),
-    # kernels (csrc/aotx_kernels.h)
+    # kernels (csrc/engine/aotx_kernels.h)
     "kernel_type_unsupported": _e(FormatError),
     "kernel_shape_invalid": _e(InvalidInput),
 }

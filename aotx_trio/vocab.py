@@ -1,9 +1,9 @@
 """The one vocabulary of the shared-conversations contract (a leaf module).
 
 Kinds, scopes, permissions, statuses, grant bits and actions, id formats, the
-mutation schema and the input limits of ``spec/shared-conversations.txt`` and
-``spec/shared-api.md``.  Numeric values equal the C header's
-(``csrc/aotx_device.h``); ``tests/test_vocab.py`` checks each one against the
+mutation schema and the input limits of docs/api.md (its
+contract and routes).  Numeric values equal the C header's
+(``csrc/device/aotx_device.h``); ``tests/test_vocab.py`` checks each one against the
 native library, so the two cannot drift apart.  Everything else imports these
 names from here.
 """

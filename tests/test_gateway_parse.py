@@ -9,7 +9,7 @@ import pytest
 
 from aotx_trio import errors
 from aotx_trio.errors import BadRequest
-from aotx_trio.gateway import bodies as models
+from aotx_trio.gateway import bodies
 from aotx_trio.gateway.routes_table import (
     MAX_INT_DIGITS,
     MUTATION_ROUTES,
@@ -25,9 +25,9 @@ COMMON = {"schema": SCHEMA, "lineage": L, "operation_key": K, "sequence": "7"}
 
 
 def test_one_pass_only_for_closed_models() -> None:
-    assert one_pass(models.SetMember) and one_pass(models.RegisterParticipant)
-    assert not one_pass(models.CreateInput)          # free text and numbers
-    assert {r.model for r in MUTATION_ROUTES if not one_pass(r.model)} == {models.CreateInput}
+    assert one_pass(bodies.SetMember) and one_pass(bodies.RegisterParticipant)
+    assert not one_pass(bodies.CreateInput)          # free text and numbers
+    assert {r.model for r in MUTATION_ROUTES if not one_pass(r.model)} == {bodies.CreateInput}
 
 
 @pytest.mark.parametrize("raw", [
@@ -38,8 +38,8 @@ def test_one_pass_only_for_closed_models() -> None:
 ])
 def test_good_bodies_parse_alike(raw: str) -> None:
     data = raw.encode()
-    assert parse_body(models.SetMember, data) == \
-        validate(models.SetMember, decode_json(data)).model_dump(by_alias=True)
+    assert parse_body(bodies.SetMember, data) == \
+        validate(bodies.SetMember, decode_json(data)).model_dump(by_alias=True)
 
 
 @pytest.mark.parametrize("raw", [
@@ -56,12 +56,12 @@ def test_bad_bodies_raise_the_old_errors(raw: bytes) -> None:
         except errors.AotxError as exc:
             return type(exc), exc.code, str(exc)
         raise AssertionError("accepted")
-    assert outcome(lambda: parse_body(models.RegisterParticipant, raw)) == \
-        outcome(lambda: validate(models.RegisterParticipant, decode_json(raw)))
+    assert outcome(lambda: parse_body(bodies.RegisterParticipant, raw)) == \
+        outcome(lambda: validate(bodies.RegisterParticipant, decode_json(raw)))
 
 
 def test_huge_integer_in_free_model_is_still_bounded() -> None:
     body = {**COMMON, "text": "hi", "model": "m"}
     raw = json.dumps(body)[:-1] + ', "temperature": ' + "9" * (MAX_INT_DIGITS + 5) + "}"
     with pytest.raises(BadRequest):
-        parse_body(models.CreateInput, raw.encode())
+        parse_body(bodies.CreateInput, raw.encode())

@@ -1,5 +1,5 @@
 """The shared-conversations routes end to end in-process (app -> client -> service ->
-device -> journal on disk), one status code of shared-api.md's table at a time."""
+device -> journal on disk), one status code of docs/api.md's table at a time."""
 
 from __future__ import annotations
 
@@ -235,7 +235,7 @@ async def test_validation_400_and_422(env: Env) -> None:
     bad_schema["schema"] = "aotx.shared.mutation.v2"
     err = await _error(await _post(env, "alice", "/spaces", bad_schema), 400, "schema_invalid")
     assert err["field"] == "schema"
-    # a body without schema is the same 400 (shared-api.md), not 422 missing_field
+    # a body without schema is the same 400 (docs/api.md), not 422 missing_field
     for path in ("/participant", "/spaces", "/participant/retirements"):
         no_schema = env.body(1, 1, colour="red")
         del no_schema["schema"]

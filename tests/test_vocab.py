@@ -8,7 +8,7 @@ import typing
 import pytest
 
 from aotx_trio import vocab
-from aotx_trio.gateway import bodies as models
+from aotx_trio.gateway import bodies
 from aotx_trio.native.lib import lib
 
 
@@ -49,7 +49,7 @@ def test_the_python_literals_equal_the_vocabulary() -> None:
     assert typing.get_args(vocab.Action) == vocab.ACTIONS
     assert typing.get_args(vocab.Scope) == vocab.SCOPES
     assert typing.get_args(vocab.Permission) == vocab.PERMISSIONS
-    schema = models.Mutation.model_fields["schema_"].annotation
+    schema = bodies.Mutation.model_fields["schema_"].annotation
     assert typing.get_args(schema) == (vocab.SCHEMA,)
     assert vocab.SHARED_ACTIONS == tuple(vocab.GRANT_BITS)
 

@@ -2,7 +2,7 @@
 text models and the embedding model, which ``POST /v1/embeddings`` serves:
 gateway/embeddings.py).
 
-The temporary request contract of ``shared-api.md``: nothing persists; a
+The temporary request contract of docs/api.md: nothing persists; a
 completion runs on the runtime's executor (the ``chat.generate`` stream of
 the device client), so it shares the KV pool and the admission order with
 shared inputs and queues, never fails, when the pool is busy.  Bearer auth

@@ -1,4 +1,4 @@
-"""The serving router's routes (``serving-router.txt``), in the gateway app.
+"""The serving router's routes (docs/router.md), in the gateway app.
 
 ``GET /models``, ``GET /models/{id-or-alias}`` (slashes allowed), ``POST
 /models/{id-or-alias}/invoke``, ``GET /aliases/{name}``, ``GET

@@ -51,7 +51,7 @@ from werkzeug.exceptions import NotFound
 
 from aotx_trio import errors
 from aotx_trio.errors import BadRequest, BodyTooLarge
-from aotx_trio.gateway import bodies as models
+from aotx_trio.gateway import bodies
 from aotx_trio.gateway.auth import Authenticator, Principal
 from aotx_trio.gateway.errors import Dialect, dumps
 from aotx_trio.gateway.quota import RateLimiter
@@ -75,7 +75,7 @@ class Route:
     body: BodyLimit = "body"
     dialect: Dialect = "shared"
     kind: str | None = None          # a sequenced mutation: the device's operation kind
-    model: type[models.Mutation] | None = None   # ... and its body
+    model: type[bodies.Mutation] | None = None   # ... and its body
 
 
 def _read(endpoint: str, rule: str, action: str | None = "shared_read") -> Route:
@@ -83,7 +83,7 @@ def _read(endpoint: str, rule: str, action: str | None = "shared_read") -> Route
 
 
 def _mutation(endpoint: str, rule: str, kind: str, action: str,
-              model: type[models.Mutation]) -> Route:
+              model: type[bodies.Mutation]) -> Route:
     return Route(endpoint, "POST", BASE + rule, (action,), kind=kind, model=model)
 
 
@@ -114,20 +114,20 @@ ROUTES: tuple[Route, ...] = (
     _read("operation_events", "/operations/<operation>/events"),
     # the shared-conversations API: sequenced mutations (the fast path's rows)
     _mutation("participant_register", "/participant", "participant.register",
-              "shared_write", models.RegisterParticipant),
-    _mutation("space_create", "/spaces", "space.create", "shared_write", models.CreateSpace),
+              "shared_write", bodies.RegisterParticipant),
+    _mutation("space_create", "/spaces", "space.create", "shared_write", bodies.CreateSpace),
     _mutation("member_set", "/spaces/<space>/members", "member.set", "shared_manage",
-              models.SetMember),
+              bodies.SetMember),
     _mutation("conversation_create", "/spaces/<space>/conversations",
-              "conversation.create", "shared_write", models.CreateConversation),
+              "conversation.create", "shared_write", bodies.CreateConversation),
     _mutation("participant_retire", "/participant/retirements", "participant.retire",
-              "shared_write", models.Retirement),
+              "shared_write", bodies.Retirement),
     _mutation("input_create", "/conversations/<conversation>/inputs", "input",
-              "shared_write", models.CreateInput),
+              "shared_write", bodies.CreateInput),
     _mutation("cancellation_create", "/participant/cancellations", "cancellation",
-              "shared_write", models.Cancellation),
+              "shared_write", bodies.Cancellation),
     _mutation("publication_create", "/spaces/<space>/publications", "publication",
-              "shared_manage", models.Publication),
+              "shared_manage", bodies.Publication),
     Route("media_upload", "POST", BASE + "/media", ("shared_write",), body="media"),
     # OpenAI-compatible
     Route("v1_chat", "POST", "/v1/chat/completions", ("models_invoke",), bucket="v1",
@@ -317,12 +317,12 @@ def _closed(schema: dict[str, Any]) -> bool:
     return kind == "string" and any(k in schema for k in ("pattern", "const", "enum"))
 
 
-def one_pass(model: type[models.Mutation]) -> bool:
+def one_pass(model: type[bodies.Mutation]) -> bool:
     """Whether every field of ``model`` is :func:`_closed` (see :func:`parse_body`)."""
     return all(_closed(p) for p in model.model_json_schema()["properties"].values())
 
 
-def parse_body(model: type[models.Mutation], raw: bytes) -> dict[str, Any]:
+def parse_body(model: type[bodies.Mutation], raw: bytes) -> dict[str, Any]:
     """The body bytes as ``model``, dumped by alias.  For a model whose fields all
     take only patterned or constant text (:func:`one_pass`, decided once per model) a
     good body is parsed and validated in one pydantic pass over the bytes; any body
@@ -343,10 +343,10 @@ def parse_body(model: type[models.Mutation], raw: bytes) -> dict[str, Any]:
     return validate(model, decode_json(raw)).model_dump(by_alias=True)
 
 
-_ONE_PASS: dict[type[models.Mutation], bool] = {}
+_ONE_PASS: dict[type[bodies.Mutation], bool] = {}
 
 
-def validate(model: type[models.Mutation], data: Any) -> models.Mutation:
+def validate(model: type[bodies.Mutation], data: Any) -> bodies.Mutation:
     """The body as ``model``: 400 for a non-object or a missing or wrong ``schema``,
     422 (naming the field) for anything else."""
     if not isinstance(data, dict):

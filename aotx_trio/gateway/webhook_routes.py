@@ -1,4 +1,4 @@
-"""The webhook routes (serving-router.txt "Webhooks and events"), in the gateway app.
+"""The webhook routes (docs/webhooks.md), in the gateway app.
 
 ``POST /webhooks`` (201 with the subscription), ``GET /webhooks`` (every one,
 disabled history included), ``DELETE /webhooks/{uuid}[?why=]`` (disables; 404

@@ -1,7 +1,7 @@
 """BERT WordPiece tokenization as ``tokenizer.json`` describes it (docs/embeddings.md,
 "Tokenization"): BertNormalizer, BertPreTokenizer, greedy longest-match-first
 WordPiece, added tokens, [CLS] ... [SEP].  Python reads and validates the file; C
-(csrc/tokenizer_wordpiece.c) tokenizes."""
+(csrc/tokenizer/tokenizer_wordpiece.c) tokenizes."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ class WordPiece:
     BertPreTokenizer, WordPiece greedy longest-match-first, [CLS] ... [SEP]).
 
     This class reads and validates tokenizer.json; the tokenization itself runs in
-    C (csrc/tokenizer_wordpiece.c, the GIL released).  tests/wordpiece_oracle.py
+    C (csrc/tokenizer/tokenizer_wordpiece.c, the GIL released).  tests/wordpiece_oracle.py
     keeps a pure-Python version of the same steps as the test oracle."""
 
     def __init__(self, path: Path, max_len: int) -> None:

@@ -1,4 +1,4 @@
-"""The durable shared-state device: a typed face over ``csrc/aotx_device.h``.
+"""The durable shared-state device: a typed face over ``csrc/device/aotx_device.h``.
 
 :class:`Device` holds the native device and makes its calls; the values they take
 and return, and their packing to and from C, are native/device_codec.py's

@@ -1,4 +1,5 @@
-"""Sentence embeddings: BERT encoder (csrc/embed*.c) + WordPiece (csrc/tokenizer_wordpiece.c).
+"""Sentence embeddings: BERT encoder (csrc/embed/embed*.c) + WordPiece
+(csrc/tokenizer/tokenizer_wordpiece.c).
 
 A model folder in the sentence-transformers layout (all-MiniLM-L6-v2)::
 

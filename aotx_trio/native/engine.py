@@ -1,4 +1,4 @@
-"""The inference engine: the Python face of csrc/model*.c, kv.c and sample.c.
+"""The inference engine: the Python face of csrc/engine/model/model*.c, kv.c and sample.c.
 
 ``Engine.load(path)`` maps a GGUF model (Gemma 3 or the llama family) and
 owns its thread pool, paged KV pool and tokenizer.  Two levels of API:

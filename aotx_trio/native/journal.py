@@ -1,4 +1,4 @@
-"""The journal's Python face: typed wrappers of ``csrc/aotx_journal.h``.
+"""The journal's Python face: typed wrappers of ``csrc/journal/aotx_journal.h``.
 
 :class:`Journal` is the encoder and pending queue (enqueue, drain, ack, nack,
 save state); :class:`SaveState` and :class:`SaveId` are a save's state and identity
@@ -40,7 +40,7 @@ HOLD_FILE_CAP = 1
 HOLD_DISK = 2
 HOLD_PENDING = 4
 
-# Journal.run's reasons for returning (csrc/aotx_journal.h, aotx_journal_run)
+# Journal.run's reasons for returning (csrc/journal/aotx_journal.h, aotx_journal_run)
 RUN_INTERRUPTED = 1
 RUN_IDLE = 2
 RUN_FAILED = 3

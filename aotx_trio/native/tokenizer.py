@@ -1,7 +1,7 @@
 """The text tokenizer of a GGUF vocabulary: "llama" (SentencePiece-style BPE) or
 "gpt2" (byte-level BPE by merge rank, :meth:`Tokenizer.from_bpe`).
 
-A typed wrapper over the native tokenizer (csrc/tokenizer*.c, docs/tokenizer.md)::
+A typed wrapper over the native tokenizer (csrc/tokenizer/tokenizer*.c, docs/tokenizer.md)::
 
     tok = Tokenizer.from_vocab(tokens, scores, types, bos_id=2, eos_id=1, add_bos=True)
     ids = tok.encode("Hello world")              # [2, 9259, 1902]

@@ -1,4 +1,4 @@
-"""The serving router: what each route of ``serving-router.txt`` answers.
+"""The serving router: what each route of docs/router.md answers.
 
 :class:`RouterService` holds the registry, the ``GET /models`` index, the
 scratch sessions and the link to the runtime; the gateway's routes

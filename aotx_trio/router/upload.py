@@ -1,4 +1,4 @@
-"""Upload delivery (serving-router.txt "Upload delivery"): output targets checked
+"""Upload delivery (docs/router.md, "Upload delivery"): output targets checked
 before any work, then one HTTPS PUT per result to a vetted, pinned address.
 
 - :func:`check_targets` (no I/O, before dispatch): one ``{output_id, put_url}`` per

@@ -1,6 +1,6 @@
 """State checkpoints in the runtime file (docs/formats/checkpoint.md).
 
-A checkpoint is the device's state tables (``csrc/device_checkpoint.c`` encodes and
+A checkpoint is the device's state tables (``csrc/device/device_checkpoint.c`` encodes and
 parses them) tied to a journal position (:class:`~aotx_trio.native.journal.Anchor`).  It
 lives after the runtime file's extents; the header's ``checkpoint_offset`` /
 ``checkpoint_length`` point at the current one (docs/formats/ccir.md).

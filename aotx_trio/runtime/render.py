@@ -1,4 +1,4 @@
-"""Device records as the JSON resources of ``spec/shared-api.md``.
+"""Device records as the JSON resources of docs/api.md.
 
 Every counter that can pass 2**53 is a decimal string; ids are the
 ``{prefix}-{lineage}-{32 hex}`` forms of :mod:`aotx_trio.vocab`.  Pure
@@ -16,7 +16,7 @@ from aotx_trio.native import device_codec as dev
 from aotx_trio.native import journal
 from aotx_trio.vocab import KIND_NAMES, PREFIXES, TERMINAL, Kind, format_id
 
-#: The journal's hold bits and their names (csrc/aotx_journal.h, AOTX_HOLD_*).
+#: The journal's hold bits and their names (csrc/journal/aotx_journal.h, AOTX_HOLD_*).
 HOLD_REASONS = ((1, "file_cap"), (2, "disk"), (4, "pending_cap"))
 #: The resource a receipt's ``resource`` names, by kind (a cancellation: its target).
 RESOURCE_PREFIX: dict[Kind, str] = {

@@ -1,4 +1,4 @@
-"""The device client: one interface, two transports (DESIGN.md, "client").
+"""The device client: one interface, two transports (docs/decisions.md, "The layers").
 
 The gateway reaches the runtime's device only through :class:`DeviceClient`.
 Every method is one service call ``call(method, params)`` whose params and

@@ -1,4 +1,4 @@
-"""Webhooks (serving-router.txt "Webhooks and events"): the registry's event feed
+"""Webhooks (docs/webhooks.md): the registry's event feed
 delivered to subscriptions in order, at least once, Ed25519-signed.
 
 - :mod:`~aotx_trio.webhooks.records`: the subscription document and its cursor.

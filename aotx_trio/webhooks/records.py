@@ -10,7 +10,7 @@ from aotx_trio.identity import Doc
 from aotx_trio.registry.feed import EVENT_TYPES
 from aotx_trio.registry.records import parse
 
-#: the body's ``schema`` (serving-router.txt "Webhook POST bodies")
+#: the body's ``schema`` (docs/webhooks.md, "What a post looks like")
 BODY_SCHEMA = 1
 BODY_FIELDS = ("type", "subject", "at", "object_sha256", "operation_id", "payload")
 
