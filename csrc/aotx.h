@@ -136,6 +136,9 @@ typedef struct aotx_backend_params {
     aotx_weight *head;           /* the output projection */
     aotx_weight *const *body;    /* [n_body] the layers' projections, in layer order */
     int32_t n_body;
+    /* > 0: dense_attention will run with heads this wide over sequences of up to max_ctx
+     * tokens (init sizes its scratch); 0: the backend is never asked for dense_attention. */
+    int32_t dense_head_dim;
 } aotx_backend_params;
 
 typedef struct aotx_mm_out {     /* one product y = W x of a matmul call */
@@ -165,6 +168,19 @@ typedef struct aotx_attn_batch { /* causal attention of T query tokens over thei
     float *out;                  /* [T][n_heads][v_dim] = softmax(scores) . V */
 } aotx_attn_batch;
 
+typedef struct aotx_dense_attn { /* attention of every token over its own sequence's tokens, in
+                                    both directions, no KV pages (encoders: BERT) */
+    int32_t n_seq;
+    const int32_t *seq_off;      /* [n_seq + 1] sequence s is tokens seq_off[s] .. seq_off[s+1]-1,
+                                    at most max_ctx of them */
+    int32_t n_heads, head_dim;   /* head h is columns h*head_dim .. (h+1)*head_dim-1 of each row;
+                                    head_dim is the params' dense_head_dim */
+    float scale;                 /* p = softmax(scale * q . k) */
+    const float *q, *k, *v;      /* [T][ld] */
+    float *out;                  /* [T][ld] = p . V, per head */
+    int64_t ld;
+} aotx_dense_attn;
+
 typedef struct aotx_backend_ops {
     const char *name;            /* "cpu" */
     int (*init)(const aotx_backend_params *p, aotx_backend **out);
@@ -192,6 +208,8 @@ typedef struct aotx_backend_ops {
     /* Attention for a batch, keys/values read through kv's page tables. */
     void (*attention)(aotx_backend *be, const struct aotx_kv_pool *kv, const aotx_kv_store *st,
                       const aotx_attn_batch *b);
+    /* Dense attention of packed sequences (aotx_dense_attn), without KV pages. */
+    void (*dense_attention)(aotx_backend *be, const aotx_dense_attn *b);
 } aotx_backend_ops;
 
 /* The backends this library carries (backend_cpu.c, ...). */

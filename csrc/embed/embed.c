@@ -78,7 +78,7 @@ static int pool_open(aotx_embed *e, int32_t n_threads) {
     e->n_threads = aotx_pool_size(e->pool);
     if (e->n_threads < 1) e->n_threads = 1;
     aotx_backend_params bp = {.pool = e->pool, .max_batch_tokens = e->max_tokens,
-                              .max_ctx = e->max_seq};
+                              .max_ctx = e->max_seq, .dense_head_dim = e->head_dim};
     rc = aotx_backend_cpu.init(&bp, &e->be);
     if (rc != AOTX_OK) return rc;
     e->be_ops = &aotx_backend_cpu;
@@ -88,9 +88,7 @@ static int pool_open(aotx_embed *e, int32_t n_threads) {
 }
 
 static int scratch_alloc(aotx_embed *e) {
-    size_t t = (size_t)e->max_tokens, h = (size_t)e->cfg.hidden, s = (size_t)e->max_seq;
-    size_t dh = (size_t)e->head_dim;
-    e->att_stride = 2 * s * dh + s * s;
+    size_t t = (size_t)e->max_tokens, h = (size_t)e->cfg.hidden;
     e->tok = calloc(t, sizeof(int32_t));
     e->pos = calloc(t, sizeof(int32_t));
     e->seq_off = calloc(t + 1, sizeof(int32_t));
@@ -101,9 +99,8 @@ static int scratch_alloc(aotx_embed *e) {
     e->ctx = falloc(t * h);
     e->tmp = falloc(t * h);
     e->inter = falloc(t * (size_t)e->cfg.intermediate);
-    e->att = falloc((size_t)e->n_threads * e->att_stride);
     if (!e->tok || !e->pos || !e->seq_off || !e->x || !e->q || !e->k || !e->v || !e->ctx ||
-        !e->tmp || !e->inter || !e->att)
+        !e->tmp || !e->inter)
         return AOTX_E_NOMEM;
     return AOTX_OK;
 }
@@ -154,7 +151,6 @@ void aotx_embed_free(aotx_embed *e) {
     free(e->ctx);
     free(e->tmp);
     free(e->inter);
-    free(e->att);
     free(e);
 }
 

@@ -12,13 +12,12 @@ struct aotx_embed {
     aotx_bert_weights w;       /* w.layers points at layers below */
     aotx_bert_layer *layers;   /* [n_layers] */
     aotx_pool *pool;
-    const aotx_backend_ops *be_ops;  /* the linears' products (aotx.h, engine section) */
+    const aotx_backend_ops *be_ops;  /* the linears' products and the attention (aotx.h) */
     aotx_backend *be;
     int32_t n_threads;         /* workers including the caller */
     int32_t max_tokens;        /* packed-token capacity of the scratch below */
     int32_t max_seq;           /* longest sequence */
     int32_t head_dim;          /* hidden / n_heads */
-    size_t att_stride;         /* floats of att per worker: 2*max_seq*head_dim + max_seq^2 */
     int32_t *tok;              /* [max_tokens] packed token ids */
     int32_t *pos;              /* [max_tokens] position of each packed token */
     int32_t *seq_off;          /* [max_tokens + 1] first packed token of each sequence */
@@ -29,7 +28,6 @@ struct aotx_embed {
     float *ctx;                /* [max_tokens][hidden] attention output (heads concatenated) */
     float *tmp;                /* [max_tokens][hidden] dense output before the residual */
     float *inter;              /* [max_tokens][intermediate] GELU activations */
-    float *att;                /* [n_threads][att_stride] per-worker K_h, V_h^T, scores */
 };
 
 /* Runs fn on every worker of the pool. */

@@ -2,9 +2,9 @@
  *
  * The linears' products go through the backend table (e->be_ops->matmul, as the
  * decoder's do); their bias / GELU is a section splitting the output rows.  Each
- * section is a pool function (ctx, ith, nth): token-wise steps split tokens,
- * attention splits (sequence, head) pairs, its per-head products on the worker
- * (aotx_sgemm_rows: the table has no unpaged attention op yet).  Everything works on
+ * section is a pool function (ctx, ith, nth): token-wise steps split tokens.  The
+ * attention is the backend's dense_attention (every token over its own sequence's
+ * tokens, no KV pages).  Everything works on
  * the packed batch of struct aotx_embed (no padding anywhere).
  */
 #include "embed_internal.h"
@@ -143,52 +143,6 @@ static void sec_residual_ln(void *ctx, int32_t ith, int32_t nth) {
     }
 }
 
-static void softmax_rows(float *p, int32_t n, float scale) {
-    for (int32_t t = 0; t < n; t++) {
-        float *row = p + (int64_t)t * n;
-        float m = row[0];
-        for (int32_t r = 1; r < n; r++) m = row[r] > m ? row[r] : m;
-        float sum = 0.0f;
-        for (int32_t r = 0; r < n; r++) {
-            row[r] = expf((row[r] - m) * scale);
-            sum += row[r];
-        }
-        float inv = 1.0f / sum;
-        for (int32_t r = 0; r < n; r++) row[r] *= inv;
-    }
-}
-
-/* One head of one sequence: ctx_h = softmax(Q_h K_h^T / sqrt(dh)) V_h over the
- * sequence's own tokens (the padding mask). */
-static void attend(aotx_embed *e, int32_t seq, int32_t head, float *scratch) {
-    const int32_t h = e->cfg.hidden, dh = e->head_dim;
-    const int32_t off = e->seq_off[seq], n = e->seq_off[seq + 1] - off;
-    float *kh = scratch;                       /* [n][dh] */
-    float *vt = kh + (size_t)e->max_seq * dh;  /* [dh][n] */
-    float *p = vt + (size_t)e->max_seq * dh;   /* [n][n] scores, then probabilities */
-    const int64_t col = (int64_t)head * dh;
-    for (int32_t i = 0; i < n; i++) {
-        const float *kr = e->k + (int64_t)(off + i) * h + col;
-        const float *vr = e->v + (int64_t)(off + i) * h + col;
-        memcpy(kh + (int64_t)i * dh, kr, (size_t)dh * sizeof(float));
-        for (int32_t d = 0; d < dh; d++) vt[(int64_t)d * n + i] = vr[d];
-    }
-    /* p[t][r] = q_t . k_r */
-    aotx_sgemm_rows(kh, dh, e->q + (int64_t)off * h + col, h, n, p, n, 0, n);
-    softmax_rows(p, n, 1.0f / sqrtf((float)dh));
-    /* ctx[t][d] = sum_r p[t][r] v_r[d] */
-    aotx_sgemm_rows(vt, n, p, n, n, e->ctx + (int64_t)off * h + col, h, 0, dh);
-}
-
-static void sec_attention(void *ctx, int32_t ith, int32_t nth) {
-    section *s = ctx;
-    aotx_embed *e = s->e;
-    float *scratch = e->att + (size_t)ith * e->att_stride;
-    const int64_t items = (int64_t)s->n_seq * e->cfg.n_heads;
-    for (int64_t i = ith; i < items; i += nth)
-        attend(e, (int32_t)(i / e->cfg.n_heads), (int32_t)(i % e->cfg.n_heads), scratch);
-}
-
 static linear_job job(const float *w, const float *b, int64_t rows, int64_t cols, const float *x,
                       float *y, int gelu) {
     linear_job j = {{w, AOTX_T_F32, rows, cols, NULL}, b, x, y, rows, cols, gelu};
@@ -202,7 +156,11 @@ static void run_layer(aotx_embed *e, section *s, const aotx_bert_layer *l) {
     s->lin[1] = job(l->k_w, l->k_b, h, h, e->x, e->k, 0);
     s->lin[2] = job(l->v_w, l->v_b, h, h, e->x, e->v, 0);
     linears(e, s);
-    aotx_embed_internal_parallel(e, sec_attention, s);
+    const aotx_dense_attn att = {.n_seq = s->n_seq, .seq_off = e->seq_off,
+                                 .n_heads = e->cfg.n_heads, .head_dim = e->head_dim,
+                                 .scale = 1.0f / sqrtf((float)e->head_dim),
+                                 .q = e->q, .k = e->k, .v = e->v, .out = e->ctx, .ld = h};
+    e->be_ops->dense_attention(e->be, &att);
     s->n_lin = 1;
     s->lin[0] = job(l->ao_w, l->ao_b, h, h, e->ctx, e->tmp, 0);
     linears(e, s);

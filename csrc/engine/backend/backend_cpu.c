@@ -16,6 +16,7 @@
 #include "aotx_kernels.h"
 #include "aotx_kv.h"
 #include "aotx_pool.h"
+#include "aotx_sgemm.h"
 #include "kv_f16_internal.h"
 #include "vecmath_internal.h"
 
@@ -43,6 +44,9 @@ struct aotx_backend {
     const float **vrows;             /* [n_threads][max_ctx + ATT_BLOCK] V row pointers */
     int32_t *blk_start;              /* [max_batch_tokens + 1] first token of each block */
     void *pack_arena;                /* the weights' re-blocked copies, or NULL */
+    float *dense;                    /* [n_threads][dense_stride] dense_attention's K_h, V_h^T,
+                                        scores; NULL without params.dense_head_dim */
+    int64_t dense_stride;            /* 2 * max_ctx * dense_head_dim + max_ctx^2 */
 };
 
 struct aotx_kv_store {
@@ -70,6 +74,7 @@ static void cpu_free(aotx_backend *be) {
     free((void *)be->vrows);
     free(be->blk_start);
     free(be->pack_arena);
+    free(be->dense);
     free(be);
 }
 
@@ -166,7 +171,12 @@ static int cpu_init(const aotx_backend_params *p, aotx_backend **out) {
     be->scores = alloc64((int64_t)be->n_threads * ATT_BLOCK * span * 4);
     be->vrows = malloc(sizeof(float *) * (size_t)be->n_threads * (size_t)span);
     be->blk_start = malloc(sizeof(int32_t) * (size_t)(p->max_batch_tokens + 1));
-    if (!be->scores || !be->vrows || !be->blk_start) {
+    if (p->dense_head_dim > 0) {
+        be->dense_stride = 2 * (int64_t)p->max_ctx * p->dense_head_dim
+                           + (int64_t)p->max_ctx * p->max_ctx;
+        be->dense = alloc64((int64_t)be->n_threads * be->dense_stride * 4);
+    }
+    if (!be->scores || !be->vrows || !be->blk_start || (p->dense_head_dim > 0 && !be->dense)) {
         cpu_free(be);
         return AOTX_E_NOMEM;
     }
@@ -617,6 +627,64 @@ static void cpu_attention(aotx_backend *be, const aotx_kv_pool *kv, const aotx_k
     aotx_pool_run(be->p.pool, att_fn, &a);
 }
 
+/* ---- dense attention (encoders): one (sequence, head) pair per item, the pool's
+ * workers taking items ith, ith + nth, ...; each item's products are sgemm rows on
+ * the worker's copies of K_h and V_h^T. */
+
+typedef struct dense_job {
+    aotx_backend *be;
+    const aotx_dense_attn *b;
+} dense_job;
+
+/* Each row of p[n][n] = softmax(scale * row), in place. */
+static void dense_softmax(float *p, int32_t n, float scale) {
+    for (int32_t t = 0; t < n; t++) {
+        float *row = p + (int64_t)t * n;
+        float m = row[0];
+        for (int32_t r = 1; r < n; r++) m = row[r] > m ? row[r] : m;
+        float sum = 0.0f;
+        for (int32_t r = 0; r < n; r++) {
+            row[r] = expf((row[r] - m) * scale);
+            sum += row[r];
+        }
+        float inv = 1.0f / sum;
+        for (int32_t r = 0; r < n; r++) row[r] *= inv;
+    }
+}
+
+static void dense_item(const aotx_dense_attn *b, int32_t seq, int32_t head, float *kh,
+                       float *vt, float *p) {
+    const int32_t dh = b->head_dim, off = b->seq_off[seq], n = b->seq_off[seq + 1] - off;
+    const int64_t col = (int64_t)head * dh, ld = b->ld;
+    for (int32_t i = 0; i < n; i++) {          /* kh [n][dh], vt [dh][n] */
+        const float *kr = b->k + (int64_t)(off + i) * ld + col;
+        const float *vr = b->v + (int64_t)(off + i) * ld + col;
+        memcpy(kh + (int64_t)i * dh, kr, (size_t)dh * sizeof(float));
+        for (int32_t d = 0; d < dh; d++) vt[(int64_t)d * n + i] = vr[d];
+    }
+    /* p[t][r] = q_t . k_r */
+    aotx_sgemm_rows(kh, dh, b->q + (int64_t)off * ld + col, ld, n, p, n, 0, n);
+    dense_softmax(p, n, b->scale);
+    /* out[t][d] = sum_r p[t][r] v_r[d] */
+    aotx_sgemm_rows(vt, n, p, n, n, b->out + (int64_t)off * ld + col, ld, 0, dh);
+}
+
+static void dense_fn(void *ctx, int32_t ith, int32_t nth) {
+    dense_job *j = ctx;
+    const aotx_dense_attn *b = j->b;
+    const int64_t mc = j->be->p.max_ctx, dh = b->head_dim;
+    float *kh = j->be->dense + (int64_t)ith * j->be->dense_stride;
+    float *vt = kh + mc * dh, *p = vt + mc * dh;
+    const int64_t items = (int64_t)b->n_seq * b->n_heads;
+    for (int64_t i = ith; i < items; i += nth)
+        dense_item(b, (int32_t)(i / b->n_heads), (int32_t)(i % b->n_heads), kh, vt, p);
+}
+
+static void cpu_dense_attention(aotx_backend *be, const aotx_dense_attn *b) {
+    dense_job j = {be, b};
+    aotx_pool_run(be->p.pool, dense_fn, &j);
+}
+
 const aotx_backend_ops aotx_backend_cpu = {
     .name = "cpu",
     .init = cpu_init,
@@ -628,4 +696,5 @@ const aotx_backend_ops aotx_backend_cpu = {
     .matmul = cpu_matmul,
     .kv_write = cpu_kv_write,
     .attention = cpu_attention,
+    .dense_attention = cpu_dense_attention,
 };
