@@ -131,12 +131,12 @@ async def test_readiness_and_attestation(tmp_path: Path) -> None:
                  "attestation_mismatch")
         assert e["mismatches"] == [{"field": "source_commit", "expected": "f" * 40,
                                     "observed": build_commit()}]
-        # other engine settings over the loaded artifact
+        # other engine settings over the loaded artifact: not served as the release
+        # says (no artifact cache to load it by its descriptor)
         desc = {**env.loaded()["descriptor"], "threads": 3}
         await _pub(env, tmp_path, model_id="m/threads", release="tiny-t3", descriptor=desc)
-        e = fail(await env.post("/models/m/threads/invoke", PROMPT), 502,
-                 "attestation_mismatch")
-        assert [m["field"] for m in e["mismatches"]] == ["descriptor_sha256"]
+        e = fail(await env.post("/models/m/threads/invoke", PROMPT), 503, "not_ready")
+        assert e["missing"] == ["deployment"] and "threads 3 vs the loaded" in e["message"]
 
 
 async def test_invalid_params(tmp_path: Path) -> None:

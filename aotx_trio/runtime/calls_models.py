@@ -85,11 +85,12 @@ class ModelCalls:
             if len(loaded) >= MAX_LOADED_ON_DEMAND:
                 raise errors.OverCapacity(f"{len(loaded)} models are loaded on demand (the "
                                           "limit)", retry_after=60)
-            model = await trio.to_thread.run_sync(models.load_gguf, path, sha, descriptor)
-            if model.name in models.text:
-                model.engine.close()
-                raise errors.Conflict("another descriptor of this artifact is loaded",
-                                      code="artifact_loaded", field="descriptor")
+            # one name per artifact; another descriptor of it gets the descriptor's digest
+            name = f"artifact-{sha[:16]}"
+            if name in models.text:
+                name = f"{name}-{descriptor_sha256(descriptor or {})[:16]}"
+            model = await trio.to_thread.run_sync(models.load_gguf, path, sha, descriptor,
+                                                  name)
             models.text[model.name] = model
         return next(r for r in models.identity() if r["name"] == model.name)
 
