@@ -217,3 +217,20 @@ async def test_an_embedding_model_the_runtime_did_not_load(tmp_path: Path) -> No
         e = fail(await env.post("/models/m/emb/invoke", {"request": {"texts": ["x"]}}), 503,
                  "not_ready")
         assert e["missing"] == ["deployment"]
+
+
+async def test_a_context_overflow_names_the_field_it_came_from(tmp_path: Path) -> None:
+    """A ``prompt`` over the model's context is 422 naming ``prompt`` (the runtime's
+    rule ``context_length_exceeded``), never ``messages``; a prompt that fits with a
+    ``max_tokens`` that does not names ``max_tokens``."""
+    async with router_served(tmp_path) as env:
+        await _pub(env, tmp_path)
+        context = env.loaded()["descriptor"]["context"]
+        long = " ".join(["word"] * (context + 16))
+        e = fail(await env.post(f"/models/{MID}/invoke", {"request": {"prompt": long}}),
+                 422, "invalid_params")
+        assert (e["param"], e["rule"]) == ("prompt", "context_length_exceeded")
+        e = fail(await env.post(f"/models/{MID}/invoke",
+                                {"request": {"prompt": "hi", "max_tokens": context}}),
+                 422, "invalid_params")
+        assert (e["param"], e["rule"]) == ("max_tokens", "context_length_exceeded")

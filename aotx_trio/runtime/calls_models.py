@@ -113,10 +113,13 @@ class ModelCalls:
         max_out = req.max_tokens if req.max_tokens is not None \
             else max(1, model.context - len(prompt))
         if len(prompt) + max_out > model.context:
+            # the field at fault: the prompt (or messages) when it alone fills the
+            # context, else max_tokens
+            source = "messages" if req.prompt is None else "prompt"
             raise errors.InvalidInput(
                 f"{len(prompt)} prompt tokens + max_tokens {max_out} are over the context "
                 f"of {req.model!r} ({model.context})", code="context_length_exceeded",
-                field="messages")
+                field=source if len(prompt) >= model.context else "max_tokens")
         job_id = secrets.token_hex(16)
         job = Job(job_id, "", model, Turn("", b""), max_out, req.temperature, req.top_p,
                   prompt=prompt, ephemeral=True, stop=req.stop, seed=req.seed)
