@@ -27,6 +27,11 @@ log = logging.getLogger("aotx.router.deploy")
 PERMANENT = (errors.InvalidInput, errors.FormatError)
 
 
+def _permanent(exc: errors.AotxError) -> bool:
+    """A refusal of the artifact itself (a broken service-socket frame is not one)."""
+    return isinstance(exc, PERMANENT) and not isinstance(exc, errors.FrameError)
+
+
 @dataclass(frozen=True)
 class Readiness:
     """Whether the runtime serves an artifact as a release's descriptor says."""
@@ -127,7 +132,7 @@ class Deployments:
                     raise
                 if exc.code == "artifact_mismatch" and not fresh:
                     continue        # the cached copy is damaged: export it again
-                if isinstance(exc, PERMANENT):
+                if _permanent(exc):
                     raise self._failed(key, artifact, exc) from None
                 return Readiness(ready.missing, None, f"loading it failed: {exc.message}")
             log.info("artifact %s loaded on demand as %s", artifact.sha256, row["name"])
