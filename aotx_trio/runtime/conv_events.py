@@ -113,6 +113,6 @@ async def watch(device: Device, saver: Saver, caller: Callable[[], tuple[int, st
                 with fanout.follow_conversation(conversation, key, caller, at) as live:
                     async for item in live:
                         yield item
-                        at = int(item["cursor"])
+                        at = int(item["last" if item.get("gap") else "cursor"])
 
     return opened, items()
