@@ -25,6 +25,8 @@ log = logging.getLogger("aotx.router.deploy")
 #: what the runtime answers ``model.load`` with when the artifact itself cannot be
 #: served (not a GGUF it can read, settings it cannot honour): permanent
 PERMANENT = (errors.InvalidInput, errors.FormatError)
+#: permanent failures remembered (per artifact and descriptor)
+MAX_FAILED = 1024
 
 
 def _permanent(exc: errors.AotxError) -> bool:
@@ -36,7 +38,8 @@ def _permanent(exc: errors.AotxError) -> bool:
 class Readiness:
     """Whether the runtime serves an artifact as a release's descriptor says."""
 
-    #: what is missing (``"deployment"``, ``"engine_set(<name>)"``); empty: served
+    #: what is missing (``"deployment"``, ``"engine_set(<name>)"``,
+    #: ``"artifact_unloadable"``); empty: served
     missing: list[str]
     #: the runtime's model name serving it (None: none does)
     name: str | None = None
@@ -103,11 +106,11 @@ class Deployments:
         not loaded so is loaded on demand first when this router has an artifact cache
         (docs/decisions.md).  An artifact the runtime cannot load is 502
         ``artifact_unloadable`` naming it and why, for good (never retried)."""
-        ident = await self.identity()
-        ready = self.not_ready(model_type, artifact.sha256, engine_set, ident, descriptor)
         key = (artifact.sha256, _digest(descriptor))
         if key in self.failed:
             raise self.failed[key]
+        ident = await self.identity()
+        ready = self.not_ready(model_type, artifact.sha256, engine_set, ident, descriptor)
         if ready.missing != ["deployment"] or ident is None or self.cache_dir is None \
                 or artifact.kind != "gguf" or model_type != "textgen":
             return ready
@@ -145,6 +148,8 @@ class Deployments:
             f"artifact {artifact.sha256} cannot be served: {exc.message}",
             code="artifact_unloadable", artifact=artifact.sha256,
             reason=f"{exc.code}: {exc.message}")
+        if len(self.failed) >= MAX_FAILED:        # bounded: the oldest is tried again
+            del self.failed[next(iter(self.failed))]
         self.failed[key] = err
         return err
 
