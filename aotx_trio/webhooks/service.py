@@ -105,7 +105,7 @@ class WebhookService:
                     quota="webhooks", limit=limit)
         await _in_thread(self.store.hook_create, uid, sub.body(), admit)
         try:
-            await self._trim(await _in_thread(self.store.hook_list))
+            await self._trim(_loaded(await _in_thread(self.store.hook_list)))
         except (errors.AotxError, OSError) as exc:   # registered; the next sync trims
             log.warning("webhooks: trimming disabled subscriptions failed: %s", exc)
         log.info("webhook %s registered for %s (%s, cursor %d)", uid, target.shown(),
@@ -117,8 +117,7 @@ class WebhookService:
         """One page, oldest first: the subscriptions after ``cursor`` (a
         ``next_cursor`` of an earlier page), at most ``limit``."""
         after = None if cursor is None else _position(cursor)
-        subs = sorted((load(b, "?") for b in await _in_thread(self.store.hook_list)),
-                      key=_order)
+        subs = sorted(_loaded(await _in_thread(self.store.hook_list)), key=_order)
         if after is not None:
             subs = [x for x in subs if _order(x) > after]
         page = subs[:limit]
@@ -176,13 +175,13 @@ class WebhookService:
                     await self._wake.wait()
                 self._wake = trio.Event()
 
-    async def _trim(self, listed: Sequence[bytes]) -> None:
+    async def _trim(self, subs: Sequence[Subscription]) -> None:
         """Delete the disabled subscriptions past the feed's retention, and each
         owner's disabled ones beyond its newest ``max_webhooks``."""
         s = self.settings
         oldest = rfc3339(self.now() - s.retention_s)
         kept: dict[str | None, int] = {}
-        disabled = [x for x in _loaded(listed) if x.state == "disabled"]
+        disabled = [x for x in subs if x.state == "disabled"]
         disabled.sort(key=lambda x: (x.disabled_at or "", x.uuid), reverse=True)
         for sub in disabled:
             kept[sub.owner] = kept.get(sub.owner, 0) + 1
@@ -191,9 +190,9 @@ class WebhookService:
                 log.info("webhook %s deleted (disabled at %s)", sub.uuid, sub.disabled_at)
 
     async def _sync(self, ctx: Context, nursery: trio.Nursery) -> None:
-        listed = await _in_thread(self.store.hook_list)
-        await self._trim(listed)
-        active = {sub.uuid for sub in _loaded(listed) if sub.state == "active"}
+        subs = _loaded(await _in_thread(self.store.hook_list))
+        await self._trim(subs)
+        active = {sub.uuid for sub in subs if sub.state == "active"}
         for uid, scope in list(self._tasks.items()):
             if uid not in active:
                 scope.cancel()
