@@ -88,6 +88,9 @@ class Limits(_Strict):
     max_conversations_per_principal: Annotated[int, Field(ge=1, le=1 << 20)] = 480
     max_members_per_principal: Annotated[int, Field(ge=1, le=1 << 20)] = 480
     max_media_bytes_per_principal: Annotated[int, Field(ge=1, le=1 << 50)] = 256 * MIB
+    #: active webhook subscriptions one principal may hold (the router enforces it;
+    #: 8 principals at full use: 256 delivery tasks per router)
+    max_webhooks: Annotated[int, Field(ge=1, le=4096)] = 32
     requests_per_second: Annotated[float, Field(ge=0, le=1e6)] = 200.0
     request_burst: Annotated[int, Field(ge=1, le=1 << 20)] = 400
     v1_requests_per_second: Annotated[float, Field(ge=0, le=1e6)] = 10.0

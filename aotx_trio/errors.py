@@ -238,8 +238,9 @@ class DeadlineExceeded(AotxError):
 
 class UpstreamFailure(AotxError):
     """Something past the router failed: the runtime before a typed envelope
-    (``upstream_failure``), its identity (``attestation_mismatch``), a store blob
-    (``blob_missing``) or a direct upload (``upload_failed``); ``code=`` picks."""
+    (``upstream_failure``), its identity (``attestation_mismatch``), an artifact it
+    cannot load (``artifact_unloadable``), a store blob (``blob_missing``) or a
+    direct upload (``upload_failed``); ``code=`` picks."""
 
     default_code = "upstream_failure"
     status = 502

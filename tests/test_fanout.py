@@ -257,3 +257,37 @@ def test_a_dropped_follower_refuses_later_pushes_of_the_same_pass() -> None:
     assert f.dropped and fan.dropped == 1 and not topic.followers
     assert f.push(item) is False                 # type: ignore[arg-type]
     assert fan.dropped == 1 and fan.pushed == 1
+
+
+async def test_a_follower_is_told_of_inputs_retired_before_it_got_them(
+        tmp_path: Path) -> None:
+    """Inputs retired between two passes of the fanout (alice's 1 and 3, interleaved
+    with bob's 2 and 4): a live follower at cursor 0 gets a gap item before each live
+    input after a retired run, never a silent jump (runtime/conv_events.py)."""
+    async with embedded(tmp_path, PEOPLE) as env:
+        room = Room(env)
+        await room.setup()
+        live = _fanout(env)
+        fan = Fanout(live.device, live.saver, live.lineage)     # passes run by hand
+        params = {"principal": "bob", "actions": list(ALL)}
+        _, key = env.handler.callers.caller(params)
+        ops = [await room.say(w, f"turn {k}") for k, w in
+               enumerate(("alice", "bob", "alice", "bob"))]
+        with trio.fail_after(60):
+            for op in ops:
+                while not (await room.client.operation("alice", list(ALL), op))[
+                        "terminal"]["saved"]:
+                    await trio.sleep(0.01)
+        await room.submit("alice", "participant.retire",
+                          retry_floor=str(room.seq["alice"]))
+        from aotx_trio.runtime.validate import parse_id
+        con = parse_id("conversation", room.con, env.lineage)     # the device id
+        with fan.follow_conversation(con, key, lambda: env.handler.callers.caller(
+                params), 0) as f:
+            fan._conversation(fan._topics[("conversation", con)])
+            f.stop()
+            got = [dict(item) async for item in f]
+        assert [(g.get("gap", False), g.get("first"), g.get("last"), g.get("cursor"))
+                for g in got] == [(True, "1", "1", "0"), (False, None, None, "2"),
+                                  (True, "3", "3", "2"), (False, None, None, "4")]
+        assert got[0]["event_floor"] == "1" and got[3]["receipt"]["operation"] == ops[3]

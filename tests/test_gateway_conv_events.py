@@ -165,6 +165,69 @@ async def test_a_retirement_leaves_a_gap(tmp_path: Path) -> None:
         assert kinds == [("gap", f"{room.con}/1"), ("input", f"{room.con}/2")]
 
 
+async def test_gaps_in_the_middle_of_the_window_are_reported(tmp_path: Path) -> None:
+    """Retirements of cursors 1, 3-5 and 10-13 (alice's inputs, interleaved with
+    bob's): a read from cursor 2 returns 6-9 and says which runs it passed (3-5,
+    10-13), with the event floor 1 (every input at or below it is retired); pages
+    carry their own gaps and continue past them; the stream sends one gap event per
+    run before the inputs after it, then follows new inputs."""
+    async with served(tmp_path, PEOPLE) as srv, httpx.AsyncClient(
+            base_url=srv.url, timeout=30) as http:
+        room = Room(http)
+        await room.setup()
+        plan = ["alice", "bob", "alice", "alice", "alice", "bob", "bob", "bob", "bob",
+                "alice", "alice", "alice", "alice"]
+        ops = [await room.say(who, f"turn {i + 1}") for i, who in enumerate(plan)]
+        with trio.fail_after(60):
+            for op in ops:
+                while not (await http.get(f"{BASE}/operations/{op}", headers=_auth(
+                        "alice"))).json()["terminal"]["saved"]:
+                    await trio.sleep(0.01)
+        await room.post("alice", "/participant/retirements",
+                        retry_floor=str(room.seq["alice"]))
+
+        got = (await room.page("bob", "?cursor=2")).json()
+        assert [e["cursor"] for e in got["items"]] == ["6", "7", "8", "9"]
+        assert got["gap"] is True and got["event_floor"] == "1"
+        assert got["gaps"] == [{"first": "3", "last": "5"}, {"first": "10", "last": "13"}]
+        assert (got["next_cursor"], got["more"]) == ("13", False)
+        whole = (await room.page("bob")).json()
+        assert whole["gaps"][0] == {"first": "1", "last": "1"} and whole["gap"] is True
+        assert [e["cursor"] for e in whole["items"]] == ["2", "6", "7", "8", "9"]
+
+        first = (await room.page("bob", "?cursor=2&limit=2")).json()
+        assert [e["cursor"] for e in first["items"]] == ["6", "7"]
+        assert (first["gaps"], first["next_cursor"], first["more"]) == (
+            [{"first": "3", "last": "5"}], "7", True)
+        second = (await room.page("bob", "?cursor=7&limit=2")).json()
+        assert [e["cursor"] for e in second["items"]] == ["8", "9"]
+        assert (second["gaps"], second["next_cursor"]) == (
+            [{"first": "10", "last": "13"}], "13")
+        last = (await room.page("bob", "?cursor=13")).json()
+        assert (last["items"], last["gap"], last["gaps"]) == ([], False, [])
+
+        url = f"{BASE}/conversations/{room.con}/events?stream=true&cursor=2"
+        with trio.fail_after(60):
+            async with http.stream("GET", url, headers=_auth("bob")) as resp, \
+                    contextlib.aclosing(_events(resp)) as stream:
+                seen: list[tuple[str, str, Any]] = []
+                async for event_id, kind, data in stream:
+                    if kind == "comment":
+                        continue
+                    seen.append((kind, event_id, data))
+                    if event_id == f"{room.con}/13":
+                        later = await room.say("bob", "after the gaps")
+                    if kind == "input" and data["cursor"] == "14":
+                        assert data["receipt"]["operation"] == later
+                        break
+        assert [(k, i.rsplit("/", 1)[1]) for k, i, _ in seen] == [
+            ("gap", "5"), ("input", "6"), ("input", "7"), ("input", "8"), ("input", "9"),
+            ("gap", "13"), ("input", "14")]
+        assert seen[0][2] == {"cursor": "2", "first": "3", "last": "5", "event_floor": "1"}
+        assert seen[5][2] == {"cursor": "9", "first": "10", "last": "13",
+                              "event_floor": "1"}
+
+
 async def test_conversation_watch_over_the_socket(tmp_path: Path) -> None:
     """The split deployment's shape: conversation.watch rides the push frames."""
     from _gateway_env import embedded

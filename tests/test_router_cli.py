@@ -90,6 +90,10 @@ def test_scratch_commands(tmp_path: Path, where: list[str]) -> None:
     session = run_json("scratch", "open", "--lease-s", "600", where=where)
     sid = session["session_id"]
     assert session["state"] == "open"
+    assert session["lease_s"] == 600 and type(session["lease_s"]) is int
+    assert type(run_json("scratch", "show", sid, where=where)["lease_s"]) is int
+    refused = aotx("scratch", "open", "--lease-s", "1.5", *where, ok=False)
+    assert refused.returncode == 2 and "invalid int value" in refused.stderr
     rev = run_json("scratch", "revise", sid, "--artifact", str(model), "--spec", str(spec),
                    "--type", "textgen", where=where)
     assert rev["generation"] == 1 and rev["artifact"]["kind"] == "gguf"
@@ -150,6 +154,37 @@ def test_kv_type_is_a_descriptor_field(tmp_path: Path) -> None:
     proc = aotx("release", "mint", "r-bad", "--artifact", str(model), "--threads", "-1",
                 *data, ok=False)
     assert proc.returncode == 1 and "descriptor.threads" in proc.stderr
+
+
+def test_publish_targets_an_engine_set_release(tmp_path: Path) -> None:
+    """``publish --engine-set`` mints (or reuses) a release with that engine set; a
+    publish naming an engine-set release without it is refused (another release)."""
+    data = ["--data", str(tmp_path / "data")]
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF" + b"\3" * 100)
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps(SPEC))
+    h100 = "H100:" + "ab" * 32
+    rel = run_json("release", "mint", "r-h100", "--artifact", str(model), "--engine-set",
+                   h100, where=data)
+    assert rel["engine_set"] == {"name": "H100", "sha256": "ab" * 32}
+    got = run_json("publish", "m/h100", "--artifact", str(model), "--spec", str(spec),
+                   "--type", "textgen", "--release", "r-h100", "--engine-set", h100,
+                   where=data)
+    assert got["manifest"]["serving"]["runtime_release"]["name"] == "r-h100"
+    fresh = run_json("publish", "m/h200", "--artifact", str(model), "--spec", str(spec),
+                     "--type", "textgen", "--release", "r-h200", "--engine-set",
+                     "H200:" + "cd" * 32, where=data)
+    assert fresh["model_id"] == "m/h200"
+    assert run_json("release", "show", "r-h200", where=data)["engine_set"] == {
+        "name": "H200", "sha256": "cd" * 32}
+    proc = aotx("publish", "m/plain", "--artifact", str(model), "--spec", str(spec),
+                "--type", "textgen", "--release", "r-h100", *data, ok=False)
+    assert proc.returncode == 1 and "r-h100" in proc.stderr
+    proc = aotx("publish", "m/bad", "--artifact", str(model), "--spec", str(spec),
+                "--type", "textgen", "--release", "r-x", "--engine-set", "H100", *data,
+                ok=False)
+    assert proc.returncode == 1 and "NAME:SHA256" in proc.stderr
 
 
 def test_help_lists_the_subcommands() -> None:

@@ -131,12 +131,12 @@ async def test_readiness_and_attestation(tmp_path: Path) -> None:
                  "attestation_mismatch")
         assert e["mismatches"] == [{"field": "source_commit", "expected": "f" * 40,
                                     "observed": build_commit()}]
-        # other engine settings over the loaded artifact
+        # other engine settings over the loaded artifact: not served as the release
+        # says (no artifact cache to load it by its descriptor)
         desc = {**env.loaded()["descriptor"], "threads": 3}
         await _pub(env, tmp_path, model_id="m/threads", release="tiny-t3", descriptor=desc)
-        e = fail(await env.post("/models/m/threads/invoke", PROMPT), 502,
-                 "attestation_mismatch")
-        assert [m["field"] for m in e["mismatches"]] == ["descriptor_sha256"]
+        e = fail(await env.post("/models/m/threads/invoke", PROMPT), 503, "not_ready")
+        assert e["missing"] == ["deployment"] and "threads 3 vs the loaded" in e["message"]
 
 
 async def test_invalid_params(tmp_path: Path) -> None:
@@ -217,3 +217,20 @@ async def test_an_embedding_model_the_runtime_did_not_load(tmp_path: Path) -> No
         e = fail(await env.post("/models/m/emb/invoke", {"request": {"texts": ["x"]}}), 503,
                  "not_ready")
         assert e["missing"] == ["deployment"]
+
+
+async def test_a_context_overflow_names_the_field_it_came_from(tmp_path: Path) -> None:
+    """A ``prompt`` over the model's context is 422 naming ``prompt`` (the runtime's
+    rule ``context_length_exceeded``), never ``messages``; a prompt that fits with a
+    ``max_tokens`` that does not names ``max_tokens``."""
+    async with router_served(tmp_path) as env:
+        await _pub(env, tmp_path)
+        context = env.loaded()["descriptor"]["context"]
+        long = " ".join(["word"] * (context + 16))
+        e = fail(await env.post(f"/models/{MID}/invoke", {"request": {"prompt": long}}),
+                 422, "invalid_params")
+        assert (e["param"], e["rule"]) == ("prompt", "context_length_exceeded")
+        e = fail(await env.post(f"/models/{MID}/invoke",
+                                {"request": {"prompt": "hi", "max_tokens": context}}),
+                 422, "invalid_params")
+        assert (e["param"], e["rule"]) == ("max_tokens", "context_length_exceeded")

@@ -144,3 +144,94 @@ async def test_a_missing_blob_is_502_blob_missing(tmp_path: Path) -> None:
         assert body["ok"] is False
         assert (body["error"]["code"], body["error"]["missing"]) == ("blob_missing", [sha])
         assert not (tmp_path / "cache").exists() or not list((tmp_path / "cache").iterdir())
+
+
+async def test_a_release_over_the_loaded_artifact_is_served_as_its_descriptor_says(
+        tmp_path: Path) -> None:
+    """The worked example (docs/formats/registry.md): ``aotx registry publish`` without
+    ``--context`` over the GGUF the runtime already serves with another context.  The
+    detail route does not claim it servable before the runtime serves that descriptor
+    (it says why); the invoke loads the artifact by the release's descriptor and is
+    attested with it; a second descriptor of the same artifact loads beside it."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from _router_env import tiny_gguf
+
+    async with router_served(tmp_path, store_dir=tmp_path / "data",
+                             cache_dir=tmp_path / "cache") as env:
+        loaded = env.loaded()["descriptor"]
+        assert loaded["context"] != 2048        # the publish default differs
+        (tmp_path / "spec.json").write_text(json.dumps(TEXT_SPEC))
+        proc = subprocess.run(
+            [sys.executable, "-m", "aotx_trio", "registry", "publish", "m/example",
+             "--artifact", str(tiny_gguf(tmp_path)), "--spec", str(tmp_path / "spec.json"),
+             "--type", "textgen", "--release", "example-r1", "--data",
+             str(tmp_path / "data"), "--json"],
+            capture_output=True, text=True, timeout=120, env=dict(os.environ))
+        assert proc.returncode == 0, proc.stderr
+        detail = (await env.get("/models/m/example")).json()
+        assert detail["servable"] is False and detail["not_ready"] == "deployment"
+        assert f"context 2048 vs the loaded {loaded['context']}" in detail["reason"]
+        assert "the first invoke loads it on demand" in detail["reason"]
+
+        r = await env.post("/models/m/example/invoke", PROMPT)
+        assert r.status_code == 200, r.text
+        want = descriptor_sha256({**loaded, "context": 2048})
+        assert r.json()["identity"]["attestation"]["descriptor_sha256"] == want
+        detail = (await env.get("/models/m/example")).json()
+        assert detail["servable"] is True and "not_ready" not in detail
+        assert DESC["context"] not in (loaded["context"], 2048)
+        await publish(env.reg, tiny_gguf(tmp_path), model_id="m/example-512",
+                      release="example-512", descriptor=DESC)
+        r = await env.post("/models/m/example-512/invoke", PROMPT)
+        assert r.status_code == 200, r.text
+        rows = sorted(a["descriptor"]["context"] for a in env.handler.models.identity()
+                      if a["kind"] == "textgen")
+        assert rows == sorted([loaded["context"], 2048, DESC["context"]])
+        assert (await env.post("/models/m/example/invoke", PROMPT)).status_code == 200
+
+
+async def test_without_a_cache_another_descriptor_is_not_ready_with_the_reason(
+        tmp_path: Path) -> None:
+    from _router_env import tiny_gguf
+
+    async with router_served(tmp_path) as env:
+        loaded = env.loaded()["descriptor"]
+        await publish(env.reg, tiny_gguf(tmp_path), model_id="m/t3", release="t3",
+                      descriptor={**loaded, "threads": 3})
+        detail = (await env.get("/models/m/t3")).json()
+        assert (detail["servable"], detail["not_ready"]) == (False, "deployment")
+        assert "threads 3 vs the loaded 0" in detail["reason"]
+        r = await env.post("/models/m/t3/invoke", PROMPT)
+        assert r.status_code == 503, r.text
+        err = r.json()["error"]
+        assert err["code"] == "not_ready" and err["missing"] == ["deployment"]
+        assert "threads 3 vs the loaded 0" in err["message"]
+
+
+async def test_a_corrupt_artifact_is_a_permanent_error_naming_it(tmp_path: Path) -> None:
+    """A 4 KB file starting with ``GGUF``: the runtime cannot read it, so every invoke
+    is 502 ``artifact_unloadable`` naming the artifact and why (never 503 ``not_ready``
+    with a retry), and the detail route says it is not servable and why."""
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"GGUF" + bytes(range(256)) * 16)
+    bad.write_bytes(bad.read_bytes()[:4096])
+    sha = hashlib.sha256(bad.read_bytes()).hexdigest()
+    async with router_served(tmp_path, cache_dir=tmp_path / "cache") as env:
+        await publish(env.reg, bad, model_id="m/bad", release="bad-r1", descriptor=DESC)
+        for _ in range(2):
+            r = await env.post("/models/m/bad/invoke", PROMPT)
+            assert r.status_code == 502, r.text
+            err = r.json()["error"]
+            assert (err["code"], err["artifact"]) == ("artifact_unloadable", sha)
+            assert err["reason"].startswith("gguf_version_unsupported") and sha in \
+                err["message"]
+            assert "retry_after" not in err and "retry-after" not in r.headers
+        detail = (await env.get("/models/m/bad")).json()
+        assert (detail["servable"], detail["not_ready"]) == (False, "artifact_unloadable")
+        assert detail["reason"].startswith("gguf_version_unsupported")
+        assert not [a for a in env.handler.models.identity()
+                    if a["artifact_sha256"] == sha]

@@ -47,7 +47,7 @@ def draft() -> dict[str, Any]:
             "serving": {"runtime_release": {"name": "scratch", "source_commit": build_commit()}}}
 
 
-async def _session(reg: Registry, artifact: Path | None, lease_s: float = 900) -> str:
+async def _session(reg: Registry, artifact: Path | None, lease_s: int = 900) -> str:
     from aotx_trio.router.scratch import Scratch
     sc = Scratch(reg)
     s = await sc.open(lease_s=lease_s, based_on={"requested_selection": "demo/last",
@@ -219,3 +219,29 @@ async def test_expired_then_closed_over_http(tmp_path: Path) -> None:
         e = fail(await env.post(f"/scratch-sessions/{sid}/invoke", PROMPT), 410,
                  "scratch_closed")
         assert e["reason"] == "expired" and e["promoted_to"] is None
+
+
+async def test_lease_s_is_always_an_integer(tmp_path: Path) -> None:
+    """``lease_s`` reads as whole seconds on every route: a new session's, and one an
+    older build stored with a fractional lease (rounded up); opening with a
+    non-integer lease is refused naming ``lease_s``."""
+    import json
+
+    from aotx_trio.identity import canonical
+    from aotx_trio.router.scratch import Scratch
+
+    async with router_served(tmp_path) as env:
+        sid = await _session(env.reg, None, lease_s=60)
+        old = await _session(env.reg, None)
+        env.reg.store.update("sessions", old, lambda b: canonical(
+            {**json.loads(b), "lease_s": 90.25}))
+        got = {s["session_id"]: s["lease_s"]
+               for s in (await env.get("/scratch-sessions")).json()["sessions"]}
+        assert got == {sid: 60, old: 91}
+        assert all(type(v) is int for v in got.values())
+        assert type((await env.get(f"/scratch-sessions/{old}")).json()["session"]
+                    ["lease_s"]) is int
+        for bad in (1.5, 0, True):
+            with pytest.raises(errors.InvalidParams) as info:
+                await Scratch(env.reg).open(lease_s=bad)  # type: ignore[arg-type]
+            assert info.value.fields["param"] == "lease_s"

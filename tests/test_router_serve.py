@@ -123,5 +123,50 @@ async def test_serve_registers_and_invokes_the_default_models(
             assert len(store.feed_read(0, 1000)) == events    # nothing new
         finally:
             store.close()
+        await _serve_once(data, capsys, token, functools.partial(_worked_example,
+                                                                 data=data))
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+async def _worked_example(http: httpx.AsyncClient, data: Path) -> None:
+    """docs/formats/registry.md's worked example on ``aotx serve``: ``aotx registry
+    publish`` over the default GGUF without ``--context`` (descriptor context 2048,
+    the runtime's packed model another).  It is never ``servable`` while the runtime
+    does not serve that descriptor (the reason says why); the first invoke loads the
+    GGUF by the release's descriptor and is attested with it (never 502
+    attestation_mismatch), and then it reads servable."""
+    import json
+    import subprocess
+    import sys
+
+    from aotx_trio.identity import descriptor_sha256
+
+    mid = "runs/demo/r1/checkpoints/step-000200000.inference-gemma-r1.json"
+    spec = data / "spec.json"
+    spec.write_text(json.dumps({"spec_dsl": 2, "interaction": "request_response",
+                                "params": [{"name": "prompt", "type": "string"},
+                                           {"name": "max_tokens", "type": "integer",
+                                            "default": 4}],
+                                "results": {"fields": [
+                                    {"name": "text", "type": "string"},
+                                    {"name": "prompt_tokens", "type": "integer"},
+                                    {"name": "completion_tokens", "type": "integer"},
+                                    {"name": "finish_reason", "type": "string"}],
+                                    "delivery": ["inline"]}}))
+    proc = await trio.to_thread.run_sync(lambda: subprocess.run(
+        [sys.executable, "-m", "aotx_trio", "registry", "publish", mid, "--artifact",
+         str(real_gguf()), "--spec", str(spec), "--type", "textgen", "--release",
+         "gemma-r1", "--data", str(data), "--json"],
+        capture_output=True, text=True, timeout=240, env=dict(os.environ)))
+    assert proc.returncode == 0, proc.stderr
+    d = (await http.get(f"/models/{mid}")).json()
+    assert (d["servable"], d["not_ready"]) == (False, "deployment")
+    assert "context 2048 vs the loaded" in d["reason"]
+    r = await http.post(f"/models/{mid}/invoke", json={"request": {
+        "prompt": "The capital of France is", "max_tokens": 4}})
+    assert r.status_code == 200, r.text
+    desc = {"backend": "cpu", "threads": 0, "kv_page_tokens": 8, "context": 2048}
+    assert r.json()["identity"]["attestation"]["descriptor_sha256"] == \
+        descriptor_sha256(desc)
+    assert (await http.get(f"/models/{mid}")).json()["servable"] is True

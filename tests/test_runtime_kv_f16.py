@@ -89,7 +89,7 @@ def test_a_model_loaded_on_demand_gets_the_kv_type_of_its_descriptor(tmp_path: P
     ]
     pages = {}
     for desc, want in cases:
-        m = models.load_gguf(gguf, sha, desc, max_seqs=2)
+        m = models.load_gguf(gguf, sha, desc, f"artifact-{sha[:16]}", max_seqs=2)
         models.text[m.name] = m
         try:
             kv = m.engine.kv_stats()
@@ -113,7 +113,7 @@ def test_a_model_loaded_on_demand_gets_the_kv_type_of_its_descriptor(tmp_path: P
             m.engine.close()
     assert pages["f16"] * 2 == pages["f32"]
     with pytest.raises(errors.InvalidInput) as got:
-        models.load_gguf(gguf, sha, {"kv_type": "bf16"})
+        models.load_gguf(gguf, sha, {"kv_type": "bf16"}, "artifact-bad")
     assert got.value.fields["field"] == "descriptor.kv_type"
     assert models.text == {}
 

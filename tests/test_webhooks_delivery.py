@@ -80,7 +80,7 @@ async def test_signed_posts_in_feed_order(store: StoreBackend, consumer: Any,
     svc = WebhookService(store, KEY, fast(ca))
     async with trio.open_nursery() as nursery:
         await started(nursery, svc)
-        sub = await svc.create({"url": url, "backfill": True})
+        sub = await svc.create({"url": url, "backfill": True}, "ops")
         ops += append_events(store, 5, start=5)
         await until(lambda: len(rx.accepted) >= 10)
         # cursor writes are coalesced (at most one per 0.25 s): wait for the last one
@@ -107,7 +107,7 @@ async def test_consumer_down_then_back_loses_nothing(store: StoreBackend,
     svc = WebhookService(store, KEY, fast(ca))
     async with trio.open_nursery() as nursery:
         await started(nursery, svc)
-        await svc.create({"url": url})
+        await svc.create({"url": url}, "ops")
         ops = append_events(store, 6)
         await until(lambda: len(rx.accepted) >= 6)
         nursery.cancel_scope.cancel()
@@ -122,13 +122,13 @@ async def test_head_start_filters_and_backfill(store: StoreBackend, consumer: An
     svc = WebhookService(store, KEY, fast(ca))
     async with trio.open_nursery() as nursery:
         await started(nursery, svc)
-        head = await svc.create({"url": url + "&head=1", "events": ["model.published"]})
+        head = await svc.create({"url": url + "&head=1", "events": ["model.published"]}, "ops")
         assert head["cursor"] == 3 and head["events"] == ["model.published"]
         new_alias = append_events(store, 2, start=3)
         published = append_events(store, 2, start=5, kind="model.published")
         await until(lambda: len(rx.accepted) >= 2)
         await until(lambda: any(w["cursor"] == 7 for w in [*_subs(store)]))
-        back = await svc.create({"url": url, "backfill": True})
+        back = await svc.create({"url": url, "backfill": True}, "ops")
         assert back["cursor"] == 0
         await until(lambda: len(rx.accepted) >= 2 + 7)
         nursery.cancel_scope.cancel()
@@ -146,7 +146,7 @@ async def test_disable_stops_delivery_and_keeps_history(store: StoreBackend,
     svc = WebhookService(store, KEY, fast(ca))
     async with trio.open_nursery() as nursery:
         await started(nursery, svc)
-        sub = await svc.create({"url": url})
+        sub = await svc.create({"url": url}, "ops")
         append_events(store, 2)
         await until(lambda: len(rx.accepted) >= 2)
         off = await svc.disable(sub["uuid"], "rotating the consumer")
@@ -176,7 +176,7 @@ async def test_holder_killed_between_post_and_advance_reposts(store: StoreBacken
                 killed.append(body["operation_id"])
                 scope_a.cancel()         # no release: the lease stays until it expires
         rx.on_post = kill_on_third
-        await a.create({"url": url, "backfill": True})
+        await a.create({"url": url, "backfill": True}, "ops")
         await until(lambda: bool(killed))
         await trio.sleep(0.1)
         lease = json.loads((Path(store.root) / "webhooks"  # type: ignore[attr-defined]
@@ -202,7 +202,7 @@ async def test_two_routers_on_postgres_lose_and_reorder_nothing(
             scope_a = await started(nursery, a)
             await started(nursery, b)
             for i in range(2):
-                await a.create({"url": url + f"&s={i}"})
+                await a.create({"url": url + f"&s={i}"}, "ops")
             ops: list[str] = []
             for round_ in range(4):
                 ops += await trio.to_thread.run_sync(
@@ -240,7 +240,7 @@ async def test_real_changes_and_a_healed_event(tmp_path: Path, store: StoreBacke
     svc = WebhookService(store, KEY, fast(ca))
     async with trio.open_nursery() as nursery:
         await started(nursery, svc)
-        await svc.create({"url": url, "events": ["release.minted"]})
+        await svc.create({"url": url, "events": ["release.minted"]}, "ops")
         make_runtime_file(tmp_path / "rt")
         art = await reg.run(store_artifact, store, tiny_gguf(tmp_path))
         await reg.mint_release("tiny-r1", art, Descriptor(), "a" * 40)
@@ -272,7 +272,7 @@ async def test_a_corrupt_subscription_stops_only_itself(store: StoreBackend,
     svc = WebhookService(store, KEY, fast(ca))
     async with trio.open_nursery() as nursery:
         await started(nursery, svc)
-        await svc.create({"url": url})
+        await svc.create({"url": url}, "ops")
         ops = append_events(store, 2)
         await until(lambda: len(rx.accepted) >= 2)
         nursery.cancel_scope.cancel()

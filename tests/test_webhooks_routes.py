@@ -26,7 +26,8 @@ from aotx_trio.webhooks import signing
 
 pytestmark = pytest.mark.timeout(120)
 
-PRINCIPALS = {"hooks": ("webhooks_manage",), "reader": ("models_read",)}
+PRINCIPALS = {"hooks": ("webhooks_manage",), "hooks2": ("webhooks_manage",),
+              "reader": ("models_read",)}
 
 
 def auth(who: str = "hooks") -> dict[str, str]:
@@ -35,10 +36,10 @@ def auth(who: str = "hooks") -> dict[str, str]:
 
 @contextlib.asynccontextmanager
 async def gateway(tmp_path: Path, *, key: bool = True, ca_file: str | None = None,
-                  ) -> AsyncIterator[str]:
+                  limits: dict[str, Any] | None = None) -> AsyncIterator[str]:
     folder = short_dir()
     try:
-        path, cfg = make_config(folder, PRINCIPALS)
+        path, cfg = make_config(folder, PRINCIPALS, limits=limits)
         hooks: dict[str, Any] = {"retry_interval_s": 0.05, "allow_insecure_targets": True,
                                  "timeout_s": 5, "ca_file": ca_file, "lease_s": 1}
         if key:
@@ -127,7 +128,8 @@ async def test_auth_and_unconfigured(tmp_path: Path) -> None:
         assert r.status_code == 503 and r.json()["error"]["code"] == "webhooks_unconfigured"
         r = await http.get("/webhooks/signing-key", headers=auth())
         assert r.status_code == 503 and r.json()["error"]["code"] == "webhooks_unconfigured"
-        assert (await http.get("/webhooks", headers=auth())).json() == {"webhooks": []}
+        assert (await http.get("/webhooks", headers=auth())).json() == {
+            "webhooks": [], "next_cursor": None}
 
 
 async def test_without_a_store_the_routes_are_not_ready(tmp_path: Path) -> None:
@@ -143,3 +145,93 @@ async def test_without_a_store_the_routes_are_not_ready(tmp_path: Path) -> None:
         assert r.status_code == 503, path
         err = (await r.get_json())["error"]
         assert err["code"] == "not_ready" and err["missing"] == ["store"]
+
+
+TARGET = "http://127.0.0.1:9/hook"      # allow_insecure_targets: vetted, never posted to
+
+
+async def test_subscriptions_are_bounded_per_principal(tmp_path: Path) -> None:
+    """limits.max_webhooks active subscriptions per principal: one more is 429
+    over_quota naming the quota; another principal still registers; disabling one frees
+    its slot."""
+    async with gateway(tmp_path, limits={"max_webhooks": 2}) as base, \
+            httpx.AsyncClient(base_url=base) as http:
+        made = []
+        for i in range(2):
+            r = await http.post("/webhooks", json={"url": f"{TARGET}?n={i}"}, headers=auth())
+            assert r.status_code == 201, r.text
+            assert r.json()["owner"] == "hooks"
+            made.append(r.json()["uuid"])
+        r = await http.post("/webhooks", json={"url": TARGET}, headers=auth())
+        assert r.status_code == 429, r.text
+        err = r.json()["error"]
+        assert (err["code"], err["quota"], err["limit"]) == ("over_quota", "webhooks", 2)
+        assert r.headers["Retry-After"] == "1"
+        r = await http.post("/webhooks", json={"url": TARGET}, headers=auth("hooks2"))
+        assert r.status_code == 201 and r.json()["owner"] == "hooks2"
+        assert (await http.delete(f"/webhooks/{made[0]}", headers=auth())).status_code == 200
+        r = await http.post("/webhooks", json={"url": TARGET}, headers=auth())
+        assert r.status_code == 201, r.text
+        listed = (await http.get("/webhooks", headers=auth())).json()["webhooks"]
+        assert sorted((x["owner"], x["state"]) for x in listed) == [
+            ("hooks", "active"), ("hooks", "active"), ("hooks", "disabled"),
+            ("hooks2", "active")]
+
+
+async def test_the_list_is_paginated(tmp_path: Path) -> None:
+    async with gateway(tmp_path) as base, httpx.AsyncClient(base_url=base) as http:
+        made = []
+        for i in range(5):
+            r = await http.post("/webhooks", json={"url": f"{TARGET}?n={i}"}, headers=auth())
+            made.append(r.json()["uuid"])
+        seen: list[str] = []
+        cursor: str | None = None
+        pages = 0
+        while True:
+            params = {"limit": "2"} | ({} if cursor is None else {"cursor": cursor})
+            r = await http.get("/webhooks", params=params, headers=auth())
+            assert r.status_code == 200, r.text
+            body = r.json()
+            assert len(body["webhooks"]) <= 2
+            seen += [x["uuid"] for x in body["webhooks"]]
+            pages += 1
+            cursor = body["next_cursor"]
+            if cursor is None:
+                break
+        assert seen == made and pages == 3       # oldest first, each once
+        whole = (await http.get("/webhooks", headers=auth())).json()
+        assert [x["uuid"] for x in whole["webhooks"]] == made and whole["next_cursor"] is None
+        for params, param in (({"limit": "0"}, "limit"), ({"limit": "501"}, "limit"),
+                              ({"limit": "x"}, "limit"), ({"cursor": "nope"}, "cursor"),
+                              ({"cursor": f"2026-01-01T00:00:00.000000Z,{made[0][:-1]}"},
+                               "cursor"), ({"page": "1"}, "page")):
+            r = await http.get("/webhooks", params=params, headers=auth())
+            assert r.status_code == 422, params
+            assert r.json()["error"]["param"] == param
+
+
+async def test_disabled_ones_are_trimmed_after_the_feed_retention(tmp_path: Path) -> None:
+    """A subscription disabled longer ago than the feed's retention (~90 days) is
+    deleted, its lease with it; a recently disabled one and the active ones stay."""
+    import json
+    import time
+
+    from aotx_trio.identity import canonical
+    from aotx_trio.registry.feed import RETENTION_S
+    from aotx_trio.registry.records import rfc3339
+
+    async with gateway(tmp_path) as base, httpx.AsyncClient(base_url=base) as http:
+        old, recent = [(await http.post("/webhooks", json={"url": f"{TARGET}?n={i}"},
+                                        headers=auth())).json()["uuid"] for i in range(2)]
+        for uid in (old, recent):
+            assert (await http.delete(f"/webhooks/{uid}", headers=auth())).status_code == 200
+        store = open_store(data=tmp_path / "data")
+        long_ago = rfc3339(time.time() - RETENTION_S - 3600)
+        store.hook_update(old, lambda b: canonical({**json.loads(b),
+                                                    "disabled_at": long_ago}))
+        r = await http.post("/webhooks", json={"url": TARGET}, headers=auth())
+        assert r.status_code == 201
+        listed = (await http.get("/webhooks", headers=auth())).json()["webhooks"]
+        assert [x["uuid"] for x in listed if x["state"] == "disabled"] == [recent]
+        assert store.hook_get(old) is None
+        assert not list((tmp_path / "data" / "registry" / "webhooks").glob(f"{old}*"))

@@ -40,6 +40,39 @@ def test_create_get_list_update(store: StoreBackend) -> None:
         store.hook_update(str(uuid.uuid4()), lambda old: b"x")
 
 
+def test_create_admits_under_the_lock_and_delete(store: StoreBackend) -> None:
+    """``admit`` sees every subscription and may refuse (nothing is created); threads
+    creating at once under a bound of 3 create exactly 3; a delete drops the document
+    and its lease."""
+    def at_most(n: int) -> Any:
+        def admit(existing: list[bytes]) -> None:
+            if len(existing) >= n:
+                raise OverflowError(len(existing))
+        return admit
+
+    made: list[str] = []
+
+    def one() -> None:
+        u = str(uuid.uuid4())
+        try:
+            store.hook_create(u, b"{}", at_most(3))
+            made.append(u)
+        except OverflowError:
+            pass
+    threads = [threading.Thread(target=one) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(made) == 3 and len(store.hook_list()) == 3
+    assert store.hook_lease(made[0], "a", 100.0, 10.0)
+    store.hook_delete(made[0])
+    store.hook_delete(made[0])                                    # absent: nothing
+    assert store.hook_get(made[0]) is None and len(store.hook_list()) == 2
+    assert store.hook_create(made[0], b"{}") is None              # no lease left over
+    assert store.hook_lease(made[0], "b", 101.0, 10.0)
+
+
 def test_lease_and_conditional_cursor_write(store: StoreBackend) -> None:
     u = str(uuid.uuid4())
     store.hook_create(u, b"0")

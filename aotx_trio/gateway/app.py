@@ -182,7 +182,8 @@ def webhooks_from_config(config: GatewayConfig, router: RouterService | None,
     return WebhookService(router.reg.store, key, HookSettings(
         retry_interval_s=w.retry_interval_s, timeout_s=w.timeout_s,
         allow_insecure_targets=w.allow_insecure_targets,
-        ca_file=None if w.ca_file is None else str(w.ca_file), lease_s=w.lease_s))
+        ca_file=None if w.ca_file is None else str(w.ca_file), lease_s=w.lease_s,
+        max_webhooks=config.limits.max_webhooks))
 
 
 def make_app_from_config(config: GatewayConfig, client: DeviceClient, *,

@@ -150,20 +150,21 @@ async def operation_events(client: DeviceClient, principal: Principal,
 async def conversation_events(client: DeviceClient, principal: Principal,
                               conversation: str) -> Response:
     """``GET /conversations/{con}/events?stream=true``: one ``input`` event per saved
-    input in input order (id ``{con}/{cursor}``), after a ``gap`` event when the
-    cursor is below the event floor (runtime/conv_events.py)."""
+    input in input order (id ``{con}/{cursor}``), and one ``gap`` event per run of
+    retired cursors the stream passes, before the inputs after it (id
+    ``{con}/{last}``; runtime/conv_events.py)."""
     principal.require("shared_read")
     cursor = _resume(conversation, "cursor", "input-order cursor")
     params = {"principal": principal.name, "actions": list(principal.actions),
               "conversation": conversation, "cursor": str(cursor)}
     depth, keepalive, own = _stream_config()
-    opened, feed = await open_feed(client, "conversation.watch", params, depth)
+    _, feed = await open_feed(client, "conversation.watch", params, depth)
     greeting = b": aotx conversation events\n\n"
-    if opened.get("gap"):
-        greeting += _event("gap", {"cursor": str(cursor), "event_floor": opened["event_floor"]},
-                           f"{conversation}/{opened['event_floor']}")
 
     def frame_of(value: Any) -> bytes:
+        if value.get("gap"):
+            return _event("gap", {k: v for k, v in value.items() if k != "gap"},
+                          f"{conversation}/{value['last']}")
         return _shared(value, "input", f"{conversation}/{value['cursor']}")
 
     return _sse(feed, keepalive, own, greeting, frame_of)

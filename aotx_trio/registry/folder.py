@@ -14,7 +14,7 @@ import hashlib
 import json
 import os
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from aotx_trio._fs import atomic_file, fsync_dir
@@ -256,13 +256,17 @@ class FolderStore:
             raise ValueError(f"not a canonical uuid: {uuid_[:80]!r}")
         return self._hooks / f"{uuid_}{ext}"
 
-    def hook_create(self, uuid: str, body: bytes) -> bytes | None:
+    def hook_create(self, uuid: str, body: bytes,
+                    admit: Callable[[list[bytes]], None] | None = None) -> bytes | None:
         path = self._hook(uuid, ".json")
-        tmp = path.with_name(f".{path.name}.tmp-{os.urandom(8).hex()}")
-        self._write_tmp(tmp, [body])
-        if _link_once(tmp, path):
-            return None
-        return path.read_bytes()
+        with _flock(self._hooks_lock):
+            if admit is not None:
+                admit(self.hook_list())
+            tmp = path.with_name(f".{path.name}.tmp-{os.urandom(8).hex()}")
+            self._write_tmp(tmp, [body])
+            if _link_once(tmp, path):
+                return None
+            return path.read_bytes()
 
     def hook_get(self, uuid: str) -> bytes | None:
         try:
@@ -273,6 +277,12 @@ class FolderStore:
     def hook_list(self) -> list[bytes]:
         return [p.read_bytes() for p in sorted(self._hooks.glob("*.json"))
                 if not p.name.startswith(".")]
+
+    def hook_delete(self, uuid: str) -> None:
+        with _flock(self._hooks_lock):
+            self._hook(uuid, ".json").unlink(missing_ok=True)
+            self._hook(uuid, ".lease").unlink(missing_ok=True)
+            fsync_dir(self._hooks)
 
     def _lease(self, uuid: str) -> tuple[str | None, float]:
         try:

@@ -12,7 +12,7 @@ import datetime as dt
 import hashlib
 import json
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import psycopg
@@ -25,6 +25,7 @@ from aotx_trio.registry.store import COLLECTIONS, Updater
 CHUNK = 4 << 20
 _SCHEMA_LOCK = 0x616F7478_00000001   # advisory lock ids ("aotx")
 _FEED_LOCK = 0x616F7478_00000002
+_HOOKS_LOCK = 0x616F7478_00000003
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS aotx_registry_meta (key text PRIMARY KEY, value text NOT NULL);
@@ -223,8 +224,13 @@ class PostgresStore:
 
     # ------------------------------------------------------------------ webhooks
 
-    def hook_create(self, uuid: str, body: bytes) -> bytes | None:
+    def hook_create(self, uuid: str, body: bytes,
+                    admit: Callable[[list[bytes]], None] | None = None) -> bytes | None:
         with self._tx() as cur:
+            cur.execute("SELECT pg_advisory_xact_lock(%s)", (_HOOKS_LOCK,))
+            if admit is not None:
+                cur.execute("SELECT body FROM aotx_webhooks ORDER BY uuid")
+                admit([bytes(r[0]) for r in cur.fetchall()])
             cur.execute("INSERT INTO aotx_webhooks (uuid, body) VALUES (%s, %s) "
                         "ON CONFLICT DO NOTHING", (uuid, body))
             if cur.rowcount == 1:
@@ -244,6 +250,10 @@ class PostgresStore:
         with self._tx() as cur:
             cur.execute("SELECT body FROM aotx_webhooks ORDER BY uuid")
             return [bytes(r[0]) for r in cur.fetchall()]
+
+    def hook_delete(self, uuid: str) -> None:
+        with self._tx() as cur:
+            cur.execute("DELETE FROM aotx_webhooks WHERE uuid = %s", (uuid,))
 
     def hook_update(self, uuid: str, fn: Updater, *, holder: str | None = None,
                     now: float = 0.0) -> bytes | None:

@@ -8,6 +8,7 @@ is *corrupt* (:class:`~aotx_trio.errors.FormatError`).
 from __future__ import annotations
 
 import datetime as dt
+import math
 import re
 import uuid
 from typing import Any, Literal, TypeVar
@@ -17,6 +18,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    field_validator,
 )
 
 from aotx_trio.errors import FormatError, InvalidInput
@@ -202,13 +204,21 @@ class Session(Doc):
     state: Literal["open", "closed"]
     reason: Literal["stopped", "promoted", "expired"] | None = None
     created_at: str
-    lease_s: float = Field(gt=0)
+    #: whole seconds (a session stored with a fractional lease reads rounded up)
+    lease_s: int = Field(gt=0)
     lease_expires_at: str
     closed_at: str | None = None
     promoted_to: str | None = None
     based_on: dict[str, Any] = Field(default_factory=dict)
     generations: int = Field(default=0, ge=0)
     current_generation: int | None = None
+
+    @field_validator("lease_s", mode="before")
+    @classmethod
+    def _whole_seconds(cls, v: Any) -> Any:
+        if isinstance(v, float) and math.isfinite(v):
+            return math.ceil(v)
+        return v
 
 
 class Revision(Doc):

@@ -69,14 +69,20 @@ class StoreBackend(Protocol):
     # webhook subscriptions (aotx_trio.webhooks): one canonical JSON document each,
     # keyed by its uuid, and one delivery lease each (holder id, expiry)
 
-    def hook_create(self, uuid: str, body: bytes) -> bytes | None:
-        """Write-once: create the subscription if absent (None), else the bytes there."""
+    def hook_create(self, uuid: str, body: bytes,
+                    admit: Callable[[list[bytes]], None] | None = None) -> bytes | None:
+        """Write-once: create the subscription if absent (None), else the bytes there.
+        ``admit`` gets every subscription under the lock that serializes creations
+        and may raise to create nothing (a bound that holds across routers)."""
 
     def hook_get(self, uuid: str) -> bytes | None:
         """The subscription's bytes, or None."""
 
     def hook_list(self) -> list[bytes]:
         """Every subscription (active and disabled), by uuid."""
+
+    def hook_delete(self, uuid: str) -> None:
+        """Drop the subscription and its lease (absent: nothing)."""
 
     def hook_update(self, uuid: str, fn: Updater, *, holder: str | None = None,
                     now: float = 0.0) -> bytes | None:

@@ -91,8 +91,10 @@ def _release(view: ReleaseView) -> dict[str, Any]:
 async def _publish(reg: Registry, args: argparse.Namespace) -> dict[str, Any]:
     spec = _json_file(args.spec, "spec")
     extra = _json_file(args.manifest, "manifest") if args.manifest else {}
+    engine_set = _engine_set(args)
     art = await _artifact(reg, args.artifact)
-    rel = await reg.mint_release(args.release, art, _descriptor(args), source_commit(args))
+    rel = await reg.mint_release(args.release, art, _descriptor(args), source_commit(args),
+                                 engine_set)
     manifest = {**extra, "model_type": args.model_type, "artifact": art.model_dump(mode="json"),
                 "serving": {**extra.get("serving", {}), "spec": spec,
                             "runtime_release": {"name": rel.name,
@@ -119,14 +121,19 @@ async def _list(reg: Registry, args: argparse.Namespace) -> dict[str, Any]:
     return {"models": [_model(v) for v in views]}
 
 
+def _engine_set(args: argparse.Namespace) -> EngineSet | None:
+    """--engine-set NAME:SHA256 (None when not given)."""
+    if not args.engine_set:
+        return None
+    name, _, sha = args.engine_set.partition(":")
+    try:
+        return EngineSet(name=name, sha256=sha)
+    except ValueError:
+        raise InvalidInput("--engine-set is NAME:SHA256", param="engine_set") from None
+
+
 async def _mint(reg: Registry, args: argparse.Namespace) -> dict[str, Any]:
-    engine_set = None
-    if args.engine_set:
-        name, _, sha = args.engine_set.partition(":")
-        try:
-            engine_set = EngineSet(name=name, sha256=sha)
-        except ValueError:
-            raise InvalidInput("--engine-set is NAME:SHA256", param="engine_set") from None
+    engine_set = _engine_set(args)
     art = await _artifact(reg, args.artifact)
     await reg.mint_release(args.name, art, _descriptor(args), source_commit(args), engine_set)
     return _release(await reg.get_release(args.name))

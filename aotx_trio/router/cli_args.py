@@ -46,6 +46,8 @@ def add_registry_parser(sub: Any) -> None:
     s.add_argument("--release", required=True,
                    help="release to bind (minted from the artifact if absent)")
     s.add_argument("--manifest", help="JSON file with further manifest fields to keep")
+    s.add_argument("--engine-set", metavar="NAME:SHA256",
+                   help="the release's engine set (as for release mint)")
     _descriptor(s)
 
     s = rs.add_parser("unpublish", parents=[c], help="write the unpublication marker")
@@ -70,7 +72,8 @@ def add_registry_parser(sub: Any) -> None:
     s = rels.add_parser("mint", parents=[c], help="mint an immutable release")
     s.add_argument("name")
     s.add_argument("--artifact", required=True)
-    s.add_argument("--engine-set", metavar="NAME:SHA256")
+    s.add_argument("--engine-set", metavar="NAME:SHA256",
+                   help="the engine set the release needs (a host without it: not_ready)")
     _descriptor(s)
     s = rels.add_parser("deploy", parents=[c], help="record that a runtime loaded it")
     s.add_argument("name")
@@ -94,7 +97,7 @@ def add_registry_parser(sub: Any) -> None:
     sc = rs.add_parser("scratch", help="scratch sessions")
     scs = sc.add_subparsers(dest="scratch_command", required=True, metavar="ACTION")
     s = scs.add_parser("open", parents=[c])
-    s.add_argument("--lease-s", type=float, default=900.0)
+    s.add_argument("--lease-s", type=int, default=900, help="whole seconds")
     s.add_argument("--based-on", help="JSON object (descriptive)")
     s = scs.add_parser("revise", parents=[c], help="add a verified revision")
     s.add_argument("session_id")

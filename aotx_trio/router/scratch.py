@@ -11,7 +11,7 @@ import json
 import uuid
 from typing import Any
 
-from aotx_trio.errors import Gone, InvalidInput, NotFound, NotReady
+from aotx_trio.errors import Gone, InvalidInput, InvalidParams, NotFound, NotReady
 from aotx_trio.identity import Descriptor, canonical, sha256_hex
 from aotx_trio.registry.records import (
     ArtifactRef,
@@ -26,7 +26,7 @@ from aotx_trio.router.artifacts import verify_artifact
 from aotx_trio.router.manifest import check_manifest, check_spec
 from aotx_trio.router.registry import ModelView, Registry
 
-DEFAULT_LEASE_S = 900.0
+DEFAULT_LEASE_S = 900
 
 
 def _not_found(session_id: str) -> NotFound:
@@ -69,8 +69,12 @@ class Scratch:
         return parse(Session, await self.reg.run(self.reg.store.update, "sessions", key, apply),
                      f"sessions/{key}")
 
-    async def open(self, *, lease_s: float = DEFAULT_LEASE_S,
+    async def open(self, *, lease_s: int = DEFAULT_LEASE_S,
                    based_on: dict[str, Any] | None = None) -> Session:
+        """A new open session whose lease is ``lease_s`` whole seconds."""
+        if isinstance(lease_s, bool) or not isinstance(lease_s, int) or lease_s < 1:
+            raise InvalidParams("lease_s", "integer",
+                                "lease_s must be a whole number of seconds, at least 1")
         now = self.reg.now()
         s = Session(session_id=str(uuid.uuid4()), state="open", created_at=rfc3339(now),
                     lease_s=lease_s, lease_expires_at=rfc3339(now + lease_s),

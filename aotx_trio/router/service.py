@@ -114,16 +114,21 @@ class RouterService:
         view, res = await resolve(self.reg, target)
         rel = await self._release(view)
         release = rel.release
-        missing, _ = self.deploy.not_ready(
+        ready = self.deploy.not_ready(
             view.manifest.model_type, release.artifact.sha256,
             release.engine_set.name if release.engine_set else None,
-            await self.deploy.identity(), release.descriptor_sha256)
-        servable = not missing and view.state != "disabled" and rel.state != "disabled"
+            await self.deploy.identity(), release.descriptor)
+        servable = not ready.missing and view.state != "disabled" and rel.state != "disabled"
         out: dict[str, Any] = {"model_id": view.model_id,
                                "manifest": view.manifest.model_dump(mode="json"),
                                "state": view.state, "servable": servable}
-        if missing:
-            out["not_ready"] = missing[0]
+        if ready.missing:
+            out["not_ready"] = ready.missing[0]
+            out["reason"] = ready.reason
+            if ready.missing == ["deployment"] and self.deploy.cache_dir is not None \
+                    and release.artifact.kind == "gguf" \
+                    and view.manifest.model_type == "textgen":
+                out["reason"] = f"{ready.reason}; the first invoke loads it on demand"
         if res is not None:
             out["resolution_chain"] = res.chain
         return out
@@ -198,13 +203,14 @@ class RouterService:
         request = spec.effective(envelope.request)
         targets = await spec.targets(envelope, request)
         release = rel.release
-        missing, name = await self.deploy.deployed(
+        ready = await self.deploy.deployed(
             view.manifest.model_type, release.artifact,
             release.engine_set.name if release.engine_set else None, release.descriptor,
             caller)
-        if missing or name is None:
-            raise errors.NotReady(f"model {view.model_id!r} is not ready here",
-                                  missing=missing)
+        name = ready.name
+        if ready.missing or name is None:
+            raise errors.NotReady(f"model {view.model_id!r} is not ready here: "
+                                  f"{ready.reason}", missing=ready.missing)
         want = {"source_commit": release.source_commit,
                 "artifact_sha256": release.artifact.sha256,
                 "descriptor_sha256": release.descriptor_sha256}
@@ -234,10 +240,12 @@ class RouterService:
         spec = self._contract(rev.spec_sha256, rev.spec)
         request = spec.effective(envelope.request)
         targets = await spec.targets(envelope, request)
-        missing, name = await self.deploy.deployed(model_type, rev.artifact, None, None, caller)
-        if missing or name is None:
-            raise errors.NotReady("the scratch revision's artifact is not loaded here",
-                                  code="scratch_not_ready", missing=missing)
+        ready = await self.deploy.deployed(model_type, rev.artifact, None, None, caller)
+        name = ready.name
+        if ready.missing or name is None:
+            raise errors.NotReady("the scratch revision's artifact is not loaded here: "
+                                  f"{ready.reason}", code="scratch_not_ready",
+                                  missing=ready.missing)
         results, seen = await self._run(model_type, name, request, caller,
                                         {"artifact_sha256": rev.artifact.sha256})
         wire = await spec.deliver(targets, request, results)

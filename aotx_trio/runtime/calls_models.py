@@ -85,11 +85,12 @@ class ModelCalls:
             if len(loaded) >= MAX_LOADED_ON_DEMAND:
                 raise errors.OverCapacity(f"{len(loaded)} models are loaded on demand (the "
                                           "limit)", retry_after=60)
-            model = await trio.to_thread.run_sync(models.load_gguf, path, sha, descriptor)
-            if model.name in models.text:
-                model.engine.close()
-                raise errors.Conflict("another descriptor of this artifact is loaded",
-                                      code="artifact_loaded", field="descriptor")
+            # one name per artifact; another descriptor of it gets the descriptor's digest
+            name = f"artifact-{sha[:16]}"
+            if name in models.text:
+                name = f"{name}-{descriptor_sha256(descriptor or {})[:16]}"
+            model = await trio.to_thread.run_sync(models.load_gguf, path, sha, descriptor,
+                                                  name)
             models.text[model.name] = model
         return next(r for r in models.identity() if r["name"] == model.name)
 
@@ -112,10 +113,13 @@ class ModelCalls:
         max_out = req.max_tokens if req.max_tokens is not None \
             else max(1, model.context - len(prompt))
         if len(prompt) + max_out > model.context:
+            # the field at fault: the prompt (or messages) when it alone fills the
+            # context, else max_tokens
+            source = "messages" if req.prompt is None else "prompt"
             raise errors.InvalidInput(
                 f"{len(prompt)} prompt tokens + max_tokens {max_out} are over the context "
                 f"of {req.model!r} ({model.context})", code="context_length_exceeded",
-                field="messages")
+                field=source if len(prompt) >= model.context else "max_tokens")
         job_id = secrets.token_hex(16)
         job = Job(job_id, "", model, Turn("", b""), max_out, req.temperature, req.top_p,
                   prompt=prompt, ephemeral=True, stop=req.stop, seed=req.seed)

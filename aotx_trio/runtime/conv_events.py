@@ -6,17 +6,23 @@ Only *saved* admissions are events: the listing stops at the first unsaved
 input (saves are a prefix of the journal, so nothing saved follows it), so no
 reader ever sees an admission a crash could take back, and a cursor never
 passes an event that appears later.  Inputs retired with their actors' retry
-floors leave the window: the *event floor* is the highest retired index, and
-a cursor below it reports ``gap: true`` and lists from the floor on.
+floors leave the window, anywhere in it (one actor's inputs interleave with
+the others'): a read that passes retired cursors says so, each run of them a
+*gap* ``{"first", "last"}``.  The *event floor* is the highest cursor at or
+below which every input is retired (the window's start): a cursor below it
+always reports a gap.
 
 ``conversation.events`` answers one page: ``{"items", "next_cursor" (always
-the cursor to continue from), "more" (another page is ready now),
-"event_floor", "gap"}``.  ``conversation.watch`` opens with ``{"cursor",
-"event_floor", "gap"}`` and pushes each event as its admission is saved, for
-as long as the caller may read the conversation: it reads pages with the
-caller's current grants while it is behind, then follows the runtime's
-fanout (runtime/fanout.py: one read per conversation and save, the read
-right checked again per reader before each push).
+the cursor to continue from, past the gaps the page reports), "more"
+(another page is ready now), "event_floor", "gap" (the page passed retired
+cursors), "gaps" (which, in order)}``.  ``conversation.watch`` opens with
+``{"cursor", "event_floor", "gap"}`` and pushes each event as its admission
+is saved, and each gap as ``{"gap": true, "cursor", "first", "last",
+"event_floor"}`` before the events after it, for as long as the caller may
+read the conversation: it reads pages with the caller's current grants while
+it is behind, then follows the runtime's fanout (runtime/fanout.py: one read
+per conversation and save, the read right checked again per reader before
+each push).
 """
 
 from __future__ import annotations
@@ -36,19 +42,41 @@ def _saved(r: Receipt) -> bool:
     return r.admission_saved or r.save.saved_records > r.admission_record
 
 
+def _read(device: Device, grants: int, key: str, conversation: str, cursor: int,
+          limit: int, lineage: str) -> tuple[list[dict[str, Any]], int, bool, int]:
+    """(the page's events and gaps in cursor order, the cursor after them, whether
+    another page is ready now, the event floor).  Every input up to the
+    conversation's count (read first: an input admitted meanwhile is not in it) that
+    the listing passes is retired: the listing returns every live one in order."""
+    total = device.conversation(grants, key, conversation).inputs
+    rows, nxt, floor = device.conversation_inputs(grants, key, conversation, cursor, limit)
+    out: list[dict[str, Any]] = []
+    at = cursor
+
+    def passed(last: int) -> None:      # the retired cursors at+1..last
+        nonlocal at
+        if last > at:
+            out.append({"gap": True, "cursor": str(at), "first": str(at + 1),
+                        "last": str(last), "event_floor": str(floor)})
+            at = last
+
+    for r in rows:
+        passed(r.input_index - 1)
+        if not _saved(r):
+            return out, at, False, floor
+        out.append(event(r, lineage))
+        at = r.input_index
+    if not nxt:
+        passed(total)
+    return out, at, bool(nxt), floor
+
+
 def page(device: Device, grants: int, key: str, conversation: str, cursor: int, limit: int,
          lineage: str) -> dict[str, Any]:
-    rows, nxt, floor = device.conversation_inputs(grants, key, conversation, cursor, limit)
-    items: list[dict[str, Any]] = []
-    at = max(cursor, floor)
-    for r in rows:
-        if not _saved(r):
-            nxt = 0
-            break
-        items.append(event(r, lineage))
-        at = r.input_index
-    return {"items": items, "next_cursor": str(at), "more": bool(nxt),
-            "event_floor": str(floor), "gap": cursor < floor}
+    got, at, more, floor = _read(device, grants, key, conversation, cursor, limit, lineage)
+    gaps = [{"first": g["first"], "last": g["last"]} for g in got if "gap" in g]
+    return {"items": [e for e in got if "gap" not in e], "next_cursor": str(at),
+            "more": more, "event_floor": str(floor), "gap": bool(gaps), "gaps": gaps}
 
 
 def event(r: Receipt, lineage: str) -> dict[str, Any]:
@@ -65,25 +93,26 @@ async def watch(device: Device, saver: Saver, caller: Callable[[], tuple[int, st
     it read again."""
     grants, key = caller()
     first = page(device, grants, key, conversation, cursor, 1, lineage)
-    opened = {"cursor": str(cursor), "event_floor": first["event_floor"], "gap": first["gap"]}
+    opened = {"cursor": str(cursor), "event_floor": first["event_floor"],
+              "gap": cursor < int(first["event_floor"])}
 
     async def items() -> AsyncIterator[dict[str, Any]]:
         at = cursor
         while True:
             mark = saver.saved_records
             grants_now, _ = caller()
-            got = page(device, grants_now, key, conversation, at, batch, lineage)
-            for item in got["items"]:
+            got, at, more, _ = _read(device, grants_now, key, conversation, at, batch,
+                                     lineage)
+            for item in got:
                 yield item
-            at = int(got["next_cursor"])
-            if got["more"]:
+            if more:
                 continue
             if fanout is None:
                 await saver.wait_saved(mark)     # the next save may make one visible
-            elif not got["items"]:     # caught up, nothing yielded since the read: follow
+            elif not got:     # caught up, nothing yielded since the read: follow
                 with fanout.follow_conversation(conversation, key, caller, at) as live:
                     async for item in live:
                         yield item
-                        at = int(item["cursor"])
+                        at = int(item["last" if item.get("gap") else "cursor"])
 
     return opened, items()

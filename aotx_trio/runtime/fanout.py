@@ -13,7 +13,9 @@ conversation events are saved admissions) or the executor makes progress
 * a conversation topic reads the inputs saved after its frontier with the
   runtime's own view and renders each at most twice (its actor's own view,
   and the foreign view with ``sequence`` and ``operation_key`` null, exactly
-  what the device shows another participant);
+  what the device shows another participant); inputs retired before a
+  follower got them (a run of its cursor's successors missing) are pushed to
+  it as one gap item first (runtime/conv_events.py), never skipped silently;
 * an operation topic takes the executor's output once and cuts one span per
   distinct subscriber position.
 
@@ -252,11 +254,12 @@ class Fanout:
     def _conversation(self, topic: _Topic) -> None:
         new: list[Receipt] = []
         at = topic.frontier
+        floor = 0
         try:
             while True:
                 self.reads += 1
-                rows, more, _ = self.device.conversation_inputs(0, None, topic.name, at,
-                                                                self.batch)
+                rows, more, floor = self.device.conversation_inputs(0, None, topic.name, at,
+                                                                    self.batch)
                 for r in rows:
                     if not _saved(r):        # saves are a prefix: nothing saved follows
                         more = 0
@@ -288,7 +291,12 @@ class Fanout:
                 if item is None:
                     item = views[(r.input_index, own)] = self._event(r, own, full)
                 for f in followers:
-                    if r.input_index > f.cursor and f.push(item):
+                    if r.input_index <= f.cursor:
+                        continue
+                    if r.input_index > f.cursor + 1 and not f.push(_gap(   # retired meanwhile
+                            f.cursor, r.input_index - 1, floor)):
+                        continue
+                    if f.push(item):
                         f.cursor = r.input_index
 
     def _event(self, r: Receipt, own: bool, full: dict[int, dict[str, Any]]) -> Pushed:
@@ -332,3 +340,10 @@ class Fanout:
                         render_span(f.cursor, live[f.cursor:end]))
                 if f.push(item):
                     f.cursor = end
+
+
+def _gap(cursor: int, last: int, floor: int) -> Pushed:
+    """The gap item of retired inputs ``cursor+1..last`` a follower passes
+    (runtime/conv_events.py)."""
+    return Pushed({"gap": True, "cursor": str(cursor), "first": str(cursor + 1),
+                   "last": str(last), "event_floor": str(floor)})

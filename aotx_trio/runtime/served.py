@@ -214,13 +214,14 @@ class ModelSet:
             out.append(row)
         return out
 
-    def load_gguf(self, path: Path, sha256: str, descriptor: dict[str, Any] | None, *,
-                  max_seqs: int = MAX_SEQS) -> TextModel:
-        """Load the GGUF file at ``path`` on demand (blocking: a worker thread) after
-        checking its bytes hash to ``sha256``; the descriptor's settings (None: the
-        engine's defaults).  The caller adds it to :attr:`text`.  KV pages of the
-        descriptor's ``kv_type``: ``"f16"`` (binary16) unless it says ``"f32"`` (unset
-        or a null descriptor: f16, the runtime's default, as for packed models).  The
+    def load_gguf(self, path: Path, sha256: str, descriptor: dict[str, Any] | None,
+                  name: str, *, max_seqs: int = MAX_SEQS) -> TextModel:
+        """Load the GGUF file at ``path`` on demand as model ``name`` (blocking: a
+        worker thread) after checking its bytes hash to ``sha256``; the descriptor's
+        settings (None: the engine's defaults).  The caller adds it to :attr:`text`.
+        KV pages of the descriptor's ``kv_type``: ``"f16"`` (binary16) unless it says
+        ``"f32"`` (unset or a null descriptor: f16, the runtime's default, as for packed
+        models).  The
         reported descriptor (:meth:`identity`) names ``kv_type`` only when the
         descriptor set it, so its ``descriptor_sha256`` is the release's; the KV type
         served is the identity row's and ``/capabilities``' ``kv_type``."""
@@ -244,7 +245,6 @@ class ModelSet:
                           max_tokens=int(d.get("context", 0)),
                           page_tokens=int(d.get("kv_page_tokens", PAGE_TOKENS)),
                           kv_f16=(kv_type or DEFAULT_KV_TYPE) == "f16")
-        name = f"artifact-{sha256[:16]}"
         log.info("model %s loaded on demand: %s, context %d, %s KV", name, eng.info.arch,
                  eng.info.max_tokens, _kv_type(eng.kv_stats().elem_bytes))
         return TextModel(name, sha256, eng, threads, descriptor_kv_type=kv_type)

@@ -24,6 +24,7 @@ import trio
 
 from aotx_trio.errors import AotxError, LeaseLost, OutboundFailed
 from aotx_trio.identity import canonical
+from aotx_trio.registry.feed import RETENTION_S
 from aotx_trio.registry.records import rfc3339
 from aotx_trio.registry.store import StoreBackend
 from aotx_trio.webhooks import signing
@@ -50,16 +51,24 @@ class Settings:
     #: how often the supervisor lists the subscriptions (another router's new ones)
     sync_s: float = 5.0
     batch: int = 100
+    #: active subscriptions one principal may hold (``limits.max_webhooks``); it also
+    #: keeps at most this many of its disabled ones
+    max_webhooks: int = 32
+    #: a disabled subscription is deleted this long after it was disabled (the feed's
+    #: retention: past it, its cursor points at nothing the feed still holds)
+    retention_s: float = RETENTION_S
     #: how often a run of successful posts writes the cursor (the rest: a retry wait
     #: or a batch's end); a crash re-posts at most this much
     advance_s: float = 0.25
 
     def __post_init__(self) -> None:
         for name in ("retry_interval_s", "timeout_s", "lease_s", "poll_s", "sync_s",
-                     "advance_s"):
+                     "advance_s", "retention_s"):
             v = getattr(self, name)
             if not (v > 0 and math.isfinite(v)):
                 raise ValueError(f"webhooks {name} must be a positive number of seconds")
+        if self.max_webhooks < 1:
+            raise ValueError("webhooks max_webhooks must be at least 1")
 
 
 @dataclass

@@ -21,6 +21,8 @@ class Subscription(Doc):
     #: ``"*"`` or the event types delivered (the others still advance the cursor)
     events: Literal["*"] | list[str]
     created_at: str
+    #: the principal that registered it (None: registered before owners were kept)
+    owner: str | None = None
     state: Literal["active", "disabled"] = "active"
     why: str | None = None
     disabled_at: str | None = None

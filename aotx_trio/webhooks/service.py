@@ -17,7 +17,7 @@ import os
 import socket
 import time
 import uuid as uuidlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import nacl.signing
@@ -25,7 +25,7 @@ import trio
 
 from aotx_trio import errors
 from aotx_trio.identity import canonical
-from aotx_trio.registry.records import canonical_uuid, rfc3339
+from aotx_trio.registry.records import canonical_uuid, parse_time, rfc3339
 from aotx_trio.registry.store import StoreBackend
 from aotx_trio.webhooks import signing
 from aotx_trio.webhooks.delivery import Context, Settings, deliver
@@ -66,7 +66,9 @@ class WebhookService:
                 "signed": "{X-Serving-Timestamp}.{raw body}",
                 "tolerance_s": signing.TOLERANCE_S}
 
-    async def create(self, body: Any) -> dict[str, Any]:
+    async def create(self, body: Any, owner: str) -> dict[str, Any]:
+        """Register a subscription of principal ``owner``: 429 ``over_quota``
+        (``quota: "webhooks"``) when it holds ``max_webhooks`` active ones."""
         if self.key is None:
             raise self._unconfigured()
         if not isinstance(body, dict):
@@ -89,18 +91,39 @@ class WebhookService:
                 head = await _in_thread(self.store.feed_read, cursor - 1, 1)
                 cursor_at = _event_at(head)
         uid = str(uuidlib.uuid4())
-        sub = Subscription(uuid=uid, url=body["url"], events=events,
+        sub = Subscription(uuid=uid, url=body["url"], events=events, owner=owner,
                            created_at=rfc3339(self.now()), cursor=cursor, cursor_at=cursor_at)
-        await _in_thread(self.store.hook_create, uid, sub.body())
+        limit = s.max_webhooks
+
+        def admit(existing: list[bytes]) -> None:
+            held = sum(1 for x in _loaded(existing)
+                       if x.owner == owner and x.state == "active")
+            if held >= limit:
+                raise errors.Refusal(
+                    f"{owner!r} holds {held} active webhook subscriptions (the limit, "
+                    "limits.max_webhooks); disable one first", code="over_quota",
+                    quota="webhooks", limit=limit)
+        await _in_thread(self.store.hook_create, uid, sub.body(), admit)
+        try:
+            await self._trim(_loaded(await _in_thread(self.store.hook_list)))
+        except (errors.AotxError, OSError) as exc:   # registered; the next sync trims
+            log.warning("webhooks: trimming disabled subscriptions failed: %s", exc)
         log.info("webhook %s registered for %s (%s, cursor %d)", uid, target.shown(),
                  events if events == "*" else ",".join(events), cursor)
         self._wake.set()
         return sub.public()
 
-    async def list(self) -> dict[str, Any]:
-        subs = [load(b, "?") for b in await _in_thread(self.store.hook_list)]
-        subs.sort(key=lambda x: (x.created_at, x.uuid))
-        return {"webhooks": [x.public() for x in subs]}
+    async def list(self, cursor: str | None = None, limit: int = 500) -> dict[str, Any]:
+        """One page, oldest first: the subscriptions after ``cursor`` (a
+        ``next_cursor`` of an earlier page), at most ``limit``."""
+        after = None if cursor is None else _position(cursor)
+        subs = sorted(_loaded(await _in_thread(self.store.hook_list)), key=_order)
+        if after is not None:
+            subs = [x for x in subs if _order(x) > after]
+        page = subs[:limit]
+        more = len(subs) > limit
+        return {"webhooks": [x.public() for x in page],
+                "next_cursor": ",".join(_order(page[-1])) if more else None}
 
     async def disable(self, uid: str, why: str | None) -> dict[str, Any]:
         if why is not None and len(why) > MAX_WHY_CHARS:
@@ -152,16 +175,24 @@ class WebhookService:
                     await self._wake.wait()
                 self._wake = trio.Event()
 
+    async def _trim(self, subs: Sequence[Subscription]) -> None:
+        """Delete the disabled subscriptions past the feed's retention, and each
+        owner's disabled ones beyond its newest ``max_webhooks``."""
+        s = self.settings
+        oldest = rfc3339(self.now() - s.retention_s)
+        kept: dict[str | None, int] = {}
+        disabled = [x for x in subs if x.state == "disabled"]
+        disabled.sort(key=lambda x: (x.disabled_at or "", x.uuid), reverse=True)
+        for sub in disabled:
+            kept[sub.owner] = kept.get(sub.owner, 0) + 1
+            if (sub.disabled_at or "") < oldest or kept[sub.owner] > s.max_webhooks:
+                await _in_thread(self.store.hook_delete, sub.uuid)
+                log.info("webhook %s deleted (disabled at %s)", sub.uuid, sub.disabled_at)
+
     async def _sync(self, ctx: Context, nursery: trio.Nursery) -> None:
-        active: set[str] = set()
-        for raw in await _in_thread(self.store.hook_list):
-            try:
-                sub = load(raw, "(listed)")
-            except errors.FormatError as exc:     # one corrupt document stops only itself
-                log.warning("webhooks: %s", exc.message)
-                continue
-            if sub.state == "active":
-                active.add(sub.uuid)
+        subs = _loaded(await _in_thread(self.store.hook_list))
+        await self._trim(subs)
+        active = {sub.uuid for sub in subs if sub.state == "active"}
         for uid, scope in list(self._tasks.items()):
             if uid not in active:
                 scope.cancel()
@@ -187,6 +218,35 @@ class WebhookService:
             finally:
                 if self._tasks.get(uid) is scope:
                     del self._tasks[uid]
+
+
+def _loaded(listed: Sequence[bytes]) -> list[Subscription]:
+    """The subscriptions of a listing; a corrupt document is logged and left out (it
+    stops only itself)."""
+    out = []
+    for raw in listed:
+        try:
+            out.append(load(raw, "(listed)"))
+        except errors.FormatError as exc:
+            log.warning("webhooks: %s", exc.message)
+    return out
+
+
+def _order(sub: Subscription) -> tuple[str, str]:
+    return sub.created_at, sub.uuid
+
+
+def _position(cursor: str) -> tuple[str, str]:
+    """The (created_at, uuid) a ``next_cursor`` names (422 naming ``cursor``)."""
+    at, _, uid = cursor.partition(",")
+    try:
+        parse_time(at)
+    except ValueError:
+        uid = ""
+    if canonical_uuid(uid) is None:
+        raise errors.InvalidParams("cursor", "format", "cursor must be the next_cursor of "
+                                   "an earlier page")
+    return at, uid
 
 
 def _event_at(events: list[bytes]) -> str | None:
