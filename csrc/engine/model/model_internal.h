@@ -17,7 +17,7 @@ typedef struct mlayer {
     mtensor q, k, v, o, gate, up, down;
     float *attn_norm, *ffn_norm;              /* [d_model] owned */
     float *post_attn_norm, *post_ffn_norm;    /* [d_model] owned, gemma3 only */
-    float *q_norm, *k_norm;                   /* [head_dim] owned, gemma3 only */
+    float *q_norm, *k_norm;                   /* [head_dim] owned, gemma3 and qwen3 */
     float *bq, *bk, *bv;                      /* [rows] owned biases, qwen2 only */
     int sliding;
     int rope_class;                           /* 0 global base, 1 local (sliding) base */

@@ -21,6 +21,7 @@ static const char *arch_prefix(const aotx_model *m) {
     switch (m->info.arch) {
     case AOTX_ARCH_GEMMA3: return "gemma3";
     case AOTX_ARCH_QWEN2: return "qwen2";
+    case AOTX_ARCH_QWEN3: return "qwen3";
     default: return "llama";
     }
 }
@@ -62,9 +63,11 @@ static int read_arch(aotx_model *m, char *err, int64_t cap) {
     else if ((n == 5 && !memcmp(s, "llama", 5)) || (n == 7 && !memcmp(s, "mistral", 7)))
         m->info.arch = AOTX_ARCH_LLAMA;
     else if (n == 5 && !memcmp(s, "qwen2", 5)) m->info.arch = AOTX_ARCH_QWEN2;
+    else if (n == 5 && !memcmp(s, "qwen3", 5)) m->info.arch = AOTX_ARCH_QWEN3;
     else
         return model_set_err(err, cap, AOTX_E_MODEL_ARCH,
-                             "general.architecture '%.*s' is not gemma3, llama, mistral or qwen2",
+                             "general.architecture '%.*s' is not gemma3, llama, mistral, "
+                             "qwen2 or qwen3",
                              (int)(n > 64 ? 64 : n), s);
     return 0;
 }
@@ -201,6 +204,8 @@ static int load_layer(aotx_model *m, int32_t l, char *err, int64_t cap) {
     if (gem) {
         VEC(post_attn_norm, "post_attention_norm.weight", d, 0);
         VEC(post_ffn_norm, "post_ffw_norm.weight", d, 0);
+    }
+    if (gem || in->arch == AOTX_ARCH_QWEN3) {   /* per-head RMSNorm on q and k before RoPE */
         VEC(q_norm, "attn_q_norm.weight", in->head_dim, 0);
         VEC(k_norm, "attn_k_norm.weight", in->head_dim, 0);
     }
