@@ -91,8 +91,9 @@ class Reference:
         # Gemma 2 27B (46 blocks) scales queries by 1/sqrt(d_model / n_heads)
         q_pre = self.d / self.n_heads if a == "gemma2" and self.n_layers == 46 else self.hd
         self.scale = float(hp("attention.scale", 1.0 / np.sqrt(q_pre)))
-        self.attn_softcap = float(hp("attn_logit_softcapping", 0.0)) if a == "gemma2" else 0.0
-        self.final_softcap = float(hp("final_logit_softcapping", 0.0)) if a == "gemma2" else 0.0
+        # Gemma 2's soft-caps: 50 and 30 unless the file says otherwise
+        self.attn_softcap = float(hp("attn_logit_softcapping", 50.0)) if a == "gemma2" else 0.0
+        self.final_softcap = float(hp("final_logit_softcapping", 30.0)) if a == "gemma2" else 0.0
         # LongRoPE (phi3): per-frequency divisors, the long set when the context the engine
         # serves (min(context_length, 4096) unless given) exceeds the original one
         self.ctx = min(int(hp("context_length", 2048)), 4096)

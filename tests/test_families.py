@@ -24,6 +24,12 @@ SPECS = {
     "qwen3_f32": sg.Spec(arch="qwen3", head_dim=128, n_kv_heads=2, **F32),
     "qwen3_all": sg.Spec(arch="qwen3", head_dim=128, n_kv_heads=2, embd_type=sg.Q.Q6_K,
                          seed=11),
+    # Gemma 2: embeddings x sqrt(d), post-norms, gelu, alternating sliding layers (0, 2, 4),
+    # attention and final soft-caps small enough to bend these random nets' scores and logits
+    "gemma2_f32": sg.Spec(arch="gemma2", attn_softcap=1.5, final_softcap=1.0, **F32),
+    "gemma2_all": sg.Spec(arch="gemma2", attn_softcap=1.5, final_softcap=1.0, seed=12),
+    # no soft-cap keys: the architecture's 50 and 30
+    "gemma2_default_caps": sg.Spec(arch="gemma2", n_layers=2, seed=13, **F32),
 }
 
 
@@ -46,7 +52,9 @@ def check(path: Path, tol: float, ref: Reference | None = None, **load: int) -> 
     return errs
 
 
-@pytest.mark.parametrize("name,tol", [("qwen3_f32", 1e-3), ("qwen3_all", 5e-2)])
+@pytest.mark.parametrize("name,tol", [("qwen3_f32", 1e-3), ("qwen3_all", 5e-2),
+                                      ("gemma2_f32", 1e-3), ("gemma2_all", 5e-2),
+                                      ("gemma2_default_caps", 1e-3)])
 def test_logits_match_reference(models: dict[str, Path], name: str, tol: float) -> None:
     check(models[name], tol)
 
@@ -61,3 +69,20 @@ def test_qwen3_qk_norm_is_applied(models: dict[str, Path]) -> None:
         assert eng.info.arch == "qwen3" and eng.info.head_dim == 128
         got = run_chunks(eng, TOKENS, [20])[0]
     assert rel(got, ref.forward(TOKENS)[-1]) > 1e-2
+
+
+def test_gemma2_soft_caps_and_alternating_window(models: dict[str, Path]) -> None:
+    """Each Gemma 2 trait the engine follows changes the answer: the reference without
+    the attention cap, without the final cap, or without the window is far from it."""
+    path = models["gemma2_f32"]
+    with Engine.load(path, threads=1) as eng:
+        assert eng.info.arch == "gemma2" and eng.info.window == 8
+        got = run_chunks(eng, TOKENS, [20])[0]
+    ref = Reference(path)
+    assert rel(got, ref.forward(TOKENS)[-1]) < 1e-3
+    assert [ref.sliding(li) for li in range(ref.n_layers)] == [True, False] * 3
+    assert np.abs(got).max() < 1.0      # final cap 1.0: |logit| < 1
+    for field in ("attn_softcap", "final_softcap", "window"):
+        off = Reference(path)
+        setattr(off, field, 0)
+        assert rel(got, off.forward(TOKENS)[-1]) > 1e-2, field

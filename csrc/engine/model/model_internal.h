@@ -16,7 +16,7 @@ typedef aotx_weight mtensor;   /* [rows][row_bytes] in the mapping (aotx.h) */
 typedef struct mlayer {
     mtensor q, k, v, o, gate, up, down;
     float *attn_norm, *ffn_norm;              /* [d_model] owned */
-    float *post_attn_norm, *post_ffn_norm;    /* [d_model] owned, gemma3 only */
+    float *post_attn_norm, *post_ffn_norm;    /* [d_model] owned, gemma2/gemma3 only */
     float *q_norm, *k_norm;                   /* [head_dim] owned, gemma3 and qwen3 */
     float *bq, *bk, *bv;                      /* [rows] owned biases, qwen2 only */
     int sliding;
@@ -38,7 +38,10 @@ struct aotx_model {
     mtensor **weights;        /* [n_weights] owned list: output, then each layer's q k v o gate
                                  up down (the backend's init prepares them, reserve sizes) */
     int32_t n_weights;
-    float emb_scale;          /* sqrt(d_model) for gemma3, else 1 */
+    float emb_scale;          /* sqrt(d_model) for gemma2/gemma3, else 1 */
+    int gelu;                 /* the FFN gate: 1 gelu_tanh (gemma2/gemma3), 0 silu */
+    float attn_softcap;       /* > 0: scores soft-capped (gemma2) */
+    float final_softcap;      /* > 0: logits soft-capped (gemma2) */
     int rope_neox;            /* 1: rotate halves; 0: rotate adjacent pairs */
     int32_t n_rot;            /* rotated dims per head (even, <= head_dim) */
     float rope_pos_scale[2];  /* position multiplier per rope class (linear scaling) */

@@ -20,6 +20,7 @@ int model_set_err(char *err, int64_t cap, int code, const char *fmt, ...) {
 static const char *arch_prefix(const aotx_model *m) {
     switch (m->info.arch) {
     case AOTX_ARCH_GEMMA3: return "gemma3";
+    case AOTX_ARCH_GEMMA2: return "gemma2";
     case AOTX_ARCH_QWEN2: return "qwen2";
     case AOTX_ARCH_QWEN3: return "qwen3";
     default: return "llama";
@@ -60,14 +61,15 @@ static int read_arch(aotx_model *m, char *err, int64_t cap) {
     if (i < 0 || aotx_gguf_get_str(m->g, i, &s, &n))
         return model_set_err(err, cap, AOTX_E_MODEL_ARCH, "general.architecture is missing");
     if (n == 6 && !memcmp(s, "gemma3", 6)) m->info.arch = AOTX_ARCH_GEMMA3;
+    else if (n == 6 && !memcmp(s, "gemma2", 6)) m->info.arch = AOTX_ARCH_GEMMA2;
     else if ((n == 5 && !memcmp(s, "llama", 5)) || (n == 7 && !memcmp(s, "mistral", 7)))
         m->info.arch = AOTX_ARCH_LLAMA;
     else if (n == 5 && !memcmp(s, "qwen2", 5)) m->info.arch = AOTX_ARCH_QWEN2;
     else if (n == 5 && !memcmp(s, "qwen3", 5)) m->info.arch = AOTX_ARCH_QWEN3;
     else
         return model_set_err(err, cap, AOTX_E_MODEL_ARCH,
-                             "general.architecture '%.*s' is not gemma3, llama, mistral, "
-                             "qwen2 or qwen3",
+                             "general.architecture '%.*s' is not gemma3, gemma2, llama, "
+                             "mistral, qwen2 or qwen3",
                              (int)(n > 64 ? 64 : n), s);
     return 0;
 }
@@ -75,9 +77,10 @@ static int read_arch(aotx_model *m, char *err, int64_t cap) {
 int model_read_hparams(aotx_model *m, char *err, int64_t cap) {
     int rc;
     int64_t d, L, ff, nh, nkv, kl, vl, win, ctx, nrot;
-    double eps, base, base_local, scale, rscale;
+    double eps, base, base_local, scale, rscale, cap_attn, cap_final;
     aotx_model_info *in = &m->info;
     if ((rc = read_arch(m, err, cap))) return rc;
+    int gem2 = in->arch == AOTX_ARCH_GEMMA2, gemma = gem2 || in->arch == AOTX_ARCH_GEMMA3;
     if ((rc = hp_int(m, "embedding_length", 0, 1, &d, err, cap))) return rc;
     if ((rc = hp_int(m, "block_count", 0, 1, &L, err, cap))) return rc;
     if ((rc = hp_int(m, "feed_forward_length", 0, 1, &ff, err, cap))) return rc;
@@ -101,21 +104,35 @@ int model_read_hparams(aotx_model *m, char *err, int64_t cap) {
                        err, cap)))
         return rc;
     if ((rc = hp_float(m, "rope.freq_base_swa", 1e4, &base_local, err, cap))) return rc;
-    if ((rc = hp_float(m, "attention.scale", 1.0 / sqrt((double)kl), &scale, err, cap))) return rc;
+    /* Gemma 2 27B (its 46 blocks) scales queries by 1/sqrt(d_model / heads), not by
+     * 1/sqrt(key_length) (its query_pre_attn_scalar, which the GGUF does not carry) */
+    double q_pre = gem2 && L == 46 ? (double)d / (double)nh : (double)kl;
+    if ((rc = hp_float(m, "attention.scale", 1.0 / sqrt(q_pre), &scale, err, cap))) return rc;
+    /* Gemma 2's soft-caps (the architecture's 50 and 30 when the file names none) */
+    if ((rc = hp_float(m, "attn_logit_softcapping", gem2 ? 50.0 : 0.0, &cap_attn, err, cap)))
+        return rc;
+    if ((rc = hp_float(m, "final_logit_softcapping", gem2 ? 30.0 : 0.0, &cap_final, err, cap)))
+        return rc;
+    if (cap_attn < 0 || cap_final < 0)
+        return model_set_err(err, cap, AOTX_E_MODEL_PARAM, "%s.*_logit_softcapping must not be "
+                             "negative", arch_prefix(m));
     if ((rc = hp_float(m, "rope.scaling.factor", 1.0, &rscale, err, cap))) return rc;
     if (rscale <= 0) rscale = 1.0;
     in->d_model = (int32_t)d; in->n_layers = (int32_t)L; in->d_ff = (int32_t)ff;
     in->n_heads = (int32_t)nh; in->n_kv_heads = (int32_t)nkv;
     in->head_dim = (int32_t)kl; in->v_dim = (int32_t)vl;
     in->ctx_train = (int32_t)ctx;
-    in->window = m->info.arch == AOTX_ARCH_GEMMA3 ? (int32_t)win : 0;
+    in->window = gemma ? (int32_t)win : 0;
     in->eps = (float)eps;
     in->rope_base = (float)base;
     in->rope_base_local = m->info.arch == AOTX_ARCH_GEMMA3 ? (float)base_local : (float)base;
     in->attn_scale = (float)scale;
     m->n_rot = (int32_t)nrot;
     m->rope_neox = m->info.arch != AOTX_ARCH_LLAMA;
-    m->emb_scale = m->info.arch == AOTX_ARCH_GEMMA3 ? sqrtf((float)d) : 1.0f;
+    m->emb_scale = gemma ? sqrtf((float)d) : 1.0f;
+    m->gelu = gemma;
+    m->attn_softcap = gem2 ? (float)cap_attn : 0.0f;
+    m->final_softcap = gem2 ? (float)cap_final : 0.0f;
     /* linear rope scaling applies to global layers (all layers outside gemma3) */
     m->rope_pos_scale[0] = (float)(1.0 / rscale);
     m->rope_pos_scale[1] = m->info.arch == AOTX_ARCH_GEMMA3 ? 1.0f : (float)(1.0 / rscale);
@@ -183,7 +200,7 @@ static int load_layer(aotx_model *m, int32_t l, char *err, int64_t cap) {
     int64_t d = in->d_model, qd = (int64_t)in->n_heads * in->head_dim;
     int64_t kd = (int64_t)in->n_kv_heads * in->head_dim, vd = (int64_t)in->n_kv_heads * in->v_dim;
     int64_t od = (int64_t)in->n_heads * in->v_dim;
-    int gem = in->arch == AOTX_ARCH_GEMMA3;
+    int gem = in->arch == AOTX_ARCH_GEMMA3, gem2 = in->arch == AOTX_ARCH_GEMMA2;
     char nm[96];
     int rc;
 #define MAT(field, suffix, rows, cols)                                            \
@@ -201,7 +218,7 @@ static int load_layer(aotx_model *m, int32_t l, char *err, int64_t cap) {
     MAT(down, "ffn_down", d, in->d_ff);
     VEC(attn_norm, "attn_norm.weight", d, 0);
     VEC(ffn_norm, "ffn_norm.weight", d, 0);
-    if (gem) {
+    if (gem || gem2) {
         VEC(post_attn_norm, "post_attention_norm.weight", d, 0);
         VEC(post_ffn_norm, "post_ffw_norm.weight", d, 0);
     }
@@ -214,7 +231,8 @@ static int load_layer(aotx_model *m, int32_t l, char *err, int64_t cap) {
     VEC(bv, "attn_v.bias", vd, 1);
 #undef MAT
 #undef VEC
-    ly->sliding = gem && in->window > 0 && (l + 1) % 6 != 0;
+    /* gemma3: five sliding layers then a global one; gemma2: alternating, from layer 0 */
+    ly->sliding = in->window > 0 && ((gem && (l + 1) % 6 != 0) || (gem2 && l % 2 == 0));
     ly->rope_class = gem && (l + 1) % 6 != 0 ? 1 : 0;
     return 0;
 }
