@@ -95,10 +95,15 @@ class Reference:
         self.attn_softcap = float(hp("attn_logit_softcapping", 50.0)) if a == "gemma2" else 0.0
         self.final_softcap = float(hp("final_logit_softcapping", 30.0)) if a == "gemma2" else 0.0
         # LongRoPE (phi3): per-frequency divisors, the long set when the context the engine
-        # serves (min(context_length, 4096) unless given) exceeds the original one
-        self.ctx = min(int(hp("context_length", 2048)), 4096)
-        self.orig_ctx = int(hp("rope.scaling.original_context_length", 0))
-        self.attn_factor = float(hp("rope.scaling.attn_factor", 1.0))
+        # serves (min(context_length, 4096) unless given)
+        # exceeds the original one (default context_length); cos and sin x attn_factor
+        # (default sqrt(1 + ln(s) / ln(original)), s = context_length / original, if s > 1)
+        train = int(hp("context_length", 2048))
+        self.ctx = min(train, 4096)
+        self.orig_ctx = int(hp("rope.scaling.original_context_length", train))
+        s = train / self.orig_ctx
+        dflt = np.sqrt(1 + np.log(s) / np.log(self.orig_ctx)) if s > 1 else 1.0
+        self.attn_factor = float(hp("rope.scaling.attn_factor", dflt))
 
     def sliding(self, li: int) -> bool:
         """Whether layer li attends to the last `window` positions only."""

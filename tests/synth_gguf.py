@@ -53,6 +53,7 @@ class Spec:
     final_softcap: float = 0.0       # gemma2: final_logit_softcapping (0: not written)
     fused: bool = True               # phi3: attn_qkv and a gate_up ffn_up of 2 * d_ff rows
     long_rope: bool = False          # phi3: rope_factors_long/short, original context 512
+    attn_factor: float = 1.1         # with long_rope: rope.scaling.attn_factor (0: not written)
 
 
 def vocab(n: int) -> tuple[list[str], list[float], list[int]]:
@@ -124,7 +125,8 @@ def write_model(path: Path, spec: Spec) -> Path:
         wr.add_float32(f"{a}.final_logit_softcapping", spec.final_softcap)
     if spec.long_rope:
         wr.add_uint32(f"{a}.rope.scaling.original_context_length", 512)
-        wr.add_float32(f"{a}.rope.scaling.attn_factor", 1.1)
+        if spec.attn_factor:
+            wr.add_float32(f"{a}.rope.scaling.attn_factor", spec.attn_factor)
     toks, scores, ttypes = vocab(spec.n_vocab)
     wr.add_tokenizer_model("llama")
     wr.add_token_list(toks)

@@ -14,6 +14,7 @@ import synth_gguf as sg
 from reference_decoder import Reference
 from test_model import CHUNKS, TOKENS, rel, run_chunks
 
+from aotx_trio import errors
 from aotx_trio.native.engine import Engine
 
 F32 = {"types": (sg.Q.F32,), "embd_type": sg.Q.F32}
@@ -30,6 +31,16 @@ SPECS = {
     "gemma2_all": sg.Spec(arch="gemma2", attn_softcap=1.5, final_softcap=1.0, seed=12),
     # no soft-cap keys: the architecture's 50 and 30
     "gemma2_default_caps": sg.Spec(arch="gemma2", n_layers=2, seed=13, **F32),
+    # Phi-3: fused attn_qkv and gate|up ffn_up, NeoX RoPE, a sliding window on every layer
+    "phi3_f32": sg.Spec(arch="phi3", n_kv_heads=4, tied=False, **F32),
+    "phi3_all": sg.Spec(arch="phi3", n_kv_heads=2, tied=False, embd_type=sg.Q.Q8_0, seed=14),
+    # separate q/k/v and gate/up tensors, no window
+    "phi3_unfused": sg.Spec(arch="phi3", fused=False, window=0, tied=False, seed=15, **F32),
+    # partial RoPE (32 of 64 dims) with LongRoPE factors (original context 512 of 1024),
+    # tied embeddings (Phi-4-mini's shape); the second without rope.scaling.attn_factor
+    "phi3_long": sg.Spec(arch="phi3", n_rot=32, long_rope=True, window=0, seed=16, **F32),
+    "phi3_long_default": sg.Spec(arch="phi3", n_rot=32, long_rope=True, attn_factor=0,
+                                 window=0, n_layers=2, seed=17, **F32),
 }
 
 
@@ -54,7 +65,9 @@ def check(path: Path, tol: float, ref: Reference | None = None, **load: int) -> 
 
 @pytest.mark.parametrize("name,tol", [("qwen3_f32", 1e-3), ("qwen3_all", 5e-2),
                                       ("gemma2_f32", 1e-3), ("gemma2_all", 5e-2),
-                                      ("gemma2_default_caps", 1e-3)])
+                                      ("gemma2_default_caps", 1e-3), ("phi3_f32", 1e-3),
+                                      ("phi3_all", 5e-2), ("phi3_unfused", 1e-3),
+                                      ("phi3_long", 1e-3), ("phi3_long_default", 1e-3)])
 def test_logits_match_reference(models: dict[str, Path], name: str, tol: float) -> None:
     check(models[name], tol)
 
@@ -86,3 +99,76 @@ def test_gemma2_soft_caps_and_alternating_window(models: dict[str, Path]) -> Non
         off = Reference(path)
         setattr(off, field, 0)
         assert rel(got, off.forward(TOKENS)[-1]) > 1e-2, field
+
+
+def test_phi3_window_on_every_layer(models: dict[str, Path]) -> None:
+    path = models["phi3_f32"]
+    ref = Reference(path)
+    assert all(ref.sliding(li) for li in range(ref.n_layers))
+    with Engine.load(path, threads=1) as eng:
+        assert eng.info.arch == "phi3" and eng.info.window == 8
+        got = run_chunks(eng, TOKENS, [20])[0]
+    assert rel(got, ref.forward(TOKENS)[-1]) < 1e-3
+    ref.window = 0
+    assert rel(got, ref.forward(TOKENS)[-1]) > 1e-2
+
+
+def test_phi3_long_rope_set_follows_the_served_context(models: dict[str, Path]) -> None:
+    """max_tokens 1024 (the default: context_length) > original 512: the long factors;
+    max_tokens 256: the short ones, and the two answers differ."""
+    path = models["phi3_long"]
+    ref = Reference(path, act_quant=True)
+    assert ref.ctx == 1024 and ref.orig_ctx == 512 and ref.attn_factor == pytest.approx(1.1)
+    check(path, 1e-3, ref)
+    short = Reference(path, act_quant=True)
+    short.ctx = 256
+    check(path, 1e-3, short, max_tokens=256)
+    assert rel(short.forward(TOKENS)[-1], ref.forward(TOKENS)[-1]) > 1e-2
+    plain = Reference(path)                      # no factors, no attn_factor
+    del plain.w["rope_factors_long.weight"], plain.w["rope_factors_short.weight"]
+    with Engine.load(path, threads=1) as eng:
+        got = run_chunks(eng, TOKENS, [20])[0]
+    assert rel(got, plain.forward(TOKENS)[-1]) > 1e-2
+    default = Reference(models["phi3_long_default"])
+    assert default.attn_factor == pytest.approx(np.sqrt(1 + np.log(2) / np.log(512)))
+
+
+def test_phi3_refusals_name_the_tensor(tmp_path: Path) -> None:
+    """A fused ffn_up of the wrong height, or LongRoPE with only the other factor set."""
+    import gguf
+
+    src = sg.write_model(tmp_path / "src.gguf", sg.Spec(arch="phi3", n_layers=1, n_rot=32,
+                                                        long_rope=True, **F32))
+    r = gguf.GGUFReader(str(src))
+
+    def rewrite(name: str, drop: str, shrink: str = "") -> Path:
+        out = tmp_path / name
+        w = gguf.GGUFWriter(str(out), "phi3")
+        for k, f in r.fields.items():
+            if k.startswith("GGUF.") or k == "general.architecture":
+                continue
+            vt = f.types[0]
+            if vt == gguf.GGUFValueType.ARRAY:
+                w.add_array(k, f.contents())
+            else:
+                w.add_key_value(k, f.contents(), vt)
+        for t in r.tensors:
+            if t.name == drop:
+                continue
+            data = np.asarray(t.data)
+            if t.name == shrink:
+                data = data[: data.shape[0] // 2]
+            w.add_tensor(t.name, data, raw_dtype=t.tensor_type)
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+        return out
+
+    with pytest.raises(errors.AotxError, match=r"rope_factors_long\.weight is missing"):
+        Engine.load(rewrite("no-long.gguf", "rope_factors_long.weight"))
+    with Engine.load(rewrite("no-long-short-ctx.gguf", "rope_factors_long.weight"),
+                     max_tokens=256) as eng:          # the short set is all it needs
+        assert eng.info.arch == "phi3"
+    with pytest.raises(errors.AotxError, match=r"blk\.0\.ffn_up\.weight has shape"):
+        Engine.load(rewrite("half-up.gguf", "", shrink="blk.0.ffn_up.weight"))

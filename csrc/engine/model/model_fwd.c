@@ -161,8 +161,8 @@ static void rope_tables(aotx_model *m, int32_t T) {
             float p = (float)m->tok_pos[t] * m->rope_pos_scale[c];
             for (int32_t i = 0; i < h; i++) {
                 float a = p * m->inv_freq[c * h + i];
-                cs[2 * i] = cosf(a);
-                cs[2 * i + 1] = sinf(a);
+                cs[2 * i] = cosf(a) * m->rope_mscale;
+                cs[2 * i + 1] = sinf(a) * m->rope_mscale;
             }
         }
 }

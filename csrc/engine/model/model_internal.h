@@ -14,7 +14,8 @@
 typedef aotx_weight mtensor;   /* [rows][row_bytes] in the mapping (aotx.h) */
 
 typedef struct mlayer {
-    mtensor q, k, v, o, gate, up, down;
+    mtensor q, k, v, o, gate, up, down;       /* q/k/v and gate/up may be row ranges of one
+                                                 fused tensor (phi3's attn_qkv, ffn_up) */
     float *attn_norm, *ffn_norm;              /* [d_model] owned */
     float *post_attn_norm, *post_ffn_norm;    /* [d_model] owned, gemma2/gemma3 only */
     float *q_norm, *k_norm;                   /* [head_dim] owned, gemma3 and qwen3 */
@@ -45,7 +46,8 @@ struct aotx_model {
     int rope_neox;            /* 1: rotate halves; 0: rotate adjacent pairs */
     int32_t n_rot;            /* rotated dims per head (even, <= head_dim) */
     float rope_pos_scale[2];  /* position multiplier per rope class (linear scaling) */
-    float *inv_freq;          /* [2][n_rot/2] */
+    float rope_mscale;        /* cos and sin multiplied by it (phi3 LongRoPE's attn_factor) */
+    float *inv_freq;          /* [2][n_rot/2], divided by the LongRoPE factors if any */
 
     /* step scratch, sized at load; T = max_batch_tokens */
     float *x, *xn;            /* [T][d_model] */
