@@ -13,6 +13,7 @@ import pytest
 import synth_gguf as sg
 from reference_decoder import Reference
 from test_model import CHUNKS, TOKENS, rel, run_chunks
+from test_tokenizer_bpe import cached, write_bpe_model
 
 from aotx_trio import errors
 from aotx_trio.native.engine import Engine
@@ -82,6 +83,22 @@ def test_qwen3_qk_norm_is_applied(models: dict[str, Path]) -> None:
         assert eng.info.arch == "qwen3" and eng.info.head_dim == 128
         got = run_chunks(eng, TOKENS, [20])[0]
     assert rel(got, ref.forward(TOKENS)[-1]) > 1e-2
+
+
+def test_qwen3_with_its_byte_level_vocabulary(tmp_path: Path) -> None:
+    """Qwen3's GGUF vocabulary: GPT-2 byte-level BPE with the qwen2 pre-tokenizer (ids as
+    the `tokenizers` library's; tests/test_tokenizer_bpe.py covers the tokenizer itself)."""
+    p = cached("qwen2")
+    path = write_bpe_model(tmp_path / "qwen3.gguf", p, "qwen2", arch="qwen3")
+    with Engine.load(path, threads=1, max_seqs=2) as e:
+        assert e.info.arch == "qwen3"
+        for text in ("Hello world, it's 2024!", "東京 😀 café\n\n  x 123456"):
+            assert e.tokenize(text, add_bos=False) == p.ref.encode(text).ids
+        ids = e.tokenize("the capital of France", add_bos=False)
+        seq = e.add_sequence()
+        logits = e.step([(seq, ids)]).logits(0)
+    want = Reference(path, act_quant=True).forward(ids)[-1]   # Q8_0 embeddings
+    assert rel(logits, want) < 1e-3
 
 
 def test_gemma2_soft_caps_and_alternating_window(models: dict[str, Path]) -> None:

@@ -285,8 +285,9 @@ def test_bad_merges_are_refused() -> None:
 
 # -- a synthetic llama GGUF with a gpt2 vocabulary, through the engine -----------------
 
-def write_bpe_model(path: Path, p: Pair, pre: str, kind: str = "gpt2") -> Path:
-    """synth_gguf's llama model with p's byte-level vocabulary: its writer's
+def write_bpe_model(path: Path, p: Pair, pre: str, kind: str = "gpt2",
+                    arch: str = "llama") -> Path:
+    """synth_gguf's model of `arch` with p's byte-level vocabulary: its writer's
     vocabulary calls are redirected (synth_gguf itself stays SentencePiece-only)."""
 
     class Gpt2VocabWriter(GGUFWriter):
@@ -307,7 +308,7 @@ def write_bpe_model(path: Path, p: Pair, pre: str, kind: str = "gpt2") -> Path:
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(gguf, "GGUFWriter", Gpt2VocabWriter)
         return synth_gguf.write_model(path, synth_gguf.Spec(
-            arch="llama", n_layers=1, d_model=64, d_ff=128, n_heads=2, n_kv_heads=1,
+            arch=arch, n_layers=1, d_model=64, d_ff=128, n_heads=2, n_kv_heads=1,
             head_dim=32, n_vocab=len(p.tokens), types=synth_gguf.FLOAT_TYPES))
 
 
