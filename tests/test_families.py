@@ -12,11 +12,13 @@ import numpy as np
 import pytest
 import synth_gguf as sg
 from reference_decoder import Reference
+from test_batch_invariance import run
 from test_model import CHUNKS, TOKENS, rel, run_chunks
 from test_tokenizer_bpe import cached, write_bpe_model
 
 from aotx_trio import errors
 from aotx_trio.native.engine import Engine
+from aotx_trio.native.lib import lib
 
 F32 = {"types": (sg.Q.F32,), "embd_type": sg.Q.F32}
 
@@ -189,3 +191,25 @@ def test_phi3_refusals_name_the_tensor(tmp_path: Path) -> None:
         assert eng.info.arch == "phi3"
     with pytest.raises(errors.AotxError, match=r"blk\.0\.ffn_up\.weight has shape"):
         Engine.load(rewrite("half-up.gguf", "", shrink="blk.0.ffn_up.weight"))
+
+
+@pytest.mark.parametrize("name", ["gemma2_all", "phi3_all"])
+def test_batch_invariance_and_weight_copies(models: dict[str, Path], name: str,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """tests/test_batch_invariance.py's check on the new paths (the soft-capped scores
+    on every attention path; fused q/k/v and gate/up row ranges, re-blocked at load):
+    alone, in batches of 8 and reversed with 1 thread, and from the mapping
+    (AOTX_BODY_PACK=0), a sequence's logits are the same bits."""
+    assert lib.aotx_kernel_invariant(1) == 0
+    try:
+        alone = run(models[name], threads=2, batch=1)
+        others = [run(models[name], threads=2, batch=8),
+                  run(models[name], threads=1, batch=8, reverse=True)]
+        monkeypatch.setenv("AOTX_BODY_PACK", "0")
+        others.append(run(models[name], threads=2, batch=8))
+    finally:
+        assert lib.aotx_kernel_invariant(0) == 0
+    for got in others:
+        for i in alone:
+            for g, w in zip(got[i], alone[i], strict=True):
+                assert np.array_equal(g.view(np.uint32), w.view(np.uint32)), i
