@@ -46,6 +46,7 @@ struct aotx_model {
     int rope_neox;            /* 1: rotate halves; 0: rotate adjacent pairs */
     int32_t n_rot;            /* rotated dims per head (even, <= head_dim) */
     float rope_pos_scale[2];  /* position multiplier per rope class (linear scaling) */
+    double rope_base[2];      /* the base per rope class, as read (inv_freq's input) */
     float rope_mscale;        /* cos and sin multiplied by it (phi3 LongRoPE's attn_factor) */
     float *inv_freq;          /* [2][n_rot/2], divided by the LongRoPE factors if any */
 

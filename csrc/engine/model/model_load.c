@@ -138,6 +138,8 @@ int model_read_hparams(aotx_model *m, char *err, int64_t cap) {
     /* linear rope scaling applies to global layers (all layers outside gemma3) */
     m->rope_pos_scale[0] = (float)(1.0 / rscale);
     m->rope_pos_scale[1] = m->info.arch == AOTX_ARCH_GEMMA3 ? 1.0f : (float)(1.0 / rscale);
+    m->rope_base[0] = base;
+    m->rope_base[1] = in->rope_base_local;
     return 0;
 }
 
@@ -235,7 +237,7 @@ static int rope_freqs(aotx_model *m, char *err, int64_t cap) {
     m->inv_freq = malloc(sizeof(float) * (size_t)(2 * half));
     if (!m->inv_freq) { rc = AOTX_E_NOMEM; goto out; }
     for (int c = 0; c < 2; c++) {
-        double b = c == 0 ? in->rope_base : in->rope_base_local;
+        double b = m->rope_base[c];
         for (int64_t i = 0; i < half; i++)
             m->inv_freq[c * half + i] = (float)(pow(b, -2.0 * (double)i / (double)m->n_rot) /
                                                 (fac ? (double)fac[i] : 1.0));
