@@ -21,13 +21,28 @@ import numpy as np
 from gguf import GGMLQuantizationType as Q
 from gguf import quants
 
-__all__ = ["ALL_TYPES", "FLOAT_TYPES", "Q", "Spec", "encode", "vocab", "write_model"]
+__all__ = ["ALL_TYPES", "FLOAT_TYPES", "Q", "Spec", "Vocab", "encode", "tiny", "vocab",
+           "write_model"]
 
 ALL_TYPES: tuple[Q, ...] = (Q.Q4_K, Q.Q5_0, Q.Q6_K, Q.Q8_0, Q.F16, Q.BF16, Q.F32, Q.Q5_K, Q.Q4_0)
 FLOAT_TYPES: tuple[Q, ...] = (Q.F32,)
 
 WORDS = ("the", "capital", "of", "France", "is", "Paris", "a", "city", "and", "in", "to",
          "it", "was", "on", "for", "with", "as", "by", "at", "from", "Hello", "world")
+
+
+@dataclass
+class Vocab:
+    """A vocabulary written instead of vocab(n_vocab): tokenizer.ggml.model `model` (with
+    `pre` and `merges` for "gpt2"), the token arrays (no scores: none written) and
+    add_space_prefix."""
+    tokens: Sequence[str]
+    types: Sequence[int]
+    scores: Sequence[float] | None = None
+    model: str = "llama"
+    pre: str | None = None
+    merges: Sequence[str] | None = None
+    space_prefix: bool = False
 
 
 @dataclass
@@ -53,7 +68,15 @@ class Spec:
     final_softcap: float = 0.0       # gemma2: final_logit_softcapping (0: not written)
     fused: bool = True               # phi3: attn_qkv and a gate_up ffn_up of 2 * d_ff rows
     long_rope: bool = False          # phi3: rope_factors_long/short, original context 512
+    vocabulary: Vocab | None = None  # instead of vocab(n_vocab); n_vocab is then its size
     attn_factor: float = 1.1         # with long_rope: rope.scaling.attn_factor (0: not written)
+
+
+def tiny(arch: str, vocabulary: Vocab, **kw: object) -> Spec:
+    """A small float model of `arch` around a given vocabulary (tokenizer tests)."""
+    args: dict[str, object] = {"n_layers": 1, "d_model": 64, "d_ff": 128, "n_heads": 2,
+                               "n_kv_heads": 1, "head_dim": 32, "types": FLOAT_TYPES}
+    return Spec(arch=arch, vocabulary=vocabulary, **(args | kw))  # type: ignore[arg-type]
 
 
 def vocab(n: int) -> tuple[list[str], list[float], list[int]]:
@@ -104,6 +127,11 @@ def encode(rng: np.random.Generator, w: np.ndarray, qt: Q) -> np.ndarray:
 def write_model(path: Path, spec: Spec) -> Path:
     rng = np.random.default_rng(spec.seed)
     a = spec.arch
+    voc = spec.vocabulary
+    if voc is None:
+        toks, scores, types = vocab(spec.n_vocab)
+        voc = Vocab(toks, types, scores)
+    n_vocab = len(voc.tokens)
     wr = gguf.GGUFWriter(str(path), a)
     wr.add_uint32(f"{a}.context_length", 1024)
     wr.add_uint32(f"{a}.embedding_length", spec.d_model)
@@ -127,17 +155,21 @@ def write_model(path: Path, spec: Spec) -> Path:
         wr.add_uint32(f"{a}.rope.scaling.original_context_length", 512)
         if spec.attn_factor:
             wr.add_float32(f"{a}.rope.scaling.attn_factor", spec.attn_factor)
-    toks, scores, ttypes = vocab(spec.n_vocab)
-    wr.add_tokenizer_model("llama")
-    wr.add_token_list(toks)
-    wr.add_token_scores(scores)
-    wr.add_token_types(ttypes)
+    wr.add_tokenizer_model(voc.model)
+    if voc.pre is not None:
+        wr.add_tokenizer_pre(voc.pre)
+    if voc.merges is not None:
+        wr.add_token_merges(voc.merges)
+    wr.add_token_list(voc.tokens)
+    if voc.scores is not None:
+        wr.add_token_scores(voc.scores)
+    wr.add_token_types(voc.types)
     wr.add_bos_token_id(2)
     wr.add_eos_token_id(spec.eos_id)
     wr.add_unk_token_id(3)
     wr.add_pad_token_id(0)
     wr.add_add_bos_token(True)
-    wr.add_add_space_prefix(False)
+    wr.add_add_space_prefix(voc.space_prefix)
     d, hd = spec.d_model, spec.head_dim
     k = 0
 
@@ -153,9 +185,9 @@ def write_model(path: Path, spec: Spec) -> Path:
         wr.add_tensor(name, (base + 0.1 * rng.standard_normal(n)).astype(np.float32))
 
     gem = a in ("gemma3", "gemma2")
-    mat("token_embd.weight", spec.n_vocab, d, spec.embd_type, scale=0.05 if gem else 1.0)
+    mat("token_embd.weight", n_vocab, d, spec.embd_type, scale=0.05 if gem else 1.0)
     if not spec.tied:
-        mat("output.weight", spec.n_vocab, d)
+        mat("output.weight", n_vocab, d)
     if spec.zero_output_norm:
         wr.add_tensor("output_norm.weight", np.zeros(d, dtype=np.float32))
     else:

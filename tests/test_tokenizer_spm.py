@@ -13,7 +13,6 @@ from typing import Any
 import gguf
 import pytest
 import synth_gguf
-from gguf import GGUFWriter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_tokenizer_bpe import HAND, corpus
@@ -116,28 +115,11 @@ def test_random_text_equals_reference(space_prefix: bool, text: str) -> None:
 
 
 def write_spm_model(path: Path, p: SpmPair, arch: str) -> Path:
-    """synth_gguf's model of `arch` with p's vocabulary (the writer's vocabulary calls
-    redirected), add_space_prefix as the family's converter writes it."""
-
-    class SpmVocabWriter(GGUFWriter):
-        def add_token_list(self, tokens: Any) -> None:
-            super().add_token_list(p.tokens)
-
-        def add_token_scores(self, scores: Any) -> None:
-            super().add_token_scores(p.scores)
-
-        def add_token_types(self, types: Any) -> None:
-            super().add_token_types(p.types)
-
-        def add_add_space_prefix(self, value: bool) -> None:
-            super().add_add_space_prefix(p.space_prefix)
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(gguf, "GGUFWriter", SpmVocabWriter)
-        return synth_gguf.write_model(path, synth_gguf.Spec(
-            arch=arch, n_layers=2, d_model=64, d_ff=128, n_heads=2, n_kv_heads=1,
-            head_dim=32, n_vocab=len(p.tokens), types=synth_gguf.FLOAT_TYPES,
-            embd_type=synth_gguf.Q.F32))
+    """synth_gguf's model of `arch` with p's vocabulary, add_space_prefix as the family's
+    converter writes it."""
+    voc = synth_gguf.Vocab(p.tokens, p.types, p.scores, space_prefix=p.space_prefix)
+    return synth_gguf.write_model(path, synth_gguf.tiny(arch, voc, n_layers=2,
+                                                        embd_type=synth_gguf.Q.F32))
 
 
 @pytest.mark.parametrize("arch,space_prefix", [("gemma2", False), ("phi3", True)])
