@@ -152,6 +152,18 @@ def test_phi3_long_rope_set_follows_the_served_context(models: dict[str, Path]) 
     assert default.attn_factor == pytest.approx(np.sqrt(1 + np.log(2) / np.log(512)))
 
 
+def test_phi3_end_of_turn(tmp_path: Path) -> None:
+    """Phi-3's chat turns end with <|end|>: the engine stops on it as on eos."""
+    toks, scores, types = sg.vocab(400)
+    toks = ["<|end|>" if t == "<end_of_turn>" else t for t in toks]
+    path = sg.write_model(tmp_path / "phi3-end.gguf",
+                          sg.tiny("phi3", sg.Vocab(toks, types, scores)))
+    with Engine.load(path, threads=1) as eng:
+        assert eng.info.eot_id == toks.index("<|end|>")
+        assert eng.stop_ids == {eng.info.eos_id, eng.info.eot_id}
+        assert eng.tokenize("<|end|>", add_bos=False, parse_special=True) == [eng.info.eot_id]
+
+
 def test_phi3_refusals_name_the_tensor(tmp_path: Path) -> None:
     """A fused ffn_up of the wrong height, or LongRoPE with only the other factor set."""
     import gguf
