@@ -165,16 +165,14 @@ def test_phi3_end_of_turn(tmp_path: Path) -> None:
 
 
 def test_phi3_refusals_name_the_tensor(tmp_path: Path) -> None:
-    """A fused ffn_up of the wrong height, or LongRoPE with only the other factor set."""
+    """A fused ffn_up of the wrong height, LongRoPE with only the other factor set; and
+    outside phi3 no fused gate: a llama without ffn_gate is refused naming it."""
     import gguf
 
-    src = sg.write_model(tmp_path / "src.gguf", sg.Spec(arch="phi3", n_layers=1, n_rot=32,
-                                                        long_rope=True, **F32))
-    r = gguf.GGUFReader(str(src))
-
-    def rewrite(name: str, drop: str, shrink: str = "") -> Path:
+    def rewrite(src: Path, name: str, drop: str, shrink: str = "") -> Path:
+        r = gguf.GGUFReader(str(src))
         out = tmp_path / name
-        w = gguf.GGUFWriter(str(out), "phi3")
+        w = gguf.GGUFWriter(str(out), str(r.fields["general.architecture"].contents()))
         for k, f in r.fields.items():
             if k.startswith("GGUF.") or k == "general.architecture":
                 continue
@@ -196,13 +194,18 @@ def test_phi3_refusals_name_the_tensor(tmp_path: Path) -> None:
         w.close()
         return out
 
+    src = sg.write_model(tmp_path / "src.gguf", sg.Spec(arch="phi3", n_layers=1, n_rot=32,
+                                                        long_rope=True, **F32))
     with pytest.raises(errors.AotxError, match=r"rope_factors_long\.weight is missing"):
-        Engine.load(rewrite("no-long.gguf", "rope_factors_long.weight"))
-    with Engine.load(rewrite("no-long-short-ctx.gguf", "rope_factors_long.weight"),
+        Engine.load(rewrite(src, "no-long.gguf", "rope_factors_long.weight"))
+    with Engine.load(rewrite(src, "no-long-short-ctx.gguf", "rope_factors_long.weight"),
                      max_tokens=256) as eng:          # the short set is all it needs
         assert eng.info.arch == "phi3"
     with pytest.raises(errors.AotxError, match=r"blk\.0\.ffn_up\.weight has shape"):
-        Engine.load(rewrite("half-up.gguf", "", shrink="blk.0.ffn_up.weight"))
+        Engine.load(rewrite(src, "half-up.gguf", "", shrink="blk.0.ffn_up.weight"))
+    llama = sg.write_model(tmp_path / "llama.gguf", sg.Spec(arch="llama", n_layers=1, **F32))
+    with pytest.raises(errors.AotxError, match=r"blk\.0\.ffn_gate\.weight is missing"):
+        Engine.load(rewrite(llama, "no-gate.gguf", "blk.0.ffn_gate.weight"))
 
 
 @pytest.mark.parametrize("name", ["gemma2_all", "phi3_all"])

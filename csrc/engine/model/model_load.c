@@ -275,11 +275,12 @@ static int load_layer(aotx_model *m, int32_t l, char *err, int64_t cap) {
         MAT(v, "attn_v", vd, d);
     }
     MAT(o, "attn_output", d, od);
-    snprintf(nm, sizeof nm, "blk.%d.ffn_gate.weight", l);
-    if ((rc = get_matrix(m, nm, in->d_ff, d, 1, &ly->gate, err, cap))) return rc;
+    snprintf(nm, sizeof nm, "blk.%d.ffn_gate.weight", l);   /* optional for phi3 only */
+    if ((rc = get_matrix(m, nm, in->d_ff, d, in->arch == AOTX_ARCH_PHI3, &ly->gate, err, cap)))
+        return rc;
     if (ly->gate.w) {
         MAT(up, "ffn_up", in->d_ff, d);
-    } else {   /* no ffn_gate: ffn_up holds gate then up (2 * d_ff rows) */
+    } else {   /* phi3 without ffn_gate: ffn_up holds gate then up (2 * d_ff rows) */
         MAT(up, "ffn_up", 2 * (int64_t)in->d_ff, d);
         ly->gate = row_range(&ly->up, 0, in->d_ff);
         ly->up = row_range(&ly->up, in->d_ff, in->d_ff);
