@@ -164,6 +164,7 @@ typedef struct aotx_attn_batch { /* causal attention of T query tokens over thei
     int32_t n_heads, n_kv_heads, head_dim, v_dim;   /* head h reads kv head h / (n_heads / n_kv_heads) */
     int32_t window;              /* > 0: lo = pos - window + 1 (sliding layer); 0: lo = 0 */
     float scale;                 /* score = scale * dot(q, k) */
+    float softcap;               /* > 0: score = softcap * tanh(score / softcap); 0: none */
     const float *q;              /* [T][n_heads][head_dim] */
     float *out;                  /* [T][n_heads][v_dim] = softmax(scores) . V */
 } aotx_attn_batch;

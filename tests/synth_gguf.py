@@ -1,6 +1,8 @@
 """Small synthetic GGUF models for the decoder tests (random weights).
 
-``write_model(path, arch=..., types=...)`` writes a gemma3 or llama model
+``write_model(path, Spec(arch=..., types=...))`` writes a gemma3, gemma2,
+llama, qwen2, qwen3 or phi3 model (each with its family's tensors and metadata:
+QK-norms, post-norms, soft-caps, fused qkv / gate_up, partial and long RoPE)
 with gguf-py's GGUFWriter: every matrix in one of the tensor types the
 kernels support (Q4_K, Q5_K, Q6_K, Q4_0, Q5_0, Q8_0, F16, BF16, F32).  gguf-py
 cannot quantize k-quants, so their blocks are random bytes with bounded
@@ -19,13 +21,28 @@ import numpy as np
 from gguf import GGMLQuantizationType as Q
 from gguf import quants
 
-__all__ = ["ALL_TYPES", "FLOAT_TYPES", "Q", "Spec", "encode", "vocab", "write_model"]
+__all__ = ["ALL_TYPES", "FLOAT_TYPES", "Q", "Spec", "Vocab", "encode", "tiny", "vocab",
+           "write_model"]
 
 ALL_TYPES: tuple[Q, ...] = (Q.Q4_K, Q.Q5_0, Q.Q6_K, Q.Q8_0, Q.F16, Q.BF16, Q.F32, Q.Q5_K, Q.Q4_0)
 FLOAT_TYPES: tuple[Q, ...] = (Q.F32,)
 
 WORDS = ("the", "capital", "of", "France", "is", "Paris", "a", "city", "and", "in", "to",
          "it", "was", "on", "for", "with", "as", "by", "at", "from", "Hello", "world")
+
+
+@dataclass
+class Vocab:
+    """A vocabulary written instead of vocab(n_vocab): tokenizer.ggml.model `model` (with
+    `pre` and `merges` for "gpt2"), the token arrays (no scores: none written) and
+    add_space_prefix."""
+    tokens: Sequence[str]
+    types: Sequence[int]
+    scores: Sequence[float] | None = None
+    model: str = "llama"
+    pre: str | None = None
+    merges: Sequence[str] | None = None
+    space_prefix: bool = False
 
 
 @dataclass
@@ -46,6 +63,20 @@ class Spec:
     seed: int = 0
     eos_id: int = 1
     zero_output_norm: bool = False   # every logit 0: greedy picks token 0
+    n_rot: int = 0                   # rope.dimension_count (0: not written, all of head_dim)
+    attn_softcap: float = 0.0        # gemma2: attn_logit_softcapping (0: not written)
+    final_softcap: float = 0.0       # gemma2: final_logit_softcapping (0: not written)
+    fused: bool = True               # phi3: attn_qkv and a gate_up ffn_up of 2 * d_ff rows
+    long_rope: bool = False          # phi3: rope_factors_long/short, original context 512
+    vocabulary: Vocab | None = None  # instead of vocab(n_vocab); n_vocab is then its size
+    attn_factor: float = 1.1         # with long_rope: rope.scaling.attn_factor (0: not written)
+
+
+def tiny(arch: str, vocabulary: Vocab, **kw: object) -> Spec:
+    """A small float model of `arch` around a given vocabulary (tokenizer tests)."""
+    args: dict[str, object] = {"n_layers": 1, "d_model": 64, "d_ff": 128, "n_heads": 2,
+                               "n_kv_heads": 1, "head_dim": 32, "types": FLOAT_TYPES}
+    return Spec(arch=arch, vocabulary=vocabulary, **(args | kw))  # type: ignore[arg-type]
 
 
 def vocab(n: int) -> tuple[list[str], list[float], list[int]]:
@@ -96,6 +127,11 @@ def encode(rng: np.random.Generator, w: np.ndarray, qt: Q) -> np.ndarray:
 def write_model(path: Path, spec: Spec) -> Path:
     rng = np.random.default_rng(spec.seed)
     a = spec.arch
+    voc = spec.vocabulary
+    if voc is None:
+        toks, scores, types = vocab(spec.n_vocab)
+        voc = Vocab(toks, types, scores)
+    n_vocab = len(voc.tokens)
     wr = gguf.GGUFWriter(str(path), a)
     wr.add_uint32(f"{a}.context_length", 1024)
     wr.add_uint32(f"{a}.embedding_length", spec.d_model)
@@ -107,19 +143,33 @@ def write_model(path: Path, spec: Spec) -> Path:
     wr.add_uint32(f"{a}.attention.value_length", spec.head_dim)
     wr.add_float32(f"{a}.attention.layer_norm_rms_epsilon", 1e-6)
     wr.add_float32(f"{a}.rope.freq_base", 1e6 if a == "gemma3" else 1e4)
-    if a == "gemma3":
+    if a in ("gemma3", "gemma2", "phi3") and spec.window:
         wr.add_uint32(f"{a}.attention.sliding_window", spec.window)
-    toks, scores, ttypes = vocab(spec.n_vocab)
-    wr.add_tokenizer_model("llama")
-    wr.add_token_list(toks)
-    wr.add_token_scores(scores)
-    wr.add_token_types(ttypes)
+    if spec.n_rot:
+        wr.add_uint32(f"{a}.rope.dimension_count", spec.n_rot)
+    if spec.attn_softcap:
+        wr.add_float32(f"{a}.attn_logit_softcapping", spec.attn_softcap)
+    if spec.final_softcap:
+        wr.add_float32(f"{a}.final_logit_softcapping", spec.final_softcap)
+    if spec.long_rope:
+        wr.add_uint32(f"{a}.rope.scaling.original_context_length", 512)
+        if spec.attn_factor:
+            wr.add_float32(f"{a}.rope.scaling.attn_factor", spec.attn_factor)
+    wr.add_tokenizer_model(voc.model)
+    if voc.pre is not None:
+        wr.add_tokenizer_pre(voc.pre)
+    if voc.merges is not None:
+        wr.add_token_merges(voc.merges)
+    wr.add_token_list(voc.tokens)
+    if voc.scores is not None:
+        wr.add_token_scores(voc.scores)
+    wr.add_token_types(voc.types)
     wr.add_bos_token_id(2)
     wr.add_eos_token_id(spec.eos_id)
     wr.add_unk_token_id(3)
     wr.add_pad_token_id(0)
     wr.add_add_bos_token(True)
-    wr.add_add_space_prefix(False)
+    wr.add_add_space_prefix(voc.space_prefix)
     d, hd = spec.d_model, spec.head_dim
     k = 0
 
@@ -134,27 +184,42 @@ def write_model(path: Path, spec: Spec) -> Path:
     def vec(name: str, n: int, base: float = 1.0) -> None:
         wr.add_tensor(name, (base + 0.1 * rng.standard_normal(n)).astype(np.float32))
 
-    mat("token_embd.weight", spec.n_vocab, d, spec.embd_type, scale=0.05 if a == "gemma3" else 1.0)
+    gem = a in ("gemma3", "gemma2")
+    mat("token_embd.weight", n_vocab, d, spec.embd_type, scale=0.05 if gem else 1.0)
     if not spec.tied:
-        mat("output.weight", spec.n_vocab, d)
+        mat("output.weight", n_vocab, d)
     if spec.zero_output_norm:
         wr.add_tensor("output_norm.weight", np.zeros(d, dtype=np.float32))
     else:
         vec("output_norm.weight", d)
+    if spec.long_rope:
+        half = (spec.n_rot or hd) // 2
+        wr.add_tensor("rope_factors_long.weight",
+                      np.linspace(1.0, 12.0, half, dtype=np.float32))
+        wr.add_tensor("rope_factors_short.weight",
+                      np.linspace(1.0, 1.5, half, dtype=np.float32))
+    fused = a == "phi3" and spec.fused
     for layer in range(spec.n_layers):
         p = f"blk.{layer}."
-        mat(p + "attn_q.weight", spec.n_heads * hd, d)
-        mat(p + "attn_k.weight", spec.n_kv_heads * hd, d)
-        mat(p + "attn_v.weight", spec.n_kv_heads * hd, d)
+        if fused:
+            mat(p + "attn_qkv.weight", (spec.n_heads + 2 * spec.n_kv_heads) * hd, d)
+        else:
+            mat(p + "attn_q.weight", spec.n_heads * hd, d)
+            mat(p + "attn_k.weight", spec.n_kv_heads * hd, d)
+            mat(p + "attn_v.weight", spec.n_kv_heads * hd, d)
         mat(p + "attn_output.weight", d, spec.n_heads * hd)
-        mat(p + "ffn_gate.weight", spec.d_ff, d)
-        mat(p + "ffn_up.weight", spec.d_ff, d)
+        if fused:
+            mat(p + "ffn_up.weight", 2 * spec.d_ff, d)
+        else:
+            mat(p + "ffn_gate.weight", spec.d_ff, d)
+            mat(p + "ffn_up.weight", spec.d_ff, d)
         mat(p + "ffn_down.weight", d, spec.d_ff)
         vec(p + "attn_norm.weight", d)
         vec(p + "ffn_norm.weight", d)
-        if a == "gemma3":
+        if gem:
             vec(p + "post_attention_norm.weight", d)
             vec(p + "post_ffw_norm.weight", d)
+        if a in ("gemma3", "qwen3"):
             vec(p + "attn_q_norm.weight", hd)
             vec(p + "attn_k_norm.weight", hd)
         if spec.qkv_bias:

@@ -12,7 +12,6 @@ from typing import Any
 import gguf
 import pytest
 import synth_gguf
-from gguf import GGUFWriter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tokenizers import Regex, pre_tokenizers, trainers
@@ -285,30 +284,11 @@ def test_bad_merges_are_refused() -> None:
 
 # -- a synthetic llama GGUF with a gpt2 vocabulary, through the engine -----------------
 
-def write_bpe_model(path: Path, p: Pair, pre: str, kind: str = "gpt2") -> Path:
-    """synth_gguf's llama model with p's byte-level vocabulary: its writer's
-    vocabulary calls are redirected (synth_gguf itself stays SentencePiece-only)."""
-
-    class Gpt2VocabWriter(GGUFWriter):
-        def add_tokenizer_model(self, model: str) -> None:
-            super().add_tokenizer_model(kind)
-            self.add_tokenizer_pre(pre)
-            self.add_token_merges(p.merges)
-
-        def add_token_list(self, tokens: Any) -> None:
-            super().add_token_list(p.tokens)
-
-        def add_token_scores(self, scores: Any) -> None:
-            pass
-
-        def add_token_types(self, types: Any) -> None:
-            super().add_token_types(p.types)
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(gguf, "GGUFWriter", Gpt2VocabWriter)
-        return synth_gguf.write_model(path, synth_gguf.Spec(
-            arch="llama", n_layers=1, d_model=64, d_ff=128, n_heads=2, n_kv_heads=1,
-            head_dim=32, n_vocab=len(p.tokens), types=synth_gguf.FLOAT_TYPES))
+def write_bpe_model(path: Path, p: Pair, pre: str, kind: str = "gpt2",
+                    arch: str = "llama") -> Path:
+    """synth_gguf's model of `arch` with p's byte-level vocabulary."""
+    voc = synth_gguf.Vocab(p.tokens, p.types, model=kind, pre=pre, merges=p.merges)
+    return synth_gguf.write_model(path, synth_gguf.tiny(arch, voc))
 
 
 def test_engine_loads_gpt2_vocabulary(tmp_path: Path) -> None:

@@ -141,7 +141,7 @@ class StepResult:
         return np.frombuffer(ffi.buffer(ptr, self.n_vocab * 4), dtype=np.float32).copy()
 
 
-_ARCH = {0: "gemma3", 1: "llama", 2: "qwen2"}
+_ARCH = {0: "gemma3", 1: "llama", 2: "qwen2", 3: "qwen3", 4: "gemma2", 5: "phi3"}
 
 
 def backends() -> list[str]:

@@ -1,5 +1,5 @@
-/* aotx_model.h -- the decoder: Gemma 3 and the llama family (llama, mistral,
- * qwen2) from a GGUF file, weights used in place from the mapping, batched
+/* aotx_model.h -- the decoder: Gemma 3, Gemma 2, Phi-3 and the llama family
+ * (llama, mistral, qwen2, qwen3) from a GGUF file, weights used in place from the mapping, batched
  * steps over a paged KV pool on the shared thread pool.
  *
  * A step advances many sequences at once: each contributes a chunk of tokens
@@ -15,7 +15,8 @@
 
 /* CDEF-BEGIN */
 enum {
-    AOTX_ARCH_GEMMA3 = 0, AOTX_ARCH_LLAMA = 1, AOTX_ARCH_QWEN2 = 2,
+    AOTX_ARCH_GEMMA3 = 0, AOTX_ARCH_LLAMA = 1, AOTX_ARCH_QWEN2 = 2, AOTX_ARCH_QWEN3 = 3,
+    AOTX_ARCH_GEMMA2 = 4, AOTX_ARCH_PHI3 = 5,
 
     AOTX_E_MODEL_ARCH = -420,      /* general.architecture not supported */
     AOTX_E_MODEL_PARAM = -421,     /* a hyper-parameter is missing or invalid (named) */

@@ -463,6 +463,13 @@ static void acc4_any(const att_job *a, float *const *out, const float *w, int64_
     else vacc4(out, w, stride, rows, n_rows, vd);
 }
 
+/* A query-key score: scaled, then soft-capped when the model asks (the same float
+ * operations on every path, so attend / attend_block / attend_heads agree bitwise). */
+static inline float score(const aotx_attn_batch *b, float dot) {
+    float v = dot * b->scale;
+    return b->softcap > 0 ? b->softcap * tanhf(v / b->softcap) : v;
+}
+
 static void attend(att_job *a, int32_t t, int32_t h, float *sc) {
     const aotx_attn_batch *b = a->b;
     int64_t hd = b->head_dim, vd = b->v_dim;
@@ -476,7 +483,7 @@ static void attend(att_job *a, int32_t t, int32_t h, float *sc) {
     float mx = -INFINITY;
     for (int32_t s = lo; s <= p; s++) {
         const void *k = row_of(a->st, &w, s, 0, kvh, hd);
-        float v = (a->h ? a->h->dot(q, k, hd) : vdot(q, k, hd)) * b->scale;
+        float v = score(b, a->h ? a->h->dot(q, k, hd) : vdot(q, k, hd));
         sc[s - lo] = v;
         if (v > mx) mx = v;
     }
@@ -518,7 +525,7 @@ static void attend_block(att_job *a, int32_t t0, int32_t nb, int32_t h, float *s
             prefetch_row(row_of(a->st, &w, s + ATT_PF, 0, kvh, hd), hd * w.elem_bytes);
         dot4_any(a, q, row_of(a->st, &w, s, 0, kvh, hd), hd, d);
         for (int i = 0; i < ATT_BLOCK; i++) {
-            float v = d[i] * b->scale;
+            float v = score(b, d[i]);
             sc[i * stride + (s - base)] = v;
             if (s >= lo[i] && s <= hi[i] && v > mx[i]) mx[i] = v;
         }
@@ -564,7 +571,7 @@ static void attend_heads(att_job *a, int32_t t, int32_t h0, float *sc, const flo
         if (s + ATT_PF <= p) prefetch_row(row_of(a->st, &w, s + ATT_PF, 0, kvh, hd), hd * w.elem_bytes);
         dot4_any(a, q, row_of(a->st, &w, s, 0, kvh, hd), hd, d);
         for (int i = 0; i < ATT_BLOCK; i++) {
-            float v = d[i] * b->scale;
+            float v = score(b, d[i]);
             sc[i * stride + (s - lo)] = v;
             if (v > mx[i]) mx[i] = v;
         }

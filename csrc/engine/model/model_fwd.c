@@ -125,7 +125,7 @@ static void ew_token(ew_job *e, int32_t t) {
     float *x = m->x + t * d, *xn = m->xn + t * d;
     if (e->op == 2) {
         float *g = m->gate + t * ff, *u = m->up + t * ff;
-        if (m->info.arch == AOTX_ARCH_GEMMA3) glu_gelu(g, u, ff);
+        if (m->gelu) glu_gelu(g, u, ff);
         else glu_silu(g, u, ff);
         if (e->res) act_residual(g, u, ff, e->res);
         return;
@@ -161,8 +161,8 @@ static void rope_tables(aotx_model *m, int32_t T) {
             float p = (float)m->tok_pos[t] * m->rope_pos_scale[c];
             for (int32_t i = 0; i < h; i++) {
                 float a = p * m->inv_freq[c * h + i];
-                cs[2 * i] = cosf(a);
-                cs[2 * i + 1] = sinf(a);
+                cs[2 * i] = cosf(a) * m->rope_mscale;
+                cs[2 * i + 1] = sinf(a) * m->rope_mscale;
             }
         }
 }
@@ -244,7 +244,8 @@ static void layer_forward(aotx_model *m, int32_t l, int32_t T, int32_t keep) {
                        (int64_t)in->n_kv_heads * in->v_dim};
     m->be_ops->kv_write(m->be, m->kv, m->kv_store, &kr);
     aotx_attn_batch ab = {T, l, m->tok_seq, m->tok_pos, in->n_heads, in->n_kv_heads, hd,
-                          in->v_dim, ly->sliding ? in->window : 0, in->attn_scale, m->q, m->att};
+                          in->v_dim, ly->sliding ? in->window : 0, in->attn_scale,
+                          m->attn_softcap, m->q, m->att};
     m->be_ops->attention(m->be, m->kv, m->kv_store, &ab);
     int64_t od = (int64_t)in->n_heads * in->v_dim;
     if (keep >= 0) {
@@ -288,4 +289,9 @@ void model_forward(aotx_model *m, int32_t T, int32_t n_logits, float *logits) {
         rmsnorm(m->xn + r * d, m->x + (int64_t)(keep < T ? r : m->logit_tok[r]) * d, m->out_norm,
                 d, in->eps);
     matmul(m, m->xn, d, n_logits, 1, &m->output, logits, in->n_vocab, NULL, NULL, 0, NULL, NULL, 0);
+    if (m->final_softcap > 0) {   /* gemma2: logits = cap * tanh(logits / cap) */
+        float c = m->final_softcap, ic = 1.0f / c;
+        for (int64_t i = 0; i < (int64_t)n_logits * in->n_vocab; i++)
+            logits[i] = c * tanhf(logits[i] * ic);
+    }
 }

@@ -14,10 +14,11 @@
 typedef aotx_weight mtensor;   /* [rows][row_bytes] in the mapping (aotx.h) */
 
 typedef struct mlayer {
-    mtensor q, k, v, o, gate, up, down;
+    mtensor q, k, v, o, gate, up, down;       /* q/k/v and gate/up may be row ranges of one
+                                                 fused tensor (phi3's attn_qkv, ffn_up) */
     float *attn_norm, *ffn_norm;              /* [d_model] owned */
-    float *post_attn_norm, *post_ffn_norm;    /* [d_model] owned, gemma3 only */
-    float *q_norm, *k_norm;                   /* [head_dim] owned, gemma3 only */
+    float *post_attn_norm, *post_ffn_norm;    /* [d_model] owned, gemma2/gemma3 only */
+    float *q_norm, *k_norm;                   /* [head_dim] owned, gemma3 and qwen3 */
     float *bq, *bk, *bv;                      /* [rows] owned biases, qwen2 only */
     int sliding;
     int rope_class;                           /* 0 global base, 1 local (sliding) base */
@@ -38,11 +39,16 @@ struct aotx_model {
     mtensor **weights;        /* [n_weights] owned list: output, then each layer's q k v o gate
                                  up down (the backend's init prepares them, reserve sizes) */
     int32_t n_weights;
-    float emb_scale;          /* sqrt(d_model) for gemma3, else 1 */
+    float emb_scale;          /* sqrt(d_model) for gemma2/gemma3, else 1 */
+    int gelu;                 /* the FFN gate: 1 gelu_tanh (gemma2/gemma3), 0 silu */
+    float attn_softcap;       /* > 0: scores soft-capped (gemma2) */
+    float final_softcap;      /* > 0: logits soft-capped (gemma2) */
     int rope_neox;            /* 1: rotate halves; 0: rotate adjacent pairs */
     int32_t n_rot;            /* rotated dims per head (even, <= head_dim) */
     float rope_pos_scale[2];  /* position multiplier per rope class (linear scaling) */
-    float *inv_freq;          /* [2][n_rot/2] */
+    double rope_base[2];      /* the base per rope class, as read (inv_freq's input) */
+    float rope_mscale;        /* cos and sin multiplied by it (phi3 LongRoPE's attn_factor) */
+    float *inv_freq;          /* [2][n_rot/2], divided by the LongRoPE factors if any */
 
     /* step scratch, sized at load; T = max_batch_tokens */
     float *x, *xn;            /* [T][d_model] */

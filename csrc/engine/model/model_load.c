@@ -20,7 +20,10 @@ int model_set_err(char *err, int64_t cap, int code, const char *fmt, ...) {
 static const char *arch_prefix(const aotx_model *m) {
     switch (m->info.arch) {
     case AOTX_ARCH_GEMMA3: return "gemma3";
+    case AOTX_ARCH_GEMMA2: return "gemma2";
+    case AOTX_ARCH_PHI3: return "phi3";
     case AOTX_ARCH_QWEN2: return "qwen2";
+    case AOTX_ARCH_QWEN3: return "qwen3";
     default: return "llama";
     }
 }
@@ -59,12 +62,16 @@ static int read_arch(aotx_model *m, char *err, int64_t cap) {
     if (i < 0 || aotx_gguf_get_str(m->g, i, &s, &n))
         return model_set_err(err, cap, AOTX_E_MODEL_ARCH, "general.architecture is missing");
     if (n == 6 && !memcmp(s, "gemma3", 6)) m->info.arch = AOTX_ARCH_GEMMA3;
+    else if (n == 6 && !memcmp(s, "gemma2", 6)) m->info.arch = AOTX_ARCH_GEMMA2;
     else if ((n == 5 && !memcmp(s, "llama", 5)) || (n == 7 && !memcmp(s, "mistral", 7)))
         m->info.arch = AOTX_ARCH_LLAMA;
     else if (n == 5 && !memcmp(s, "qwen2", 5)) m->info.arch = AOTX_ARCH_QWEN2;
+    else if (n == 5 && !memcmp(s, "qwen3", 5)) m->info.arch = AOTX_ARCH_QWEN3;
+    else if (n == 4 && !memcmp(s, "phi3", 4)) m->info.arch = AOTX_ARCH_PHI3;
     else
         return model_set_err(err, cap, AOTX_E_MODEL_ARCH,
-                             "general.architecture '%.*s' is not gemma3, llama, mistral or qwen2",
+                             "general.architecture '%.*s' is not gemma3, gemma2, llama, "
+                             "mistral, qwen2, qwen3 or phi3",
                              (int)(n > 64 ? 64 : n), s);
     return 0;
 }
@@ -72,9 +79,10 @@ static int read_arch(aotx_model *m, char *err, int64_t cap) {
 int model_read_hparams(aotx_model *m, char *err, int64_t cap) {
     int rc;
     int64_t d, L, ff, nh, nkv, kl, vl, win, ctx, nrot;
-    double eps, base, base_local, scale, rscale;
+    double eps, base, base_local, scale, rscale, cap_attn, cap_final;
     aotx_model_info *in = &m->info;
     if ((rc = read_arch(m, err, cap))) return rc;
+    int gem2 = in->arch == AOTX_ARCH_GEMMA2, gemma = gem2 || in->arch == AOTX_ARCH_GEMMA3;
     if ((rc = hp_int(m, "embedding_length", 0, 1, &d, err, cap))) return rc;
     if ((rc = hp_int(m, "block_count", 0, 1, &L, err, cap))) return rc;
     if ((rc = hp_int(m, "feed_forward_length", 0, 1, &ff, err, cap))) return rc;
@@ -98,31 +106,40 @@ int model_read_hparams(aotx_model *m, char *err, int64_t cap) {
                        err, cap)))
         return rc;
     if ((rc = hp_float(m, "rope.freq_base_swa", 1e4, &base_local, err, cap))) return rc;
-    if ((rc = hp_float(m, "attention.scale", 1.0 / sqrt((double)kl), &scale, err, cap))) return rc;
+    /* Gemma 2 27B (its 46 blocks) scales queries by 1/sqrt(d_model / heads), not by
+     * 1/sqrt(key_length) (its query_pre_attn_scalar, which the GGUF does not carry) */
+    double q_pre = gem2 && L == 46 ? (double)d / (double)nh : (double)kl;
+    if ((rc = hp_float(m, "attention.scale", 1.0 / sqrt(q_pre), &scale, err, cap))) return rc;
+    /* Gemma 2's soft-caps (the architecture's 50 and 30 when the file names none) */
+    if ((rc = hp_float(m, "attn_logit_softcapping", gem2 ? 50.0 : 0.0, &cap_attn, err, cap)))
+        return rc;
+    if ((rc = hp_float(m, "final_logit_softcapping", gem2 ? 30.0 : 0.0, &cap_final, err, cap)))
+        return rc;
+    if (cap_attn < 0 || cap_final < 0)
+        return model_set_err(err, cap, AOTX_E_MODEL_PARAM, "%s.*_logit_softcapping must not be "
+                             "negative", arch_prefix(m));
     if ((rc = hp_float(m, "rope.scaling.factor", 1.0, &rscale, err, cap))) return rc;
     if (rscale <= 0) rscale = 1.0;
     in->d_model = (int32_t)d; in->n_layers = (int32_t)L; in->d_ff = (int32_t)ff;
     in->n_heads = (int32_t)nh; in->n_kv_heads = (int32_t)nkv;
     in->head_dim = (int32_t)kl; in->v_dim = (int32_t)vl;
     in->ctx_train = (int32_t)ctx;
-    in->window = m->info.arch == AOTX_ARCH_GEMMA3 ? (int32_t)win : 0;
+    in->window = gemma || in->arch == AOTX_ARCH_PHI3 ? (int32_t)win : 0;
     in->eps = (float)eps;
     in->rope_base = (float)base;
     in->rope_base_local = m->info.arch == AOTX_ARCH_GEMMA3 ? (float)base_local : (float)base;
     in->attn_scale = (float)scale;
     m->n_rot = (int32_t)nrot;
     m->rope_neox = m->info.arch != AOTX_ARCH_LLAMA;
-    m->emb_scale = m->info.arch == AOTX_ARCH_GEMMA3 ? sqrtf((float)d) : 1.0f;
+    m->emb_scale = gemma ? sqrtf((float)d) : 1.0f;
+    m->gelu = gemma;
+    m->attn_softcap = gem2 ? (float)cap_attn : 0.0f;
+    m->final_softcap = gem2 ? (float)cap_final : 0.0f;
     /* linear rope scaling applies to global layers (all layers outside gemma3) */
     m->rope_pos_scale[0] = (float)(1.0 / rscale);
     m->rope_pos_scale[1] = m->info.arch == AOTX_ARCH_GEMMA3 ? 1.0f : (float)(1.0 / rscale);
-    m->inv_freq = malloc(sizeof(float) * (size_t)nrot);
-    if (!m->inv_freq) return AOTX_E_NOMEM;
-    for (int c = 0; c < 2; c++) {
-        double b = c == 0 ? base : in->rope_base_local;
-        for (int64_t i = 0; i < nrot / 2; i++)
-            m->inv_freq[c * (nrot / 2) + i] = (float)pow(b, -2.0 * (double)i / (double)nrot);
-    }
+    m->rope_base[0] = base;
+    m->rope_base[1] = in->rope_base_local;
     return 0;
 }
 
@@ -174,13 +191,69 @@ static int get_vector(aotx_model *m, const char *name, int64_t n, int optional, 
     return 0;
 }
 
+/* Rows [r0, r0 + rows) of a loaded matrix, as a matrix of its own (the rows of a
+ * fused tensor: phi3's attn_qkv = q | k | v, its ffn_up = gate | up). */
+static mtensor row_range(const mtensor *t, int64_t r0, int64_t rows) {
+    return (mtensor){(const char *)t->w + r0 * aotx_type_row_bytes(t->type, t->cols), t->type,
+                     rows, t->cols, NULL};
+}
+
+/* The rotation frequencies per rope class: base^(-2i/n_rot), divided by the LongRoPE
+ * factors when the file has them (phi3: rope_factors_long.weight when the context served,
+ * max_tokens, exceeds rope.scaling.original_context_length (default context_length), else
+ * rope_factors_short.weight), cos/sin then scaled by rope.scaling.attn_factor (default
+ * sqrt(1 + ln(s) / ln(original)), s = context_length / original, 1 when s <= 1). */
+static int rope_freqs(aotx_model *m, char *err, int64_t cap) {
+    const aotx_model_info *in = &m->info;
+    int64_t half = m->n_rot / 2, orig;
+    int rc;
+    if ((rc = hp_int(m, "rope.scaling.original_context_length", in->ctx_train, 0, &orig, err,
+                     cap)))
+        return rc;
+    int lng = orig > 0 && in->max_tokens > orig;
+    float *fac = NULL, *other = NULL;
+    if ((rc = get_vector(m, lng ? "rope_factors_long.weight" : "rope_factors_short.weight", half,
+                         1, &fac, err, cap)))
+        return rc;
+    /* a file with only the other set is refused, never run without its factors */
+    if (!fac && (rc = get_vector(m, lng ? "rope_factors_short.weight" : "rope_factors_long.weight",
+                                 half, 1, &other, err, cap)))
+        return rc;
+    if (other) {
+        free(other);
+        return model_set_err(err, cap, AOTX_E_MODEL_TENSOR, "tensor %s is missing",
+                             lng ? "rope_factors_long.weight" : "rope_factors_short.weight");
+    }
+    double s = orig > 0 ? (double)in->ctx_train / (double)orig : 1.0, mscale;
+    double dflt = s > 1.0 && orig > 1 ? sqrt(1.0 + log(s) / log((double)orig)) : 1.0;
+    if ((rc = hp_float(m, "rope.scaling.attn_factor", dflt, &mscale, err, cap))) goto out;
+    m->rope_mscale = fac ? (float)mscale : 1.0f;
+    for (int64_t i = 0; fac && i < half; i++)
+        if (!(fac[i] > 0)) {
+            rc = model_set_err(err, cap, AOTX_E_MODEL_TENSOR, "rope factor %lld is %g; must be "
+                               "positive", (long long)i, (double)fac[i]);
+            goto out;
+        }
+    m->inv_freq = malloc(sizeof(float) * (size_t)(2 * half));
+    if (!m->inv_freq) { rc = AOTX_E_NOMEM; goto out; }
+    for (int c = 0; c < 2; c++) {
+        double b = m->rope_base[c];
+        for (int64_t i = 0; i < half; i++)
+            m->inv_freq[c * half + i] = (float)(pow(b, -2.0 * (double)i / (double)m->n_rot) /
+                                                (fac ? (double)fac[i] : 1.0));
+    }
+out:
+    free(fac);
+    return rc;
+}
+
 static int load_layer(aotx_model *m, int32_t l, char *err, int64_t cap) {
     const aotx_model_info *in = &m->info;
     mlayer *ly = &m->layers[l];
     int64_t d = in->d_model, qd = (int64_t)in->n_heads * in->head_dim;
     int64_t kd = (int64_t)in->n_kv_heads * in->head_dim, vd = (int64_t)in->n_kv_heads * in->v_dim;
     int64_t od = (int64_t)in->n_heads * in->v_dim;
-    int gem = in->arch == AOTX_ARCH_GEMMA3;
+    int gem = in->arch == AOTX_ARCH_GEMMA3, gem2 = in->arch == AOTX_ARCH_GEMMA2;
     char nm[96];
     int rc;
 #define MAT(field, suffix, rows, cols)                                            \
@@ -189,18 +262,37 @@ static int load_layer(aotx_model *m, int32_t l, char *err, int64_t cap) {
 #define VEC(field, suffix, n, opt)                                                \
     snprintf(nm, sizeof nm, "blk.%d." suffix, l);                                 \
     if ((rc = get_vector(m, nm, n, opt, &ly->field, err, cap))) return rc;
-    MAT(q, "attn_q", qd, d);
-    MAT(k, "attn_k", kd, d);
-    MAT(v, "attn_v", vd, d);
+    mtensor fused;
+    snprintf(nm, sizeof nm, "blk.%d.attn_qkv.weight", l);
+    if ((rc = get_matrix(m, nm, qd + kd + vd, d, 1, &fused, err, cap))) return rc;
+    if (fused.w) {
+        ly->q = row_range(&fused, 0, qd);
+        ly->k = row_range(&fused, qd, kd);
+        ly->v = row_range(&fused, qd + kd, vd);
+    } else {
+        MAT(q, "attn_q", qd, d);
+        MAT(k, "attn_k", kd, d);
+        MAT(v, "attn_v", vd, d);
+    }
     MAT(o, "attn_output", d, od);
-    MAT(gate, "ffn_gate", in->d_ff, d);
-    MAT(up, "ffn_up", in->d_ff, d);
+    snprintf(nm, sizeof nm, "blk.%d.ffn_gate.weight", l);   /* optional for phi3 only */
+    if ((rc = get_matrix(m, nm, in->d_ff, d, in->arch == AOTX_ARCH_PHI3, &ly->gate, err, cap)))
+        return rc;
+    if (ly->gate.w) {
+        MAT(up, "ffn_up", in->d_ff, d);
+    } else {   /* phi3 without ffn_gate: ffn_up holds gate then up (2 * d_ff rows) */
+        MAT(up, "ffn_up", 2 * (int64_t)in->d_ff, d);
+        ly->gate = row_range(&ly->up, 0, in->d_ff);
+        ly->up = row_range(&ly->up, in->d_ff, in->d_ff);
+    }
     MAT(down, "ffn_down", d, in->d_ff);
     VEC(attn_norm, "attn_norm.weight", d, 0);
     VEC(ffn_norm, "ffn_norm.weight", d, 0);
-    if (gem) {
+    if (gem || gem2) {
         VEC(post_attn_norm, "post_attention_norm.weight", d, 0);
         VEC(post_ffn_norm, "post_ffw_norm.weight", d, 0);
+    }
+    if (gem || in->arch == AOTX_ARCH_QWEN3) {   /* per-head RMSNorm on q and k before RoPE */
         VEC(q_norm, "attn_q_norm.weight", in->head_dim, 0);
         VEC(k_norm, "attn_k_norm.weight", in->head_dim, 0);
     }
@@ -209,7 +301,9 @@ static int load_layer(aotx_model *m, int32_t l, char *err, int64_t cap) {
     VEC(bv, "attn_v.bias", vd, 1);
 #undef MAT
 #undef VEC
-    ly->sliding = gem && in->window > 0 && (l + 1) % 6 != 0;
+    /* gemma3: five sliding layers then a global one; gemma2: alternating, from layer 0 */
+    ly->sliding = in->window > 0 && ((gem && (l + 1) % 6 != 0) || (gem2 && l % 2 == 0) ||
+                                     in->arch == AOTX_ARCH_PHI3);   /* phi3: every layer */
     ly->rope_class = gem && (l + 1) % 6 != 0 ? 1 : 0;
     return 0;
 }
@@ -229,6 +323,7 @@ int model_load_weights(aotx_model *m, char *err, int64_t cap) {
     if (!m->output.w) m->output = m->tok_embd;   /* tied */
     if ((rc = get_vector(m, "output_norm.weight", in->d_model, 0, &m->out_norm, err, cap)))
         return rc;
+    if ((rc = rope_freqs(m, err, cap))) return rc;
     m->layers = calloc((size_t)in->n_layers, sizeof(mlayer));
     if (!m->layers) return AOTX_E_NOMEM;
     for (int32_t l = 0; l < in->n_layers; l++)
@@ -396,9 +491,9 @@ int model_load_tokenizer(aotx_model *m, char *err, int64_t cap) {
         goto out;
     }
     m->info.has_tokenizer = 1;
-    static const char *eot_names[] = {"<end_of_turn>", "<|eot_id|>", "<|im_end|>"};
+    static const char *eot_names[] = {"<end_of_turn>", "<|eot_id|>", "<|im_end|>", "<|end|>"};
     m->info.eot_id = -1;
-    for (int k = 0; k < 3 && m->info.eot_id < 0; k++)
+    for (int k = 0; k < 4 && m->info.eot_id < 0; k++)
         m->info.eot_id = find_piece(g, ti, n, eot_names[k]);
 out:
     free(ptrs); free(lens); free(scores); free(types);
