@@ -23,6 +23,14 @@ process, sees no change):
   ignored (the request is served as HTTP/1.1, as RFC 9110 allows).
 * ``aotx_envelope`` True: h11's own 4xx (malformed request line or headers,
   headers over ``h11_max_incomplete_size``) carry the error envelope.
+* with ``aotx_gate`` set, the end of a response always reaches the connection:
+  hypercorn ends a request's stream (restarting the keep-alive timer, or closing
+  the connection after ``Connection: close``) from the app's own task, right
+  after it has told the app ``http.disconnect``; quart-trio cancels that task's
+  nursery on that message, so the timer start and the close were cancelled and
+  a connection answered by Quart stayed open for ever.  That step runs shielded
+  here (it only sends bytes and starts the timer), so ``keep_alive_timeout_s``
+  and ``Connection: close`` hold on every route.
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ import hypercorn.protocol as hyper_protocol
 import hypercorn.trio.run as hyper_run
 import trio
 from hypercorn.config import Config as HyperConfig
+from hypercorn.protocol.events import StreamClosed
 from hypercorn.protocol.h11 import H11Protocol
 from hypercorn.trio.tcp_server import TCPServer
 
@@ -138,6 +147,14 @@ class _H11Protocol(H11Protocol):
         if event.method == b"PRI" and event.target == b"*":
             await self._send_error_response(505)
             raise H2cRefused
+
+    async def stream_send(self, event: Any) -> None:
+        if isinstance(event, StreamClosed) and getattr(self.config, "aotx_gate", None):
+            # see the module doc: the app's task may be cancelled already
+            with trio.CancelScope(shield=True):
+                await super().stream_send(event)
+            return
+        await super().stream_send(event)
 
     async def handle(self, event: Any) -> None:
         try:
