@@ -5,11 +5,13 @@ quotas."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 import httpx
 import pytest
+import trio
 from _gateway_env import ALL, served, token_for
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -77,3 +79,105 @@ async def test_v1_routes_are_labelled_and_invoke_bodies_are_400(tmp_path: Path) 
     assert ("POST", "/v1/embeddings", "400") in seen
     assert ("GET", "/webhooks/{uuid}", "405") in seen
     assert not any(route == "other" for _, route, _ in seen), seen
+
+
+async def _raw(url: str, request: bytes, timeout: float = 10.0) -> bytes:
+    """One request on a fresh connection: everything the server sent until it closed
+    or ``timeout`` passed."""
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    stream = await trio.open_tcp_stream(host, int(port))
+    data = b""
+    with trio.move_on_after(timeout):
+        await stream.send_all(request)
+        while chunk := await stream.receive_some(65536):
+            data += chunk
+    await stream.aclose()
+    return data
+
+
+def _status_code(raw: bytes) -> tuple[int, str | None]:
+    assert raw.startswith(b"HTTP/1.1 "), raw
+    head, _, body = raw.partition(b"\r\n\r\n")
+    status = int(head.split(b" ", 2)[1])
+    error = json.loads(body).get("error", {}) if body.startswith(b"{") else {}
+    return status, error.get("code")
+
+
+def _json(path: str, body: str) -> str:
+    return (f"POST {BASE_PATH}{path} HTTP/1.1\r\nHost: x\r\n"
+            f"Authorization: Bearer {token_for('alice')}\r\nContent-Type: application/json"
+            f"\r\nContent-Length: {len(body)}\r\n\r\n{body}")
+
+
+async def test_ambiguous_requests_are_refused(tmp_path: Path) -> None:
+    """Item 5, with raw sockets through a real hypercorn (both mutation paths)."""
+    alice = f"Authorization: Bearer {token_for('alice')}\r\n"
+    spaces = f"POST {BASE_PATH}/spaces HTTP/1.1\r\nHost: x\r\n{alice}"
+    caps = f"GET {BASE_PATH}/capabilities HTTP/1.1\r\nHost: x\r\n"
+    cases = {
+        # framing: a doubled (even equal) or listed length, a doubled coding, both
+        spaces + "Content-Length: 2\r\nContent-Length: 2\r\n\r\n{}": (400, "ambiguous_framing"),
+        spaces + "Content-Length: 2, 2\r\n\r\n{}": (400, "ambiguous_framing"),
+        spaces + "Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n"
+                 "2\r\n{}\r\n0\r\n\r\n": (400, "ambiguous_framing"),
+        spaces + "Content-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n"
+                 "2\r\n{}\r\n0\r\n\r\n": (400, "ambiguous_framing"),
+        # two credentials (the second one bad, or the same twice)
+        caps + alice + "Authorization: Bearer nope\r\n\r\n": (400, "ambiguous_request"),
+        caps + alice + alice + "\r\n": (400, "ambiguous_request"),
+        # a query parameter twice on the shared API
+        f"GET {BASE_PATH}/spaces?limit=1&limit=2 HTTP/1.1\r\nHost: x\r\n{alice}\r\n":
+            (400, "ambiguous_request"),
+        # JSON under another Content-Type: 415; none declared: read as JSON
+        spaces + "Content-Type: text/plain\r\nContent-Length: 2\r\n\r\n{}":
+            (415, "unsupported_media_type"),
+        spaces + "Content-Type: application/json; charset=utf-8\r\nContent-Length: 2\r\n"
+                 "\r\n{}": (400, "schema_invalid"),
+        # a key twice in one object (a one-pass body too), at any depth
+        _json("/participant", f'{{"schema":"{SCHEMA}","lineage":"{"0" * 32}",'
+              f'"operation_key":"{"1" * 32}","operation_key":"{"2" * 32}",'
+              '"sequence":"1"}'): (400, "malformed_json"),
+        _json("/spaces", f'{{"schema":"{SCHEMA}","schema":"x"}}'): (400, "malformed_json"),
+        _json("/spaces", f'{{"schema":"{SCHEMA}","a":{{"b":1,"b":2}}}}'):
+            (400, "malformed_json"),
+        _json("/spaces", f'{{"schema":"{SCHEMA}","a":{{"b":1}}}}'): (422, "missing_field"),
+        # %2F is not a separator, // is not merged
+        f"GET {BASE_PATH}%2Fcapabilities HTTP/1.1\r\nHost: x\r\n{alice}\r\n": (404, "not_found"),
+        f"GET {BASE_PATH}/spaces%2fx HTTP/1.1\r\nHost: x\r\n{alice}\r\n": (404, "not_found"),
+        f"GET {BASE_PATH}//capabilities HTTP/1.1\r\nHost: x\r\n{alice}\r\n": (404, "not_found"),
+        f"GET /aotx/v1//shared/capabilities HTTP/1.1\r\nHost: x\r\n{alice}\r\n":
+            (404, "not_found"),
+        f"GET {BASE_PATH}/capabilities HTTP/1.1\r\nHost: x\r\n{alice}\r\n": (200, None),
+    }
+    async def one(url: str, request: str, got: dict[str, tuple[int, str | None]]) -> None:
+        raw = await _raw(url, request.encode(), 3)
+        assert raw, request
+        got[request] = _status_code(raw)
+
+    for fast in (True, False):
+        got: dict[str, tuple[int, str | None]] = {}
+        async with served(tmp_path, {"alice": ALL}, fast_mutations=fast) as srv:
+            async with trio.open_nursery() as nursery:
+                for request in cases:
+                    nursery.start_soon(one, srv.url, request, got)
+            for request, want in cases.items():
+                assert got[request] == want, (fast, request, got[request])
+
+
+async def test_expect_continue_over_the_limit_is_413_without_100(tmp_path: Path) -> None:
+    """Item 5: a declared length over the route's limit with Expect: 100-continue is
+    answered 413 at once, never invited by 100 Continue; under it, 100 comes first."""
+    alice = f"Authorization: Bearer {token_for('alice')}\r\n"
+    async with served(tmp_path, {"alice": ALL}, max_body_bytes=4096) as srv:
+        for path, ctype, length in (("/spaces", "application/json", 5000),
+                                    ("/media", "image/png", 3 * 1024 * 1024)):
+            raw = await _raw(srv.url, (
+                f"POST {BASE_PATH}{path} HTTP/1.1\r\nHost: x\r\n{alice}Content-Type: {ctype}"
+                f"\r\nExpect: 100-continue\r\nContent-Length: {length}\r\n\r\n").encode(), 3)
+            assert raw.startswith(b"HTTP/1.1 413 "), raw[:200]
+            assert b" 100 " not in raw and _status_code(raw) == (413, "body_too_large")
+        # under the media limit (over the other one): invited
+        raw = await _raw(srv.url, (
+            f"POST {BASE_PATH}/media HTTP/1.1\r\nHost: x\r\n{alice}Content-Type: image/png"
+            "\r\nExpect: 100-continue\r\nContent-Length: 5000\r\n\r\n").encode(), 1)
+        assert raw.startswith(b"HTTP/1.1 100 "), raw[:200]

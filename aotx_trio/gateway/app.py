@@ -112,7 +112,8 @@ def create_app(client: DeviceClient, principals: Iterable[PrincipalEntry], *,
         route = route_of(request.endpoint, request.path)
         if route is not None:
             g.principal = admission(route, request.headers.get("Authorization"),
-                                    request.content_length)
+                                    request.content_length,
+                                    request.headers.get("Content-Type"))
 
     @app.errorhandler(Exception)
     async def _error(exc: Exception) -> Response:   # the one place errors are rendered
@@ -135,6 +136,7 @@ def create_app(client: DeviceClient, principals: Iterable[PrincipalEntry], *,
     own_metrics = GatewayMetrics()
     app.config["AOTX_METRICS"] = own_metrics
 
+    app.url_map.merge_slashes = False    # "//" is not "/" (gateway/framing.py)
     for route in ROUTES:
         app.add_url_rule(route.path, route.endpoint, VIEWS[route.endpoint],
                          methods=[route.method])

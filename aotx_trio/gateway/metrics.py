@@ -20,7 +20,6 @@ a path no row matches is ``other``.
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from typing import Any
@@ -35,7 +34,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 from quart import Response, current_app
 
-from aotx_trio.gateway.routes_table import ROUTES
+from aotx_trio.gateway.routes_table import row_of
 from aotx_trio.service.client import DeviceClient
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -44,34 +43,12 @@ Scope = Any   # an ASGI scope (a dict)
 ASGIApp = Callable[[Any, Any, Any], Awaitable[None]]
 
 
-def _pattern(rule: str) -> tuple[re.Pattern[str], str]:
-    """A row's werkzeug rule as a regex over paths, and its label (``<x>`` -> ``{x}``)."""
-    regex, label = "", ""
-    for literal, name in re.findall(r"([^<]*)(?:<([^>]*)>)?", rule):
-        regex += re.escape(literal)
-        label += literal
-        if name:
-            kind, _, name = name.rpartition(":")
-            regex += ".+" if kind == "path" else "[^/]+"
-            label += "{" + name + "}"
-    return re.compile(regex + r"\Z"), label
-
-
-#: every row of the route table, the rows with more literal text first (a router
-#: ``.../invoke`` row before the row whose ``<path:...>`` would take it too)
-_ROWS = sorted({r.path for r in ROUTES},
-               key=lambda rule: -len(re.sub(r"<[^>]*>", "", rule)))
-_PATTERNS = [_pattern(rule) for rule in _ROWS]
-
-
 def route_template(path: str) -> str:
     """The label of a request path: its row's rule in the route table
     (``/aotx/v1/shared/spaces/spc-.../members`` -> ``.../spaces/{space}/members``,
     ``/v1/chat/completions`` as it is); ``other`` for a path no row matches."""
-    for pattern, label in _PATTERNS:
-        if pattern.match(path):
-            return label
-    return "other"
+    found = row_of(path)
+    return "other" if found is None else found[1]
 
 
 class GatewayMetrics:

@@ -35,6 +35,7 @@ from aotx_trio.config import GatewayConfig, load_gateway_config
 from aotx_trio.gateway.app import make_app_from_config
 from aotx_trio.gateway.auth import Authenticator
 from aotx_trio.gateway.listen import configure
+from aotx_trio.gateway.routes_table import body_limit
 from aotx_trio.service.client import DeviceClient, SocketClient
 
 log = logging.getLogger("aotx.gateway")
@@ -48,8 +49,10 @@ def hypercorn_config(config: GatewayConfig) -> HyperConfig:
     hc.errorlog = logging.getLogger("hypercorn.error")
     hc.graceful_timeout = 5.0
     hc.h11_max_incomplete_size = 64 * 1024
-    configure(hc, max_connections=config.limits.max_connections,
-              h2c=config.limits.allow_h2c)
+    lim = config.limits
+    configure(hc, max_connections=lim.max_connections, h2c=lim.allow_h2c,
+              body_limit=functools.partial(body_limit, {
+                  "body": lim.max_body_bytes, "media": lim.max_media_bytes}))
     return hc
 
 
