@@ -181,3 +181,26 @@ async def test_expect_continue_over_the_limit_is_413_without_100(tmp_path: Path)
             f"POST {BASE_PATH}/media HTTP/1.1\r\nHost: x\r\n{alice}Content-Type: image/png"
             "\r\nExpect: 100-continue\r\nContent-Length: 5000\r\n\r\n").encode(), 1)
         assert raw.startswith(b"HTTP/1.1 100 "), raw[:200]
+
+
+async def test_media_records_keep_their_type(tmp_path: Path) -> None:
+    """Item 6: the same bytes again under another type are 409 (the record keeps its
+    type; the same type again is 200 with it); the type is on the allowlist."""
+    async with served(tmp_path, {"alice": ALL, "bob": ALL}) as srv, \
+            httpx.AsyncClient(base_url=srv.url, timeout=30) as http:
+        url = BASE_PATH + "/media"
+        first = await http.post(url, content=PNG, headers=_auth("alice", "image/png"))
+        assert first.status_code == 201, first.text
+        for other in ("image/jpeg", "audio/wav"):
+            r = await http.post(url, content=PNG, headers=_auth("alice", other))
+            err = _error(r, 409, "media_type_conflict")
+            assert err["content_type"] == "image/png"
+        again = await http.post(url, content=PNG, headers=_auth("alice", "IMAGE/PNG; x=1"))
+        assert (again.status_code, again.json()) == (200, first.json())
+        # another owner's record of the same bytes has its own type
+        bob = await http.post(url, content=PNG, headers=_auth("bob", "image/webp"))
+        assert bob.status_code == 201 and bob.json()["content_type"] == "image/webp"
+        for bad in ("image/x<script>", "image/" + "p" * 300, "image/svg+xml",
+                    "audio/", "image/png/x", "text/plain"):
+            r = await http.post(url, content=PNG, headers=_auth("alice", bad))
+            assert _error(r, 422, "media_type_invalid")["field"] == "Content-Type"
