@@ -78,16 +78,19 @@ class Limits(_Strict):
     journal_min_free_bytes: Annotated[int, Field(ge=0, le=1 << 60)] = 64 * MIB
     #: per-principal quotas (429 over_quota): receipts not yet retired, spaces and
     #: conversations created, member rows of the spaces it owns, bytes of the media it
-    #: uploaded (the runtime counts them; written into grants.json), and token buckets
+    #: uploaded, memory rows it adds (the runtime counts them; written into
+    #: grants.json), and token buckets
     #: of API requests (the gateway; 0 = no rate limit): the shared API, and the
     #: OpenAI-compatible /v1/* routes apart.  The defaults leave the fixed tables
-    #: (1024 receipts, 1024 spaces, 4096 conversations, 4096 member rows) room for 8
+    #: (1024 receipts, 1024 spaces, 4096 conversations, 4096 member rows, 4096 memory
+    #: rows) room for 8
     #: principals at full use.
     max_receipts_per_principal: Annotated[int, Field(ge=1, le=1 << 20)] = 120
     max_spaces_per_principal: Annotated[int, Field(ge=1, le=1 << 20)] = 120
     max_conversations_per_principal: Annotated[int, Field(ge=1, le=1 << 20)] = 480
     max_members_per_principal: Annotated[int, Field(ge=1, le=1 << 20)] = 480
     max_media_bytes_per_principal: Annotated[int, Field(ge=1, le=1 << 50)] = 256 * MIB
+    max_memory_rows_per_principal: Annotated[int, Field(ge=1, le=1 << 20)] = 480
     requests_per_second: Annotated[float, Field(ge=0, le=1e6)] = 200.0
     request_burst: Annotated[int, Field(ge=1, le=1 << 20)] = 400
     v1_requests_per_second: Annotated[float, Field(ge=0, le=1e6)] = 10.0

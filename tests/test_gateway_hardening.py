@@ -204,3 +204,68 @@ async def test_media_records_keep_their_type(tmp_path: Path) -> None:
                     "audio/", "image/png/x", "text/plain"):
             r = await http.post(url, content=PNG, headers=_auth("alice", bad))
             assert _error(r, 422, "media_type_invalid")["field"] == "Content-Type"
+
+
+async def test_one_principal_cannot_fill_the_memory_table(tmp_path: Path) -> None:
+    """Item 2: memory rows are a per-principal quota (429 over_quota naming
+    memory_rows, Retry-After); another principal's input is still admitted."""
+    import synth_gguf as sg
+    from _gateway_env import LINEAGE, TINY, TINY_MODEL
+    from _real import real_embedding_dir
+
+    from aotx_trio.runtime import pack
+    from aotx_trio.vocab import principal_key
+
+    ccir = tmp_path / "runtime.aotxccir"
+    pack.pack(ccir, models=[sg.write_model(tmp_path / TINY_MODEL, TINY)],
+              embedding=real_embedding_dir(), shared=True, lineage=LINEAGE, progress=False)
+    seqs: dict[str, int] = {}
+
+    async def post(who: str, path: str, status: int = 202, **fields: object) -> httpx.Response:
+        seq = seqs.get(who, 1)
+        r = await http.post(BASE_PATH + path, headers=_auth(who), json={
+            "schema": SCHEMA, "lineage": LINEAGE, "sequence": str(seq),
+            "operation_key": f"{seq:030x}{len(who):02x}", **fields})
+        assert r.status_code == status, r.text
+        if status in (200, 202):
+            seqs[who] = seq + 1
+        return r
+
+    async def settled(who: str, op: str) -> None:
+        with trio.fail_after(60):
+            while not (await http.get(f"{BASE_PATH}/operations/{op}",
+                                      headers=_auth(who))).json()["terminal"]["saved"]:
+                await trio.sleep(0.02)
+
+    limits = {"max_memory_rows_per_principal": 6}
+    async with served(tmp_path, {"alice": ALL, "bob": ALL}, ccir=ccir,
+                      limits=limits) as srv, \
+            httpx.AsyncClient(base_url=srv.url, timeout=30) as http:
+        for who in ("alice", "bob"):
+            await post(who, "/participant")
+        space = (await post("alice", "/spaces", scope="room")).json()["resource"]
+        con = (await post("alice", f"/spaces/{space}/conversations")).json()["resource"]
+        await post("alice", f"/spaces/{space}/members", permissions=["read", "write"],
+                   participant=f"par-{LINEAGE}-{principal_key('bob')}")
+        op = (await post("alice", f"/conversations/{con}/inputs", text="a fact",
+                         model=TINY_MODEL, max_output_tokens=2)).json()["operation"]
+        await settled("alice", op)                                  # 2 rows
+        text_row = (await http.get(f"{BASE_PATH}/spaces/{space}/memory",
+                                   headers=_auth("alice"))).json()["items"][0]
+        for _ in range(2):                                          # 2 more each
+            await post("alice", f"/spaces/{space}/publications", object=text_row["object"],
+                       source_version="1")
+        r = await post("alice", f"/spaces/{space}/publications", 429,
+                       object=text_row["object"], source_version="1")
+        err = _error(r, 429, "over_quota")
+        assert err["quota"] == "memory_rows" and err["limit"] == 6
+        assert r.headers["retry-after"] == "1"
+        r = await post("alice", f"/conversations/{con}/inputs", 429, text="more",
+                       model=TINY_MODEL, max_output_tokens=2)
+        assert _error(r, 429, "over_quota")["quota"] == "memory_rows"
+        # bob's input is admitted: alice's quota is not everyone's table
+        op = (await post("bob", f"/conversations/{con}/inputs", text="mine",
+                         model=TINY_MODEL, max_output_tokens=2)).json()["operation"]
+        await settled("bob", op)
+        caps = (await http.get(BASE_PATH + "/capabilities", headers=_auth("alice"))).json()
+        assert caps["usage"]["memory"] == 8
