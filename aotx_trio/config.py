@@ -97,6 +97,10 @@ class Limits(_Strict):
     v1_request_burst: Annotated[int, Field(ge=1, le=1 << 20)] = 20
     #: connections served at once; one more is answered 503 too_many_connections, closed
     max_connections: Annotated[int, Field(ge=1, le=1 << 20)] = 512
+    #: connections one principal may hold (its latest request's), and requests it may
+    #: have in flight (SSE streams included): 429 over_quota past either
+    max_connections_per_principal: Annotated[int, Field(ge=1, le=1 << 20)] = 64
+    max_inflight_per_principal: Annotated[int, Field(ge=1, le=1 << 20)] = 32
     #: request-body bytes buffered across all connections at once (503 body_budget)
     max_buffered_body_bytes: Annotated[int, Field(ge=1024, le=1 << 40)] = 64 * MIB
     #: cleartext HTTP/2 (h2c: the preface or Upgrade: h2c); off unless set

@@ -160,7 +160,7 @@ async def hypercorn_on(app: Any, cfg: GatewayConfig) -> AsyncIterator[str]:
 
     async def http(task_status: trio.TaskStatus[list[str]]) -> None:
         try:
-            await hypercorn_serve(app, hypercorn_config(cfg), shutdown_trigger=shutdown.wait,
+            await hypercorn_serve(app, hypercorn_config(cfg, app), shutdown_trigger=shutdown.wait,
                                   task_status=task_status)
         finally:
             stopped.set()

@@ -269,3 +269,84 @@ async def test_one_principal_cannot_fill_the_memory_table(tmp_path: Path) -> Non
         await settled("bob", op)
         caps = (await http.get(BASE_PATH + "/capabilities", headers=_auth("alice"))).json()
         assert caps["usage"]["memory"] == 8
+
+
+async def test_one_principal_cannot_hold_every_connection(tmp_path: Path) -> None:
+    """Item 2: connections and requests in flight (an SSE stream) are per-principal
+    quotas (429 over_quota naming them); another principal is still served."""
+    limits = {"max_connections_per_principal": 2, "max_inflight_per_principal": 1,
+              "keep_alive_timeout_s": 60}
+    caps = "GET {}/capabilities HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\n\r\n"
+
+    async def connect(url: str) -> trio.SocketStream:
+        host, port = url.removeprefix("http://").rsplit(":", 1)
+        return await trio.open_tcp_stream(host, int(port))
+
+    async def ask(stream: trio.SocketStream, who: str) -> tuple[int, dict[str, object]]:
+        await stream.send_all(caps.format(BASE_PATH, token_for(who)).encode())
+        data = b""
+        with trio.fail_after(10):
+            while True:
+                data += await stream.receive_some(65536)
+                head, sep, body = data.partition(b"\r\n\r\n")
+                length = [int(v) for k, _, v in (h.partition(b":") for h in head.split(b"\r\n"))
+                          if k.lower() == b"content-length"]
+                if sep and length and len(body) >= length[0]:
+                    break
+        status = int(head.split(b" ", 2)[1])
+        headers = {k.strip().lower().decode(): v.strip().decode()
+                   for k, _, v in (h.partition(b":") for h in head.split(b"\r\n")[1:])}
+        return status, {**headers, "body": json.loads(body)}
+
+    async with served(tmp_path, {"alice": ALL, "bob": ALL}, limits=limits) as srv, \
+            httpx.AsyncClient(base_url=srv.url, timeout=30) as http:
+        held = [await connect(srv.url) for _ in range(2)]
+        for s in held:
+            got_ = await ask(s, "alice")
+            assert got_[0] == 200, got_[1]["body"]
+        third = await connect(srv.url)
+        status, got = await ask(third, "alice")
+        assert status == 429 and got["connection"] == "close" and got["retry-after"] == "1"
+        assert got["body"] == {"error": {"code": "over_quota", "quota": "connections",
+                                         "limit": 2, "retry_after": 1,
+                                         "message": got["body"]["error"]["message"]}}
+        await third.aclose()
+        other = await connect(srv.url)
+        assert (await ask(other, "bob"))[0] == 200            # bob is served
+        assert (await ask(held[0], "alice"))[0] == 200        # on a connection alice holds
+        await held[1].aclose()                                # a slot comes back
+        with trio.fail_after(10):
+            while True:
+                again = await connect(srv.url)
+                status, _ = await ask(again, "alice")
+                if status == 200:
+                    break
+                await again.aclose()
+                await trio.sleep(0.05)
+        for s in (held[0], again, other):
+            await s.aclose()
+        # a stream in flight is alice's one request in flight
+        for who in ("alice", "bob"):
+            r = await http.post(BASE_PATH + "/participant", headers=_auth(who), json={
+                "schema": SCHEMA, "lineage": srv.lineage, "operation_key": "1" * 32,
+                "sequence": "1"})
+            assert r.status_code == 202, r.text
+        space = (await http.post(BASE_PATH + "/spaces", headers=_auth("alice"), json={
+            "schema": SCHEMA, "lineage": srv.lineage, "operation_key": "2" * 32,
+            "sequence": "2"})).json()["resource"]
+        con = (await http.post(f"{BASE_PATH}/spaces/{space}/conversations",
+                               headers=_auth("alice"), json={
+            "schema": SCHEMA, "lineage": srv.lineage, "operation_key": "3" * 32,
+            "sequence": "3"})).json()["resource"]
+        url = f"{BASE_PATH}/conversations/{con}/events?stream=true"
+        async with httpx.AsyncClient(base_url=srv.url, timeout=30) as streamer, \
+                streamer.stream("GET", url, headers=_auth("alice")) as sse:
+            assert sse.status_code == 200
+            r = await http.get(BASE_PATH + "/capabilities", headers=_auth("alice"))
+            assert _error(r, 429, "over_quota")["quota"] == "inflight"
+            r = await http.get(BASE_PATH + "/capabilities", headers=_auth("bob"))
+            assert r.status_code == 200
+        with trio.fail_after(10):
+            while (await http.get(BASE_PATH + "/capabilities",
+                                  headers=_auth("alice"))).status_code != 200:
+                await trio.sleep(0.05)

@@ -87,7 +87,7 @@ class FastMutations:
         body_in = _Body(receive, limit, self.body_timeout, length)
         try:
             status, body, headers = await self._mutate(found, authorization, length,
-                                                       content_type, body_in.read)
+                                                       content_type, scope, body_in.read)
         except ClientGone:
             return
         except Exception as exc:   # ours, or what Quart raises while reading a body
@@ -102,10 +102,11 @@ class FastMutations:
 
     async def _mutate(self, found: tuple[Route, dict[str, str]],
                       authorization: str | None, length: int | None,
-                      content_type: str | None, read_body: Callable[[], Awaitable[bytes]],
+                      content_type: str | None, scope: Scope,
+                      read_body: Callable[[], Awaitable[bytes]],
                       ) -> tuple[int, dict[str, Any] | bytes, dict[str, str]]:
         route, params = found
-        principal = self.admission(route, authorization, length, content_type)
+        principal = self.admission(route, authorization, length, content_type, scope)
         return await submit(self.client, principal, route, params, read_body)
 
 

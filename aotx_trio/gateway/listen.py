@@ -59,6 +59,7 @@ from hypercorn.config import Config as HyperConfig
 from hypercorn.protocol.events import StreamClosed
 from hypercorn.protocol.h11 import H11Protocol
 from hypercorn.trio.tcp_server import TCPServer
+from hypercorn.utils import parse_socket_addr
 
 from aotx_trio.errors import AotxError, H2cRefused
 from aotx_trio.gateway import framing
@@ -124,10 +125,14 @@ class _TCPServer(TCPServer):
         if not gate.enter():
             await _refuse(self.stream)
             return
+        closed: Callable[[Any], None] | None = getattr(self.config, "aotx_closed", None)
+        peer = _peer(self.stream) if closed is not None else None
         try:
             await super().run()
         finally:
             gate.leave()
+            if closed is not None and peer is not None:
+                closed(peer)
 
     async def _close(self) -> None:
         # hypercorn sends the EOF outside its send lock: a close (the client left
@@ -148,6 +153,15 @@ class _TCPServer(TCPServer):
             # the client closed: hypercorn would keep the connection (and its slot)
             # until the keep-alive timer ends; nothing can arrive any more
             await self.idle_task.stop()
+
+
+def _peer(stream: Any) -> Any:
+    """The peer of a connection as hypercorn puts it in the ASGI scope (``client``)."""
+    sock = getattr(getattr(stream, "transport_stream", stream), "socket", None)
+    try:
+        return None if sock is None else parse_socket_addr(sock.family, sock.getpeername())
+    except OSError:
+        return None
 
 
 async def _refuse(stream: Any) -> None:
@@ -261,11 +275,15 @@ def install() -> None:
 
 
 def configure(hc: HyperConfig, *, max_connections: int, h2c: bool,
-              body_limit: Callable[[str, str], int] | None = None) -> ConnectionGate:
-    """Ask the servers of ``hc`` for the limit, the h2c choice, the envelope and (with
-    ``body_limit``) no ``100 Continue`` for a body over its route's limit."""
+              body_limit: Callable[[str, str], int] | None = None,
+              closed: Callable[[Any], None] | None = None) -> ConnectionGate:
+    """Ask the servers of ``hc`` for the limit, the h2c choice, the envelope, (with
+    ``body_limit``) no ``100 Continue`` for a body over its route's limit, and (with
+    ``closed``) a call with the peer (the ASGI scope's ``client``) of every
+    connection that closes (:class:`aotx_trio.gateway.quota.Holdings`)."""
     install()
     gate = ConnectionGate(max_connections)
+    hc.aotx_closed = closed   # type: ignore[attr-defined]
     hc.aotx_body_limit = body_limit   # type: ignore[attr-defined]
     hc.aotx_gate = gate        # type: ignore[attr-defined]
     hc.aotx_h2c = h2c          # type: ignore[attr-defined]

@@ -55,7 +55,7 @@ from aotx_trio.errors import BadRequest, BodyTooLarge
 from aotx_trio.gateway import bodies
 from aotx_trio.gateway.auth import Authenticator, Principal
 from aotx_trio.gateway.errors import Dialect, dumps
-from aotx_trio.gateway.quota import RateLimiter
+from aotx_trio.gateway.quota import Holdings, RateLimiter
 from aotx_trio.service.client import DeviceClient
 from aotx_trio.vocab import BASE_PATH, SCHEMA
 
@@ -274,16 +274,21 @@ class Admission:
     auth: Authenticator
     rates: Mapping[str, RateLimiter | None]
     limits: Mapping[str, int]
+    holdings: Holdings | None = None
 
     def __call__(self, route: Route, authorization: str | None,
-                 length: int | None, content_type: str | None = None) -> Principal:
-        """The principal of a request of ``route``: 401, 429, 413, 403, then 415 for a
-        JSON row whose body is declared as another ``Content-Type`` (none declared:
-        read as JSON), in this order."""
+                 length: int | None, content_type: str | None = None,
+                 scope: Any = None) -> Principal:
+        """The principal of a request of ``route``: 401, 429 (its rate, then what it
+        holds at once: :class:`~aotx_trio.gateway.quota.Holdings`, on the request's ASGI
+        ``scope``), 413, 403, then 415 for a JSON row whose body is declared as another
+        ``Content-Type`` (none declared: read as JSON), in this order."""
         principal = self.auth.authenticate(authorization)
         rate = self.rates.get(route.bucket)
         if rate is not None:
             rate.take(principal.name)
+        if self.holdings is not None:
+            self.holdings.enter(principal.name, scope)
         limit = self.limits[route.body]
         if length is not None and length > limit:
             raise BodyTooLarge(f"request body of {length} bytes is over the limit of "
