@@ -32,8 +32,9 @@ from __future__ import annotations
 import hashlib
 import json
 import weakref
+from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import trio
 
@@ -192,8 +193,22 @@ class Quotas:
 
     def _count_memory(self, key: str) -> int:
         n = self._memory.get(key)
-        if n is not None:
-            return n
+        if n is None:
+            n = self._memory[key] = self._count_in_spaces(
+                key, self.device.memory_list, lambda r: r.actor == key)
+        return n
+
+    def _count_conversations(self, key: str) -> int:
+        n = self._conversations.get(key)
+        if n is None:
+            n = self._conversations[key] = self._count_in_spaces(
+                key, self.device.conversations, lambda r: r.creator == key)
+        return n
+
+    def _count_in_spaces(self, key: str, listing: Callable[..., tuple[list[Any], int]],
+                         mine: Callable[[Any], bool]) -> int:
+        """The rows of ``listing`` (a per-space device listing: conversations, memory
+        rows) that are ``mine``, over every space ``key`` can read."""
         n = 0
         space_cursor = 0
         while True:
@@ -202,36 +217,14 @@ class Quotas:
                 cursor = 0
                 while True:
                     try:
-                        rows, cursor = self.device.memory_list(_ALL, key, s.id, cursor, PAGE)
+                        rows, cursor = listing(_ALL, key, s.id, cursor, PAGE)
                     except errors.AotxError:   # listed, not readable: nothing it adds
                         break
-                    n += sum(1 for r in rows if r.actor == key)
+                    n += sum(1 for r in rows if mine(r))
                     if cursor == 0:
                         break
             if space_cursor == 0:
-                break
-        self._memory[key] = n
-        return n
-
-    def _count_conversations(self, key: str) -> int:
-        n = self._conversations.get(key)
-        if n is not None:
-            return n
-        n = 0
-        space_cursor = 0
-        while True:
-            spaces, space_cursor = self.device.spaces(_ALL, key, space_cursor, PAGE)
-            for s in spaces:
-                cursor = 0
-                while True:
-                    rows, cursor = self.device.conversations(_ALL, key, s.id, cursor, PAGE)
-                    n += sum(1 for r in rows if r.creator == key)
-                    if cursor == 0:
-                        break
-            if space_cursor == 0:
-                break
-        self._conversations[key] = n
-        return n
+                return n
 
 
 class MediaQuota:
