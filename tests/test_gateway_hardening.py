@@ -350,3 +350,15 @@ async def test_one_principal_cannot_hold_every_connection(tmp_path: Path) -> Non
             while (await http.get(BASE_PATH + "/capabilities",
                                   headers=_auth("alice"))).status_code != 200:
                 await trio.sleep(0.05)
+
+
+def test_defaults_leave_room_for_eight_principals() -> None:
+    """Item 2: the new quotas' defaults leave the shared memory table and the
+    connection slots room for 8 principals at full use."""
+    from aotx_trio.config import Limits
+    from aotx_trio.native import lib as native
+
+    lim = Limits()
+    assert 8 * lim.max_memory_rows_per_principal < native.capacities()["memory"]
+    assert 8 * lim.max_connections_per_principal <= lim.max_connections
+    assert lim.max_inflight_per_principal <= lim.max_connections_per_principal
