@@ -230,7 +230,15 @@ def test_the_hypercorn_swap_takes_effect() -> None:
     assert "TCPServer" in hyper_run.worker_serve.__code__.co_names
     assert "H11Protocol" in ProtocolWrapper.__init__.__code__.co_names
     # and the overridden hooks still exist to be overridden
-    for name in ("_check_protocol", "_send_error_response", "handle", "stream_send"):
+    for name in ("_check_protocol", "_send_error_response", "handle", "stream_send",
+                 "_send_h11_event"):
         assert name in vars(H11Protocol), name
-    for name in ("run", "_read_data"):
+    for name in ("run", "_read_data", "_close"):
         assert name in vars(TCPServer), name
+    # h11: the request-head reader listen._Connection checks raw lines in front of
+    import h11
+    from h11._readers import READERS
+    assert "_get_io_object" in vars(h11.Connection)
+    assert listen._READ_REQUEST is READERS[(h11.CLIENT, h11.IDLE)]
+    conn = listen._Connection(h11.SERVER)
+    assert conn._reader == conn._read_request
