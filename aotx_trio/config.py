@@ -78,10 +78,12 @@ class Limits(_Strict):
     journal_min_free_bytes: Annotated[int, Field(ge=0, le=1 << 60)] = 64 * MIB
     #: per-principal quotas (429 over_quota): receipts not yet retired, spaces and
     #: conversations created, member rows of the spaces it owns, bytes of the media it
-    #: uploaded (the runtime counts them; written into grants.json), and token buckets
+    #: uploaded, memory rows it adds (the runtime counts them; written into
+    #: grants.json), and token buckets
     #: of API requests (the gateway; 0 = no rate limit): the shared API, and the
     #: OpenAI-compatible /v1/* routes apart.  The defaults leave the fixed tables
-    #: (1024 receipts, 1024 spaces, 4096 conversations, 4096 member rows) room for 8
+    #: (1024 receipts, 1024 spaces, 4096 conversations, 4096 member rows, 4096 memory
+    #: rows) room for 8
     #: principals at full use.
     max_receipts_per_principal: Annotated[int, Field(ge=1, le=1 << 20)] = 120
     max_spaces_per_principal: Annotated[int, Field(ge=1, le=1 << 20)] = 120
@@ -91,12 +93,17 @@ class Limits(_Strict):
     #: active webhook subscriptions one principal may hold (the router enforces it;
     #: 8 principals at full use: 256 delivery tasks per router)
     max_webhooks: Annotated[int, Field(ge=1, le=4096)] = 32
+    max_memory_rows_per_principal: Annotated[int, Field(ge=1, le=1 << 20)] = 480
     requests_per_second: Annotated[float, Field(ge=0, le=1e6)] = 200.0
     request_burst: Annotated[int, Field(ge=1, le=1 << 20)] = 400
     v1_requests_per_second: Annotated[float, Field(ge=0, le=1e6)] = 10.0
     v1_request_burst: Annotated[int, Field(ge=1, le=1 << 20)] = 20
     #: connections served at once; one more is answered 503 too_many_connections, closed
     max_connections: Annotated[int, Field(ge=1, le=1 << 20)] = 512
+    #: connections one principal may hold (its latest request's), and requests it may
+    #: have in flight (SSE streams included): 429 over_quota past either
+    max_connections_per_principal: Annotated[int, Field(ge=1, le=1 << 20)] = 64
+    max_inflight_per_principal: Annotated[int, Field(ge=1, le=1 << 20)] = 32
     #: request-body bytes buffered across all connections at once (503 body_budget)
     max_buffered_body_bytes: Annotated[int, Field(ge=1024, le=1 << 40)] = 64 * MIB
     #: cleartext HTTP/2 (h2c: the preface or Upgrade: h2c); off unless set

@@ -23,6 +23,7 @@
     │   ├── BelowRetryFloor          below_retry_floor                               410
     │   ├── Gone                     gone                 removed / expired / closed 410
     │   ├── BodyTooLarge             body_too_large                                  413
+    │   ├── UnsupportedMediaType     unsupported_media_type  JSON under another type 415
     │   └── InvalidInput             invalid_argument     bad field (.fields[field]) 422
     │       └── InvalidParams        invalid_params       .fields: param, rule       422
     ├── FormatError                  a file or frame is corrupt, foreign, too new    500
@@ -184,6 +185,13 @@ class Gone(RequestError):
 class BodyTooLarge(RequestError):
     default_code = "body_too_large"
     status = 413
+
+
+class UnsupportedMediaType(RequestError):
+    """A JSON body declared as another ``Content-Type``."""
+
+    default_code = "unsupported_media_type"
+    status = 415
 
 
 class InvalidInput(RequestError):

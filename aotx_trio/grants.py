@@ -60,6 +60,7 @@ class Quotas(BaseModel):
     conversations: Annotated[int, Field(ge=1)] = Limits().max_conversations_per_principal
     members: Annotated[int, Field(ge=1)] = Limits().max_members_per_principal
     media_bytes: Annotated[int, Field(ge=1)] = Limits().max_media_bytes_per_principal
+    memory_rows: Annotated[int, Field(ge=1)] = Limits().max_memory_rows_per_principal
 
 
 class Grants(BaseModel):
@@ -105,7 +106,8 @@ def grants_document(config: GatewayConfig) -> dict[str, Any]:
                    "spaces": config.limits.max_spaces_per_principal,
                    "conversations": config.limits.max_conversations_per_principal,
                    "members": config.limits.max_members_per_principal,
-                   "media_bytes": config.limits.max_media_bytes_per_principal},
+                   "media_bytes": config.limits.max_media_bytes_per_principal,
+                   "memory_rows": config.limits.max_memory_rows_per_principal},
     }
 
 

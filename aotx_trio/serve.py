@@ -10,7 +10,9 @@ The data folder (``--data``, default ``./aotx-data``)::
                          gateway.json names none (and recorded there as
                          ``webhooks.signing_key_file``)
     grants/grants.json   the deployment grant file, rewritten from gateway.json at
-                         every start
+                         every start (after the journal folder's lock is taken: a
+                         second ``aotx serve`` on the folder is refused before it
+                         writes anything)
     journal/             journal.aotxj and service.sock (journal/models/: the embedding
                          model's files, extracted once from the runtime file)
     artifacts/           GGUF artifacts exported for on-demand loading (router.artifact_cache)
@@ -44,6 +46,7 @@ from aotx_trio.grants import load_grants, write_grants
 from aotx_trio.runtime.boot import JournalLimits, run_runtime
 from aotx_trio.runtime.ccir import RuntimeFile
 from aotx_trio.runtime.handler import ServiceHandler
+from aotx_trio.runtime.journal_file import journal_dir_locked
 from aotx_trio.service.client import InProcessClient
 from aotx_trio.vocab import ACTIONS
 
@@ -170,6 +173,18 @@ async def serve_embedded(data: Path, bind: str, *,
     permanent generation (:func:`aotx_trio._latency.tune_gc`).
     SIGHUP re-reads gateway.json: the gateway's principals and the runtime's grants
     (the grant file is rewritten from it) change without a restart."""
+    with journal_dir_locked(data / "journal") as journal_lock:   # before any write
+        await _serve_locked(data, bind, journal_lock, task_status, shutdown,
+                            journal_max_bytes, journal_min_free_bytes, service_socket,
+                            freeze_heap)
+    print("aotx serve: stopped", flush=True)
+
+
+async def _serve_locked(data: Path, bind: str, journal_lock: int,
+                        task_status: trio.TaskStatus[list[str]],
+                        shutdown: trio.Event | None, journal_max_bytes: int | None,
+                        journal_min_free_bytes: int | None, service_socket: bool,
+                        freeze_heap: bool) -> None:
     runtime, config, token = await trio.to_thread.run_sync(prepare, data, bind)
     limits = JournalLimits.of(config.limits, journal_max_bytes, journal_min_free_bytes)
     if token is not None:
@@ -182,7 +197,7 @@ async def serve_embedded(data: Path, bind: str, *,
         handler = await outer.start(functools.partial(
             run_runtime, runtime, data / "journal", data / "grants",
             execution_deadline_s=config.limits.execution_deadline_s, journal_limits=limits,
-            socket=service_socket))
+            journal_lock=journal_lock, socket=service_socket))
         try:
             for model_id in await register_default_models(config, runtime, handler):
                 log.info("default model %s", model_id)
@@ -203,7 +218,6 @@ async def serve_embedded(data: Path, bind: str, *,
                   flush=True)
             task_status.started(binds)
         outer.cancel_scope.cancel()   # the gateway has shut down: stop the runtime
-    print("aotx serve: stopped", flush=True)
 
 
 # The journal's write + fsync runs in a worker thread; when the fsync returns, that

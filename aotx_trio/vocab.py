@@ -81,12 +81,31 @@ def finish_of(status: str, code: int) -> str | None:
 MEDIA_TYPES: dict[str, int] = {"image": 1, "audio": 2}
 
 
+#: The ``type/subtype`` an upload may declare (its ``Content-Type``, parameters
+#: aside): the formats image and audio models read.
+MEDIA_CONTENT_TYPES: frozenset[str] = frozenset({
+    "image/png", "image/jpeg", "image/gif", "image/webp", "image/bmp", "image/tiff",
+    "image/avif", "image/heic", "image/heif",
+    "audio/wav", "audio/x-wav", "audio/wave", "audio/mpeg", "audio/mp4", "audio/aac",
+    "audio/ogg", "audio/opus", "audio/flac", "audio/webm"})
+
+
+#: what 422 ``media_type_invalid`` says (the gateway's check and the runtime's)
+MEDIA_TYPE_RULE = "Content-Type must be one of " + ", ".join(sorted(MEDIA_CONTENT_TYPES))
+
+
+def media_content_type(content_type: str) -> str | None:
+    """An upload's ``type/subtype`` (``IMAGE/PNG; x=y`` -> ``image/png``) when it is on
+    :data:`MEDIA_CONTENT_TYPES`, else None."""
+    top = content_type.split(";", 1)[0].strip().lower()
+    return top if top in MEDIA_CONTENT_TYPES else None
+
+
 def media_kind(content_type: str) -> str | None:
     """The media row type of an upload's Content-Type (``image/png; x=y`` -> ``image``),
-    or None when it is neither image/* nor audio/*."""
-    top = content_type.split(";", 1)[0].strip().lower()
-    kind, slash, sub = top.partition("/")
-    return kind if slash and sub and kind in MEDIA_TYPES else None
+    or None when its ``type/subtype`` is not on :data:`MEDIA_CONTENT_TYPES`."""
+    top = media_content_type(content_type)
+    return None if top is None else top.partition("/")[0]
 
 MAX_TEXT_BYTES = 2048       # text + device-added media links
 MEDIA_LINK_BYTES = 73       # per media row, separator included

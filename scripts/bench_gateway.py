@@ -228,7 +228,7 @@ def bare_server(data: Path, bind: str) -> int:
         shutdown = trio.Event()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(on_signal, shutdown)
-            binds = await nursery.start(partial(serve, app, hypercorn_config(cfg),
+            binds = await nursery.start(partial(serve, app, hypercorn_config(cfg, app),
                                                 shutdown_trigger=shutdown.wait))
             print(f"bare: listening on {' '.join(binds)}", flush=True)
 

@@ -84,7 +84,8 @@ async def bench(args: argparse.Namespace) -> None:
             app = create_app(client, config.principals, router=router)
             shutdown = trio.Event()
             binds = await nursery.start(functools.partial(
-                hypercorn_serve, app, hypercorn_config(config), shutdown_trigger=shutdown.wait))
+                hypercorn_serve, app, hypercorn_config(config, app),
+                shutdown_trigger=shutdown.wait))
             h = {"Authorization": f"Bearer {token}"}
             async with httpx.AsyncClient(base_url=binds[0], headers=h, timeout=300) as http:
                 eng = Engine.load(default_text_model(), max_seqs=16)

@@ -7,6 +7,7 @@ a loopback port (:func:`served`)."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import shutil
 import tempfile
@@ -159,7 +160,7 @@ async def hypercorn_on(app: Any, cfg: GatewayConfig) -> AsyncIterator[str]:
 
     async def http(task_status: trio.TaskStatus[list[str]]) -> None:
         try:
-            await hypercorn_serve(app, hypercorn_config(cfg), shutdown_trigger=shutdown.wait,
+            await hypercorn_serve(app, hypercorn_config(cfg, app), shutdown_trigger=shutdown.wait,
                                   task_status=task_status)
         finally:
             stopped.set()
@@ -181,7 +182,8 @@ async def served(tmp_path: Path, principals: Mapping[str, Sequence[str]], *,
     (:func:`hypercorn_on`); ``fast_mutations`` as in
     :func:`aotx_trio.gateway.app.create_app`; ``limits`` are gateway.json's; ``socket``:
     the gateway reaches the runtime through its service socket (a SocketClient: streams
-    ride its push frames), as ``aotx gateway serve`` does.  Shut down gracefully on exit
+    ride its push frames), as ``aotx gateway serve`` does; the runtime takes the
+    ``limits.journal_*`` of ``limits``, as in ``aotx serve``.  Shut down gracefully on exit
     (the gateway before the runtime)."""
     from aotx_trio.runtime.socket_server import SOCKET_NAME
     from aotx_trio.service.client import DeviceClient, SocketClient
@@ -193,8 +195,9 @@ async def served(tmp_path: Path, principals: Mapping[str, Sequence[str]], *,
         _, cfg = make_config(folder, principals, max_body_bytes=max_body_bytes,
                              limits=limits)
         async with trio.open_nursery() as nursery:
-            handler = await nursery.start(boot.run_runtime, ccir, folder / "journal",
-                                          folder / "grants")
+            handler = await nursery.start(functools.partial(
+                boot.run_runtime, ccir, folder / "journal", folder / "grants",
+                journal_limits=boot.JournalLimits.of(cfg.limits)))
             client: DeviceClient = InProcessClient(handler)
             if socket:
                 client = SocketClient(str(folder / "journal" / SOCKET_NAME), connect_timeout=5)

@@ -143,6 +143,68 @@ async def test_h2c_is_off_and_hypercorn_errors_carry_the_envelope(tmp_path: Path
         await s.aclose()
 
 
+async def _closed_after(stream: trio.SocketStream, request: bytes,
+                        limit: float) -> tuple[int, float]:
+    """Send ``request``, read its response: (status, seconds until the server closed
+    the connection after it); fails if it is still open after ``limit`` seconds."""
+    await stream.send_all(request)
+    raw = await _response(stream)
+    assert raw is not None, request[:60]
+    start = trio.current_time()
+    with trio.fail_after(limit):
+        while await stream.receive_some(65536):
+            pass
+    return _parse(raw)[0], trio.current_time() - start
+
+
+async def test_every_route_closes_idle_and_connection_close(tmp_path: Path) -> None:
+    """Issue 25 item 1: a connection answered by a Quart route (a GET, a 401,
+    /v1, /media, the fast path too) closes once keep_alive_timeout_s has passed
+    idle, and at once after ``Connection: close`` from either side."""
+    keep = 3.0
+    async with served(tmp_path, {"alice": ALL}, limits={"keep_alive_timeout_s": keep}) as srv:
+        alice = f"Authorization: Bearer {token_for('alice')}\r\n"
+        gets = {  # request head without the final CRLF -> expected status
+            f"GET {BASE_PATH}/capabilities HTTP/1.1\r\nHost: x\r\n{alice}": 200,
+            f"GET {BASE_PATH}/capabilities HTTP/1.1\r\nHost: x\r\n": 401,
+            f"GET /v1/models HTTP/1.1\r\nHost: x\r\n{alice}": 403,
+            f"GET /models HTTP/1.1\r\nHost: x\r\n{alice}": 403,
+            f"POST {BASE_PATH}/media HTTP/1.1\r\nHost: x\r\n{alice}"
+            "Content-Type: image/png\r\nContent-Length: 3\r\n": 201,
+            f"POST {BASE_PATH}/spaces HTTP/1.1\r\nHost: x\r\n{alice}"
+            "Content-Type: application/json\r\nContent-Length: 2\r\n": 400,
+        }
+        results: dict[tuple[str, bool], tuple[int, float]] = {}
+
+        async def one(head: str, close: bool) -> None:
+            body = b"{}" if "spaces" in head else b""
+            if "image/png" in head:
+                body = b"xy" + bytes([close])
+            request = (head + ("Connection: close\r\n" if close else "") + "\r\n").encode()
+            stream = await _connect(srv.url)
+            results[head, close] = await _closed_after(stream, request + body, keep * 4)
+            await stream.aclose()
+
+        async with trio.open_nursery() as nursery:
+            for head in gets:
+                for close in (False, True):
+                    nursery.start_soon(one, head, close)
+        for (head, close), (status, after) in results.items():
+            assert status == gets[head], (head, status)
+            if close:
+                assert after < keep - 1, (head, after)       # closed at once
+            else:
+                assert keep - 1 < after < keep * 4, (head, after)   # by the idle timer
+        # the server's own Connection: close (an early 401 with the body unread)
+        stream = await _connect(srv.url)
+        status, after = await _closed_after(
+            stream, (f"POST {BASE_PATH}/media HTTP/1.1\r\nHost: x\r\n"
+                     "Content-Type: image/png\r\nContent-Length: 100\r\n\r\n").encode(),
+            keep * 4)
+        assert status == 401 and after < keep - 1, (status, after)
+        await stream.aclose()
+
+
 def test_the_hypercorn_swap_takes_effect() -> None:
     """gateway/listen.py puts its subclasses where hypercorn's trio worker looks them
     up by name (hypercorn has no public setting for a connection limit, h2c off or its
@@ -168,7 +230,15 @@ def test_the_hypercorn_swap_takes_effect() -> None:
     assert "TCPServer" in hyper_run.worker_serve.__code__.co_names
     assert "H11Protocol" in ProtocolWrapper.__init__.__code__.co_names
     # and the overridden hooks still exist to be overridden
-    for name in ("_check_protocol", "_send_error_response", "handle"):
+    for name in ("_check_protocol", "_send_error_response", "handle", "stream_send",
+                 "_send_h11_event"):
         assert name in vars(H11Protocol), name
-    for name in ("run", "_read_data"):
+    for name in ("run", "_read_data", "_close"):
         assert name in vars(TCPServer), name
+    # h11: the request-head reader listen._Connection checks raw lines in front of
+    import h11
+    from h11._readers import READERS
+    assert "_get_io_object" in vars(h11.Connection)
+    assert listen._READ_REQUEST is READERS[(h11.CLIENT, h11.IDLE)]
+    conn = listen._Connection(h11.SERVER)
+    assert conn._reader == conn._read_request

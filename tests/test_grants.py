@@ -43,7 +43,7 @@ def test_written_file_has_principals_and_actions_only(tmp_path: Path) -> None:
          "actions": ["shared_read", "shared_manage"]},
         {"name": "carol", "principal_key": principal_key("carol"), "actions": []},
     ], "quotas": {"receipts": 120, "spaces": 120, "conversations": 480, "members": 480,
-                  "media_bytes": 256 * 1024 * 1024}}
+                  "media_bytes": 256 * 1024 * 1024, "memory_rows": 480}}
     for token in TOKENS.values():
         assert token not in raw
         assert token_sha256(token) not in raw

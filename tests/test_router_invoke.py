@@ -153,9 +153,14 @@ async def test_invalid_params(tmp_path: Path) -> None:
         r = await env.http.post(f"{env.url}/models/{MID}/invoke", content=b"{nope",
                                 headers={"Authorization": "Bearer token-invoker-0123456789abcdef",
                                          "Content-Type": "application/json"})
-        # a body that is not JSON violates the transport envelope: 422 invalid_params
-        assert r.status_code == 422 and r.json()["ok"] is False
-        assert (r.json()["error"]["code"], r.json()["error"]["param"]) == ("invalid_params", "body")
+        # a body that is not JSON: 400 malformed_json, as on every route (issue 25 item 14)
+        assert r.status_code == 400 and r.json()["ok"] is False
+        assert r.json()["error"]["code"] == "malformed_json"
+        r = await env.http.post(f"{env.url}/models/{MID}/invoke", content=b'{"a":"\xff"}',
+                                headers={"Authorization": "Bearer token-invoker-0123456789abcdef",
+                                         "Content-Type": "application/json"})
+        assert r.status_code == 400 and r.json()["ok"] is False
+        assert (r.json()["error"]["code"], r.json()["error"]["offset"]) == ("invalid_utf8", 6)
 
 
 async def test_over_capacity(tmp_path: Path) -> None:

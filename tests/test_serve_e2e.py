@@ -156,6 +156,20 @@ def test_aotx_serve_embedded(tmp_path: Path, folder: Path) -> None:
         r = admin.post("/spaces", admin.body(2, 2))
         assert r.status_code == 202
         space = r.json()["resource"]
+        # a second `aotx serve` on the folder is refused (journal_locked) before it
+        # writes anything: no file of the data folder is rewritten (issue 25 item 8)
+        files = [data / "gateway.json", data / "grants" / "grants.json",
+                 data / "webhook-signing.key"]
+        before = [(f.stat().st_ino, f.stat().st_mtime_ns, f.read_bytes()) for f in files]
+        second = subprocess.run(
+            [sys.executable, "-m", "aotx_trio", "serve", "--data", str(data), "--bind",
+             f"127.0.0.1:{free_port()}"], capture_output=True, text=True, timeout=60,
+            env=dict(os.environ))
+        assert second.returncode == 1, second.stderr
+        assert "journal_locked" in second.stderr.strip().splitlines()[-1], second.stderr
+        assert [(f.stat().st_ino, f.stat().st_mtime_ns, f.read_bytes())
+                for f in files] == before
+        assert admin.get(f"/spaces/{space}").status_code == 200
     finally:
         code = stop(proc)
         if admin is None:

@@ -41,7 +41,7 @@ from aotx_trio.gateway.errors import respond
 from aotx_trio.gateway.fast import FastMutations
 from aotx_trio.gateway.framing import guard
 from aotx_trio.gateway.metrics import GatewayMetrics
-from aotx_trio.gateway.quota import RateLimiter
+from aotx_trio.gateway.quota import Holdings, RateLimiter
 from aotx_trio.gateway.routes_table import ROUTES, Admission, route_of, unrouted
 from aotx_trio.router.service import RouterService, Settings
 from aotx_trio.service.client import DeviceClient
@@ -64,7 +64,8 @@ def create_app(client: DeviceClient, principals: Iterable[PrincipalEntry], *,
                fast_mutations: bool = True, router: RouterService | None = None,
                rate: RateLimiter | None = None, v1_rate: RateLimiter | None = None,
                body_budget: int | None = None,
-               webhooks: WebhookService | None = None) -> QuartTrio:
+               webhooks: WebhookService | None = None,
+               holdings: Holdings | None = None) -> QuartTrio:
     app = QuartTrio("aotx_trio.gateway", static_folder=None)
     app.request_class = media.request_class(max_media_bytes)
     app.config.update(
@@ -105,14 +106,16 @@ def create_app(client: DeviceClient, principals: Iterable[PrincipalEntry], *,
             await app.nursery.start(webhooks.run)
 
     admission = Admission(auth, {"requests": rate, "v1": v1_rate},
-                          {"body": max_body_bytes, "media": max_media_bytes})
+                          {"body": max_body_bytes, "media": max_media_bytes}, holdings)
+    app.config["AOTX_HOLDINGS"] = holdings   # the listener reports closed connections
 
     @app.before_request
     async def _admit() -> None:   # the one admit step of every row
         route = route_of(request.endpoint, request.path)
         if route is not None:
             g.principal = admission(route, request.headers.get("Authorization"),
-                                    request.content_length)
+                                    request.content_length,
+                                    request.headers.get("Content-Type"), request.scope)
 
     @app.errorhandler(Exception)
     async def _error(exc: Exception) -> Response:   # the one place errors are rendered
@@ -135,6 +138,7 @@ def create_app(client: DeviceClient, principals: Iterable[PrincipalEntry], *,
     own_metrics = GatewayMetrics()
     app.config["AOTX_METRICS"] = own_metrics
 
+    app.url_map.merge_slashes = False    # "//" is not "/" (gateway/framing.py)
     for route in ROUTES:
         app.add_url_rule(route.path, route.endpoint, VIEWS[route.endpoint],
                          methods=[route.method])
@@ -146,6 +150,8 @@ def create_app(client: DeviceClient, principals: Iterable[PrincipalEntry], *,
         app.asgi_app = BodyBudget(  # type: ignore[method-assign]
             app.asgi_app, budget=body_budget, max_body_bytes=max(max_body_bytes, max_media_bytes),
             retry_after_s=retry_after_s)
+    if holdings is not None:   # inside the guard: the scope the views see
+        app.asgi_app = holdings.wrap(app.asgi_app)  # type: ignore[method-assign,assignment]
     app.asgi_app = own_metrics.wrap(guard(app.asgi_app))  # type: ignore[method-assign,assignment]
     return app
 
@@ -203,4 +209,6 @@ def make_app_from_config(config: GatewayConfig, client: DeviceClient, *,
                       v1_rate=RateLimiter(lim.v1_requests_per_second, lim.v1_request_burst,
                                           quota="v1_requests"),
                       body_budget=lim.max_buffered_body_bytes, router=router,
+                      holdings=Holdings(lim.max_connections_per_principal,
+                                        lim.max_inflight_per_principal),
                       webhooks=webhooks_from_config(config, router))

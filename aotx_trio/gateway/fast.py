@@ -64,6 +64,7 @@ class FastMutations:
             await self.app(scope, receive, send)
             return
         authorization: str | None = None
+        content_type: str | None = None
         length: int | None = None
         chunked = False
         for name, value in scope["headers"]:
@@ -71,6 +72,8 @@ class FastMutations:
             if name == b"authorization":
                 if authorization is None:
                     authorization = value.decode("latin-1")
+            elif name == b"content-type":
+                content_type = value.decode("latin-1")
             elif name == b"content-length":
                 length = -1 if length is not None or not value.isdigit() else int(value)
             elif name == b"transfer-encoding":
@@ -84,7 +87,7 @@ class FastMutations:
         body_in = _Body(receive, limit, self.body_timeout, length)
         try:
             status, body, headers = await self._mutate(found, authorization, length,
-                                                       body_in.read)
+                                                       content_type, scope, body_in.read)
         except ClientGone:
             return
         except Exception as exc:   # ours, or what Quart raises while reading a body
@@ -99,10 +102,11 @@ class FastMutations:
 
     async def _mutate(self, found: tuple[Route, dict[str, str]],
                       authorization: str | None, length: int | None,
+                      content_type: str | None, scope: Scope,
                       read_body: Callable[[], Awaitable[bytes]],
                       ) -> tuple[int, dict[str, Any] | bytes, dict[str, str]]:
         route, params = found
-        principal = self.admission(route, authorization, length)
+        principal = self.admission(route, authorization, length, content_type, scope)
         return await submit(self.client, principal, route, params, read_body)
 
 

@@ -21,7 +21,7 @@ from aotx_trio import errors
 from aotx_trio.gateway.errors import json_response
 from aotx_trio.gateway.routes_table import BASE
 from aotx_trio.gateway.shared_routes import client, principal
-from aotx_trio.vocab import media_kind
+from aotx_trio.vocab import MEDIA_TYPE_RULE, media_content_type
 
 PATH = BASE + "/media"
 
@@ -42,9 +42,9 @@ async def upload() -> Response:
     """The view of ``media_upload`` (the admit step checked ``shared_write``)."""
     p = principal()
     content_type = request.headers.get("Content-Type", "")
-    if media_kind(content_type) is None:           # 422 before the body is read
-        raise errors.InvalidInput("Content-Type must be image/* or audio/*",
-                                  code="media_type_invalid", field="Content-Type")
+    if media_content_type(content_type) is None:   # 422 before the body is read
+        raise errors.InvalidInput(MEDIA_TYPE_RULE, code="media_type_invalid",
+                                  field="Content-Type")
     limit = int(current_app.config["AOTX_MAX_MEDIA_BYTES"])
     try:
         data = await request.get_data(cache=False)

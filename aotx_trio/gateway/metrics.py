@@ -12,14 +12,14 @@ Two sources, one page:
   shared), the admission queue, running inputs, engine steps, prefill and
   output tokens, inputs ended by status, time to first token, journal state.
 
-Route templates keep the label set small: resource ids become ``{space}``,
-``{conversation}``, ``{operation}``, ``{participant}``; unknown paths are
-``other``.
+Route templates keep the label set small: a path is labelled with the rule of
+its row in the route table (:data:`aotx_trio.gateway.routes_table.ROUTES`;
+path parameters become ``{space}``, ``{conversation}``, ``{target}``, ...);
+a path no row matches is ``other``.
 """
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from typing import Any
@@ -34,44 +34,21 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 from quart import Response, current_app
 
+from aotx_trio.gateway.routes_table import row_of
 from aotx_trio.service.client import DeviceClient
-from aotx_trio.vocab import BASE_PATH
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-_ID = re.compile(r"^(par|spc|con|op)-[0-9a-f]{32}-[0-9a-f]{32}$")
-_NAMES = {"par": "{participant}", "spc": "{space}", "con": "{conversation}",
-          "op": "{operation}"}
-_KNOWN_ROOTS = (BASE_PATH, "/metrics")
 
 Scope = Any   # an ASGI scope (a dict)
 ASGIApp = Callable[[Any, Any, Any], Awaitable[None]]
 
 
-_ROUTER = {"models": "/models/{target}", "aliases": "/aliases/{name}",
-           "scratch-sessions": "/scratch-sessions/{session_id}"}
-
-
-def _router_template(path: str) -> str | None:
-    """The serving router's routes (model ids and aliases may hold slashes)."""
-    root, slash, rest = path[1:].partition("/")
-    if root not in _ROUTER:
-        return None
-    if not slash:
-        return path
-    invoke = rest.endswith("/invoke") and root != "aliases"
-    return _ROUTER[root] + ("/invoke" if invoke else "")
-
-
 def route_template(path: str) -> str:
-    """``/aotx/v1/shared/spaces/spc-.../members`` -> ``.../spaces/{space}/members``."""
-    if (router := _router_template(path)) is not None:
-        return router
-    if not any(path == r or path.startswith(r + "/") for r in _KNOWN_ROOTS):
-        return "other"
-    parts = [(_NAMES[m.group(1)] if (m := _ID.match(p)) else p) for p in path.split("/")]
-    if any(len(p) > 40 for p in parts):
-        return "other"
-    return "/".join(parts)
+    """The label of a request path: its row's rule in the route table
+    (``/aotx/v1/shared/spaces/spc-.../members`` -> ``.../spaces/{space}/members``,
+    ``/v1/chat/completions`` as it is); ``other`` for a path no row matches."""
+    found = row_of(path)
+    return "other" if found is None else found[1]
 
 
 class GatewayMetrics:

@@ -50,16 +50,6 @@ def not_ready() -> errors.NotReady:
                            "gateway.json)", missing=["store"])
 
 
-def _body(raw: bytes) -> Any:
-    """An invoke body: one that is not JSON (or breaks the JSON bounds) is a
-    transport-envelope violation, 422 ``invalid_params`` with ``param: "body"`` and the
-    shared API's code as the ``rule`` (the router's table has no other code for it)."""
-    try:
-        return decode_json(raw)
-    except errors.BadRequest as exc:
-        raise errors.InvalidParams("body", exc.code, exc.message) from None
-
-
 def _key(value: str, code: str) -> str:
     """A target from the path: one that cannot be a key names nothing (404 ``code``)."""
     try:
@@ -81,7 +71,8 @@ async def _invoke(run: Callable[[RouterService, Any, Caller], Awaitable[dict[str
     p = principal()
     svc = _service()
     raw = await request.get_data(cache=False, as_text=False, parse_form_data=False)
-    return json_response(await run(svc, _body(raw), Caller(p.name, p.actions)), 200)
+    # a body that is not UTF-8 JSON: 400 invalid_utf8 / malformed_json, as on every route
+    return json_response(await run(svc, decode_json(raw), Caller(p.name, p.actions)), 200)
 
 
 async def _models() -> Response:

@@ -42,6 +42,7 @@ no-store``, ``Location`` of the operation).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -54,7 +55,7 @@ from aotx_trio.errors import BadRequest, BodyTooLarge
 from aotx_trio.gateway import bodies
 from aotx_trio.gateway.auth import Authenticator, Principal
 from aotx_trio.gateway.errors import Dialect, dumps
-from aotx_trio.gateway.quota import RateLimiter
+from aotx_trio.gateway.quota import Holdings, RateLimiter
 from aotx_trio.service.client import DeviceClient
 from aotx_trio.vocab import BASE_PATH, SCHEMA
 
@@ -154,6 +155,16 @@ ROUTES: tuple[Route, ...] = (
 )
 
 BY_ENDPOINT: dict[str, Route] = {r.endpoint: r for r in ROUTES}
+#: the rows with their own body limit, by method and (fixed) path
+_OWN_LIMIT: dict[tuple[str, str], BodyLimit] = {(r.method, r.path): r.body for r in ROUTES
+                                               if r.body != "body"}
+assert not any("<" in path for _, path in _OWN_LIMIT), "a body limit by a fixed path"
+
+
+def body_limit(limits: Mapping[str, int], method: str, path: str) -> int:
+    """The body limit (bytes) of a request by its method and path: its row's, out of
+    ``limits`` (by :data:`BodyLimit`)."""
+    return limits[_OWN_LIMIT.get((method, path), "body")]
 MUTATION_ROUTES: tuple[Route, ...] = tuple(r for r in ROUTES if r.kind is not None)
 
 #: a request under BASE that matches no row: admitted (token, rate, body), no action
@@ -219,6 +230,39 @@ match = _Matcher(MUTATION_ROUTES)
 """``match(path)``: the mutation row of a request path and its path parameters, or None."""
 
 
+def _pattern(route: Route) -> tuple[re.Pattern[str], str, Route]:
+    """A row's rule as a regex over paths, its label (``<x>`` -> ``{x}``) and the row."""
+    regex, label = "", ""
+    for literal, name in re.findall(r"([^<]*)(?:<([^>]*)>)?", route.path):
+        regex += re.escape(literal)
+        label += literal
+        if name:
+            kind, _, name = name.rpartition(":")
+            regex += ".+" if kind == "path" else "[^/]+"
+            label += "{" + name + "}"
+    return re.compile(regex + r"\Z"), label, route
+
+
+#: every row, the rows with more literal text first (a router ``.../invoke`` row
+#: before the row whose ``<path:...>`` would take its paths too)
+_PATTERNS = [_pattern(r) for r in sorted(
+    ROUTES, key=lambda r: -len(re.sub(r"<[^>]*>", "", r.path)))]
+
+
+def row_of(path: str, method: str | None = None) -> tuple[Route, str] | None:
+    """The row a request path belongs to, whatever its method (with ``method``: that
+    method's row when the path has several) and the row's rule as a label (``{x}``
+    for each path parameter); None for a path no row matches.  For labels and error
+    dialects before routing (metrics, the framing guard); werkzeug routes requests."""
+    found = None
+    for pattern, label, route in _PATTERNS:
+        if pattern.match(path):
+            if method is None or route.method == method:
+                return route, label
+            found = found or (route, label)
+    return found
+
+
 # --------------------------------------------------------------------------- the steps
 
 
@@ -230,20 +274,32 @@ class Admission:
     auth: Authenticator
     rates: Mapping[str, RateLimiter | None]
     limits: Mapping[str, int]
+    holdings: Holdings | None = None
 
     def __call__(self, route: Route, authorization: str | None,
-                 length: int | None) -> Principal:
-        """The principal of a request of ``route``: 401, 429, 413, 403 in this order."""
+                 length: int | None, content_type: str | None = None,
+                 scope: Any = None) -> Principal:
+        """The principal of a request of ``route``: 401, 429 (its rate, then what it
+        holds at once: :class:`~aotx_trio.gateway.quota.Holdings`, on the request's ASGI
+        ``scope``), 413, 403, then 415 for a JSON row whose body is declared as another
+        ``Content-Type`` (none declared: read as JSON), in this order."""
         principal = self.auth.authenticate(authorization)
         rate = self.rates.get(route.bucket)
         if rate is not None:
             rate.take(principal.name)
+        if self.holdings is not None:
+            self.holdings.enter(principal.name, scope)
         limit = self.limits[route.body]
         if length is not None and length > limit:
             raise BodyTooLarge(f"request body of {length} bytes is over the limit of "
                                f"{limit}", limit=limit)
         if route.actions and not set(route.actions) & set(principal.actions):
             principal.require(route.actions[-1])
+        if content_type is not None and route.method == "POST" and route.body == "body" \
+                and content_type.partition(";")[0].strip().lower() != "application/json":
+            raise errors.UnsupportedMediaType(
+                "a JSON body needs Content-Type: application/json",
+                content_type=content_type[:80])
         return principal
 
 
@@ -282,8 +338,37 @@ def _bounded_int(digits: str) -> int:
     return int(digits)
 
 
+class _DuplicateKey(ValueError):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key[:80]
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are all different (two readers may keep either)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
+#: a key of a JSON text without backslashes: in such a text every string is a run of
+#: non-quote bytes, so scanning left to right never starts inside one
+_KEY = re.compile(rb'"([^"]*)"\s*:')
+
+
+def keys_unique(raw: bytes) -> bool:
+    """Whether no key repeats in ``raw``, a JSON text without backslashes and without
+    nested objects (a body :func:`parse_body` took in one pass)."""
+    keys = _KEY.findall(raw)
+    return len(keys) == len(set(keys))
+
+
 def decode_json(raw: bytes) -> Any:
-    """Strict UTF-8 then JSON; 400 ``invalid_utf8`` / ``malformed_json`` with the offset.
+    """Strict UTF-8 then JSON; 400 ``invalid_utf8`` / ``malformed_json`` with the offset;
+    a key twice in one object is 400 ``malformed_json`` naming it.
     Depth (``MAX_DEPTH``) and integer size (``MAX_INT_DIGITS``) are bounded before
     anything is built, so no body can cost a deep recursion or a huge conversion."""
     try:
@@ -295,10 +380,13 @@ def decode_json(raw: bytes) -> Any:
         raise BadRequest(f"request body nests deeper than {MAX_DEPTH} levels",
                          code="malformed_json", limit=MAX_DEPTH)
     try:
-        return json.loads(text, parse_int=_bounded_int)
+        return json.loads(text, parse_int=_bounded_int, object_pairs_hook=_unique_keys)
     except json.JSONDecodeError as exc:
         raise BadRequest(f"request body is not JSON: {exc.msg} at character {exc.pos}",
                          code="malformed_json", offset=exc.pos) from exc
+    except _DuplicateKey as exc:
+        raise BadRequest(f"request body names the key {exc.key!r} twice in one object",
+                         code="malformed_json", key=exc.key) from exc
     except ValueError as exc:   # _bounded_int
         raise BadRequest(f"request body holds {exc}: at most {MAX_INT_DIGITS} digits",
                          code="malformed_json", limit=MAX_INT_DIGITS) from exc
@@ -331,15 +419,20 @@ def parse_body(model: type[bodies.Mutation], raw: bytes) -> dict[str, Any]:
     :func:`decode_json` and :func:`validate`, whose errors (and their order: 400
     before 422) are the API's.  The one pass accepts exactly what those two accept:
     a body it takes is ASCII JSON of bounded depth without numbers, which
-    ``json.loads`` reads alike (duplicate keys: the last one wins in both)."""
+    ``json.loads`` reads alike; one with a backslash (an escape could spell a key
+    twice) or a repeated key (:func:`keys_unique`) goes the long way, which refuses
+    repeated keys."""
     fast = _ONE_PASS.get(model)
     if fast is None:
         fast = _ONE_PASS[model] = one_pass(model)
-    if fast:
+    if fast and b"\\" not in raw:
         try:
-            return model.model_validate_json(raw).model_dump(by_alias=True)
+            body = model.model_validate_json(raw)
         except ValidationError:
             pass
+        else:
+            if keys_unique(raw):
+                return body.model_dump(by_alias=True)
     return validate(model, decode_json(raw)).model_dump(by_alias=True)
 
 

@@ -23,6 +23,7 @@ import functools
 import logging
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import trio
 from hypercorn.config import Config as HyperConfig
@@ -35,12 +36,15 @@ from aotx_trio.config import GatewayConfig, load_gateway_config
 from aotx_trio.gateway.app import make_app_from_config
 from aotx_trio.gateway.auth import Authenticator
 from aotx_trio.gateway.listen import configure
+from aotx_trio.gateway.routes_table import body_limit
 from aotx_trio.service.client import DeviceClient, SocketClient
 
 log = logging.getLogger("aotx.gateway")
 
 
-def hypercorn_config(config: GatewayConfig) -> HyperConfig:
+def hypercorn_config(config: GatewayConfig, app: Any = None) -> HyperConfig:
+    """hypercorn's settings for ``config``; with ``app``, its connections' closes are
+    reported to the app's :class:`~aotx_trio.gateway.quota.Holdings`."""
     hc = HyperConfig()
     hc.bind = [config.bind]
     hc.keep_alive_timeout = config.limits.keep_alive_timeout_s
@@ -48,8 +52,14 @@ def hypercorn_config(config: GatewayConfig) -> HyperConfig:
     hc.errorlog = logging.getLogger("hypercorn.error")
     hc.graceful_timeout = 5.0
     hc.h11_max_incomplete_size = 64 * 1024
-    configure(hc, max_connections=config.limits.max_connections,
-              h2c=config.limits.allow_h2c)
+    lim = config.limits
+    holdings = None if app is None else app.config.get("AOTX_HOLDINGS")
+    if holdings is not None:
+        holdings.tracking = True
+    configure(hc, max_connections=lim.max_connections, h2c=lim.allow_h2c,
+              body_limit=functools.partial(body_limit, {
+                  "body": lim.max_body_bytes, "media": lim.max_media_bytes}),
+              closed=None if holdings is None else holdings.closed)
     return hc
 
 
@@ -76,7 +86,7 @@ async def serve_gateway(config: GatewayConfig, client: DeviceClient,
     async with trio.open_nursery() as nursery:
         if config_path is not None:
             await nursery.start(on_reload_signal, reload)
-        await hypercorn_serve(app, hypercorn_config(config),
+        await hypercorn_serve(app, hypercorn_config(config, app),
                               shutdown_trigger=shutdown.wait, task_status=task_status)
         nursery.cancel_scope.cancel()
 

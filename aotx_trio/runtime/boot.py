@@ -75,6 +75,7 @@ class JournalLimits:
 async def open_runtime_state(lineage: bytes, journal_dir: Path,
                              limits: JournalLimits | None = None, *,
                              runtime_file: Path | None = None,
+                             held_lock: int | None = None,
                              ) -> AsyncIterator[RuntimeState]:
     """Open (or create) the journal in ``journal_dir``, replay it into a fresh device
     (fail closed on damage), queue this boot's transfer, and yield the state; closes
@@ -83,7 +84,8 @@ async def open_runtime_state(lineage: bytes, journal_dir: Path,
     With ``runtime_file``: recovery starts from the file's checkpoint (when it has one;
     refused with ``checkpoint_damaged`` / ``checkpoint_mismatch`` when it does not fit
     this journal) and replays only the journal after it; on the way out (a clean stop,
-    SIGTERM/SIGINT included) the journal is flushed and a new checkpoint written."""
+    SIGTERM/SIGINT included) the journal is flushed and a new checkpoint written.
+    ``held_lock``: the caller holds the folder's lock already (``open_journal_file``)."""
     limits = limits or JournalLimits()
     journal_dir.mkdir(parents=True, exist_ok=True)
     section = info = None
@@ -95,7 +97,7 @@ async def open_runtime_state(lineage: bytes, journal_dir: Path,
     jf = await trio.to_thread.run_sync(
         functools.partial(open_journal_file, journal_dir, lineage, resume=False,
                           params=JournalParams(file_cap_bytes=limits.max_bytes),
-                          ops=faults.from_env(), position=position))
+                          ops=faults.from_env(), position=position, held_lock=held_lock))
     if isinstance(jf.ops, faults.FaultyFileOps):
         jf.ops.armed = True      # open and recovery ran on real I/O
         log.warning("journal %s: %s is set: injecting write faults", jf.path, faults.ENV)
@@ -149,10 +151,13 @@ def load_runtime_file(ccir_path: Path) -> RuntimeFile:
 async def run_runtime(ccir: str | Path, journal: str | Path, grants_dir: str | Path, *,
                       socket: bool = True, execution_deadline_s: float = DEFAULT_DEADLINE_S,
                       journal_limits: JournalLimits | None = None,
+                      journal_lock: int | None = None,
                       task_status: trio.TaskStatus[ServiceHandler] = trio.TASK_STATUS_IGNORED,
                       ) -> None:
     """The runtime nursery: emitter, executor and service socket; ``started()`` with the
-    handler once the models are loaded and every child is ready."""
+    handler once the models are loaded and every child is ready.  ``journal_lock``:
+    the journal folder's lock, taken by the caller (``aotx serve``) before it wrote
+    anything (``journal_file.journal_dir_locked``)."""
     with runtime_file_lock(Path(ccir)):   # aotx pack refuses while it is held
         rf = load_runtime_file(Path(ccir))
         grants = load_grants(grants_dir)  # serves nothing without deployment grants
@@ -161,7 +166,8 @@ async def run_runtime(ccir: str | Path, journal: str | Path, grants_dir: str | P
             ModelSet.load, rf, embedding_root=journal_dir / "models"))
         try:
             async with open_runtime_state(rf.header.lineage, journal_dir, journal_limits,
-                                          runtime_file=Path(ccir)) as state:
+                                          runtime_file=Path(ccir),
+                                          held_lock=journal_lock) as state:
                 executor = Executor(state.device, state.emitter,
                                     native.capacities()["result_bytes"],
                                     deadline_s=execution_deadline_s)

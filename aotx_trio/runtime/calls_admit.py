@@ -71,7 +71,7 @@ class Admissions:
             check_media(s.media, key, req.media, model)
         limits = self.callers.quota_limits()
         if limits is not None:
-            self.quotas.check(limits, key, req)
+            self.quotas.check(limits, key, req, self._memory_rows(req, model))
         receipt = s.device.submit(grants, key, req)
         created = not receipt.retry
         if created:
@@ -102,6 +102,17 @@ class Admissions:
             finally:
                 self.handing.discard(receipt.op_id)
         return receipt, created
+
+    def _memory_rows(self, req: Request, model: TextModel | None) -> int:
+        """The memory rows an admission adds (``quotas.memory_rows``): a publication its
+        two copies; an input with text, when memory is retained, its text and embedding
+        rows and, in mode 2, the interpretation and its embedding."""
+        if req.kind == vocab.Kind.PUBLISH:
+            return 2
+        if req.kind != vocab.Kind.INPUT or model is None or not req.text \
+                or not self.memory.enabled:
+            return 0
+        return 4 if self.memory.retention_mode(model) == 2 else 2
 
     def _input_model(self, name: str, max_output_tokens: int) -> TextModel:
         """The loaded text model an input names, and its output limit checked against

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from aotx_trio import errors, vocab
-from aotx_trio.runtime import validate
+from aotx_trio.runtime import render, validate
 from aotx_trio.runtime.callers import Callers
 from aotx_trio.runtime.media import MediaStore
 from aotx_trio.runtime.quota import media_quota
@@ -19,6 +19,7 @@ from aotx_trio.runtime.services import Method, Services
 class MediaCalls:
     def __init__(self, services: Services, callers: Callers) -> None:
         self.media = services.media
+        self.save_state = services.save_state
         self.callers = callers
 
     def methods(self) -> dict[str, Method]:
@@ -33,6 +34,10 @@ class MediaCalls:
                                    reason="deployment_grant", action="shared_write")
         if self.media is None:
             raise errors.NotReady("this runtime stores no media", missing="media")
+        held = render.hold_names(self.save_state())
+        if held:   # like every write: nothing is stored while the journal holds
+            raise errors.JournalHold(f"the journal holds writes ({', '.join(held)}); "
+                                     "retry later", hold=held)
         try:
             data = base64.b64decode(str(params.get("data", "")), validate=True)
         except ValueError:

@@ -25,7 +25,7 @@ import mmap
 import os
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -169,6 +169,21 @@ def lock_journal_dir(directory: str | os.PathLike[str]) -> int:
     return fd
 
 
+@contextlib.contextmanager
+def journal_dir_locked(directory: str | os.PathLike[str]) -> Iterator[int]:
+    """:func:`lock_journal_dir` for the block (the folder is created if missing): a
+    caller that writes other files before it opens the journal (``aotx serve``'s
+    gateway.json and grant file) takes the lock first, so a refused second start
+    changes nothing, and hands the descriptor to :func:`open_journal_file`
+    (``held_lock``)."""
+    Path(directory).mkdir(parents=True, exist_ok=True)
+    fd = lock_journal_dir(directory)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
 @dataclass
 class JournalFile:
     """An open, verified journal file and the journal continuing it."""
@@ -219,8 +234,10 @@ def _create(directory: Path, path: Path, header: bytes, ops: FileOps) -> None:
 def open_journal_file(directory: str | os.PathLike[str], lineage: bytes, *,
                       params: JournalParams | None = None, ops: FileOps | None = None,
                       name: str = JOURNAL_NAME, resume: bool = True,
-                      position: Callable[[Spans], Anchor | None] | None = None) -> JournalFile:
-    """Lock ``directory`` (:func:`lock_journal_dir`), then create or open
+                      position: Callable[[Spans], Anchor | None] | None = None,
+                      held_lock: int | None = None) -> JournalFile:
+    """Lock ``directory`` (:func:`lock_journal_dir`; ``held_lock``: the caller holds
+    it already, :func:`journal_dir_locked`, and releases it), then create or open
     ``directory/name``; verify, truncate a torn tail, continue it.
 
     Blocking (run it with ``trio.to_thread.run_sync``).  With ``resume=False``
@@ -238,11 +255,12 @@ def open_journal_file(directory: str | os.PathLike[str], lineage: bytes, *,
     d = Path(directory)
     path = d / name
     base = replace(params or JournalParams(), lineage=lineage)
-    lock_fd = lock_journal_dir(d)
+    lock_fd = lock_journal_dir(d) if held_lock is None else -1
     try:
         return _open_locked(d, path, lineage, base, ops, resume, lock_fd, position)
     except BaseException:
-        os.close(lock_fd)
+        if lock_fd >= 0:
+            os.close(lock_fd)
         raise
 
 

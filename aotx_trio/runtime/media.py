@@ -12,8 +12,12 @@ bytes that are not on disk; the call answers only once both are durable.
 The same bytes uploaded by two participants are stored once and owned by
 both; a participant's input may reference only media it owns (anything else
 is ``media_not_found``, the same answer as for bytes nobody uploaded: another
-participant's sha256 reveals nothing).  Puts are serialised (one lock): they
-are rare, and two uploads of one blob must not share a temp file.
+participant's sha256 reveals nothing).  An owner's record is never rewritten: the
+same bytes again under another ``Content-Type`` are 409 ``media_type_conflict``
+(naming the stored one).  The type must be on
+:data:`aotx_trio.vocab.MEDIA_CONTENT_TYPES` (422 ``media_type_invalid``).  Puts are
+serialised (one lock): they are rare, and two uploads of one blob must not share a
+temp file.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ import trio
 
 from aotx_trio import errors
 from aotx_trio._fs import atomic_file, atomic_write_text, fsync_dir
-from aotx_trio.vocab import media_kind
+from aotx_trio.vocab import MEDIA_TYPE_RULE, media_content_type
 
 
 @dataclass(frozen=True)
@@ -37,16 +41,6 @@ class Media:
     type: str                    # image | audio
     content_type: str
     bytes: int
-
-
-def media_type(content_type: str) -> str:
-    """``image`` or ``audio`` from a Content-Type (``image/png; x=y`` -> image), else a
-    422 naming the header."""
-    kind = media_kind(content_type)
-    if kind is None:
-        raise errors.InvalidInput("Content-Type must be image/* or audio/*",
-                                  code="media_type_invalid", field="Content-Type")
-    return kind
 
 
 class MediaStore:
@@ -63,28 +57,36 @@ class MediaStore:
     async def put(self, owner: str, content_type: str, data: bytes) -> tuple[Media, bool]:
         """Store ``data`` for ``owner`` (a participant key); (the media, created: False
         when this owner had it already)."""
-        kind = media_type(content_type)
-        sha = hashlib.sha256(data).hexdigest()
-        media = Media(sha, kind, content_type.split(";", 1)[0].strip().lower(), len(data))
+        top = media_content_type(content_type)
+        if top is None:
+            raise errors.InvalidInput(MEDIA_TYPE_RULE, code="media_type_invalid",
+                                      field="Content-Type")
+        media = Media(hashlib.sha256(data).hexdigest(), top.partition("/")[0], top, len(data))
         async with self._lock:
-            return media, await trio.to_thread.run_sync(self._put, owner, media, data)
+            return await trio.to_thread.run_sync(self._put, owner, media, data)
 
-    def _put(self, owner: str, media: Media, data: bytes) -> bool:
+    def _put(self, owner: str, media: Media, data: bytes) -> tuple[Media, bool]:
+        had = self.owned(owner, media.sha256)
+        if had is not None:   # the owner's record stands: one type per owner and bytes
+            if had.content_type != media.content_type:
+                raise errors.Conflict(
+                    f"these bytes were uploaded as {had.content_type}, not "
+                    f"{media.content_type}", code="media_type_conflict",
+                    content_type=had.content_type, sha256=media.sha256)
+            return had, False
         blob = self._blob(media.sha256)
         if not blob.exists():
             blob.parent.mkdir(parents=True, exist_ok=True)
             with atomic_file(blob, mode=0o600) as out:
                 out.write(data)
         record = self._owner(media.sha256, owner)
-        if record.exists():
-            return False
         if not record.parent.exists():
             record.parent.mkdir(parents=True, exist_ok=True)
             fsync_dir(record.parent.parent)
         atomic_write_text(record, json.dumps({"type": media.type,
                                               "content_type": media.content_type,
                                               "bytes": media.bytes}), mode=0o600)
-        return True
+        return media, True
 
     def owned(self, owner: str, sha: str) -> Media | None:
         """The media ``owner`` uploaded with this sha256, or None."""

@@ -7,8 +7,11 @@ principal may hold at most ``quotas.receipts`` receipts that are not retired
 can be freed).  The member rows of the spaces a principal owns count against
 its ``quotas.members`` (the owner answers for its spaces' rows, whoever with
 ``manage`` adds them; the owner's own rights are the space's, not a row; a
-``member.set`` that only changes an existing row takes none; rows are never freed), and the
-bytes of the media it uploaded against ``quotas.media_bytes``
+``member.set`` that only changes an existing row takes none; rows are never freed), the
+memory rows it adds against ``quotas.memory_rows`` (an input with text is promised
+its text and embedding rows, four with a mode 2 interpretation; a publication adds
+two copies; memory rows are never freed: the table of 4096 is shared by everyone), and
+the bytes of the media it uploaded against ``quotas.media_bytes``
 (:class:`MediaQuota`; the same bytes uploaded again are not counted twice).
 The limits come from the grant file (``quotas``, written from
 ``gateway.json``'s ``limits.max_*_per_principal``), so both gateway paths and
@@ -16,9 +19,10 @@ every transport meet the same check.  Registration, retirement (the way out of
 the receipt quota) and exact retries of known sequences are never refused here;
 a cancellation may pass the receipt quota by :data:`CANCEL_MARGIN`.
 
-Space, conversation and member-row counts are counted once per principal from
-the device (the spaces it owns, the conversations it created in the spaces it
-can read, the member rows of the spaces it owns) and then kept up by
+Space, conversation, member-row and memory-row counts are counted once per principal
+from the device (the spaces it owns, the conversations it created in the spaces it
+can read, the member rows of the spaces it owns, the memory rows it is the actor of
+in the spaces it can read) and then kept up by
 :meth:`Quotas.admitted`; nothing deletes any of them.  Media bytes are counted
 once per principal from the media store's owner records.
 """
@@ -28,8 +32,9 @@ from __future__ import annotations
 import hashlib
 import json
 import weakref
+from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import trio
 
@@ -57,6 +62,8 @@ class Limits(Protocol):
     def members(self) -> int: ...
     @property
     def media_bytes(self) -> int: ...
+    @property
+    def memory_rows(self) -> int: ...
 
 
 def over_quota(quota: str, limit: int, message: str) -> errors.Refusal:
@@ -69,15 +76,18 @@ class Quotas:
         self._spaces: dict[str, int] = {}
         self._conversations: dict[str, int] = {}
         self._members: dict[str, int] = {}       # owner -> member rows of its spaces
+        self._memory: dict[str, int] = {}        # actor -> memory rows (and promised)
         self._new_row: str | None = None         # the owner a checked member.set adds to
+        self._new_memory = 0                     # memory rows a checked admission adds
         # (space, participant) member rows seen on the device: rows are never freed, so
         # a member.set of one of these changes a row and charges nobody (no device scan)
         self._rows: set[tuple[str, str]] = set()
 
-    def check(self, limits: Limits, key: str, req: Request) -> None:
-        """Raise :func:`over_quota` when ``req`` (a new operation of principal ``key``)
-        would pass one of ``limits``."""
+    def check(self, limits: Limits, key: str, req: Request, memory_rows: int = 0) -> None:
+        """Raise :func:`over_quota` when ``req`` (a new operation of principal ``key``
+        that adds ``memory_rows`` memory rows) would pass one of ``limits``."""
         kind = req.kind
+        self._new_memory = 0
         if kind in (vocab.Kind.REGISTER, vocab.Kind.RETIRE):
             return
         p = self.device.participant(_ALL, key, key)
@@ -97,6 +107,13 @@ class Quotas:
             raise over_quota("conversations", limits.conversations,
                              f"the principal has created {limits.conversations} "
                              "conversations")
+        if memory_rows:
+            held = self._count_memory(key)
+            if held + memory_rows > limits.memory_rows:
+                raise over_quota("memory_rows", limits.memory_rows,
+                                 f"the principal holds {held} memory rows; {memory_rows} "
+                                 f"more are over its {limits.memory_rows}")
+            self._new_memory = memory_rows
         self._new_row = None
         owner = self._row_owner(key, req) if kind == vocab.Kind.MEMBER_SET else None
         if owner is not None:
@@ -112,6 +129,9 @@ class Quotas:
             self._spaces[key] += 1
         elif receipt.kind == vocab.Kind.CONVERSATION_CREATE and key in self._conversations:
             self._conversations[key] += 1
+        rows, self._new_memory = self._new_memory, 0
+        if rows and key in self._memory:
+            self._memory[key] += rows
         owner, self._new_row = self._new_row, None
         if owner is not None and owner in self._members \
                 and receipt.kind == vocab.Kind.MEMBER_SET:
@@ -171,10 +191,24 @@ class Quotas:
             n = self._spaces[key] = len(self._owned_spaces(key))
         return n
 
+    def _count_memory(self, key: str) -> int:
+        n = self._memory.get(key)
+        if n is None:
+            n = self._memory[key] = self._count_in_spaces(
+                key, self.device.memory_list, lambda r: r.actor == key)
+        return n
+
     def _count_conversations(self, key: str) -> int:
         n = self._conversations.get(key)
-        if n is not None:
-            return n
+        if n is None:
+            n = self._conversations[key] = self._count_in_spaces(
+                key, self.device.conversations, lambda r: r.creator == key)
+        return n
+
+    def _count_in_spaces(self, key: str, listing: Callable[..., tuple[list[Any], int]],
+                         mine: Callable[[Any], bool]) -> int:
+        """The rows of ``listing`` (a per-space device listing: conversations, memory
+        rows) that are ``mine``, over every space ``key`` can read."""
         n = 0
         space_cursor = 0
         while True:
@@ -182,14 +216,15 @@ class Quotas:
             for s in spaces:
                 cursor = 0
                 while True:
-                    rows, cursor = self.device.conversations(_ALL, key, s.id, cursor, PAGE)
-                    n += sum(1 for r in rows if r.creator == key)
+                    try:
+                        rows, cursor = listing(_ALL, key, s.id, cursor, PAGE)
+                    except errors.AotxError:   # listed, not readable: nothing it adds
+                        break
+                    n += sum(1 for r in rows if mine(r))
                     if cursor == 0:
                         break
             if space_cursor == 0:
-                break
-        self._conversations[key] = n
-        return n
+                return n
 
 
 class MediaQuota:

@@ -33,6 +33,11 @@ def counter(value: int | None) -> str | None:
     return None if value is None else str(value)
 
 
+def hold_names(save: journal.SaveState) -> list[str]:
+    """The names of the journal's holds now (none: writes are admitted)."""
+    return [name for bit, name in HOLD_REASONS if int(save.hold) & bit]
+
+
 def render_save(save: journal.SaveState) -> dict[str, Any]:
     """The ``save`` object: which journal save this state is, and its trouble."""
     err = int(save.disk_error)
@@ -46,7 +51,7 @@ def render_save(save: journal.SaveState) -> dict[str, Any]:
         "pending_bytes": int(save.pending_bytes),
         "disk_error": None if err == 0 else {"errno": err,
                                              "name": errno.errorcode.get(err, str(err))},
-        "hold": [name for bit, name in HOLD_REASONS if int(save.hold) & bit],
+        "hold": hold_names(save),
     }
 
 
@@ -152,7 +157,7 @@ def _receipt_save_json(r: dev.Receipt) -> str:
     err = int(save.disk_error)
     disk = "null" if err == 0 else \
         f'{{"errno":{err},"name":{_js(errno.errorcode.get(err, str(err)))}}}'
-    hold = ",".join(f'"{name}"' for bit, name in HOLD_REASONS if int(save.hold) & bit)
+    hold = ",".join(f'"{name}"' for name in hold_names(save))
     ident = 'null,"generation":null,"boot":null,"commit_digest":null,"saved_records":null' \
         if ack is None else (
             f'"{int(ack.file_incarnation):016x}","generation":"{int(ack.generation)}",'
