@@ -359,5 +359,8 @@ def test_device_memory_and_its_errors(dev: cuda.Device) -> None:
         dev.alloc(1 << 50)                                          # a petabyte
     assert err.value.native == "cuda_out_of_memory"
     assert "cudaMalloc" in err.value.message
+    x = dev.upload(np.ones((2, 64), np.float32))           # the next launch is not blamed
+    dev.rmsnorm(x, x, dev.upload(np.ones(64, np.float32)), 2, 64, 1e-6)
+    dev.sync()
     data = np.arange(1000, dtype=np.int32)
     assert np.array_equal(dev.download(dev.upload(data), 1000, np.int32), data)

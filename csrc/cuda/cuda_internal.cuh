@@ -12,13 +12,17 @@ extern "C" {
 #include "aotx_kernels.h"
 }
 
-/* Return the mapped code of a failed CUDA call, naming it for aotx_cuda_last_error. */
+/* Return the mapped code of a failed CUDA call, naming it for aotx_cuda_last_error.  The
+ * runtime also keeps the error as this thread's "last error": reset it, or the next
+ * launch check (aotx_cuda_launched) would report it again (a sticky fault stays). */
 #define AOTX_CU(call)                                                                   \
     do {                                                                                \
         cudaError_t e_ = (call);                                                        \
-        if (e_ != cudaSuccess)                                                          \
+        if (e_ != cudaSuccess) {                                                        \
+            (void)cudaGetLastError();                                                   \
             return aotx_cuda_fail(#call, (int)e_, cudaGetErrorName(e_),                 \
                                   cudaGetErrorString(e_));                              \
+        }                                                                               \
     } while (0)
 
 /* After a launch: the configuration error, if any (a fault inside the kernel surfaces
