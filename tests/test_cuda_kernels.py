@@ -12,6 +12,7 @@ the float64 softmax over the same half K/V.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -337,6 +338,48 @@ def test_paged_attention_decode_against_float64(dev: cuda.Device, n_heads: int, 
         lib.aotx_kv_free(kv)
 
 
+def _cpu_halves(x: np.ndarray) -> np.ndarray:
+    """float -> binary16 bits as the CPU stores K/V (aotx_kv_f16_store)."""
+    x = np.ascontiguousarray(x, np.float32)
+    out = np.zeros(x.size, np.uint16)
+    lib.aotx_kv_f16_store(ffi.from_buffer("uint16_t[]", out), ffi.from_buffer("float[]", x),
+                          x.size)
+    return out
+
+
+@pytest.mark.parametrize("layer", [0, 1])
+def test_kv_write_stores_the_cpus_halves_where_the_pool_keeps_them(dev: cuda.Device,
+                                                                  layer: int) -> None:
+    n_kv, hd = 2, 64
+    kv = _pool(2, [1, 0], n_kv, hd, 100)
+    try:
+        lengths = [1, 9, 130, 8]
+        seqs = [_grown(kv, n) for n in lengths]
+        mirror, layout = cuda.page_table_mirror(kv, layer, 100 if layer == 0 else 0, seqs)
+        stats = ffi.new("aotx_kv_stats *")
+        lib.aotx_kv_stats_get(kv, stats)
+        rng = np.random.default_rng(layer)
+        k = (rng.standard_normal((len(seqs), n_kv * hd)) * 50).astype(np.float32)
+        v = (rng.standard_normal((len(seqs), n_kv * hd)) * 50).astype(np.float32)
+        k[0, :4] = [1e5, -1e5, 1.0 + 2.0 ** -11, 2.0 ** -25]   # overflow, a tie, underflow
+        pages = np.zeros((stats.n_pages, layout["page_elems"]), np.uint16)
+        pp = dev.upload(pages)
+        dev.kv_write_decode(n=len(seqs), n_kv_heads=n_kv, k_dim=hd, v_dim=hd, layout=layout,
+                            mirror=dev.upload(mirror), pages=pp, k=dev.upload(k),
+                            v=dev.upload(v))
+        dev.sync()
+        got = dev.download(pp, pages.shape, np.uint16)
+        page, off = ffi.new("int32_t *"), ffi.new("int64_t *")
+        for i, (seq, n) in enumerate(zip(seqs, lengths, strict=True)):
+            for h in range(n_kv):
+                for which, rows in ((0, k), (1, v)):
+                    check(lib.aotx_kv_locate(kv, seq, layer, n - 1, h, which, page, off))
+                    pages[page[0], off[0]:off[0] + hd] = _cpu_halves(rows[i, h * hd:(h + 1) * hd])
+        assert np.array_equal(got, pages)        # those rows, and nothing else written
+    finally:
+        lib.aotx_kv_free(kv)
+
+
 def test_attention_refusals_are_named(dev: cuda.Device) -> None:
     layout = {"page_elems": 1024, "k_off": 0, "v_off": 512, "k_tok": 64, "v_tok": 64,
               "page_tokens": 8, "elem_bytes": 2, "window": 0}
@@ -350,6 +393,18 @@ def test_attention_refusals_are_named(dev: cuda.Device) -> None:
     with pytest.raises(errors.AotxError) as err:
         dev.attention_decode(**{**args, "n_heads": 16})             # 16 heads per kv head
     assert err.value.native == "unsupported"
+
+
+def test_aotx_devices_lists_this_gpu(dev: cuda.Device) -> None:
+    devices, why = cuda.list_devices()
+    if why and "cuda-python" in why:
+        pytest.skip(why)
+    assert why is None and devices
+    _, total = dev.mem_info()
+    first = devices[0]
+    assert first["memory_total_bytes"] == total
+    assert 0 < first["memory_free_bytes"] <= total
+    assert first["name"] and re.fullmatch(r"\d+\.\d+", first["compute_capability"])
 
 
 def test_device_memory_and_its_errors(dev: cuda.Device) -> None:

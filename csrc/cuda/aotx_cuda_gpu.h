@@ -69,6 +69,19 @@ typedef struct aotx_cuda_attn {
     float *out;                /* device: [n][n_heads][v_dim] */
 } aotx_cuda_attn;
 int aotx_cuda_attention_decode(const aotx_cuda_attn *a, void *stream);
+
+/* Store a decode step's K/V rows into f16 pages: row i (float, k [n][n_kv_heads * k_dim],
+ * v [n][n_kv_heads * v_dim]) goes to position len - 1 of mirror entry i, rounded to
+ * nearest even as the CPU's aotx_kv_f16_store (the same bits). */
+typedef struct aotx_cuda_kv_rows {
+    int32_t n;                 /* sequences (mirror entries) */
+    int32_t n_kv_heads, k_dim, v_dim;
+    aotx_cuda_kv_layout layout;   /* elem_bytes 2 */
+    const int32_t *mirror;     /* device */
+    void *pages;               /* device */
+    const float *k, *v;        /* device */
+} aotx_cuda_kv_rows;
+int aotx_cuda_kv_write_decode(const aotx_cuda_kv_rows *w, void *stream);
 /* CDEF-END */
 
 #endif

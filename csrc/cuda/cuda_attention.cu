@@ -1,6 +1,7 @@
 /* cuda_attention.cu -- decode attention over f16 KV pages addressed through the
  * page-table mirror (aotx_cuda.h), GQA: a block per (sequence, kv head) runs the query
- * heads that share the kv head, so each K/V row is read once for all of them. */
+ * heads that share the kv head, so each K/V row is read once for all of them; and the
+ * decode step's K/V writes into those pages. */
 #include "cuda_internal.cuh"
 
 #define ATT_WARPS 4
@@ -120,4 +121,32 @@ extern "C" int aotx_cuda_attention_decode(const aotx_cuda_attn *a, void *stream)
     else if (G <= 4) attn_decode_kernel<4><<<grid, ATT_WARPS * 32, 0, s>>>(*a);
     else attn_decode_kernel<8><<<grid, ATT_WARPS * 32, 0, s>>>(*a);
     return aotx_cuda_launched("attn_decode_kernel");
+}
+
+/* A block per sequence: its K and V rows of position len - 1, every kv head, as halves. */
+__global__ void kv_write_decode_kernel(aotx_cuda_kv_rows w) {
+    const int seq = blockIdx.x;
+    const int32_t *e = w.mirror + 4 * seq;
+    const int32_t pos = e[0] - 1, page0 = e[2];
+    const aotx_cuda_kv_layout L = w.layout;
+    const int64_t page = w.mirror[e[3] + pos / L.page_tokens - page0];
+    const int64_t slot = pos % L.page_tokens;
+    __half *base = (__half *)w.pages + page * L.page_elems;
+    const int64_t nk = (int64_t)w.n_kv_heads * w.k_dim, nv = (int64_t)w.n_kv_heads * w.v_dim;
+    for (int64_t i = threadIdx.x; i < nk; i += blockDim.x)
+        base[L.k_off + slot * L.k_tok + i] = __float2half_rn(w.k[seq * nk + i]);
+    for (int64_t i = threadIdx.x; i < nv; i += blockDim.x)
+        base[L.v_off + slot * L.v_tok + i] = __float2half_rn(w.v[seq * nv + i]);
+}
+
+extern "C" int aotx_cuda_kv_write_decode(const aotx_cuda_kv_rows *w, void *stream) {
+    if (!w || w->n < 0 || w->n_kv_heads < 1 || w->k_dim < 1 || w->v_dim < 1 ||
+        w->layout.elem_bytes != 2 || w->layout.page_tokens < 1 ||
+        (int64_t)w->n_kv_heads * w->k_dim != w->layout.k_tok ||
+        (int64_t)w->n_kv_heads * w->v_dim != w->layout.v_tok)
+        return AOTX_E_INVALID_ARGUMENT;
+    if (w->n == 0) return AOTX_OK;
+    if (!w->mirror || !w->pages || !w->k || !w->v) return AOTX_E_INVALID_ARGUMENT;
+    kv_write_decode_kernel<<<(unsigned)w->n, 128, 0, aotx_stream(stream)>>>(*w);
+    return aotx_cuda_launched("kv_write_decode_kernel");
 }
