@@ -250,31 +250,23 @@ class Device:
     def attention_decode(self, *, n: int, n_heads: int, n_kv_heads: int, head_dim: int,
                          v_dim: int, scale: float, layout: dict[str, int], mirror: int,
                          pages: int, q: int, out: int) -> None:
-        a = ffi.new("aotx_cuda_attn *")
-        a.n, a.n_heads, a.n_kv_heads, a.head_dim, a.v_dim = n, n_heads, n_kv_heads, head_dim, v_dim
-        a.scale = scale
-        _set_layout(a.layout, layout)
-        a.mirror = ffi.cast("int32_t *", mirror)
-        a.pages = _p(pages)
-        a.q = _f(q)
-        a.out = _f(out)
+        a = _paged("aotx_cuda_attn *", layout, mirror, pages, n=n, n_heads=n_heads,
+                   n_kv_heads=n_kv_heads, head_dim=head_dim, v_dim=v_dim, scale=scale, q=_f(q),
+                   out=_f(out))
         _check(lib.aotx_cuda_attention_decode(a, ffi.NULL))
 
     def kv_write_decode(self, *, n: int, n_kv_heads: int, k_dim: int, v_dim: int,
                         layout: dict[str, int], mirror: int, pages: int, k: int, v: int) -> None:
-        w = ffi.new("aotx_cuda_kv_rows *")
-        w.n, w.n_kv_heads, w.k_dim, w.v_dim = n, n_kv_heads, k_dim, v_dim
-        _set_layout(w.layout, layout)
-        w.mirror = ffi.cast("int32_t *", mirror)
-        w.pages = _p(pages)
-        w.k = _f(k)
-        w.v = _f(v)
+        w = _paged("aotx_cuda_kv_rows *", layout, mirror, pages, n=n, n_kv_heads=n_kv_heads,
+                   k_dim=k_dim, v_dim=v_dim, k=_f(k), v=_f(v))
         _check(lib.aotx_cuda_kv_write_decode(w, ffi.NULL))
 
 
-def _set_layout(dst: Any, layout: dict[str, int]) -> None:
-    for name in _LAYOUT:
-        setattr(dst, name, layout[name])
+def _paged(ctype: str, layout: dict[str, int], mirror: int, pages: int, **fields: Any) -> Any:
+    """A struct of a call over KV pages: the layer's layout, the mirror, the pages and
+    the call's own fields."""
+    return ffi.new(ctype, {**fields, "layout": {name: layout[name] for name in _LAYOUT},
+                           "mirror": ffi.cast("int32_t *", mirror), "pages": _p(pages)})
 
 
 def _p(ptr: int) -> Any:
