@@ -171,7 +171,8 @@ def compile_cuda(cuda: Cuda, sources: list[Path], out_dir: Path) -> list[Path]:
             run = subprocess.run([str(cuda.nvcc), *flags, "-c", str(src), "-o", str(tmp)],
                                  capture_output=True, text=True)
             if run.returncode != 0:
-                raise SystemExit(f"build.py: nvcc failed on {src.relative_to(ROOT)}:\n"
+                shown = src.relative_to(ROOT) if src.is_relative_to(ROOT) else src
+                raise SystemExit(f"build.py: nvcc failed on {shown}:\n"
                                  f"{run.stdout}{run.stderr}")
             os.replace(tmp, obj)
             for old in out_dir.glob(f"{src.stem}-*.o"):   # earlier versions of this source

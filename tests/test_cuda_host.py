@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -95,12 +96,39 @@ def test_asking_for_cuda_without_nvcc_is_refused_by_name(tmp_path: Path) -> None
     assert run.returncode != 0 and "must be 0 or 1" in run.stderr
 
 
-def test_build_only_cuda_brings_the_engine_along() -> None:
+def _build_module() -> Any:
     sys.path.insert(0, str(ROOT))
     try:
         import build
     finally:
         sys.path.remove(str(ROOT))
+    return build
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None or os.environ.get("AOTX_CUDA") == "0",
+                    reason="no nvcc on PATH (or AOTX_CUDA=0): this machine builds CPU-only")
+def test_a_machine_with_nvcc_builds_the_cuda_kernels() -> None:
+    """CI's machines have nvcc: the default build there compiles csrc/cuda (warnings as
+    errors), so a kernel that stops compiling fails the install step, not a GPU run."""
+    assert cuda.compiled()
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="no nvcc on PATH")
+@pytest.mark.timeout(300)
+def test_a_warning_in_a_cuda_source_fails_the_build(tmp_path: Path) -> None:
+    build = _build_module()
+    toolkit = build.find_cuda()
+    assert toolkit is not None
+    src = tmp_path / "warns.cu"
+    src.write_text("__global__ void k(int *p) { int unused = 3; p[0] = 1; }\n")
+    with pytest.raises(SystemExit) as err:
+        build.compile_cuda(toolkit, [src], tmp_path / "obj")
+    assert "nvcc failed on" in str(err.value) and "unused" in str(err.value)
+    assert not list((tmp_path / "obj").glob("*.o"))
+
+
+def test_build_only_cuda_brings_the_engine_along() -> None:
+    build = _build_module()
     headers, sources = build.select(["cuda"])
     names = {h.name for h in headers}
     assert {"aotx_cuda.h", "aotx_kv.h", "aotx_kernels.h"} <= names
