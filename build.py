@@ -234,7 +234,7 @@ _AUTO = object()
 
 
 def make_ffi(only: list[str] | None = None, absolute: bool = False,
-             cuda_objects: object = _AUTO) -> FFI:
+             cuda_objects: tuple[Cuda, list[Path]] | None | object = _AUTO) -> FFI:
     """The cffi builder.  ``cuda_objects``: the toolkit and the compiled kernels to link,
     None for a CPU-only build, or left out: :func:`build_cuda` decides (setup.py)."""
     if cuda_objects is _AUTO:
@@ -284,8 +284,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", help="folder for the built module (default: in place, aotx_trio/)")
     args = ap.parse_args(argv)
     only = args.only.split(",") if args.only else None
-    tmp = ROOT / "build" / ("cffi-" + (args.only or "all").replace(",", "-"))
     ffi = make_ffi(only, absolute=True)
+    tmp = ROOT / "build" / ("cffi-" + (args.only or "all").replace(",", "-"))
     built = Path(ffi.compile(tmpdir=str(tmp), verbose=False)).resolve()
     dest = Path(args.out) if args.out else ROOT / "aotx_trio"
     dest.mkdir(parents=True, exist_ok=True)

@@ -305,27 +305,34 @@ def list_devices() -> tuple[list[dict[str, Any]], str | None]:
         return [], f"no CUDA driver or device: {exc}"
     except Exception as exc:   # the bindings could not load libcuda at all
         return [], f"no CUDA driver: {type(exc).__name__}: {exc}"
-    attr = cu.CUdevice_attribute
     out: list[dict[str, Any]] = []
-    for i in range(count):
-        dev = ok(cu.cuDeviceGet(i))
-        name = ok(cu.cuDeviceGetName(256, dev))
-        major = ok(cu.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev))
-        minor = ok(cu.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev))
-        total = ok(cu.cuDeviceTotalMem(dev))
-        ctx = ok(cu.cuDevicePrimaryCtxRetain(dev))
-        try:
-            ok(cu.cuCtxPushCurrent(ctx))
-            free, _ = ok(cu.cuMemGetInfo())
-            ok(cu.cuCtxPopCurrent())
-        finally:
-            ok(cu.cuDevicePrimaryCtxRelease(dev))
-        raw = bytes(name) if not isinstance(name, str) else name.encode()
-        out.append({"index": i, "name": raw.split(b"\0", 1)[0].decode(errors="replace"),
-                    "compute_capability": f"{int(major)}.{int(minor)}",
-                    "memory_total_bytes": int(total), "memory_free_bytes": int(free),
-                    "driver_version": f"{driver // 1000}.{driver % 1000 // 10}"})
+    try:
+        for i in range(count):
+            out.append(_device(cu, ok, i, driver))
+    except RuntimeError as exc:
+        return out, f"reading device {len(out)} failed: {exc}"
     return out, None if out else "the driver reports no CUDA device"
+
+
+def _device(cu: Any, ok: Any, i: int, driver: int) -> dict[str, Any]:
+    attr = cu.CUdevice_attribute
+    dev = ok(cu.cuDeviceGet(i))
+    name = ok(cu.cuDeviceGetName(256, dev))
+    major = ok(cu.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev))
+    minor = ok(cu.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev))
+    total = ok(cu.cuDeviceTotalMem(dev))
+    ctx = ok(cu.cuDevicePrimaryCtxRetain(dev))   # free memory needs a context
+    try:
+        ok(cu.cuCtxPushCurrent(ctx))
+        free, _ = ok(cu.cuMemGetInfo())
+        ok(cu.cuCtxPopCurrent())
+    finally:
+        ok(cu.cuDevicePrimaryCtxRelease(dev))
+    raw = name.encode() if isinstance(name, str) else bytes(name)
+    return {"index": i, "name": raw.split(b"\0", 1)[0].decode(errors="replace"),
+            "compute_capability": f"{int(major)}.{int(minor)}",
+            "memory_total_bytes": int(total), "memory_free_bytes": int(free),
+            "driver_version": f"{driver // 1000}.{driver % 1000 // 10}"}
 
 
 def _driver_error(cu: Any, err: Any) -> str:
