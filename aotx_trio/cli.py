@@ -24,6 +24,7 @@ _ENTRY: dict[str, str] = {
     "generate": "aotx_trio.engine_cli:generate_main",
     "embed": "aotx_trio.embed_cli:embed_main",
     "models": "aotx_trio.default_models:main",
+    "devices": "aotx_trio.native.cuda:devices_main",
     "registry": "aotx_trio.router.cli:main",
 }
 
@@ -121,6 +122,9 @@ def _parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("models", help="assemble and verify the default models into a cache folder")
     s.add_argument("--cache", help="cache folder (default: $AOTX_CACHE or ~/.cache/aotx-trio)")
+
+    sub.add_parser("devices", help="list the GPUs (JSON; needs the cuda extra) and whether this "
+                                   "build has the CUDA kernels")
 
     from aotx_trio.router.cli_args import add_registry_parser
     add_registry_parser(sub)

@@ -450,6 +450,18 @@ NATIVE: dict[str, _Entry] = {
     # kernels (csrc/engine/aotx_kernels.h)
     "kernel_type_unsupported": _e(FormatError),
     "kernel_shape_invalid": _e(InvalidInput),
+    # CUDA (csrc/cuda/aotx_cuda.h): a device that cannot serve is a configuration matter
+    # (no device, no driver, no kernels for it, no CUDA in the build, a model too large);
+    # a failed call or a fault on a working device is the library's error
+    "cuda_error": _e(NativeError),
+    "cuda_out_of_memory": _e(NativeError),
+    "cuda_no_device": _e(ConfigError),
+    "cuda_not_built": _e(ConfigError),
+    "cuda_driver_unusable": _e(ConfigError),
+    "cuda_arch_unsupported": _e(ConfigError),
+    "cuda_launch_refused": _e(NativeError),
+    "cuda_device_fault": _e(NativeError),
+    "cuda_model_too_large": _e(ConfigError),
 }
 
 

@@ -7,7 +7,7 @@
  *     call leaves the state it was given unchanged;
  *   - codes are grouped by area in hundreds: 1..99 common, 1xx device state,
  *     2xx journal, 3xx runtime file, 4xx model/gguf, 5xx KV pool,
- *     6xx tokenizer, 7xx embeddings, 8xx kernels.  aotx_code_name() gives
+ *     6xx tokenizer, 7xx embeddings, 8xx kernels, 9xx CUDA.  aotx_code_name() gives
  *     the snake_case name Python and HTTP use, aotx_strerror() a sentence;
  *   - buffers are owned by the caller; a function that fills a buffer returns
  *     the number of bytes written, or minus the size needed when the buffer
@@ -95,7 +95,11 @@ typedef struct aotx_code_entry {
     const char *message;
 } aotx_code_entry;
 
+#ifdef __cplusplus   /* the CUDA sources (csrc/cuda, .cu) include the headers as C++ */
+#define AOTX_STATIC_ASSERT(cond, msg) static_assert(cond, msg)
+#else
 #define AOTX_STATIC_ASSERT(cond, msg) _Static_assert(cond, msg)
+#endif
 
 /* ==== engine: the compute backend seam (C only, not part of the cffi surface) ====
  *

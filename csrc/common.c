@@ -40,6 +40,7 @@ extern const aotx_code_entry aotx_kv_codes[] __attribute__((weak));
 extern const aotx_code_entry aotx_tokenizer_codes[] __attribute__((weak));
 extern const aotx_code_entry aotx_embed_codes[] __attribute__((weak));
 extern const aotx_code_entry aotx_kernel_codes[] __attribute__((weak));
+extern const aotx_code_entry aotx_cuda_codes[] __attribute__((weak));
 
 static const aotx_code_entry *lookup(int code) {
     int area = abs(code) / 100;
@@ -54,6 +55,7 @@ static const aotx_code_entry *lookup(int code) {
     case 6: t = aotx_tokenizer_codes; break;
     case 7: t = aotx_embed_codes; break;
     case 8: t = aotx_kernel_codes; break;
+    case 9: t = aotx_cuda_codes; break;
     default: return NULL;
     }
     if (!t) return NULL;
