@@ -46,6 +46,8 @@ class Spec:
     seed: int = 0
     eos_id: int = 1
     zero_output_norm: bool = False   # every logit 0: greedy picks token 0
+    chat_template: str | None = None  # tokenizer.chat_template
+    controls: dict[int, str] = field(default_factory=dict)   # id -> a control piece instead
 
 
 def vocab(n: int) -> tuple[list[str], list[float], list[int]]:
@@ -110,6 +112,10 @@ def write_model(path: Path, spec: Spec) -> Path:
     if a == "gemma3":
         wr.add_uint32(f"{a}.attention.sliding_window", spec.window)
     toks, scores, ttypes = vocab(spec.n_vocab)
+    for i, piece in spec.controls.items():
+        toks[i], ttypes[i] = piece, 3
+    if spec.chat_template is not None:
+        wr.add_chat_template(spec.chat_template)
     wr.add_tokenizer_model("llama")
     wr.add_token_list(toks)
     wr.add_token_scores(scores)

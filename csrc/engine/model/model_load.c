@@ -298,7 +298,7 @@ static int model_load_bpe(aotx_model *m, const aotx_tokenizer_params *tp, int32_
     if (aotx_tokenizer_pre_parse(pre_name, (int64_t)pn, &pre))
         return model_set_err(err, cap, AOTX_E_TOKENIZER_PRE,
                              "tokenizer.ggml.pre = \"%.*s\" is not supported "
-                             "(default, gpt2, llama-bpe, llama3, qwen2)",
+                             "(default, gpt2, llama-bpe, llama3, qwen2, smollm)",
                              (int)(pn > 64 ? 64 : pn), pre_name);
     int32_t et;
     uint64_t nm = 0;
