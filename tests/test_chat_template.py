@@ -41,7 +41,9 @@ GEMMA = """{{ bos_token }}
 {%- if add_generation_prompt -%}{{ '<start_of_turn>model\\n' }}{%- endif -%}"""
 # Phi-3's layout: an end-of-turn piece the engine does not know by name (only the
 # template says it ends a turn).
-PHI = ("{% for m in messages %}{{ '<|' + m['role'] + '|>\\n' + m['content'] + '<|end|>\\n' }}"
+PHI = ("{% if add_generation_prompt and messages[-1]['role'] == 'assistant' %}"
+       "{{ raise_exception('nothing to answer') }}{% endif %}"
+       "{% for m in messages %}{{ '<|' + m['role'] + '|>\\n' + m['content'] + '<|end|>\\n' }}"
        "{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\\n' }}{% endif %}")
 PHI_CONTROLS = {0: "<|end|>", 509: "<|user|>", 510: "<|assistant|>", 511: "<|system|>"}
 END = 0
@@ -183,14 +185,21 @@ def test_generation_stops_at_the_templates_end_of_turn(phi: Path, plain: Path) -
 async def test_v1_chat_finishes_with_stop_at_end_of_turn(tmp_path: Path) -> None:
     ccir = make_runtime_file(tmp_path / "rt", spec=tiny(PHI, zero=True))
     async with served(tmp_path, {"alice": (*ALL, "models_invoke")}, ccir=ccir) as srv:
-        def run() -> object:
+        def run() -> tuple[object, openai.BadRequestError]:
             c = openai.OpenAI(base_url=srv.url + "/v1", api_key=token_for("alice"),
                               max_retries=0, timeout=60)
-            return c.chat.completions.create(
+            done = c.chat.completions.create(
                 model=TINY_MODEL, max_tokens=8,
                 messages=[{"role": "user", "content": "say <|end|> now"}])
+            with pytest.raises(openai.BadRequestError) as info:
+                c.chat.completions.create(model=TINY_MODEL, messages=[
+                    {"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}])
+            return done, info.value
 
-        done = await trio.to_thread.run_sync(run)
+        done, refused = await trio.to_thread.run_sync(run)
+    assert refused.code == "chat_template_error" and refused.param == "messages"
+    assert refused.message == ("Error code: 400 - the chat template of tiny.gguf refused the messages: "
+                               "nothing to answer")
     choice = done.choices[0]                                      # type: ignore[attr-defined]
     assert choice.finish_reason == "stop" and choice.message.content == ""
     assert done.usage.completion_tokens == 0                      # type: ignore[attr-defined]

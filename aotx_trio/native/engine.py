@@ -157,9 +157,12 @@ def backends() -> list[str]:
 
 
 class Engine:
-    def __init__(self, handle: Any, path: Path, offset: int = 0, length: int = 0) -> None:
+    def __init__(self, handle: Any, path: Path, offset: int = 0, length: int = 0,
+                 name: str | None = None) -> None:
         self._m: Any = handle
         self.path = path
+        #: the model's name in messages (a runtime file's component name; else the file's)
+        self.name = name or path.name
         self._kv: Any = lib.aotx_model_kv(handle)
         self._tok: Any = lib.aotx_model_tokenizer(handle)
         self.backend: str = ffi.string(lib.aotx_model_backend(handle)).decode()
@@ -196,25 +199,26 @@ class Engine:
     def load(cls, path: str | Path, threads: int = 0, kv_pages: int = 0, max_seqs: int = 16,
              max_tokens: int = 0, max_batch_tokens: int = 512, page_tokens: int = PAGE_TOKENS,
              backend: str | None = None, *, offset: int = 0, length: int = 0,
-             kv_f16: bool = False) -> Engine:
+             kv_f16: bool = False, name: str | None = None) -> Engine:
         """Map the GGUF at ``path`` (or the extent [offset, offset + length) of it, as a
         runtime file holds its models: mapped in place, never copied).  ``backend``: the
         compute backend by name (None: the default, "cpu"; :func:`backends` lists the
         ones this build carries).  ``kv_f16``: K/V pages hold IEEE binary16 (half the
-        KV memory per position; attention still sums in float32)."""
+        KV memory per position; attention still sums in float32).  ``name``: the model's
+        name in messages (default: the file's)."""
         p = ffi.new("aotx_model_params *")
         lib.aotx_model_default_params(p)
         p.n_threads, p.kv_pages, p.max_seqs = threads, kv_pages, max_seqs
         p.max_tokens, p.max_batch_tokens, p.page_tokens = max_tokens, max_batch_tokens, page_tokens
         p.file_offset, p.file_length = offset, length
         p.kv_f16 = int(kv_f16)
-        name = ffi.new("char[]", backend.encode()) if backend is not None else ffi.NULL
-        p.backend = name
+        c_backend = ffi.new("char[]", backend.encode()) if backend is not None else ffi.NULL
+        p.backend = c_backend
         out = ffi.new("aotx_model **")
         err = ffi.new("char[]", _ERR_CAP)
         rc = lib.aotx_model_load(str(path).encode(), p, out, err, _ERR_CAP)
         check(rc, f"{path}: {ffi.string(err).decode(errors='replace')}")
-        return cls(out[0], Path(path), offset, length)   # a failed __init__: __del__ frees
+        return cls(out[0], Path(path), offset, length, name)   # a failed __init__: __del__ frees
 
     def _load_chat(self, offset: int, length: int) -> None:
         with GGUFFile.open(self.path, offset, length) as g:
@@ -225,7 +229,7 @@ class Engine:
             def piece(i: int) -> str:
                 return tok.piece(i).decode("utf-8", "replace") if i >= 0 else ""
 
-            self.chat_template = ChatTemplate(source, name=self.path.name,
+            self.chat_template = ChatTemplate(source, name=self.name,
                                               bos_token=piece(tok.bos_id),
                                               eos_token=piece(tok.eos_id))
         self.turns = turn_tokens(
