@@ -2,9 +2,10 @@
 
 ``write_model(path, arch=..., types=...)`` writes a gemma3 or llama model
 with gguf-py's GGUFWriter: every matrix in one of the tensor types the
-kernels support (Q4_K, Q5_K, Q6_K, Q4_0, Q5_0, Q8_0, F16, BF16, F32).  gguf-py
-cannot quantize k-quants, so their blocks are random bytes with bounded
-scales, which is a valid (if unusual) tensor.  The vocabulary is
+kernels support (Q2_K .. Q6_K, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, IQ4_XS, F16, BF16,
+F32; or Q8_1, which they do not, for the refusal tests).  gguf-py cannot quantize
+k-quants or the IQ4 types, so their blocks are random bytes with bounded scales, which
+is a valid (if unusual) tensor.  The vocabulary is
 SentencePiece-style: 4 specials, 256 byte tokens, then word pieces.
 """
 
@@ -19,9 +20,23 @@ import numpy as np
 from gguf import GGMLQuantizationType as Q
 from gguf import quants
 
-__all__ = ["ALL_TYPES", "FLOAT_TYPES", "Q", "Spec", "encode", "vocab", "write_model"]
+__all__ = ["ALL_TYPES", "COMMON_TYPES", "FLOAT_TYPES", "Q", "Spec", "encode", "vocab",
+           "write_model"]
 
 ALL_TYPES: tuple[Q, ...] = (Q.Q4_K, Q.Q5_0, Q.Q6_K, Q.Q8_0, Q.F16, Q.BF16, Q.F32, Q.Q5_K, Q.Q4_0)
+# the quant types added with the common set (issue 26): Q4_1 / Q5_1 quantized by gguf-py,
+# the others random blocks
+COMMON_TYPES: tuple[Q, ...] = (Q.Q4_1, Q.Q2_K, Q.IQ4_NL, Q.Q5_1, Q.Q3_K, Q.IQ4_XS)
+
+# random-byte types: (byte offset, fp16 value) of each float field of a block, chosen so
+# that the weights come out about as large as the quantized ones (|w| <~ 0.1)
+_RANDOM_SCALES: dict[Q, tuple[tuple[int, float], ...]] = {
+    Q.Q2_K: ((80, 0.004), (82, 0.004)),
+    Q.Q3_K: ((108, 0.0005),),
+    Q.IQ4_NL: ((0, 0.0005),),
+    Q.IQ4_XS: ((0, 0.00002),),
+    Q.Q8_1: ((0, 0.0005), (2, 0.0)),
+}
 FLOAT_TYPES: tuple[Q, ...] = (Q.F32,)
 
 WORDS = ("the", "capital", "of", "France", "is", "Paris", "a", "city", "and", "in", "to",
@@ -83,11 +98,22 @@ def _kquant_blocks(rng: np.random.Generator, rows: int, cols: int, qt: Q) -> np.
     return b.reshape(rows, -1)
 
 
+def _random_blocks(rng: np.random.Generator, rows: int, cols: int, qt: Q) -> np.ndarray:
+    be, bb = gguf.GGML_QUANT_SIZES[qt]
+    nb = rows * cols // be
+    b = rng.integers(0, 256, size=(nb, bb), dtype=np.uint8)
+    for off, v in _RANDOM_SCALES[qt]:
+        b[:, off:off + 2] = np.full(nb, v, np.float16).view(np.uint8).reshape(nb, 2)
+    return b.reshape(rows, -1)
+
+
 def encode(rng: np.random.Generator, w: np.ndarray, qt: Q) -> np.ndarray:
     """Tensor data for GGUFWriter.add_tensor(raw_dtype=qt)."""
     rows, cols = w.shape
     if qt in (Q.Q4_K, Q.Q5_K, Q.Q6_K):
         return _kquant_blocks(rng, rows, cols, qt)
+    if qt in _RANDOM_SCALES:
+        return _random_blocks(rng, rows, cols, qt)
     if qt == Q.F32:
         return w.astype(np.float32)
     if qt == Q.F16:
