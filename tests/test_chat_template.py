@@ -198,8 +198,8 @@ async def test_v1_chat_finishes_with_stop_at_end_of_turn(tmp_path: Path) -> None
 
         done, refused = await trio.to_thread.run_sync(run)
     assert refused.code == "chat_template_error" and refused.param == "messages"
-    assert refused.message == ("Error code: 400 - the chat template of tiny.gguf refused the messages: "
-                               "nothing to answer")
+    assert refused.message == ("Error code: 400 - the chat template of tiny.gguf refused "
+                               "the messages: nothing to answer")
     choice = done.choices[0]                                      # type: ignore[attr-defined]
     assert choice.finish_reason == "stop" and choice.message.content == ""
     assert done.usage.completion_tokens == 0                      # type: ignore[attr-defined]

@@ -424,14 +424,14 @@ def test_what_the_engine_cannot_run_is_refused_naming_it(tmp_path: Path) -> None
         with pytest.raises(UnsupportedProfile) as info:
             pack(out, models=[path], progress=False)
         assert (info.value.code, info.value.message) == (code, message)
-    q51 = tmp_path / "q51.gguf"
-    q51.write_bytes(_tiny(dataclasses.replace(TINY, types=(sg.Q.Q5_1,))))
+    q81 = tmp_path / "q81.gguf"
+    q81.write_bytes(_tiny(dataclasses.replace(TINY, types=(sg.Q.Q8_1,))))
     with pytest.raises(UnsupportedProfile) as info:
-        pack(out, models=[q51], progress=False)
+        pack(out, models=[q81], progress=False)
     assert info.value.code == "tensor_type_unsupported"
-    assert info.value.fields["tensor_type"] == "Q5_1"
+    assert info.value.fields["tensor_type"] == "Q8_1"
     assert info.value.message.startswith(
-        "q51.gguf: tensor blk.0.attn_q.weight has type Q5_1, which the kernels do not run "
+        "q81.gguf: tensor blk.0.attn_q.weight has type Q8_1, which the kernels do not run "
         "as a matrix (supported: F32, F16, Q4_0, ")
     assert "Q4_K" in info.value.message and "BF16" in info.value.message
     bad = tmp_path / "tpl.gguf"
@@ -442,5 +442,5 @@ def test_what_the_engine_cannot_run_is_refused_naming_it(tmp_path: Path) -> None
     assert info.value.message.startswith("tpl.gguf: the chat template does not compile")
     assert not out.exists()
     # through the CLI: the message on stderr, nothing written
-    code = cli.main(["pack", "--runtime", str(out), "--model", str(q51)])
+    code = cli.main(["pack", "--runtime", str(out), "--model", str(q81)])
     assert code != 0 and not out.exists()
