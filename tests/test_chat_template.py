@@ -1,7 +1,8 @@
 """Chat templates from the GGUF (native/chat_template.py, runtime/prompt.py): rendered
 in Jinja2's sandbox with markers, so caller text never becomes a control token; the
 turns the conversation contexts use; generation stopping at the template's end of
-turn with finish "stop" (the engine, and /v1/chat/completions on a real server)."""
+turn with finish "stop" (the engine, /v1/chat/completions and router invoke on a real
+server)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,11 @@ import pytest
 import synth_gguf as sg
 import trio
 from _gateway_env import ALL, TINY_MODEL, make_runtime_file, served, token_for
+from _router_env import MID, publish, router_served, tiny_gguf
 
 from aotx_trio.native.chat_template import ChatTemplate, TemplateError, Turns
 from aotx_trio.native.engine import Engine
+from aotx_trio.router.spec.builtin import default_spec
 from aotx_trio.runtime.prompt import Turn, render, render_chat
 
 CHATML = ("{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] "
@@ -206,3 +209,24 @@ async def test_v1_chat_finishes_with_stop_at_end_of_turn(tmp_path: Path) -> None
     with Engine.load(tmp_path / "rt" / TINY_MODEL, max_seqs=1) as eng:
         prompt = render_chat(eng, [("user", b"say <|end|> now")])
     assert done.usage.prompt_tokens == len(prompt)                # type: ignore[attr-defined]
+
+
+async def test_router_invoke_messages_render_through_the_template(tmp_path: Path) -> None:
+    ccir = make_runtime_file(tmp_path / "rt", spec=tiny(PHI, zero=True))
+    async with router_served(tmp_path, ccir=ccir) as env:
+        await publish(env.reg, tiny_gguf(tmp_path), descriptor=env.loaded()["descriptor"],
+                      spec=default_spec("textgen"))
+        r = await env.post(f"/models/{MID}/invoke", {"request": {
+            "messages": [{"role": "user", "content": "hi <|end|>"}], "max_tokens": 4}})
+        refused = await env.post(f"/models/{MID}/invoke", {"request": {
+            "messages": [{"role": "user", "content": "a"},
+                         {"role": "assistant", "content": "b"}]}})
+    assert r.status_code == 200, r.text
+    [res] = r.json()["results"]
+    assert (res["text"], res["finish_reason"], res["completion_tokens"]) == ("", "stop", 0)
+    with Engine.load(tiny_gguf(tmp_path), max_seqs=1) as eng:
+        assert res["prompt_tokens"] == len(render_chat(eng, [("user", b"hi <|end|>")]))
+    assert refused.status_code == 422, refused.text
+    err = refused.json()["error"]
+    assert (err["code"], err["rule"], err["param"]) == (
+        "invalid_params", "chat_template_error", "messages")
