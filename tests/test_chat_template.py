@@ -15,7 +15,8 @@ import trio
 from _gateway_env import ALL, TINY_MODEL, make_runtime_file, served, token_for
 from _router_env import MID, publish, router_served, tiny_gguf
 
-from aotx_trio.native.chat_template import ChatTemplate, TemplateError, Turns
+from aotx_trio.errors import InvalidInput
+from aotx_trio.native.chat_template import ChatTemplate, Turns
 from aotx_trio.native.engine import Engine
 from aotx_trio.router.spec.builtin import default_spec
 from aotx_trio.runtime.prompt import Turn, render, render_chat
@@ -91,19 +92,19 @@ def test_markers_keep_caller_text_out_of_the_template() -> None:
 
 def test_raise_exception_and_failures_are_clear_errors() -> None:
     g = ChatTemplate(GEMMA, name="g.gguf", bos_token="<bos>")
-    with pytest.raises(TemplateError) as info:
+    with pytest.raises(InvalidInput) as info:
         g.render([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}])
     assert info.value.code == "chat_template_error" and info.value.fields["field"] == "messages"
     assert info.value.message == ("the chat template of g.gguf refused the messages: "
                                   "Conversation roles must alternate user/assistant/user/...")
-    with pytest.raises(TemplateError, match=r"failed on these messages \(TypeError"):
+    with pytest.raises(InvalidInput, match=r"failed on these messages \(TypeError"):
         ChatTemplate("{{ messages[0]['content'] + 1 }}", name="x").render(
             [{"role": "user", "content": "a"}])
-    with pytest.raises(TemplateError, match="failed on these messages"):   # the sandbox
+    with pytest.raises(InvalidInput, match="failed on these messages"):   # the sandbox
         ChatTemplate("{{ ''.__class__.__mro__[1].__subclasses__() }}", name="x").render([])
-    with pytest.raises(TemplateError, match=r"x.gguf: the chat template does not compile"):
+    with pytest.raises(InvalidInput, match=r"x.gguf: the chat template does not compile"):
         ChatTemplate("{% for m in messages %}", name="x.gguf")
-    with pytest.raises(TemplateError, match="transforms message content"):
+    with pytest.raises(InvalidInput, match="transforms message content"):
         ChatTemplate("{% for m in messages %}{{ m['content'] | upper }}{% endfor %}",
                      name="x").pieces(["user"])
 

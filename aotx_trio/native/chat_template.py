@@ -39,10 +39,13 @@ LEGACY_MARKERS = ("<start_of_turn>user\n", "<end_of_turn>\n", "<start_of_turn>mo
 MAX_SOURCE = 64 * 1024
 
 
-class TemplateError(errors.InvalidInput):
-    """A chat template that does not compile, raises, or transforms message content."""
+#: the code of every refusal here: a template that does not compile, raises (its
+#: ``raise_exception``), fails, or transforms message content
+CODE = "chat_template_error"
 
-    default_code = "chat_template_error"
+
+def _refused(message: str, field: str = "messages") -> errors.InvalidInput:
+    return errors.InvalidInput(message, code=CODE, field=field)
 
 
 def _tojson(value: Any, indent: int | None = None, separators: Any = None,
@@ -80,8 +83,8 @@ class ChatTemplate:
         self.bos_token = bos_token
         self.eos_token = eos_token
         if len(source) > MAX_SOURCE:
-            raise TemplateError(f"{name}: the chat template has {len(source)} characters "
-                                f"(at most {MAX_SOURCE})", field="tokenizer.chat_template")
+            raise _refused(f"{name}: the chat template has {len(source)} characters "
+                           f"(at most {MAX_SOURCE})", "tokenizer.chat_template")
         env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
                                             extensions=[jinja2.ext.loopcontrols])
         env.filters["tojson"] = _tojson
@@ -90,14 +93,12 @@ class ChatTemplate:
         try:
             self._template = env.from_string(source)
         except jinja2.TemplateSyntaxError as exc:
-            raise TemplateError(f"{name}: the chat template does not compile (line "
-                                f"{exc.lineno}: {exc.message})",
-                                field="tokenizer.chat_template") from None
+            raise _refused(f"{name}: the chat template does not compile (line "
+                           f"{exc.lineno}: {exc.message})", "tokenizer.chat_template") from None
         self._turns: Turns | bool | None = False    # False: not worked out yet
 
     def _raise_exception(self, message: str) -> None:
-        raise TemplateError(f"the chat template of {self.name} refused the messages: "
-                            f"{message}", field="messages")
+        raise _refused(f"the chat template of {self.name} refused the messages: {message}")
 
     def render(self, messages: Sequence[Mapping[str, Any]], *,
                add_generation_prompt: bool = True,
@@ -113,13 +114,12 @@ class ChatTemplate:
             context["tools"] = [dict(t) for t in tools]
         try:
             return str(self._template.render(**context))
-        except TemplateError:
+        except errors.AotxError:          # raise_exception's
             raise
         except (jinja2.TemplateError, TypeError, ValueError, KeyError, IndexError,
                 AttributeError, ZeroDivisionError) as exc:
-            raise TemplateError(f"the chat template of {self.name} failed on these "
-                                f"messages ({type(exc).__name__}: {exc})",
-                                field="messages") from None
+            raise _refused(f"the chat template of {self.name} failed on these messages "
+                           f"({type(exc).__name__}: {exc})") from None
 
     def pieces(self, roles: Sequence[str], *, add_generation_prompt: bool = True,
                ) -> list[str | int]:
@@ -137,9 +137,8 @@ class ChatTemplate:
                 out.append(int(part))
             elif part:
                 if "\ue000" in part or "\ue001" in part:   # a marker, changed
-                    raise TemplateError(f"the chat template of {self.name} transforms "
-                                        "message content; it cannot be rendered safely",
-                                        field="messages")
+                    raise _refused(f"the chat template of {self.name} transforms message "
+                                   "content; it cannot be rendered safely")
                 out.append(part)
         return out
 
@@ -149,7 +148,7 @@ class ChatTemplate:
         if self._turns is False:
             try:
                 self._turns = self._work_out_turns()
-            except TemplateError:
+            except errors.InvalidInput:
                 self._turns = None
         assert not isinstance(self._turns, bool)
         return self._turns
