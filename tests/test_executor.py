@@ -18,7 +18,7 @@ from aotx_trio.native.engine import Engine
 from aotx_trio.runtime.executor import Executor
 from aotx_trio.runtime.history import label_of
 from aotx_trio.runtime.job import Job
-from aotx_trio.runtime.prompt import Turn, _markers, render
+from aotx_trio.runtime.prompt import Turn, render
 from aotx_trio.runtime.served import ModelSet, TextModel
 from aotx_trio.vocab import ALL_GRANTS, principal_key
 
@@ -406,8 +406,8 @@ async def test_two_equal_inputs_are_two_turns(tmp_path: Path) -> None:
         # revision 3 (the default, nothing retained): one user turn, a line per input
         assert eng.detokenize(first).count(b"world") == 1
         assert eng.detokenize(second).count(b"world") == 2
-        _user, end, model = _markers(eng)
-        tail = len(end) + len(model)
+        assert eng.turns is not None
+        tail = len(eng.turns.user_close) + len(eng.turns.generation)
         assert second[:len(first) - tail] == first[:-tail]   # it opens with the first's line
 
 

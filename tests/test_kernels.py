@@ -29,15 +29,27 @@ LAYOUT: dict[GT, tuple[int, int, tuple[int, ...]]] = {
     GT.F16: (1, 2, ()),
     GT.BF16: (1, 2, ()),
     GT.Q4_0: (32, 18, (0,)),
+    GT.Q4_1: (32, 20, (0, 2)),
     GT.Q5_0: (32, 22, (0,)),
+    GT.Q5_1: (32, 24, (0, 2)),
     GT.Q8_0: (32, 34, (0,)),
+    GT.IQ4_NL: (32, 18, (0,)),
+    GT.Q2_K: (256, 84, (80, 82)),
+    GT.Q3_K: (256, 110, (108,)),
     GT.Q4_K: (256, 144, (0, 2)),
     GT.Q5_K: (256, 176, (0, 2)),
     GT.Q6_K: (256, 210, (208,)),
+    GT.IQ4_XS: (256, 136, (0,)),
 }
-QUANT_TYPES = [GT.Q4_0, GT.Q5_0, GT.Q8_0, GT.Q4_K, GT.Q5_K, GT.Q6_K]
+# the types without register tiles or re-blocked copies: row kernels on every path
+NEW_TYPES = [GT.Q4_1, GT.Q5_1, GT.IQ4_NL, GT.Q2_K, GT.Q3_K, GT.IQ4_XS]
+QUANT_TYPES = [GT.Q4_0, GT.Q5_0, GT.Q8_0, GT.Q4_K, GT.Q5_K, GT.Q6_K, *NEW_TYPES]
 ALL_TYPES = [GT.F32, GT.F16, GT.BF16, *QUANT_TYPES]
-GGUF_QUANTIZES = {GT.F16, GT.BF16, GT.Q4_0, GT.Q5_0, GT.Q8_0}
+GGUF_QUANTIZES = {GT.F16, GT.BF16, GT.Q4_0, GT.Q4_1, GT.Q5_0, GT.Q5_1, GT.Q8_0}
+# weight types multiplied against the Q8_0-family activations (the others of QUANT_TYPES:
+# Q8_K32)
+Q8_FAMILY = {GT.Q4_0, GT.Q4_1, GT.Q5_0, GT.Q5_1, GT.Q8_0, GT.IQ4_NL}
+UNSUPPORTED = 16  # IQ2_XXS: a ggml type with no kernel here
 
 # our k-quant activation layout (aotx_block_q8_k32): Q8_K's quants and 16-sums, one scale
 # per 32 values, and the mins' term dm[j] = d[j] * (sum of the 32 quants)
@@ -114,7 +126,7 @@ def act_dequant(t: GT, act: np.ndarray, n_tok: int, cols: int) -> tuple[np.ndarr
     if t in (GT.F32, GT.F16, GT.BF16):
         x = act.view(np.float32).reshape(n_tok, cols)
         return x, np.zeros_like(x)
-    if t in (GT.Q4_0, GT.Q5_0, GT.Q8_0):
+    if t in Q8_FAMILY:
         qs, d = act8_blocks(act, n_tok, cols)
     else:
         blocks = act.view(ACT_Q8_K32).reshape(n_tok, cols // 256)
@@ -187,8 +199,8 @@ def test_type_sizes_match_gguf() -> None:
         assert lib.aotx_type_block_bytes(int(t)) == bb
         assert lib.aotx_type_row_bytes(int(t), be * 3) == bb * 3
     assert lib.aotx_type_block_bytes(int(GT.Q8_K)) == 292
-    assert lib.aotx_type_block_elems(7) == 0
-    assert lib.aotx_type_row_bytes(7, 32) == lib.AOTX_E_KERNEL_TYPE
+    assert lib.aotx_type_block_elems(UNSUPPORTED) == 0
+    assert lib.aotx_type_row_bytes(UNSUPPORTED, 256) == lib.AOTX_E_KERNEL_TYPE
     assert lib.aotx_type_row_bytes(int(GT.Q4_K), 255) == lib.AOTX_E_KERNEL_SHAPE
     assert lib.aotx_type_row_bytes(int(GT.Q8_0), -32) == lib.AOTX_E_INVALID_ARGUMENT
 
@@ -199,7 +211,7 @@ def test_refusals_have_codes() -> None:
     w = np.zeros(68, np.uint8)
     y = np.zeros(4, np.float32)
     args = (ffi.from_buffer(w), 64, ffi.from_buffer(act), 1, fbuf(y), 4)
-    assert lib.aotx_matmul_rows(7, *args, 0, 1) == lib.AOTX_E_KERNEL_TYPE
+    assert lib.aotx_matmul_rows(UNSUPPORTED, *args, 0, 1) == lib.AOTX_E_KERNEL_TYPE
     assert lib.aotx_matmul_rows(int(GT.Q8_K), *args, 0, 1) == lib.AOTX_E_KERNEL_TYPE
     assert lib.aotx_matmul_rows(int(GT.Q8_0), ffi.from_buffer(w), 48, ffi.from_buffer(act), 1,
                                 fbuf(y), 4, 0, 1) == lib.AOTX_E_KERNEL_SHAPE
@@ -220,7 +232,21 @@ def test_impl_names() -> None:
     for t in ALL_TYPES:
         name = ffi.string(lib.aotx_kernel_impl(int(t))).decode()
         assert name in ("ref", "avx2", "avx512", "avx512vnni")
-    assert ffi.string(lib.aotx_kernel_impl(7)) == b"none"
+    assert ffi.string(lib.aotx_kernel_impl(UNSUPPORTED)) == b"none"
+
+
+def test_type_names() -> None:
+    """ggml's names by number (the model loader's refusals name the type), and the list of
+    the types the kernels run: exactly those with a block size here."""
+    for t in GT:
+        name = lib.aotx_type_name(int(t))
+        assert name != ffi.NULL and ffi.string(name).decode() == t.name
+    assert lib.aotx_type_name(4) == ffi.NULL and lib.aotx_type_name(-1) == ffi.NULL
+    listed = ffi.string(lib.aotx_kernel_types()).decode().split(", ")
+    assert sorted(listed) == sorted(t.name for t in ALL_TYPES)
+    for t in GT:
+        assert (lib.aotx_kernel_impl(int(t)) != ffi.NULL and
+                ffi.string(lib.aotx_kernel_impl(int(t))) != b"none") == (t in ALL_TYPES)
 
 
 # ------------------------------------------------------------------ dequantization
@@ -246,20 +272,21 @@ def test_dequant_equals_gguf_py(t: GT, mode: str, impl: str) -> None:
 # ------------------------------------------------------------------ activations
 
 
-@pytest.mark.parametrize("t", [GT.Q4_0, GT.Q5_0, GT.Q8_0, GT.Q6_K, GT.F16],
+@pytest.mark.parametrize("t", [GT.Q4_0, GT.Q5_0, GT.Q5_1, GT.Q8_0, GT.Q6_K, GT.IQ4_XS, GT.F16],
                          ids=lambda t: t.name)
 def test_act_prepare_quantizes_each_block(t: GT) -> None:
     rng = np.random.default_rng(7)
-    cols, n_tok = 512 + (96 if t == GT.Q5_0 else 0), 3  # Q5_0: an odd block count
+    # Q5_0 / Q5_1: an odd block count
+    cols, n_tok = 512 + (96 if t in (GT.Q5_0, GT.Q5_1) else 0), 3
     x = rng.standard_normal((n_tok, cols)).astype(np.float32) * 3
     x[1, :] = 0.0  # an all-zero row quantizes to d = 0
     act = prepare(t, x)
     xq, half = act_dequant(t, act, n_tok, cols)
     assert np.all(np.abs(xq - x) <= half * (1 + 1e-5) + 1e-30)
-    if t in (GT.Q4_0, GT.Q5_0, GT.Q8_0):
+    if t in Q8_FAMILY:
         xq8, _ = act8_blocks(act, n_tok, cols)
         assert np.abs(xq8).max() == 127
-    elif t == GT.Q6_K:
+    elif t in (GT.Q6_K, GT.IQ4_XS):
         blocks = act.view(ACT_Q8_K32)
         sums = blocks["qs"].astype(np.int32).reshape(-1, 16, 16).sum(axis=2)
         assert np.array_equal(blocks["bsums"], sums)
@@ -287,7 +314,8 @@ def test_fast_act_prepare_equals_reference_bytes(t: GT, impl: str) -> None:
         assert lib.aotx_kernel_force(impl.encode()) == 0
         assert np.array_equal(fast, ref)
         # one prepared activation serves every weight type of the family
-        for other in ([GT.Q4_0, GT.Q5_0] if t == GT.Q8_0 else [GT.Q5_K, GT.Q6_K]):
+        for other in (sorted(Q8_FAMILY - {t}) if t == GT.Q8_0 else
+                      [GT.Q2_K, GT.Q3_K, GT.Q5_K, GT.Q6_K, GT.IQ4_XS]):
             assert np.array_equal(prepare(other, x), fast)
 
 
@@ -448,6 +476,44 @@ def test_matmul_q8fam_tiles_extreme_quants(impl: str) -> None:
         mag = magnitude(wd, xd).T
         assert np.all(np.abs(y_fast - exact) <= 1e-5 * mag + 1e-30), t.name
         assert np.all(np.abs(y_fast - y_ref) <= 1e-5 * mag + 1e-30), t.name
+
+
+def new_type_extremes(t: GT, n_blocks: int, rng: np.random.Generator) -> np.ndarray:
+    """Blocks of a NEW_TYPES type at its integer extremes: every quant, scale and min byte
+    0x00 / 0xFF (Q4_1 / Q5_1 nibbles 0 / 15 with random fifth bits; IQ4_NL / IQ4_XS levels
+    -127 / 113; Q3_K quants -4 / 3 and scales -32 / 31; Q2_K quants 0 / 3, scales and mins
+    0 / 15); the float scale fields 0.5 (Q2_K's dmin 0.25)."""
+    _, bb, offs = LAYOUT[t]
+    raw = rng.choice(np.array((0x00, 0xFF), np.uint8), (n_blocks, bb))
+    for k, off in enumerate(offs):
+        raw[:, off:off + 2] = np.array([0.5 / (1 + k)], np.float16).view(np.uint8)
+    return raw
+
+
+@pytest.mark.parametrize("t", NEW_TYPES, ids=lambda t: t.name)
+def test_matmul_new_types_extreme_quants(t: GT, impl: str) -> None:
+    """The new types' row kernels at their integer extremes against activations at +-127
+    (maddubs near saturation: |w| <= 127 by the sign trick, q <= 31 unsigned): the integer
+    sums stay exact, so the fast kernels equal W x X (dequantized, float64) to float
+    rounding, and the reference too; also on every n_tok up to 9 (batch invariant)."""
+    rng = np.random.default_rng(24)
+    rows, cols, n_tok = 19, 768, 9
+    raw = new_type_extremes(t, rows * cols // block_elems(t), rng)
+    w = raw.reshape(rows, -1)
+    x = np.where(rng.random((n_tok, cols)) < 0.5, -1.0, 1.0).astype(np.float32)
+    x[:, :32] *= 5.0  # one block with another activation scale
+    act = prepare(t, x)
+    wd = gguf_dequant(t, w).reshape(rows, cols)
+    xd, _ = act_dequant(t, act, n_tok, cols)
+    exact = (wd.astype(np.float64) @ xd.astype(np.float64).T).T
+    mag = magnitude(wd, xd).T
+    y_ref = matmul(t, w, cols, act, n_tok, rows, 0, rows, rows, ref=True)
+    y_fast = matmul(t, w, cols, act, n_tok, rows, 0, rows, rows, ref=False)
+    assert np.all(np.abs(y_fast - exact) <= 2e-6 * mag + 1e-30), t.name
+    assert np.all(np.abs(y_ref - exact) <= 2e-6 * mag + 1e-30), t.name
+    for i in range(n_tok):
+        alone = matmul(t, w, cols, prepare(t, x[i:i + 1]), 1, rows, 0, rows, rows, ref=False)
+        assert np.array_equal(alone[0].view(np.uint32), y_fast[i].view(np.uint32)), (t.name, i)
 
 
 @pytest.mark.parametrize("t", [GT.Q8_0, GT.Q5_0, GT.Q4_0], ids=lambda t: t.name)
@@ -629,7 +695,8 @@ def test_packed_copy_only_for_its_kernels(path: str, t: GT) -> None:
         assert lib.aotx_kernel_force(b"auto") == 0
 
 
-@pytest.mark.parametrize("t", [GT.Q4_0, GT.Q5_0, GT.Q8_0, GT.BF16], ids=lambda t: t.name)
+@pytest.mark.parametrize("t", [GT.Q4_0, GT.Q4_1, GT.Q5_0, GT.Q5_1, GT.Q8_0, GT.BF16],
+                         ids=lambda t: t.name)
 def test_matmul_on_gguf_quantized_weights(t: GT, impl: str) -> None:
     run_case(t, 24, 20, 6, 0, 24, seed=11, impl=impl, mode="quantize")
 

@@ -47,6 +47,11 @@ SPECS = {
                                n_layers=2, seed=5),
     "gemma3_down_q6k": sg.Spec(types=(sg.Q.F32,) * 6 + (sg.Q.Q6_K,), embd_type=sg.Q.F32,
                                n_layers=2, seed=6),
+    # the common quant types (Q4_1 / Q5_1 / Q2_K / Q3_K / IQ4_NL / IQ4_XS), every matrix
+    # and the embedding (as the Q4_1 SmolLM2 chat model: llama, untied output)
+    "llama_common": sg.Spec(arch="llama", tied=False, embd_type=sg.Q.Q4_1, n_kv_heads=2,
+                            types=sg.COMMON_TYPES, seed=7),
+    "gemma3_common": sg.Spec(types=sg.COMMON_TYPES[::-1], embd_type=sg.Q.IQ4_NL, seed=8),
 }
 
 
@@ -68,7 +73,8 @@ def run_chunks(eng: Engine, tokens: list[int], chunks: list[int]) -> list[np.nda
 
 @pytest.mark.parametrize("name,tol", [("gemma3_f32", 1e-3), ("llama_f32", 1e-3),
                                       ("qwen2_f32", 1e-3), ("gemma3_f16", 1e-3),
-                                      ("gemma3_all", 5e-2), ("llama_all", 5e-2)])
+                                      ("gemma3_all", 5e-2), ("llama_all", 5e-2),
+                                      ("llama_common", 5e-2), ("gemma3_common", 5e-2)])
 def test_logits_match_reference(models: dict[str, Path], name: str, tol: float) -> None:
     ref = Reference(models[name], act_quant=True)
     want = ref.forward(TOKENS)
@@ -239,6 +245,18 @@ def test_load_refusals_name_the_field(tmp_path: Path, models: dict[str, Path]) -
     p.write_bytes(data[: len(data) // 2])
     with pytest.raises(errors.FormatError, match="past the end"):
         Engine.load(p)
+
+
+def test_an_unsupported_tensor_type_is_refused_by_name(tmp_path: Path) -> None:
+    """A matrix in a type GGUF knows but the kernels do not run (Q8_1: ggml's activation
+    format) is refused naming the tensor, the type by its name and the supported ones."""
+    spec = sg.Spec(types=(sg.Q.F32, sg.Q.Q4_1, sg.Q.Q8_1), embd_type=sg.Q.F32, n_layers=1)
+    p = sg.write_model(tmp_path / "q8_1.gguf", spec)
+    with pytest.raises(errors.AotxError) as info:
+        Engine.load(p)
+    msg = str(info.value)
+    assert "blk.0.attn_v.weight has type Q8_1 (9)" in msg, msg
+    assert "Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS" in msg, msg
 
 
 def test_a_model_inside_a_larger_file_loads_in_place(tmp_path: Path,

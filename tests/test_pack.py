@@ -2,22 +2,36 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import mmap
 import os
+import tempfile
 from pathlib import Path
 
+import gguf
 import pytest
+import synth_gguf as sg
 
 from aotx_trio import cli
-from aotx_trio.errors import FormatError, InvalidInput
+from aotx_trio.errors import FormatError, InvalidInput, UnsupportedProfile
 from aotx_trio.runtime import ccir
 from aotx_trio.runtime.ccir import RuntimeFile
 from aotx_trio.runtime.pack import pack
 
-GGUF_A = b"GGUF\x03\x00\x00\x00" + bytes(range(256)) * 20
-GGUF_B = b"GGUF\x03\x00\x00\x00" + b"another model" * 100
+TINY = sg.Spec(d_model=64, n_layers=1, d_ff=128, n_heads=2, n_kv_heads=1, head_dim=32,
+               window=8, n_vocab=300, types=(sg.Q.F32,), embd_type=sg.Q.F32)
+
+
+def _tiny(spec: sg.Spec) -> bytes:
+    """The bytes of a small real GGUF (pack refuses what the engine cannot run)."""
+    with tempfile.TemporaryDirectory() as d:
+        return sg.write_model(Path(d) / "m.gguf", spec).read_bytes()
+
+
+GGUF_A = _tiny(TINY)
+GGUF_B = _tiny(dataclasses.replace(TINY, seed=1))
 LINEAGE = "00112233445566778899aabbccddeeff"
 
 
@@ -184,6 +198,10 @@ def test_refusals_leave_no_file(inputs: dict[str, Path], tmp_path: Path) -> None
     with pytest.raises(InvalidInput) as info:
         pack(out, models=[not_gguf], progress=False)
     assert info.value.code == "model_invalid" and info.value.fields["field"] == "model"
+    not_gguf.write_bytes(b"GGUF\x03\x00\x00\x00 and then nothing a GGUF holds")
+    with pytest.raises(InvalidInput) as info:
+        pack(out, models=[not_gguf], progress=False)
+    assert info.value.code == "model_invalid" and "not a readable GGUF" in info.value.message
     with pytest.raises(InvalidInput) as info:
         pack(out, models=[tmp_path / "missing.gguf"], progress=False)
     assert info.value.code == "model_missing"
@@ -374,3 +392,55 @@ def test_kv_f16_flag_is_the_default_for_added_models_and_chosen_per_model(
              kv_f32=["b.gguf"])
     assert info.value.code == "kv_type_invalid" and "--kv-f32 b.gguf" in str(info.value)
     assert not (tmp_path / "new.aotxccir").exists()
+
+
+def _header_only(path: Path, arch: str, **strings: str) -> Path:
+    """A GGUF with metadata only (no tensors): ``strings`` are tokenizer keys."""
+    w = gguf.GGUFWriter(str(path), arch)
+    for key, value in strings.items():
+        w.add_string(key.replace("_", "."), value)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def test_what_the_engine_cannot_run_is_refused_naming_it(tmp_path: Path) -> None:
+    out = tmp_path / "r.aotxccir"
+    cases = [
+        (_header_only(tmp_path / "falcon.gguf", "falcon"), "architecture_unsupported",
+         "falcon.gguf: general.architecture 'falcon' is not supported (supported: gemma3, "
+         "llama, mistral, qwen2)"),
+        (_header_only(tmp_path / "t5.gguf", "llama", tokenizer_ggml_model="t5"),
+         "tokenizer_unsupported",
+         "t5.gguf: tokenizer.ggml.model 't5' is not supported (supported: llama, gpt2)"),
+        (_header_only(tmp_path / "pre.gguf", "llama", tokenizer_ggml_model="gpt2",
+                      tokenizer_ggml_pre="mystery"), "tokenizer_pre_unsupported",
+         "pre.gguf: tokenizer.ggml.pre 'mystery' is not supported (supported: default, gpt2, "
+         "llama-bpe, llama3, qwen2, smollm)"),
+    ]
+    for path, code, message in cases:
+        with pytest.raises(UnsupportedProfile) as info:
+            pack(out, models=[path], progress=False)
+        assert (info.value.code, info.value.message) == (code, message)
+    q81 = tmp_path / "q81.gguf"
+    q81.write_bytes(_tiny(dataclasses.replace(TINY, types=(sg.Q.Q8_1,))))
+    with pytest.raises(UnsupportedProfile) as info:
+        pack(out, models=[q81], progress=False)
+    assert info.value.code == "tensor_type_unsupported"
+    assert info.value.fields["tensor_type"] == "Q8_1"
+    assert info.value.message.startswith(
+        "q81.gguf: tensor blk.0.attn_q.weight has type Q8_1, which the kernels do not run "
+        "as a matrix (supported: F32, F16, Q4_0, ")
+    assert "Q4_K" in info.value.message and "BF16" in info.value.message
+    bad = tmp_path / "tpl.gguf"
+    bad.write_bytes(_tiny(dataclasses.replace(TINY, chat_template="{% for m in messages %}")))
+    with pytest.raises(InvalidInput) as info:
+        pack(out, models=[bad], progress=False)
+    assert info.value.code == "chat_template_error"
+    assert info.value.message.startswith("tpl.gguf: the chat template does not compile")
+    assert not out.exists()
+    # through the CLI: the message on stderr, nothing written
+    code = cli.main(["pack", "--runtime", str(out), "--model", str(q81)])
+    assert code != 0 and not out.exists()

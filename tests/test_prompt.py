@@ -10,12 +10,12 @@ from collections.abc import Iterator
 import pytest
 from _real import real_gguf
 
+from aotx_trio.native.chat_template import LEGACY_MARKERS
 from aotx_trio.native.engine import Engine
 from aotx_trio.runtime.prompt import (
     DEFAULT_REVISION,
     HISTORICAL_RULE,
     Turn,
-    _markers,
     _plain,
     lease_revision,
     render,
@@ -28,6 +28,13 @@ A, B, C = "pa1a1a1a1", "pb2b2b2b2", "pc3c3c3c3"
 def eng() -> Iterator[Engine]:
     with Engine.load(real_gguf(), max_seqs=1) as e:
         yield e
+
+
+def _markers(engine: Engine) -> tuple[list[int], ...]:
+    """The built-in (user, end, model) markers as tokens: the default model has no chat
+    template, so they are its turns."""
+    assert engine.chat_template is None
+    return tuple(engine.tokenize(m, add_bos=False, parse_special=True) for m in LEGACY_MARKERS)
 
 
 def _reference_v2(engine: Engine, history: list[Turn], current: Turn, budget: int,

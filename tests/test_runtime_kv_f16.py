@@ -130,13 +130,17 @@ def test_aotx_serve_packs_the_default_models_with_f16_kv_once(
     (emb / "config.json").write_text("{}")
     (emb / "tokenizer.json").write_text("{}")
     (emb / "model.safetensors").write_bytes(bytes(16))
+    chat = _gguf(tmp_path, "SmolLM2-stand-in.gguf")
     monkeypatch.setattr(default_models, "default_text_model", lambda: gguf)
+    monkeypatch.setattr(default_models, "default_chat_model", lambda: chat)
     monkeypatch.setattr(default_models, "default_embedding_model", lambda: emb)
     data = tmp_path / "data"
     data.mkdir()
     target = serve.ensure_runtime(data)
     rf = RuntimeFile.open(target)
-    assert [(c.name, c.kv_f16) for c in rf.text_models] == [("gemma-stand-in.gguf", True)]
+    # the chat model first: the runtime's first text model is default/text
+    assert [(c.name, c.kv_f16) for c in rf.text_models] == [("SmolLM2-stand-in.gguf", True),
+                                                            ("gemma-stand-in.gguf", True)]
     assert rf.shared
     before = target.stat().st_mtime_ns, target.read_bytes()
     assert serve.ensure_runtime(data) == target

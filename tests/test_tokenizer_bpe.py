@@ -27,7 +27,7 @@ LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
           r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 QWEN2 = LLAMA3.replace(r"\p{N}{1,3}", r"\p{N}")
 SPECIALS = ["<|pad|>", "<|eos|>", "<|bos|>", "<|unk|>", "<|eot|>"]
-MODES = ("gpt2", "llama3", "qwen2")
+MODES = ("gpt2", "llama3", "qwen2", "smollm")
 
 WORDS = ("the", "capital", "of", "France", "is", "Paris", "don't", "we're", "It's", "café",
          "naïve", "Zürich", "déjà", "vu", "東京", "日本語", "の", "テスト", "中文", "😀", "🎉👍",
@@ -51,6 +51,10 @@ def corpus(seed: int = 7, lines: int = 400) -> list[str]:
 def pre_tokenizer(mode: str) -> Any:
     if mode == "gpt2":
         return pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    if mode == "smollm":     # SmolLM2's tokenizer.json
+        return pre_tokenizers.Sequence([
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
     pattern = LLAMA3 if mode == "llama3" else QWEN2
     return pre_tokenizers.Sequence([
         pre_tokenizers.Split(Regex(pattern), behavior="isolated"),
@@ -143,7 +147,8 @@ HAND = [
     "x\u2028y", "\x1c\x1d", "e\u0301", "ZÜRICH zürich", "naïveté's", "It's 2024!\n\nOK",
     "emoji🎉in word", "   \n\t  \r\n  x", "!!!\n\n\nabc", " 'll", "\n'd",
     "123456", "1234567 123456", "it'\u017ft", "'\u017ft", "we'REd", "'Llama", "I'Ll",
-    "a zebra", "zebra!",
+    "a zebra", "zebra!", "x 1", "x  1", "x   12 3", " 1", "  1", "\n 1", "\n\n1", "! 1", "a\t 2b",
+    "\u0663\u0664 \u00bd x", "9 ", "9  a",
 ]
 
 

@@ -5,7 +5,8 @@ owns its thread pool, paged KV pool and tokenizer.  Two levels of API:
 
 * ``generate(prompt, ...)`` yields the exact bytes of one completion as they
   are produced (prefill in chunks, then one decode step per token, stopping
-  at EOS / ``<end_of_turn>`` or ``max_tokens``);
+  at EOS, an end-of-turn token (``<end_of_turn>``, ``<|im_end|>``, the chat template's)
+  or ``max_tokens``);
 * the batched API the scheduler drives: ``add_sequence`` / ``fork_sequence``
   / ``reserve`` / ``step`` (many sequences in one native step, each a
   prefill chunk or one decode token; the GIL is released for the whole step)
@@ -25,7 +26,10 @@ from typing import Any
 
 import numpy as np
 
+from aotx_trio.native.chat_template import ChatTemplate, TurnTokens, turn_tokens
+from aotx_trio.native.gguf import GGUFFile
 from aotx_trio.native.lib import check, ffi, lib
+from aotx_trio.native.tokenizer import Tokenizer
 
 _ERR_CAP = 512
 PAGE_TOKENS = 8
@@ -153,9 +157,12 @@ def backends() -> list[str]:
 
 
 class Engine:
-    def __init__(self, handle: Any, path: Path) -> None:
+    def __init__(self, handle: Any, path: Path, offset: int = 0, length: int = 0,
+                 name: str | None = None) -> None:
         self._m: Any = handle
         self.path = path
+        #: the model's name in messages (a runtime file's component name; else the file's)
+        self.name = name or path.name
         self._kv: Any = lib.aotx_model_kv(handle)
         self._tok: Any = lib.aotx_model_tokenizer(handle)
         self.backend: str = ffi.string(lib.aotx_model_backend(handle)).decode()
@@ -168,7 +175,16 @@ class Engine:
             max_tokens=raw.max_tokens, max_batch_tokens=raw.max_batch_tokens,
             max_seqs=raw.max_seqs, n_threads=raw.n_threads, bos_id=raw.bos_id,
             eos_id=raw.eos_id, eot_id=raw.eot_id)
-        self.stop_ids = frozenset(i for i in (raw.eos_id, raw.eot_id) if i >= 0)
+        #: the GGUF's ``tokenizer.chat_template``, compiled (None: the file has none, or
+        #: no vocabulary); ``turns``: the chat turns as tokens (native/chat_template.py)
+        self.chat_template: ChatTemplate | None = None
+        self.turns: TurnTokens | None = None
+        if self._tok != ffi.NULL:
+            self._load_chat(offset, length)
+        #: generation stops at these: EOS, the built-in end-of-turn token, and the
+        #: control tokens that close a model turn in the chat template
+        self.stop_ids = frozenset(i for i in (raw.eos_id, raw.eot_id) if i >= 0) | (
+            self.turns.end_of_turn if self.turns is not None else frozenset())
         n = self.info.n_vocab
         self._probs: Any = ffi.new("float[]", n)
         self._idx: Any = ffi.new("int32_t[]", n)
@@ -183,25 +199,42 @@ class Engine:
     def load(cls, path: str | Path, threads: int = 0, kv_pages: int = 0, max_seqs: int = 16,
              max_tokens: int = 0, max_batch_tokens: int = 512, page_tokens: int = PAGE_TOKENS,
              backend: str | None = None, *, offset: int = 0, length: int = 0,
-             kv_f16: bool = False) -> Engine:
+             kv_f16: bool = False, name: str | None = None) -> Engine:
         """Map the GGUF at ``path`` (or the extent [offset, offset + length) of it, as a
         runtime file holds its models: mapped in place, never copied).  ``backend``: the
         compute backend by name (None: the default, "cpu"; :func:`backends` lists the
         ones this build carries).  ``kv_f16``: K/V pages hold IEEE binary16 (half the
-        KV memory per position; attention still sums in float32)."""
+        KV memory per position; attention still sums in float32).  ``name``: the model's
+        name in messages (default: the file's)."""
         p = ffi.new("aotx_model_params *")
         lib.aotx_model_default_params(p)
         p.n_threads, p.kv_pages, p.max_seqs = threads, kv_pages, max_seqs
         p.max_tokens, p.max_batch_tokens, p.page_tokens = max_tokens, max_batch_tokens, page_tokens
         p.file_offset, p.file_length = offset, length
         p.kv_f16 = int(kv_f16)
-        name = ffi.new("char[]", backend.encode()) if backend is not None else ffi.NULL
-        p.backend = name
+        c_backend = ffi.new("char[]", backend.encode()) if backend is not None else ffi.NULL
+        p.backend = c_backend
         out = ffi.new("aotx_model **")
         err = ffi.new("char[]", _ERR_CAP)
         rc = lib.aotx_model_load(str(path).encode(), p, out, err, _ERR_CAP)
         check(rc, f"{path}: {ffi.string(err).decode(errors='replace')}")
-        return cls(out[0], Path(path))
+        return cls(out[0], Path(path), offset, length, name)   # a failed __init__: __del__ frees
+
+    def _load_chat(self, offset: int, length: int) -> None:
+        with GGUFFile.open(self.path, offset, length) as g:
+            source = g.string("tokenizer.chat_template")
+        if source is not None:
+            tok = Tokenizer.from_handle(self._tok, self)
+
+            def piece(i: int) -> str:
+                return tok.piece(i).decode("utf-8", "replace") if i >= 0 else ""
+
+            self.chat_template = ChatTemplate(source, name=self.name,
+                                              bos_token=piece(tok.bos_id),
+                                              eos_token=piece(tok.eos_id))
+        self.turns = turn_tokens(
+            self.chat_template, lambda t: self.tokenize(t, False, parse_special=True),
+            lambda t: self.tokenize(t, False, parse_special=False), self.info.bos_id)
 
     def close(self) -> None:
         if self._m is not None:

@@ -37,8 +37,9 @@ BYTE = 6
 _E_BUFFER_TOO_SMALL = int(lib.AOTX_E_BUFFER_TOO_SMALL)
 _BYTE_PIECE = re.compile(rb"<0x[0-9A-Fa-f]{2}>")
 # tokenizer.ggml.pre names of the byte-level pre-tokenizers
-PRE_NAMES: dict[str, int] = {"default": 0, "gpt2": 0, "llama-bpe": 1, "llama3": 1, "qwen2": 2}
-_PRE_CANON = ("gpt2", "llama3", "qwen2")
+PRE_NAMES: dict[str, int] = {"default": 0, "gpt2": 0, "llama-bpe": 1, "llama3": 1, "qwen2": 2,
+                             "smollm": 3}
+_PRE_CANON = ("gpt2", "llama3", "qwen2", "smollm")
 
 
 def _invalid(field: str, message: str) -> errors.InvalidInput:

@@ -32,7 +32,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from aotx_trio._fs import flock_nb
-from aotx_trio.errors import ConfigError, InvalidInput
+from aotx_trio.errors import ConfigError, FormatError, InvalidInput
+from aotx_trio.native.chat_template import ChatTemplate
+from aotx_trio.native.gguf import GGUFFile, check_supported
 from aotx_trio.runtime import ccir
 from aotx_trio.runtime.ccir import (
     FLAG_AUTOMATIC_MEMORY,
@@ -70,7 +72,10 @@ def new_lineage() -> bytes:
 
 
 def model_source(path: str | os.PathLike[str]) -> Source:
-    """A GGUF text model file as a component named by its file name."""
+    """A GGUF text model file as a component named by its file name.  Refused when the
+    engine could not run it (native/gguf.py ``check_supported``: its architecture, its
+    tokenizer, a tensor's type, each named with what is supported) or its chat template
+    does not compile."""
     p = Path(path)
     try:
         with p.open("rb") as f:
@@ -83,6 +88,16 @@ def model_source(path: str | os.PathLike[str]) -> Source:
         raise InvalidInput(f"--model {p.name}: not a GGUF file (magic {magic!r})",
                            code="model_invalid", field="model")
     ccir.validate_name(p.name, "model")
+    try:
+        g = GGUFFile.open(p)
+    except FormatError as exc:
+        raise InvalidInput(f"--model {p.name}: not a readable GGUF file ({exc.message})",
+                           code="model_invalid", field="model") from None
+    with g:                  # what the engine cannot run is refused here, not at boot
+        check_supported(g)
+        template = g.string("tokenizer.chat_template")
+    if template is not None:
+        ChatTemplate(template, name=p.name)   # compiles, or a clear error naming the file
     return Source(KIND_TEXT_MODEL_GGUF, p.name, p, 0, length)
 
 

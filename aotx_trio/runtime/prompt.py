@@ -9,8 +9,13 @@ module adds are control tokens.  When the whole history does not fit the
 model's context, the oldest turns are left out first (the current input is
 always kept).
 
-Gemma models get their chat markers (``<start_of_turn>user`` ...); other
-architectures get the same layout as plain text.
+The turns are the model's chat template's (GGUF ``tokenizer.chat_template``: the
+text around a user and a model turn, native/chat_template.py ``Turns``); a model
+without a template gets the built-in markers (Gemma's ``<start_of_turn>user`` ...,
+plain text for a vocabulary without them).  Below, ``U``/``E``/``M`` name the built-in
+markers; with a template, ``<bos>`` is its preamble, ``U`` its user turn's opening,
+``E`` the closing of the turn it ends (user or model) and the final ``M`` its
+generation prompt.
 
 **Revisions** (the execution lease's revision selects one; docs/formats/device.md,
 "Lease transfer").  ``M`` below is ``<start_of_turn>model\n``, ``U``
@@ -40,6 +45,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from aotx_trio.native.chat_template import TurnTokens
 from aotx_trio.native.engine import Engine
 
 
@@ -54,13 +60,16 @@ class Turn:
     revision: int | None = None  # its execution lease's revision (None: not leased)
 
 
-def _markers(engine: Engine) -> tuple[list[int], list[int], list[int]]:
-    """(user turn start, turn end, model turn start) as tokens."""
-    def special(text: str) -> list[int]:
-        return engine.tokenize(text, add_bos=False, parse_special=True)
+def _turns(engine: Engine) -> TurnTokens:
+    """The model's turns as tokens: its chat template's, else the built-in markers."""
+    if engine.turns is None:
+        engine._need_tokenizer()
+    assert engine.turns is not None
+    return engine.turns
 
-    return (special("<start_of_turn>user\n"), special("<end_of_turn>\n"),
-            special("<start_of_turn>model\n"))
+
+def _special(engine: Engine, text: str) -> list[int]:
+    return engine.tokenize(text, add_bos=False, parse_special=True)
 
 
 def _plain(engine: Engine, data: bytes) -> list[int]:
@@ -95,16 +104,17 @@ def render(engine: Engine, history: list[Turn], current: Turn, budget: int,
     text."""
     if revision >= 3:
         return _render_compact(engine, history, current, budget, memory, revision >= 4)
-    user, end, model = _markers(engine)
-    bos = [engine.info.bos_id] if engine.info.bos_id >= 0 else []
+    t = _turns(engine)
+    bos = t.preamble
 
     def block(turn: Turn, lead: bytes = b"") -> list[int]:
-        out = user + _plain(engine, lead + turn.label.encode() + b": " + turn.text) + end
+        out = t.user_open + _plain(engine, lead + turn.label.encode() + b": " + turn.text) \
+            + t.user_close
         if turn.output is not None and turn is not current:
-            out += model + _plain(engine, turn.output) + end
+            out += t.model_open + _plain(engine, turn.output) + t.model_close
         return out
 
-    tail = block(current, memory) + model
+    tail = block(current, memory) + t.generation
     blocks: list[list[int]] = []
     used = len(bos) + len(tail)
     for turn in reversed(history):
@@ -122,8 +132,7 @@ def render(engine: Engine, history: list[Turn], current: Turn, budget: int,
 def _render_compact(engine: Engine, history: list[Turn], current: Turn, budget: int,
                     memory: bytes, share: bool) -> list[int]:
     """Revisions 3..5 (module doc): the newest earlier turns whose rendering fits."""
-    user, end, model = _markers(engine)
-    bos = [engine.info.bos_id] if engine.info.bos_id >= 0 else []
+    t = _turns(engine)
     rule = _plain(engine, HISTORICAL_RULE)
     newline = _plain(engine, b"\n")
     cache: dict[tuple[int, bool], list[int]] = {}
@@ -138,7 +147,7 @@ def _render_compact(engine: Engine, history: list[Turn], current: Turn, budget: 
     outputs: dict[int, list[int]] = {}
 
     def assemble(kept: list[Turn]) -> list[int]:
-        tokens = list(bos) + user + rule
+        tokens = t.preamble + t.user_open + rule
         open_line = False           # a line of the current user turn is written
         prev: Turn | None = None
         for turn in [*kept, current]:
@@ -156,10 +165,11 @@ def _render_compact(engine: Engine, history: list[Turn], current: Turn, budget: 
             if turn.output is not None and not is_current:
                 if id(turn) not in outputs:
                     outputs[id(turn)] = _plain(engine, turn.output)
-                tokens += end + model + outputs[id(turn)] + end + user
+                tokens += t.user_close + t.model_open + outputs[id(turn)] + t.model_close \
+                    + t.user_open
                 open_line = False
                 prev = None
-        return tokens + end + model
+        return tokens + t.user_close + t.generation
 
     best = assemble([])
     for k in range(1, len(history) + 1):      # the newest k turns, while they fit
@@ -171,23 +181,31 @@ def _render_compact(engine: Engine, history: list[Turn], current: Turn, budget: 
 
 
 def render_chat(engine: Engine, messages: list[tuple[str, bytes]]) -> list[int]:
-    """OpenAI-style messages (role, content) as tokens, ending with the model's turn
-    marker.  ``system`` (and ``developer``) content opens the first user turn (Gemma
-    has no system turn); ``assistant`` turns are the model's.  Content is tokenized
-    with special tokens off, like shared inputs."""
-    user, end, model = _markers(engine)
-    bos = [engine.info.bos_id] if engine.info.bos_id >= 0 else []
+    """OpenAI-style messages (role, content) as tokens, ending with the model's turn.
+    ``system`` and ``developer`` contents are joined into one system message that
+    leads; ``assistant`` turns are the model's.  With a chat template, the template
+    renders them (its text tokenized with special tokens on, every content with them
+    off: native/chat_template.py); without one, the built-in markers, where the system
+    text opens the first user turn.  Contents never become control tokens."""
     system = b"\n\n".join(c for r, c in messages if r in ("system", "developer"))
-    tokens = list(bos)
+    rest = [(r, c) for r, c in messages if r not in ("system", "developer")]
+    template = engine.chat_template
+    if template is not None:
+        ordered = ([("system", system)] if system else []) + rest
+        tokens: list[int] = []
+        for piece in template.pieces([r for r, _ in ordered]):
+            tokens += _plain(engine, ordered[piece][1]) if isinstance(piece, int) \
+                else _special(engine, piece)
+        return tokens
+    t = _turns(engine)
+    tokens = list(t.preamble)
     pending = system + b"\n\n" if system else b""
-    for role, content in messages:
-        if role in ("system", "developer"):
-            continue
+    for role, content in rest:
         if role == "assistant":
-            tokens += model + _plain(engine, content) + end
+            tokens += t.model_open + _plain(engine, content) + t.model_close
         else:
-            tokens += user + _plain(engine, pending + content) + end
+            tokens += t.user_open + _plain(engine, pending + content) + t.user_close
             pending = b""
     if pending:                                     # only a system message
-        tokens += user + _plain(engine, pending.rstrip()) + end
-    return tokens + model
+        tokens += t.user_open + _plain(engine, pending.rstrip()) + t.user_close
+    return tokens + t.generation

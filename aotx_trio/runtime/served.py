@@ -176,7 +176,7 @@ class ModelSet:
             for c in rf.text_models:
                 path, offset, length = rf.component_view(c.name)
                 eng = Engine.load(path, threads=threads, max_seqs=max_seqs, offset=offset,
-                                  length=length, kv_f16=c.kv_f16)
+                                  length=length, kv_f16=c.kv_f16, name=c.name)
                 text[c.name] = TextModel(c.name, c.sha256_hex, eng, threads,
                                          automatic_memory=c.automatic_memory)
                 kv = eng.kv_stats()

@@ -3,7 +3,7 @@
  * one row = cols/block_size blocks; the one exception: the re-blocked copy of a
  * Q8_0 / Q5_0 / Q4_0 / Q4_K / Q6_K matrix for the AVX2 tiles, aotx_pack below).  Activations are
  * converted once per matmul by aotx_act_prepare() (F32 for F32/F16/BF16 weights,
- * Q8_K32 for k-quants, Q8_0 for Q4_0/Q5_0/Q8_0), then any number of threads run
+ * Q8_K32 for k-quants and IQ4_XS, Q8_0 for Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/IQ4_NL), then any number of threads run
  * aotx_matmul_rows() over disjoint row ranges.  Every fast kernel has a
  * portable reference (the *_ref functions) that the tests use as an oracle.
  *
@@ -21,8 +21,9 @@
  * position or the row range); the AVX-512 ones only with aotx_kernel_invariant(1) /
  * AOTX_INVARIANT=1, else with n_tok > 1 the float results of different blocks may be
  * summed in another order than with n_tok == 1 (the per-block integer sums are the same).
- * Same act for all weights of one family: a Q8_0-family act serves Q4_0, Q5_0 and
- * Q8_0 weights of the same cols; a Q8_K32 act serves Q4_K, Q5_K and Q6_K.
+ * Same act for all weights of one family: a Q8_0-family act serves Q4_0, Q4_1, Q5_0,
+ * Q5_1, Q8_0 and IQ4_NL weights of the same cols; a Q8_K32 act serves Q2_K, Q3_K, Q4_K,
+ * Q5_K, Q6_K and IQ4_XS.
  */
 #ifndef AOTX_KERNELS_H
 #define AOTX_KERNELS_H
@@ -31,13 +32,19 @@
 
 /* CDEF-BEGIN */
 enum {
-    AOTX_T_F32 = 0, AOTX_T_F16 = 1, AOTX_T_Q4_0 = 2, AOTX_T_Q5_0 = 6, AOTX_T_Q8_0 = 8,
-    AOTX_T_Q4_K = 12, AOTX_T_Q5_K = 13, AOTX_T_Q6_K = 14, AOTX_T_Q8_K = 15, AOTX_T_BF16 = 30,
+    AOTX_T_F32 = 0, AOTX_T_F16 = 1, AOTX_T_Q4_0 = 2, AOTX_T_Q4_1 = 3, AOTX_T_Q5_0 = 6,
+    AOTX_T_Q5_1 = 7, AOTX_T_Q8_0 = 8, AOTX_T_Q2_K = 10, AOTX_T_Q3_K = 11, AOTX_T_Q4_K = 12,
+    AOTX_T_Q5_K = 13, AOTX_T_Q6_K = 14, AOTX_T_Q8_K = 15, AOTX_T_IQ4_NL = 20, AOTX_T_IQ4_XS = 23,
+    AOTX_T_BF16 = 30,
 
     AOTX_E_KERNEL_TYPE = -801,     /* tensor type not supported */
     AOTX_E_KERNEL_SHAPE = -802     /* cols not a multiple of the type's block size */
 };
 
+/* The ggml name of a tensor type ("Q4_1", "IQ4_XS", ...; NULL for a number ggml does not
+ * name), and the names of the types the matrix kernels run, comma-separated. */
+const char *aotx_type_name(int type);
+const char *aotx_kernel_types(void);
 /* Elements per block and bytes per block of a type (0 if unsupported). */
 int64_t aotx_type_block_elems(int type);
 int64_t aotx_type_block_bytes(int type);
@@ -110,6 +117,43 @@ typedef struct {        /* value = d * qs[j] */
     uint16_t d;
     int8_t qs[32];
 } aotx_block_q8_0;
+typedef struct {        /* value = d * q + m; q as Q4_0's nibbles (unsigned, no offset) */
+    uint16_t d;
+    uint16_t m;
+    uint8_t qs[16];
+} aotx_block_q4_1;
+typedef struct {        /* value = d * q + m; q = Q4_1's nibble | bit j of qh (u32 LE) << 4 */
+    uint16_t d;
+    uint16_t m;
+    uint8_t qh[4];
+    uint8_t qs[16];
+} aotx_block_q5_1;
+typedef struct {        /* value = d * aotx_iq4nl_values[q]; q as Q4_0's nibbles */
+    uint16_t d;
+    uint8_t qs[16];
+} aotx_block_iq4_nl;
+/* The IQ4_NL / IQ4_XS codebook: 16 non-uniform int8 levels (public GGUF fact). */
+static const int8_t aotx_iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                             1,    13,   25,  38,  53,  69,  89,  113};
+typedef struct {        /* 16 groups of 16: value = d*(sc_g & 15)*q - dmin*(sc_g >> 4), q 2 bits */
+    uint8_t scales[16];
+    uint8_t qs[64];     /* element 128h + 32k + l: bits 2k of qs[32h + l] */
+    uint16_t d;
+    uint16_t dmin;
+} aotx_block_q2_k;
+typedef struct {        /* 16 groups of 16: value = d * (sc_g - 32) * q, q = 2 low bits -
+                         * 4 * (bit clear in hmask), in [-4, 3]; sc_g 6 bits packed */
+    uint8_t hmask[32];  /* element 32i + l: bit i of hmask[l] */
+    uint8_t qs[64];     /* as Q2_K's */
+    uint8_t scales[12]; /* sc_g: bits 4(g/8).. of byte g%8 (4), bits 2(g/4).. of byte 8+g%4 (2) */
+    uint16_t d;
+} aotx_block_q3_k;
+typedef struct {        /* 8 sub-blocks of 32: value = d * (ls_j - 32) * aotx_iq4nl_values[q] */
+    uint16_t d;
+    uint16_t scales_h;  /* bits 2j, 2j+1: ls_j's high 2 bits */
+    uint8_t scales_l[4];/* nibble j of the 4 bytes (low first): ls_j's low 4 bits */
+    uint8_t qs[128];    /* sub-block j: 16 bytes at 16j, low nibbles elements 0..15 */
+} aotx_block_iq4_xs;
 typedef struct {        /* 8 sub-blocks of 32: value = d*sc[j]*q - dmin*m[j] (6-bit sc/m packed) */
     uint16_t d;
     uint16_t dmin;
@@ -153,7 +197,17 @@ typedef struct {        /* ggml's Q8_K (a tensor type here; not our activation f
  *   Q6_K (w = d*sc_g*(q - 32), 16 groups of 16): T_j = sum over the 32 values of sc_g *
  *     (q - 32) * x_q (int, |T_j| < 2^24: exact in float), then
  *     F = 0; for j < 8: F = fma(float(T_j), d[j], F)
- *     y = F * d_w for the first super-block, fma(F, d_w, y) for each later one. */
+ *     y = F * d_w for the first super-block, fma(F, d_w, y) for each later one;
+ *   Q2_K / Q3_K / IQ4_XS (w = d * sc_g * q - dmin * m_g over groups g of 16; IQ4_XS: both
+ *     groups of a 32-block share ls_j - 32, q its codebook level; Q3_K, IQ4_XS: no mins):
+ *     S_g = sum_16 q * x_q, T_j = sc_2j * S_2j + sc_2j+1 * S_2j+1, M_j = m_2j * bsums[2j]
+ *     + m_2j+1 * bsums[2j+1] (ints), then
+ *     F = 0; for j < 8: F = fma(float(T_j), d[j], F)
+ *     G = 0; for j < 8: G = fma(float(M_j), d[j], G)       (Q2_K only)
+ *     r = fma(F, d_w, -(G * dmin_w)) (Q2_K), F * d_w (Q3_K, IQ4_XS)
+ *     y = r for the first super-block, y + r for each later one.
+ *   Their fast kernels compute the same integers but sum the float terms per sub-block lane
+ *   (an ulp-level difference, batch invariant all the same). */
 typedef struct {
     int8_t qs[256];     /* x_q in [-127, 127] */
     float d[8];         /* scale of each 32 values */
@@ -161,11 +215,15 @@ typedef struct {
     int16_t bsums[16];  /* sum of each 16 consecutive qs (Q6_K's -32 offset) */
 } aotx_block_q8_k32;
 
-/* Our activation layout for Q4_0/Q5_0/Q8_0 products (in memory only, never on
- * disk): per token, ceil(nb/2) pairs of 32-element blocks, 128 bytes a pair:
+/* Our activation layout for Q4_0/Q5_0/Q8_0 products (and Q4_1/Q5_1/IQ4_NL: in memory only,
+ * never on disk): per token, ceil(nb/2) pairs of 32-element blocks, 128 bytes a pair:
  *   bytes   0..63   xu[64]: x_q + 128 as uint8 (x_q in [-127, 127]), blocks 2p, 2p+1
  *   bytes  64..127  float dx[16]: block 2p's scale 8 times, then block 2p+1's 8 times
  * x ~= dx * x_q.  An odd last block leaves the pair's second half as x_q = 0, dx = 0.
+ * Per block (the reference's float steps; the fast kernels sum in another order):
+ *   Q4_0 / Q5_0 / Q8_0 / IQ4_NL (w = d_w * v): S = sum v * x_q, y += d_w * dx * S;
+ *   Q4_1 / Q5_1 (w = d_w * q + m_w): S = sum q * x_q, X = sum x_q (no per-block sum is
+ *   stored: the kernels take it from the quants), y += d_w * dx * S + m_w * dx * X.
  * The kernels load 64 quants and 16 per-lane scales with one load each. */
 #define AOTX_ACT8_PAIR_BYTES 128
 static inline const uint8_t *aotx_act8_xu(const uint8_t *row, int64_t blk) {
@@ -178,6 +236,12 @@ static inline const float *aotx_act8_dx(const uint8_t *row, int64_t blk) {
 AOTX_STATIC_ASSERT(sizeof(aotx_block_q4_0) == 18, "q4_0 block is 18 bytes");
 AOTX_STATIC_ASSERT(sizeof(aotx_block_q5_0) == 22, "q5_0 block is 22 bytes");
 AOTX_STATIC_ASSERT(sizeof(aotx_block_q8_0) == 34, "q8_0 block is 34 bytes");
+AOTX_STATIC_ASSERT(sizeof(aotx_block_q4_1) == 20, "q4_1 block is 20 bytes");
+AOTX_STATIC_ASSERT(sizeof(aotx_block_q5_1) == 24, "q5_1 block is 24 bytes");
+AOTX_STATIC_ASSERT(sizeof(aotx_block_iq4_nl) == 18, "iq4_nl block is 18 bytes");
+AOTX_STATIC_ASSERT(sizeof(aotx_block_q2_k) == 84, "q2_k block is 84 bytes");
+AOTX_STATIC_ASSERT(sizeof(aotx_block_q3_k) == 110, "q3_k block is 110 bytes");
+AOTX_STATIC_ASSERT(sizeof(aotx_block_iq4_xs) == 136, "iq4_xs block is 136 bytes");
 AOTX_STATIC_ASSERT(sizeof(aotx_block_q4_k) == 144, "q4_k block is 144 bytes");
 AOTX_STATIC_ASSERT(sizeof(aotx_block_q5_k) == 176, "q5_k block is 176 bytes");
 AOTX_STATIC_ASSERT(sizeof(aotx_block_q6_k) == 210, "q6_k block is 210 bytes");
@@ -223,6 +287,15 @@ static inline float aotx_fp16_to_f32(uint16_t h) {
         bits = sign | ((exp + 112u) << 23) | (man << 13);
     v.u = bits;
     return v.f;
+}
+
+/* Q3_K group g's 6-bit scale minus 32; IQ4_XS sub-block j's ls_j - 32 */
+static inline int aotx_q3k_scale(const uint8_t *scales, int g) {
+    int lo = (scales[g % 8] >> (4 * (g / 8))) & 0x0f, hi = (scales[8 + g % 4] >> (2 * (g / 4))) & 3;
+    return (lo | hi << 4) - 32;
+}
+static inline int aotx_iq4xs_scale(const aotx_block_iq4_xs *b, int j) {
+    return (((b->scales_l[j / 2] >> (4 * (j % 2))) & 0x0f) | ((b->scales_h >> (2 * j)) & 3) << 4) - 32;
 }
 
 static inline float aotx_bf16_to_f32(uint16_t h) {

@@ -48,7 +48,8 @@ enum {
     /* byte-level pre-tokenizers (tokenizer.ggml.pre) */
     AOTX_TOK_PRE_GPT2 = 0,           /* "gpt2", "default": GPT-2's split pattern */
     AOTX_TOK_PRE_LLAMA3 = 1,         /* "llama-bpe", "llama3": Llama-3's, \p{N}{1,3}, ignore_merges */
-    AOTX_TOK_PRE_QWEN2 = 2           /* "qwen2": Llama-3's with single digits */
+    AOTX_TOK_PRE_QWEN2 = 2,          /* "qwen2": Llama-3's with single digits */
+    AOTX_TOK_PRE_SMOLLM = 3          /* "smollm": every digit alone, then GPT-2's */
 };
 
 typedef struct aotx_tokenizer aotx_tokenizer;
@@ -90,7 +91,7 @@ int aotx_tokenizer_new_bpe_packed(const aotx_tokenizer_params *p, int32_t pre, i
  * means "llama"), else AOTX_E_TOKENIZER_MODEL. */
 int aotx_tokenizer_model_parse(const char *name, int64_t len, int32_t *model);
 /* tokenizer.ggml.pre name -> AOTX_TOK_PRE_* ("default", "gpt2", "llama-bpe",
- * "llama3", "qwen2"; name NULL means "default"), else AOTX_E_TOKENIZER_PRE. */
+ * "llama3", "qwen2", "smollm"; name NULL means "default"), else AOTX_E_TOKENIZER_PRE. */
 int aotx_tokenizer_pre_parse(const char *name, int64_t len, int32_t *pre);
 /* The mode (AOTX_TOK_MODEL_*) and pre-tokenizer (AOTX_TOK_PRE_*, BPE only) of t. */
 int32_t aotx_tokenizer_model(const aotx_tokenizer *t);

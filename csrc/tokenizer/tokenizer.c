@@ -242,7 +242,7 @@ static int tokenizer_build(const aotx_tokenizer_params *p, int32_t model, int32_
                            aotx_tokenizer **out) {
     if (!p || !tokens || !out || n_vocab <= 0 || n_vocab > (INT32_MAX / 4))
         return AOTX_E_INVALID_ARGUMENT;
-    if (model == AOTX_TOK_MODEL_BPE && (pre < AOTX_TOK_PRE_GPT2 || pre > AOTX_TOK_PRE_QWEN2))
+    if (model == AOTX_TOK_MODEL_BPE && (pre < AOTX_TOK_PRE_GPT2 || pre > AOTX_TOK_PRE_SMOLLM))
         return AOTX_E_TOKENIZER_PRE;
     int rc = check_params(p, n_vocab);
     if (rc) return rc;

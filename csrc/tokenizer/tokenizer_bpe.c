@@ -37,6 +37,8 @@ int aotx_tokenizer_pre_parse(const char *name, int64_t len, int32_t *pre) {
         *pre = AOTX_TOK_PRE_LLAMA3;
     else if (name_is(name, len, "qwen2"))
         *pre = AOTX_TOK_PRE_QWEN2;
+    else if (name_is(name, len, "smollm"))
+        *pre = AOTX_TOK_PRE_SMOLLM;
     else
         return AOTX_E_TOKENIZER_PRE;
     return AOTX_OK;

@@ -1,6 +1,6 @@
 /* tokenizer_pretok.c -- the byte-level BPE pre-tokenizers: the text of a
- * fragment cut into pre-tokens exactly as the split regexes of GPT-2 and
- * Llama-3 / Qwen2 do (leftmost alternative, greedy, with the backtracking
+ * fragment cut into pre-tokens exactly as the split regexes of GPT-2,
+ * Llama-3 / Qwen2 and SmolLM (digits apart, then GPT-2's) do (leftmost alternative, greedy, with the backtracking
  * of \s+(?!\S) and \s*[\r\n]+ worked out by hand).  docs/tokenizer.md lists
  * the patterns. */
 #include "tokenizer_internal.h"
@@ -105,8 +105,23 @@ static int32_t next_llama3(const tok_cp *c, int32_t k, int32_t n, int32_t digits
     return k + 1;
 }
 
+/* SmolLM's: every \p{N} its own pre-token (a Digits split with individual digits),
+ * then the GPT-2 pattern inside the pieces between them.  Scanned in place: GPT-2's
+ * pre-token at k, cut before a digit it would take ( ?\p{N}+), and a whitespace run
+ * whose last character GPT-2 left for what follows keeps it when a digit follows (at
+ * the end of a piece \s+(?!\S) takes the whole run). */
+static int32_t next_smollm(const tok_cp *c, int32_t k, int32_t n) {
+    if (is_cls(c, k, n, AOTX_UNI_N)) return k + 1;
+    int32_t e = next_gpt2(c, k, n);
+    for (int32_t p = k + 1; p < e; p++)
+        if (is_cls(c, p, n, AOTX_UNI_N)) return p;
+    if (run_cls(c, k, n, AOTX_UNI_S) == e + 1 && is_cls(c, e + 1, n, AOTX_UNI_N)) return e + 1;
+    return e;
+}
+
 int32_t aotx_pretok_next(int32_t pre, const tok_cp *c, int32_t k, int32_t n) {
     if (pre == AOTX_TOK_PRE_LLAMA3) return next_llama3(c, k, n, 3);
     if (pre == AOTX_TOK_PRE_QWEN2) return next_llama3(c, k, n, 1);
+    if (pre == AOTX_TOK_PRE_SMOLLM) return next_smollm(c, k, n);
     return next_gpt2(c, k, n);
 }

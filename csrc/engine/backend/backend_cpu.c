@@ -57,8 +57,12 @@ struct aotx_kv_store {
 
 static int act_class(int32_t type) {
     switch (type) {
-    case AOTX_T_Q4_K: case AOTX_T_Q5_K: case AOTX_T_Q6_K: return 1;
-    case AOTX_T_Q4_0: case AOTX_T_Q5_0: case AOTX_T_Q8_0: return 2;
+    case AOTX_T_Q2_K: case AOTX_T_Q3_K: case AOTX_T_Q4_K: case AOTX_T_Q5_K: case AOTX_T_Q6_K:
+    case AOTX_T_IQ4_XS:
+        return 1;
+    case AOTX_T_Q4_0: case AOTX_T_Q4_1: case AOTX_T_Q5_0: case AOTX_T_Q5_1: case AOTX_T_Q8_0:
+    case AOTX_T_IQ4_NL:
+        return 2;
     default: return 0;
     }
 }

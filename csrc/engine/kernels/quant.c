@@ -26,11 +26,33 @@ const aotx_code_entry aotx_kernel_codes[] = {
 
 /* ------------------------------------------------------------------ types */
 
+/* ggml's type names (public GGUF facts), by number */
+static const char *const type_names[] = {
+    "F32", "F16", "Q4_0", "Q4_1", NULL, NULL, "Q5_0", "Q5_1", "Q8_0", "Q8_1", "Q2_K", "Q3_K",
+    "Q4_K", "Q5_K", "Q6_K", "Q8_K", "IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ1_S", "IQ4_NL", "IQ3_S",
+    "IQ2_S", "IQ4_XS", "I8", "I16", "I32", "I64", "F64", "IQ1_M", "BF16", NULL, NULL, NULL,
+    "TQ1_0", "TQ2_0", NULL, NULL, NULL, "MXFP4", "NVFP4", "Q1_0",
+};
+
+const char *aotx_type_name(int type) {
+    if (type < 0 || type >= (int)(sizeof type_names / sizeof type_names[0])) return NULL;
+    return type_names[type];
+}
+
+const char *aotx_kernel_types(void) {
+    return "F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, "
+           "IQ4_XS";
+}
+
 int64_t aotx_type_block_elems(int type) {
     switch (type) {
     case AOTX_T_F32: case AOTX_T_F16: case AOTX_T_BF16: return 1;
-    case AOTX_T_Q4_0: case AOTX_T_Q5_0: case AOTX_T_Q8_0: return AOTX_QK;
-    case AOTX_T_Q4_K: case AOTX_T_Q5_K: case AOTX_T_Q6_K: case AOTX_T_Q8_K: return AOTX_QK_K;
+    case AOTX_T_Q4_0: case AOTX_T_Q4_1: case AOTX_T_Q5_0: case AOTX_T_Q5_1: case AOTX_T_Q8_0:
+    case AOTX_T_IQ4_NL:
+        return AOTX_QK;
+    case AOTX_T_Q2_K: case AOTX_T_Q3_K: case AOTX_T_Q4_K: case AOTX_T_Q5_K: case AOTX_T_Q6_K:
+    case AOTX_T_Q8_K: case AOTX_T_IQ4_XS:
+        return AOTX_QK_K;
     default: return 0;
     }
 }
@@ -40,8 +62,14 @@ int64_t aotx_type_block_bytes(int type) {
     case AOTX_T_F32: return 4;
     case AOTX_T_F16: case AOTX_T_BF16: return 2;
     case AOTX_T_Q4_0: return sizeof(aotx_block_q4_0);
+    case AOTX_T_Q4_1: return sizeof(aotx_block_q4_1);
     case AOTX_T_Q5_0: return sizeof(aotx_block_q5_0);
+    case AOTX_T_Q5_1: return sizeof(aotx_block_q5_1);
     case AOTX_T_Q8_0: return sizeof(aotx_block_q8_0);
+    case AOTX_T_IQ4_NL: return sizeof(aotx_block_iq4_nl);
+    case AOTX_T_Q2_K: return sizeof(aotx_block_q2_k);
+    case AOTX_T_Q3_K: return sizeof(aotx_block_q3_k);
+    case AOTX_T_IQ4_XS: return sizeof(aotx_block_iq4_xs);
     case AOTX_T_Q4_K: return sizeof(aotx_block_q4_k);
     case AOTX_T_Q5_K: return sizeof(aotx_block_q5_k);
     case AOTX_T_Q6_K: return sizeof(aotx_block_q6_k);
@@ -104,6 +132,38 @@ static void dq_q5_0(const uint8_t *src, float *dst, int64_t nb) {
             int hi = (b->qs[j] >> 4) | (int)((qh >> (j + 16)) & 1) << 4;
             dst[j] = d * (float)(lo - 16);
             dst[j + 16] = d * (float)(hi - 16);
+        }
+    }
+}
+
+/* Q4_1 / Q5_1: value = d * q + m, the product rounded before the add (no FMA here) */
+static void dq_q41_51(int has_qh, const uint8_t *src, float *dst, int64_t nb) {
+    const size_t bb = has_qh ? sizeof(aotx_block_q5_1) : sizeof(aotx_block_q4_1);
+    for (int64_t i = 0; i < nb; i++, dst += 32) {
+        const uint8_t *b = src + (size_t)i * bb, *qs = b + (has_qh ? 8 : 4);
+        float d = aotx_fp16_to_f32(rd16(b)), m = aotx_fp16_to_f32(rd16(b + 2));
+        uint32_t qh = 0;
+        if (has_qh) memcpy(&qh, b + 4, 4);
+        for (int j = 0; j < 16; j++) {
+            int lo = (qs[j] & 0x0f) | (int)((qh >> j) & 1) << 4;
+            int hi = (qs[j] >> 4) | (int)((qh >> (j + 16)) & 1) << 4;
+            volatile float plo = d * (float)lo, phi = d * (float)hi;
+            dst[j] = plo + m;
+            dst[j + 16] = phi + m;
+        }
+    }
+}
+
+static void dq_q4_1(const uint8_t *src, float *dst, int64_t nb) { dq_q41_51(0, src, dst, nb); }
+static void dq_q5_1(const uint8_t *src, float *dst, int64_t nb) { dq_q41_51(1, src, dst, nb); }
+
+static void dq_iq4_nl(const uint8_t *src, float *dst, int64_t nb) {
+    const aotx_block_iq4_nl *b = (const aotx_block_iq4_nl *)src;
+    for (int64_t i = 0; i < nb; i++, b++, dst += 32) {
+        float d = aotx_fp16_to_f32(b->d);
+        for (int j = 0; j < 16; j++) {
+            dst[j] = d * (float)aotx_iq4nl_values[b->qs[j] & 0x0f];
+            dst[j + 16] = d * (float)aotx_iq4nl_values[b->qs[j] >> 4];
         }
     }
 }
@@ -177,6 +237,75 @@ static void dq_q6_k(const uint8_t *src, float *dst, int64_t nb) {
     }
 }
 
+/* Q2_K / Q3_K / IQ4_XS as 256 signed quants, 16 per-group scales and (Q2_K) mins: the
+ * form the reference products and the dequantizers share; value = d*sc_g*q - dmin*m_g. */
+typedef struct {
+    int8_t q[256];
+    int8_t sc[16], m[16];
+    float d, dmin;
+} kx_unpacked;
+
+static void kx_unpack(int type, const uint8_t *wb, kx_unpacked *u) {
+    memset(u->m, 0, sizeof u->m);
+    u->dmin = 0.0f;
+    if (type == AOTX_T_IQ4_XS) {
+        const aotx_block_iq4_xs *b = (const aotx_block_iq4_xs *)wb;
+        u->d = aotx_fp16_to_f32(b->d);
+        for (int j = 0; j < 8; j++) {
+            u->sc[2 * j] = u->sc[2 * j + 1] = (int8_t)aotx_iq4xs_scale(b, j);
+            for (int l = 0; l < 16; l++) {
+                u->q[32 * j + l] = aotx_iq4nl_values[b->qs[16 * j + l] & 0x0f];
+                u->q[32 * j + 16 + l] = aotx_iq4nl_values[b->qs[16 * j + l] >> 4];
+            }
+        }
+        return;
+    }
+    const uint8_t *qs = type == AOTX_T_Q2_K ? wb + 16 : wb + 32;
+    for (int h = 0; h < 2; h++)
+        for (int k = 0; k < 4; k++)
+            for (int l = 0; l < 32; l++) {
+                const int e = 128 * h + 32 * k + l;
+                int q = (qs[32 * h + l] >> (2 * k)) & 3;
+                if (type == AOTX_T_Q3_K && !((wb[l] >> (4 * h + k)) & 1)) q -= 4;
+                u->q[e] = (int8_t)q;
+            }
+    if (type == AOTX_T_Q2_K) {
+        const aotx_block_q2_k *b = (const aotx_block_q2_k *)wb;
+        u->d = aotx_fp16_to_f32(b->d);
+        u->dmin = aotx_fp16_to_f32(b->dmin);
+        for (int g = 0; g < 16; g++) {
+            u->sc[g] = (int8_t)(b->scales[g] & 0x0f);
+            u->m[g] = (int8_t)(b->scales[g] >> 4);
+        }
+        return;
+    }
+    const aotx_block_q3_k *b = (const aotx_block_q3_k *)wb;
+    u->d = aotx_fp16_to_f32(b->d);
+    for (int g = 0; g < 16; g++) u->sc[g] = (int8_t)aotx_q3k_scale(b->scales, g);
+}
+
+/* gguf-py's steps: dl = d * sc, ml = dmin * m (each rounded), value = dl * q (- ml) */
+static void dq_kx(int type, const uint8_t *src, float *dst, int64_t nb) {
+    const size_t bb = (size_t)aotx_type_block_bytes(type);
+    for (int64_t i = 0; i < nb; i++, dst += 256) {
+        kx_unpacked u;
+        kx_unpack(type, src + (size_t)i * bb, &u);
+        for (int g = 0; g < 16; g++) {
+            float dl = u.d * (float)u.sc[g], ml = u.dmin * (float)u.m[g];
+            for (int l = 0; l < 16; l++) {
+                volatile float p = dl * (float)u.q[16 * g + l];
+                dst[16 * g + l] = type == AOTX_T_Q2_K ? p - ml : p;
+            }
+        }
+    }
+}
+
+static void dq_q2_k(const uint8_t *src, float *dst, int64_t nb) { dq_kx(AOTX_T_Q2_K, src, dst, nb); }
+static void dq_q3_k(const uint8_t *src, float *dst, int64_t nb) { dq_kx(AOTX_T_Q3_K, src, dst, nb); }
+static void dq_iq4_xs(const uint8_t *src, float *dst, int64_t nb) {
+    dq_kx(AOTX_T_IQ4_XS, src, dst, nb);
+}
+
 static void dq_q8_k(const uint8_t *src, float *dst, int64_t nb) {
     const aotx_block_q8_k *b = (const aotx_block_q8_k *)src;
     for (int64_t i = 0; i < nb; i++, b++, dst += 256)
@@ -189,8 +318,14 @@ static aotx_dq_fn dq_ref_fn(int type) {
     case AOTX_T_F16: return dq_f16;
     case AOTX_T_BF16: return dq_bf16;
     case AOTX_T_Q4_0: return dq_q4_0;
+    case AOTX_T_Q4_1: return dq_q4_1;
     case AOTX_T_Q5_0: return dq_q5_0;
+    case AOTX_T_Q5_1: return dq_q5_1;
     case AOTX_T_Q8_0: return dq_q8_0;
+    case AOTX_T_IQ4_NL: return dq_iq4_nl;
+    case AOTX_T_Q2_K: return dq_q2_k;
+    case AOTX_T_Q3_K: return dq_q3_k;
+    case AOTX_T_IQ4_XS: return dq_iq4_xs;
     case AOTX_T_Q4_K: return dq_q4_k;
     case AOTX_T_Q5_K: return dq_q5_k;
     case AOTX_T_Q6_K: return dq_q6_k;
@@ -326,8 +461,12 @@ int aotx_dequant_row_ref(int type, const void *src, float *dst, int64_t n) {
 /* Which activation form a weight type multiplies against. */
 static int act_type(int type) {
     switch (type) {
-    case AOTX_T_Q4_0: case AOTX_T_Q5_0: case AOTX_T_Q8_0: return AOTX_T_Q8_0;
-    case AOTX_T_Q4_K: case AOTX_T_Q5_K: case AOTX_T_Q6_K: return AOTX_T_Q8_K;
+    case AOTX_T_Q4_0: case AOTX_T_Q4_1: case AOTX_T_Q5_0: case AOTX_T_Q5_1: case AOTX_T_Q8_0:
+    case AOTX_T_IQ4_NL:
+        return AOTX_T_Q8_0;
+    case AOTX_T_Q2_K: case AOTX_T_Q3_K: case AOTX_T_Q4_K: case AOTX_T_Q5_K: case AOTX_T_Q6_K:
+    case AOTX_T_IQ4_XS:
+        return AOTX_T_Q8_K;
     case AOTX_T_F32: case AOTX_T_F16: case AOTX_T_BF16: return AOTX_T_F32;
     default: return -1;
     }
@@ -463,6 +602,52 @@ static float dot_q5_0(const uint8_t *w, const uint8_t *a, int64_t nb) {
     return sum;
 }
 
+/* Q4_1 / Q5_1: S = sum q * x_q, X = sum x_q; y += d * dx * S + m * dx * X */
+static float dot_q41_51(int has_qh, const uint8_t *w, const uint8_t *a, int64_t nb) {
+    const size_t bb = has_qh ? sizeof(aotx_block_q5_1) : sizeof(aotx_block_q4_1);
+    float sum = 0.0f;
+    for (int64_t i = 0; i < nb; i++) {
+        const uint8_t *b = w + (size_t)i * bb, *qs = b + (has_qh ? 8 : 4);
+        int xq[32];
+        float dx = act8_block(a, i, xq);
+        uint32_t qh = 0;
+        if (has_qh) memcpy(&qh, b + 4, 4);
+        int32_t s = 0, sx = 0;
+        for (int j = 0; j < 16; j++) {
+            int lo = (qs[j] & 0x0f) | (int)((qh >> j) & 1) << 4;
+            int hi = (qs[j] >> 4) | (int)((qh >> (j + 16)) & 1) << 4;
+            s += lo * xq[j] + hi * xq[j + 16];
+            sx += xq[j] + xq[j + 16];
+        }
+        float d = aotx_fp16_to_f32(rd16(b)), m = aotx_fp16_to_f32(rd16(b + 2));
+        sum += d * dx * (float)s + m * dx * (float)sx;
+    }
+    return sum;
+}
+
+static float dot_q4_1(const uint8_t *w, const uint8_t *a, int64_t nb) {
+    return dot_q41_51(0, w, a, nb);
+}
+
+static float dot_q5_1(const uint8_t *w, const uint8_t *a, int64_t nb) {
+    return dot_q41_51(1, w, a, nb);
+}
+
+static float dot_iq4_nl(const uint8_t *w, const uint8_t *a, int64_t nb) {
+    const aotx_block_iq4_nl *b = (const aotx_block_iq4_nl *)w;
+    float sum = 0.0f;
+    for (int64_t i = 0; i < nb; i++) {
+        int xq[32];
+        float dx = act8_block(a, i, xq);
+        int32_t s = 0;
+        for (int j = 0; j < 16; j++)
+            s += aotx_iq4nl_values[b[i].qs[j] & 0x0f] * xq[j] +
+                 aotx_iq4nl_values[b[i].qs[j] >> 4] * xq[j + 16];
+        sum += aotx_fp16_to_f32(b[i].d) * dx * (float)s;
+    }
+    return sum;
+}
+
 static float dot_q8_0(const uint8_t *w, const uint8_t *a, int64_t nb) {
     const aotx_block_q8_0 *b = (const aotx_block_q8_0 *)w;
     float sum = 0.0f;
@@ -537,6 +722,44 @@ static float dot_q6_k(const uint8_t *w, const uint8_t *a, int64_t nb) {
     return sum;
 }
 
+/* Q2_K / Q3_K / IQ4_XS x Q8_K32: the float steps of aotx_block_q8_k32 */
+static float dot_kx(int type, const uint8_t *w, const uint8_t *a, int64_t nb) {
+    const size_t bb = (size_t)aotx_type_block_bytes(type);
+    const aotx_block_q8_k32 *x = (const aotx_block_q8_k32 *)a;
+    float sum = 0.0f;
+    for (int64_t i = 0; i < nb; i++) {
+        kx_unpacked u;
+        kx_unpack(type, w + (size_t)i * bb, &u);
+        float f = 0.0f, g = 0.0f;
+        for (int j = 0; j < 8; j++) {
+            int32_t t = 0, mj = 0;
+            for (int gi = 2 * j; gi < 2 * j + 2; gi++) {
+                int32_t s = 0;
+                for (int l = 0; l < 16; l++) s += u.q[16 * gi + l] * x[i].qs[16 * gi + l];
+                t += u.sc[gi] * s;
+                mj += u.m[gi] * x[i].bsums[gi];
+            }
+            f = fmaf((float)t, x[i].d[j], f);
+            g = fmaf((float)mj, x[i].d[j], g);
+        }
+        float r = type == AOTX_T_Q2_K ? fmaf(f, u.d, -(g * u.dmin)) : f * u.d;
+        sum = i > 0 ? sum + r : r;
+    }
+    return sum;
+}
+
+static float dot_q2_k(const uint8_t *w, const uint8_t *a, int64_t nb) {
+    return dot_kx(AOTX_T_Q2_K, w, a, nb);
+}
+
+static float dot_q3_k(const uint8_t *w, const uint8_t *a, int64_t nb) {
+    return dot_kx(AOTX_T_Q3_K, w, a, nb);
+}
+
+static float dot_iq4_xs(const uint8_t *w, const uint8_t *a, int64_t nb) {
+    return dot_kx(AOTX_T_IQ4_XS, w, a, nb);
+}
+
 static float dot_f16(const uint8_t *w, const uint8_t *a, int64_t n) {
     const float *x = (const float *)a;
     double s = 0.0;
@@ -558,8 +781,14 @@ static dot_fn dot_ref_fn(int type) {
     case AOTX_T_F16: return dot_f16;
     case AOTX_T_BF16: return dot_bf16;
     case AOTX_T_Q4_0: return dot_q4_0;
+    case AOTX_T_Q4_1: return dot_q4_1;
     case AOTX_T_Q5_0: return dot_q5_0;
+    case AOTX_T_Q5_1: return dot_q5_1;
     case AOTX_T_Q8_0: return dot_q8_0;
+    case AOTX_T_IQ4_NL: return dot_iq4_nl;
+    case AOTX_T_Q2_K: return dot_q2_k;
+    case AOTX_T_Q3_K: return dot_q3_k;
+    case AOTX_T_IQ4_XS: return dot_iq4_xs;
     case AOTX_T_Q4_K: return dot_q4_k;
     case AOTX_T_Q5_K: return dot_q5_k;
     case AOTX_T_Q6_K: return dot_q6_k;

@@ -45,7 +45,7 @@
 #define QX86_ROWS 16
 #define QX86_PF 3072  /* software prefetch distance (bytes) in the weight stream */
 
-enum { K_Q4_0, K_Q5_0, K_Q8_0 };  /* weight kinds of the Q8_0-activation family */
+enum { K_Q4_0, K_Q5_0, K_Q8_0, K_IQ4_NL, K_Q4_1, K_Q5_1 };  /* weight kinds of the Q8_0-activation family */
 /* the VNNI copies' bytes per group of 16 rows and block (see mm_q8fam_packed below) */
 #define QX86_VQ8_BLOCK 544
 #define QX86_VQ5_BLOCK 352
@@ -353,13 +353,19 @@ AI __m256i SFX(bits_to_bytes)(uint32_t x) {
 
 /* ---------------------------------------------- Q4_0 / Q5_0 / Q8_0 x Q8_0 */
 
-/* Weights of one block as signed bytes (q - offset, or Q8_0's own int8), 256-bit. */
+/* The IQ4_NL codebook in both 128-bit lanes (a pshufb table) */
+AI __m256i SFX(iq4_table)(void) {
+    return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)aotx_iq4nl_values));
+}
+
+/* Weights of one block as signed bytes (q - offset, IQ4_NL's level, or Q8_0's own int8), 256-bit. */
 AI __m256i SFX(unpack_q8fam)(int kind, const uint8_t *wb, uint16_t *d) {
     memcpy(d, wb, 2);
     if (kind == K_Q8_0) return _mm256_loadu_si256((const __m256i *)(wb + 2));
     const uint8_t *qs = wb + (kind == K_Q5_0 ? 6 : 2);
     __m128i q = _mm_loadu_si128((const __m128i *)qs);
     __m256i v = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0x0f));
+    if (kind == K_IQ4_NL) return _mm256_shuffle_epi8(SFX(iq4_table)(), v);
     if (kind == K_Q4_0) return _mm256_sub_epi8(v, _mm256_set1_epi8(8));
     uint32_t qh;
     memcpy(&qh, wb + 2, 4);
@@ -382,6 +388,9 @@ AI __m512i SFX(unpack2_q8fam)(int kind, const uint8_t *b0, const uint8_t *b1, ui
     __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set_m128i(_mm_srli_epi16(q0, 4), q0)),
                                    _mm256_set_m128i(_mm_srli_epi16(q1, 4), q1), 1);
     v = _mm512_and_si512(v, _mm512_set1_epi8(0x0f));
+    if (kind == K_IQ4_NL)
+        return _mm512_shuffle_epi8(
+            _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)aotx_iq4nl_values)), v);
     if (kind == K_Q4_0) return _mm512_sub_epi8(v, _mm512_set1_epi8(8));
     /* the two blocks' 32 high bits straight into a mask register (kmovd, kunpckdq) */
     uint32_t h0, h1;  /* memcpy: the fields are only 2-byte aligned */
@@ -820,18 +829,19 @@ static void SFX(q8_0_rows1)(const uint8_t *w, size_t rb, int64_t nb, const uint8
 }
 #else
 /* AVX2: maddubs(x_q + 128, w_s) - maddubs(128, w_s) per int16 pair (no saturation for
- * |w_s| <= 16); Q8_0 uses the sign trick maddubs(|w|, sign(x_q, w)) instead. */
+ * |w_s| <= 16); Q8_0 and IQ4_NL use the sign trick maddubs(|w|, sign(x_q, w)) instead. */
 AI void SFX(step_q8fam)(int kind, const uint8_t *wb, const uint8_t *const *xa, int64_t i, int nt,
                         __m256 *facc) {
     uint16_t d;
     __m256i ws = SFX(unpack_q8fam)(kind, wb, &d);
     __m256 dw = _mm256_set1_ps(SFX(h16)(d));
     const __m256i c80 = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1);
-    __m256i aux = kind == K_Q8_0 ? _mm256_sign_epi8(ws, ws) : _mm256_maddubs_epi16(c80, ws);
+    const int wide = kind == K_Q8_0 || kind == K_IQ4_NL;  /* |w| up to 127 */
+    __m256i aux = wide ? _mm256_sign_epi8(ws, ws) : _mm256_maddubs_epi16(c80, ws);
     for (int t = 0; t < nt; t++) {
         __m256i xu = _mm256_loadu_si256((const __m256i *)aotx_act8_xu(xa[t], i));
         __m256i p16;
-        if (kind == K_Q8_0)
+        if (wide)
             p16 = _mm256_maddubs_epi16(aux, _mm256_sign_epi8(_mm256_xor_si256(xu, c80), ws));
         else
             p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(xu, ws), aux);
@@ -964,6 +974,72 @@ AI void SFX(k4_scales)(const uint8_t *q, uint8_t *sc, uint8_t *m) {
     }
 }
 
+/* ---------------------------------------- Q4_1 / Q5_1, Q2_K / Q3_K / IQ4_XS unpacking
+ * Q4_1 / Q5_1: the block's unsigned quants q (0..15 / 0..31) as bytes.  Q2_K / Q3_K /
+ * IQ4_XS: a super-block as 8 vectors of 32 signed quants (Q2_K 0..3, Q3_K -4..3, IQ4_XS
+ * its codebook levels), the 16 group scales and (Q2_K) mins as int8, d and dmin. */
+AI __m256i SFX(unpack_q8min)(int kind, const uint8_t *wb) {
+    __m128i q = _mm_loadu_si128((const __m128i *)(wb + (kind == K_Q5_1 ? 8 : 4)));
+    __m256i v = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0x0f));
+    if (kind == K_Q5_1) {
+        uint32_t qh;
+        memcpy(&qh, wb + 4, 4);
+        v = _mm256_or_si256(v, _mm256_and_si256(SFX(bits_to_bytes)(qh), _mm256_set1_epi8(0x10)));
+    }
+    return v;
+}
+
+typedef struct {
+    __m256i w[8];
+    int8_t sc[16], m[16];
+    float d, dmin;
+} SFX(qx_kx);
+
+AI void SFX(kx_unpack)(int type, const uint8_t *wb, SFX(qx_kx) *k) {
+    const __m256i c3 = _mm256_set1_epi8(3);
+    k->dmin = 0.0f;
+    memset(k->m, 0, sizeof k->m);
+    if (type == AOTX_T_IQ4_XS) {
+        const aotx_block_iq4_xs *b = (const aotx_block_iq4_xs *)wb;
+        const __m256i tab = SFX(iq4_table)(), m4 = _mm256_set1_epi8(0x0f);
+        k->d = SFX(h16)(b->d);
+        for (int j = 0; j < 8; j++) {
+            __m128i q = _mm_loadu_si128((const __m128i *)(b->qs + 16 * j));
+            k->w[j] = _mm256_shuffle_epi8(tab, _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), m4));
+            k->sc[2 * j] = k->sc[2 * j + 1] = (int8_t)aotx_iq4xs_scale(b, j);
+        }
+        return;
+    }
+    const uint8_t *qs = wb + (type == AOTX_T_Q2_K ? 16 : 32);
+    const __m256i hm = _mm256_loadu_si256((const __m256i *)wb);  /* Q3_K's hmask */
+    for (int h = 0; h < 2; h++) {
+        const __m256i a = _mm256_loadu_si256((const __m256i *)(qs + 32 * h));
+        for (int kk = 0; kk < 4; kk++) {
+            const int j = 4 * h + kk;
+            __m256i v = _mm256_and_si256(_mm256_srli_epi16(a, 2 * kk), c3);
+            if (type == AOTX_T_Q3_K) {  /* -4 where bit j of hmask is clear */
+                const __m256i clear = _mm256_cmpeq_epi8(
+                    _mm256_and_si256(hm, _mm256_set1_epi8((char)(1 << j))), _mm256_setzero_si256());
+                v = _mm256_sub_epi8(v, _mm256_and_si256(clear, _mm256_set1_epi8(4)));
+            }
+            k->w[j] = v;
+        }
+    }
+    if (type == AOTX_T_Q2_K) {
+        const aotx_block_q2_k *b = (const aotx_block_q2_k *)wb;
+        k->d = SFX(h16)(b->d);
+        k->dmin = SFX(h16)(b->dmin);
+        for (int g = 0; g < 16; g++) {
+            k->sc[g] = (int8_t)(b->scales[g] & 0x0f);
+            k->m[g] = (int8_t)(b->scales[g] >> 4);
+        }
+        return;
+    }
+    const aotx_block_q3_k *b = (const aotx_block_q3_k *)wb;
+    k->d = SFX(h16)(b->d);
+    for (int g = 0; g < 16; g++) k->sc[g] = (int8_t)aotx_q3k_scale(b->scales, g);
+}
+
 #if QX86_VNNI
 /* ------------------------------------------------------------ dequantization
  * The arithmetic of quant.c's dq_* (and gguf-py's): one float multiply per
@@ -1087,8 +1163,65 @@ static void SFX(dq_bf16)(const uint8_t *src, float *dst, int64_t n) {
     }
 }
 
+/* Q4_1 / Q5_1: d * q, then + m (each rounded, as gguf-py) */
+AI void SFX(dq_q8min)(int kind, const uint8_t *src, float *dst, int64_t nb) {
+    const size_t bb = kind == K_Q5_1 ? sizeof(aotx_block_q5_1) : sizeof(aotx_block_q4_1);
+    for (int64_t i = 0; i < nb; i++, dst += 32) {
+        const uint8_t *wb = src + (size_t)i * bb;
+        uint16_t d16, m16;
+        memcpy(&d16, wb, 2);
+        memcpy(&m16, wb + 2, 2);
+        const __m512 d = _mm512_set1_ps(SFX(h16)(d16)), m = _mm512_set1_ps(SFX(h16)(m16));
+        const __m256i q = SFX(unpack_q8min)(kind, wb);
+        for (int h = 0; h < 2; h++) {
+            __m512i qi = _mm512_cvtepu8_epi32(h ? _mm256_extracti128_si256(q, 1) : _mm256_castsi256_si128(q));
+            __m512 p = _mm512_mul_round_ps(d, _mm512_cvtepi32_ps(qi), QX86_RN);
+            _mm512_storeu_ps(dst + 16 * h, _mm512_add_round_ps(p, m, QX86_RN));
+        }
+    }
+}
+
+static void SFX(dq_q4_1)(const uint8_t *src, float *dst, int64_t nb) { SFX(dq_q8min)(K_Q4_1, src, dst, nb); }
+static void SFX(dq_q5_1)(const uint8_t *src, float *dst, int64_t nb) { SFX(dq_q8min)(K_Q5_1, src, dst, nb); }
+
+static void SFX(dq_iq4_nl)(const uint8_t *src, float *dst, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, dst += 32) {
+        uint16_t d;
+        const __m256i q = SFX(unpack_q8fam)(K_IQ4_NL, src + (size_t)i * sizeof(aotx_block_iq4_nl), &d);
+        SFX(store_scaled)(dst, _mm512_cvtepi8_epi32(_mm256_castsi256_si128(q)), SFX(h16)(d));
+        SFX(store_scaled)(dst + 16, _mm512_cvtepi8_epi32(_mm256_extracti128_si256(q, 1)), SFX(h16)(d));
+    }
+}
+
+/* Q2_K / Q3_K / IQ4_XS: (d * sc) * q, Q2_K minus dmin * m (each rounded, as gguf-py) */
+AI void SFX(dq_kx)(int type, const uint8_t *src, float *dst, int64_t nb) {
+    const size_t bb = (size_t)aotx_type_block_bytes(type);
+    for (int64_t i = 0; i < nb; i++, dst += 256) {
+        SFX(qx_kx) k;
+        SFX(kx_unpack)(type, src + (size_t)i * bb, &k);
+        for (int g = 0; g < 16; g++) {
+            const __m256i w = k.w[g / 2];
+            const __m512i q = _mm512_cvtepi8_epi32(g & 1 ? _mm256_extracti128_si256(w, 1) : _mm256_castsi256_si128(w));
+            const __m512 p = _mm512_mul_round_ps(_mm512_set1_ps(k.d * (float)k.sc[g]), _mm512_cvtepi32_ps(q), QX86_RN);
+            _mm512_storeu_ps(dst + 16 * g, type == AOTX_T_Q2_K
+                                               ? _mm512_sub_round_ps(p, _mm512_set1_ps(k.dmin * (float)k.m[g]), QX86_RN)
+                                               : p);
+        }
+    }
+}
+
+static void SFX(dq_q2_k)(const uint8_t *src, float *dst, int64_t nb) { SFX(dq_kx)(AOTX_T_Q2_K, src, dst, nb); }
+static void SFX(dq_q3_k)(const uint8_t *src, float *dst, int64_t nb) { SFX(dq_kx)(AOTX_T_Q3_K, src, dst, nb); }
+static void SFX(dq_iq4_xs)(const uint8_t *src, float *dst, int64_t nb) { SFX(dq_kx)(AOTX_T_IQ4_XS, src, dst, nb); }
+
 static aotx_dq_fn SFX(qx86_pick_dq)(int type) {
     switch (type) {
+    case AOTX_T_Q4_1: return SFX(dq_q4_1);
+    case AOTX_T_Q5_1: return SFX(dq_q5_1);
+    case AOTX_T_IQ4_NL: return SFX(dq_iq4_nl);
+    case AOTX_T_Q2_K: return SFX(dq_q2_k);
+    case AOTX_T_Q3_K: return SFX(dq_q3_k);
+    case AOTX_T_IQ4_XS: return SFX(dq_iq4_xs);
     case AOTX_T_Q8_0: return SFX(dq_q8_0);
     case AOTX_T_Q4_0: return SFX(dq_q4_0);
     case AOTX_T_Q5_0: return SFX(dq_q5_0);
@@ -1382,6 +1515,92 @@ AI void SFX(row_half)(int bf, const uint8_t *w, int64_t cols, const uint8_t *act
     }
 }
 
+/* ---------------------------------------------- Q4_1 / Q5_1 x Q8_0 family (rows)
+ * Per block and token: S = DP(q, x_q) and X = DP(1, x_q) (unsigned q <= 31 against the
+ * signed quants: no maddubs saturation), then facc += S * (d_w dx) + X * (m_w dx) per lane;
+ * two accumulator chains (even / odd blocks) per token, summed at the end.  A token's float
+ * steps do not depend on n_tok: batch invariant on every path. */
+AI void SFX(step_q8min)(int kind, const uint8_t *wb, const uint8_t *const *xa, int64_t i, int nt,
+                        __m256 *facc) {
+    uint16_t d16, m16;
+    memcpy(&d16, wb, 2);
+    memcpy(&m16, wb + 2, 2);
+    const __m256i wq = SFX(unpack_q8min)(kind, wb);
+    const __m256 dw = _mm256_set1_ps(SFX(h16)(d16)), mw = _mm256_set1_ps(SFX(h16)(m16));
+    const __m256i c80 = _mm256_set1_epi8((char)0x80), one = _mm256_set1_epi8(1);
+    for (int t = 0; t < nt; t++) {
+        const __m256i xs = _mm256_xor_si256(
+            _mm256_loadu_si256((const __m256i *)aotx_act8_xu(xa[t], i)), c80);
+        const __m256i sq = DP_U8S8(_mm256_setzero_si256(), wq, xs);
+        const __m256i sx = DP_U8S8(_mm256_setzero_si256(), one, xs);
+        const __m256 dx = _mm256_loadu_ps(aotx_act8_dx(xa[t], i));
+        facc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sq), _mm256_mul_ps(dw, dx), facc[t]);
+        facc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sx), _mm256_mul_ps(mw, dx), facc[t]);
+    }
+}
+
+AI void SFX(row_q8min)(int kind, const uint8_t *w, int64_t nb, const uint8_t *act, size_t astride,
+                       int nt, float *out) {
+    const size_t bb = kind == K_Q5_1 ? sizeof(aotx_block_q5_1) : sizeof(aotx_block_q4_1);
+    const uint8_t *xa[QX86_NT];
+    __m256 f0[QX86_NT], f1[QX86_NT];
+    for (int t = 0; t < nt; t++) {
+        xa[t] = act + (size_t)t * astride;
+        f0[t] = _mm256_setzero_ps();
+        f1[t] = _mm256_setzero_ps();
+    }
+    int64_t i = 0;
+    for (; i + 1 < nb; i += 2) {
+        _mm_prefetch((const char *)(w + (size_t)i * bb) + QX86_PF, _MM_HINT_T0);
+        SFX(step_q8min)(kind, w + (size_t)i * bb, xa, i, nt, f0);
+        SFX(step_q8min)(kind, w + (size_t)(i + 1) * bb, xa, i + 1, nt, f1);
+    }
+    if (i < nb) SFX(step_q8min)(kind, w + (size_t)i * bb, xa, i, nt, f0);
+    for (int t = 0; t < nt; t++) out[t] = SFX(hsum)(_mm256_add_ps(f0[t], f1[t]));
+}
+
+/* ------------------------------------------- Q2_K / Q3_K / IQ4_XS x Q8_K32 (rows)
+ * Per super-block and token: per 32 values j, maddubs(|w|, sign(x_q, w)) (|w| <= 127: no
+ * saturation) times the two groups' scales (int16 pairs), a hadd tree into lane j = T_j;
+ * Q2_K's mins M_j = madd(bsums, m).  facc lane j += T_j d[j] d_w (- M_j d[j] dmin). */
+AI __m256 SFX(kx_tok)(int type, const SFX(qx_kx) *k, const __m256i *sc, __m256i m16,
+                      const aotx_block_q8_k32 *xb, __m256 facc) {
+    __m256i v[8];
+    for (int j = 0; j < 8; j++) {
+        const __m256i xv = _mm256_loadu_si256((const __m256i *)(xb->qs + 32 * j));
+        const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(k->w[j], k->w[j]),
+                                               _mm256_sign_epi8(xv, k->w[j]));
+        v[j] = DP_S16(_mm256_setzero_si256(), p, sc[j]);
+    }
+    const __m256 d8 = _mm256_loadu_ps(xb->d);
+    facc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(SFX(tree8)(v)), d8), _mm256_set1_ps(k->d), facc);
+    if (type != AOTX_T_Q2_K) return facc;
+    const __m256i mj = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)xb->bsums), m16);
+    return _mm256_fnmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(mj), d8), _mm256_set1_ps(k->dmin), facc);
+}
+
+AI void SFX(row_kx)(int type, const uint8_t *w, int64_t nb, const uint8_t *act, size_t astride,
+                    int nt, float *out) {
+    const size_t bb = (size_t)aotx_type_block_bytes(type);
+    __m256 facc[QX86_NT];
+    for (int t = 0; t < nt; t++) facc[t] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const uint8_t *wb = w + (size_t)i * bb;
+        for (size_t off = 0; off < bb; off += 64)
+            _mm_prefetch((const char *)wb + QX86_PF + off, _MM_HINT_T0);
+        SFX(qx_kx) k;
+        SFX(kx_unpack)(type, wb, &k);
+        __m256i sc[8];
+        for (int j = 0; j < 8; j++)
+            sc[j] = _mm256_set_m128i(_mm_set1_epi16(k.sc[2 * j + 1]), _mm_set1_epi16(k.sc[2 * j]));
+        const __m256i m16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)k.m));
+        for (int t = 0; t < nt; t++)
+            facc[t] = SFX(kx_tok)(type, &k, sc, m16,
+                                  (const aotx_block_q8_k32 *)(act + (size_t)t * astride) + i, facc[t]);
+    }
+    for (int t = 0; t < nt; t++) out[t] = SFX(hsum)(facc[t]);
+}
+
 /* ------------------------------------------------------------ drivers */
 
 /* Instantiates a matmul kernel from ROW(w_row, nb, act, astride, nt, out). */
@@ -1420,12 +1639,26 @@ AI void SFX(row_half)(int bf, const uint8_t *w, int64_t cols, const uint8_t *act
 #define ROW_Q4_K(w, nb, a, as, nt, o) SFX(row_kq)(KQ_Q4_K, w, nb, a, as, nt, o)
 #define ROW_Q5_K(w, nb, a, as, nt, o) SFX(row_kq)(KQ_Q5_K, w, nb, a, as, nt, o)
 #define ROW_Q6_K(w, nb, a, as, nt, o) SFX(row_kq)(KQ_Q6_K, w, nb, a, as, nt, o)
+#define ROW_Q4_1(w, nb, a, as, nt, o) SFX(row_q8min)(K_Q4_1, w, nb, a, as, nt, o)
+#define ROW_Q5_1(w, nb, a, as, nt, o) SFX(row_q8min)(K_Q5_1, w, nb, a, as, nt, o)
+#define ROW_IQ4_NL(w, nb, a, as, nt, o) \
+    SFX(row_q8fam)(K_IQ4_NL, sizeof(aotx_block_iq4_nl), w, nb, a, as, nt, o)
+#define ROW_Q2_K(w, nb, a, as, nt, o) SFX(row_kx)(AOTX_T_Q2_K, w, nb, a, as, nt, o)
+#define ROW_Q3_K(w, nb, a, as, nt, o) SFX(row_kx)(AOTX_T_Q3_K, w, nb, a, as, nt, o)
+#define ROW_IQ4_XS(w, nb, a, as, nt, o) SFX(row_kx)(AOTX_T_IQ4_XS, w, nb, a, as, nt, o)
 #define ROW_F16(w, nb, a, as, nt, o) SFX(row_half)(0, w, nb, a, as, nt, o)
 #define ROW_BF16(w, nb, a, as, nt, o) SFX(row_half)(1, w, nb, a, as, nt, o)
 
 QX86_DEFINE_MM(mm_q4_0, ROW_Q4_0)
 QX86_DEFINE_MM(mm_q5_0, ROW_Q5_0)
 QX86_DEFINE_MM(mm_q8_0, ROW_Q8_0)
+/* the new types: row kernels on every path (no register tiles, no re-blocked copies) */
+QX86_DEFINE_MM(mm_q4_1, ROW_Q4_1)
+QX86_DEFINE_MM(mm_q5_1, ROW_Q5_1)
+QX86_DEFINE_MM(mm_iq4_nl, ROW_IQ4_NL)
+QX86_DEFINE_MM(mm_q2_k, ROW_Q2_K)
+QX86_DEFINE_MM(mm_q3_k, ROW_Q3_K)
+QX86_DEFINE_MM(mm_iq4_xs, ROW_IQ4_XS)
 #if QX86_VNNI
 /* the Q8_0 family: the buffered row path for n_tok > 1 */
 #define QX86_DEFINE_MM_BUF(NAME, KIND, BASE)                                                    \
@@ -1806,6 +2039,12 @@ static aotx_mm_fn SFX(qx86_pick)(int type) {
     case AOTX_T_Q4_0: return QX86_MM_Q8FAM(q4_0);
     case AOTX_T_Q5_0: return QX86_MM_Q8FAM(q5_0);
     case AOTX_T_Q8_0: return QX86_MM_Q8FAM(q8_0);
+    case AOTX_T_Q4_1: return SFX(mm_q4_1);
+    case AOTX_T_Q5_1: return SFX(mm_q5_1);
+    case AOTX_T_IQ4_NL: return SFX(mm_iq4_nl);
+    case AOTX_T_Q2_K: return SFX(mm_q2_k);
+    case AOTX_T_Q3_K: return SFX(mm_q3_k);
+    case AOTX_T_IQ4_XS: return SFX(mm_iq4_xs);
     case AOTX_T_Q4_K: return QX86_MM_Q4_K;
     case AOTX_T_Q5_K: return SFX(mmb_q5_k);
     case AOTX_T_Q6_K: return QX86_MM_Q6_K;
@@ -1843,6 +2082,12 @@ static aotx_mm_fn SFX(qx86_pick)(int type) {
 #undef ROW_Q5_K
 #undef ROW_Q6_K
 #undef ROW_F16
+#undef ROW_Q4_1
+#undef ROW_Q5_1
+#undef ROW_IQ4_NL
+#undef ROW_Q2_K
+#undef ROW_Q3_K
+#undef ROW_IQ4_XS
 #undef ROW_BF16
 
 #endif /* QX86_BODY */

@@ -81,8 +81,11 @@ static int act_block(int type) {
     if (residual_mode == 0) return 0;
     if (residual_mode == 6 && type != AOTX_T_Q6_K && type != AOTX_T_Q8_0) return 0;
     switch (type) {
-    case AOTX_T_Q4_K: case AOTX_T_Q5_K: case AOTX_T_Q6_K:
-    case AOTX_T_Q4_0: case AOTX_T_Q5_0: case AOTX_T_Q8_0: return AOTX_QK;
+    case AOTX_T_Q2_K: case AOTX_T_Q3_K: case AOTX_T_Q4_K: case AOTX_T_Q5_K: case AOTX_T_Q6_K:
+    case AOTX_T_IQ4_XS:
+    case AOTX_T_Q4_0: case AOTX_T_Q4_1: case AOTX_T_Q5_0: case AOTX_T_Q5_1: case AOTX_T_Q8_0:
+    case AOTX_T_IQ4_NL:
+        return AOTX_QK;
     default: return 0;
     }
 }

@@ -158,9 +158,13 @@ static int get_matrix(aotx_model *m, const char *name, int64_t rows, int64_t col
                              "tensor %s has shape [%lld, %lld]; expected [%lld, %lld]", name,
                              (long long)ti.dims[0], (long long)ti.dims[1], (long long)cols,
                              (long long)rows);
-    if (aotx_type_block_elems(ti.type) <= 0 || aotx_act_bytes(ti.type, cols, 1) <= 0)
+    if (aotx_type_block_elems(ti.type) <= 0 || aotx_act_bytes(ti.type, cols, 1) <= 0) {
+        const char *tn = aotx_type_name(ti.type);
         return model_set_err(err, cap, AOTX_E_MODEL_TENSOR,
-                             "tensor %s has type %d the kernels do not support", name, ti.type);
+                             "tensor %s has type %s (%d), which the kernels do not support "
+                             "(supported: %s)",
+                             name, tn ? tn : "unnamed", ti.type, aotx_kernel_types());
+    }
     *out = (mtensor){ti.data, ti.type, ti.dims[1], ti.dims[0], NULL};
     return 0;
 }
@@ -393,7 +397,7 @@ static int model_load_bpe(aotx_model *m, const aotx_tokenizer_params *tp, int32_
     if (aotx_tokenizer_pre_parse(pre_name, (int64_t)pn, &pre))
         return model_set_err(err, cap, AOTX_E_TOKENIZER_PRE,
                              "tokenizer.ggml.pre = \"%.*s\" is not supported "
-                             "(default, gpt2, llama-bpe, llama3, qwen2)",
+                             "(default, gpt2, llama-bpe, llama3, qwen2, smollm)",
                              (int)(pn > 64 ? 64 : pn), pre_name);
     int32_t et;
     uint64_t nm = 0;
