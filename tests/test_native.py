@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 import re
 from pathlib import Path
 from types import ModuleType
@@ -19,6 +20,7 @@ def _build_py() -> ModuleType:
     spec = importlib.util.spec_from_file_location("aotx_build_settings", ROOT / "build.py")
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod   # build.py's dataclasses look their module up there
     spec.loader.exec_module(mod)
     return mod
 
