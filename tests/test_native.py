@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import importlib.util
-import sys
 import re
+import sys
 from pathlib import Path
 from types import ModuleType
 
