@@ -234,7 +234,7 @@ _AUTO = object()
 
 
 def make_ffi(only: list[str] | None = None, absolute: bool = False,
-             cuda_objects: tuple[Cuda, list[Path]] | None | object = _AUTO) -> FFI:
+             cuda_objects: tuple[Cuda, list[Path]] | object | None = _AUTO) -> FFI:
     """The cffi builder.  ``cuda_objects``: the toolkit and the compiled kernels to link,
     None for a CPU-only build, or left out: :func:`build_cuda` decides (setup.py)."""
     if cuda_objects is _AUTO:
