@@ -351,27 +351,45 @@ AI __m256i SFX(bits_to_bytes)(uint32_t x) {
 #endif
 }
 
-/* ---------------------------------------------- Q4_0 / Q5_0 / Q8_0 x Q8_0 */
+/* --------------------- Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / IQ4_NL x Q8_0 */
+
+/* Q4_1 / Q5_1: w = d q + m, q unsigned; the kernels add m dx X per block (X = sum x_q) */
+#define QX86_HAS_MIN(kind) ((kind) == K_Q4_1 || (kind) == K_Q5_1)
+/* byte offsets in a block of the nibbles and of the fifth bits */
+#define QX86_QS_OFF(kind) \
+    ((kind) == K_Q5_0 ? 6 : (kind) == K_Q4_1 ? 4 : (kind) == K_Q5_1 ? 8 : 2)
+#define QX86_QH_OFF(kind) ((kind) == K_Q5_1 ? 4 : 2)
 
 /* The IQ4_NL codebook in both 128-bit lanes (a pshufb table) */
 AI __m256i SFX(iq4_table)(void) {
     return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)aotx_iq4nl_values));
 }
 
-/* Weights of one block as signed bytes (q - offset, IQ4_NL's level, or Q8_0's own int8), 256-bit. */
+/* Weights of one block as signed bytes (q - offset, IQ4_NL's level, Q8_0's own int8, or
+ * Q4_1 / Q5_1's unsigned q), 256-bit. */
 AI __m256i SFX(unpack_q8fam)(int kind, const uint8_t *wb, uint16_t *d) {
     memcpy(d, wb, 2);
     if (kind == K_Q8_0) return _mm256_loadu_si256((const __m256i *)(wb + 2));
-    const uint8_t *qs = wb + (kind == K_Q5_0 ? 6 : 2);
+    const uint8_t *qs = wb + QX86_QS_OFF(kind);
     __m128i q = _mm_loadu_si128((const __m128i *)qs);
     __m256i v = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0x0f));
     if (kind == K_IQ4_NL) return _mm256_shuffle_epi8(SFX(iq4_table)(), v);
     if (kind == K_Q4_0) return _mm256_sub_epi8(v, _mm256_set1_epi8(8));
+    if (kind == K_Q4_1) return v;
     uint32_t qh;
-    memcpy(&qh, wb + 2, 4);
+    memcpy(&qh, wb + QX86_QH_OFF(kind), 4);
     v = _mm256_or_si256(v, _mm256_and_si256(SFX(bits_to_bytes)(qh), _mm256_set1_epi8(0x10)));
-    return _mm256_sub_epi8(v, _mm256_set1_epi8(16));
+    return kind == K_Q5_1 ? v : _mm256_sub_epi8(v, _mm256_set1_epi8(16));
 }
+
+AI uint16_t SFX(rd16)(const uint8_t *p) {
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return v;
+}
+
+/* Q4_1 / Q5_1: the block's m as float */
+AI float SFX(q8fam_min)(const uint8_t *wb) { return SFX(h16)(SFX(rd16)(wb + 2)); }
 
 #if QX86_VNNI
 /* Two blocks at once: [block 2p | block 2p+1] signed bytes in one zmm. */
@@ -382,7 +400,7 @@ AI __m512i SFX(unpack2_q8fam)(int kind, const uint8_t *b0, const uint8_t *b1, ui
     if (kind == K_Q8_0)
         return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(b0 + 2))),
                                   _mm256_loadu_si256((const __m256i *)(b1 + 2)), 1);
-    size_t off = kind == K_Q5_0 ? 6 : 2;
+    size_t off = QX86_QS_OFF(kind);
     __m128i q0 = _mm_loadu_si128((const __m128i *)(b0 + off));
     __m128i q1 = _mm_loadu_si128((const __m128i *)(b1 + off));
     __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set_m128i(_mm_srli_epi16(q0, 4), q0)),
@@ -392,17 +410,21 @@ AI __m512i SFX(unpack2_q8fam)(int kind, const uint8_t *b0, const uint8_t *b1, ui
         return _mm512_shuffle_epi8(
             _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)aotx_iq4nl_values)), v);
     if (kind == K_Q4_0) return _mm512_sub_epi8(v, _mm512_set1_epi8(8));
+    if (kind == K_Q4_1) return v;
     /* the two blocks' 32 high bits straight into a mask register (kmovd, kunpckdq) */
     uint32_t h0, h1;  /* memcpy: the fields are only 2-byte aligned */
-    memcpy(&h0, b0 + 2, 4);
-    memcpy(&h1, b1 + 2, 4);
+    memcpy(&h0, b0 + QX86_QH_OFF(kind), 4);
+    memcpy(&h1, b1 + QX86_QH_OFF(kind), 4);
     __mmask64 hm = _mm512_kunpackd((__mmask64)_cvtu32_mask32(h1), (__mmask64)_cvtu32_mask32(h0));
     v = _mm512_mask_add_epi8(v, hm, v, _mm512_set1_epi8(0x10));
+    if (kind == K_Q5_1) return v;
     return _mm512_sub_epi8(v, _mm512_set1_epi8(16));
 }
 
 /* VNNI: sum (x_q + 128) * w_s - 128 * sum w_s = sum x_q * w_s, exact in int32.  The
- * correction depends on the weights only, so it seeds every token's accumulator. */
+ * correction depends on the weights only, so it seeds every token's accumulator.  Q4_1 /
+ * Q5_1 (w_s = q) add X = sum (x_q + 128) - 128 * 32 (vpdpbusd with ones seeded by -512 per
+ * 4-lane) times m_w dx. */
 AI void SFX(row_q8fam)(int kind, size_t bbytes, const uint8_t *w, int64_t nb, const uint8_t *act,
                        size_t astride, int nt, float *out) {
     const uint8_t *xa[QX86_NT];
@@ -423,27 +445,44 @@ AI void SFX(row_q8fam)(int kind, size_t bbytes, const uint8_t *w, int64_t nb, co
         __m512i ws = SFX(unpack2_q8fam)(kind, b0, b0 + bbytes, &d0, &d1);
         __m512 dw = _mm512_cvtph_ps(_mm256_set_m128i(_mm_set1_epi16((short)d1),
                                                      _mm_set1_epi16((short)d0)));
+        __m512 mw = _mm512_setzero_ps();
+        if (QX86_HAS_MIN(kind))
+            mw = _mm512_cvtph_ps(_mm256_set_m128i(_mm_set1_epi16((short)SFX(rd16)(b0 + bbytes + 2)),
+                                                  _mm_set1_epi16((short)SFX(rd16)(b0 + 2))));
         __m512i neg = _mm512_sub_epi32(_mm512_setzero_si512(),
                                        _mm512_dpbusd_epi32(_mm512_setzero_si512(), c80, ws));
         for (int t = 0; t < nt; t++) {
             const uint8_t *xp = xa[t] + (size_t)p * AOTX_ACT8_PAIR_BYTES;
-            __m512i acc = _mm512_dpbusd_epi32(neg, _mm512_loadu_si512((const void *)xp), ws);
-            __m512 sc = _mm512_mul_ps(dw, _mm512_loadu_ps((const float *)(xp + 64)));
-            facc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), sc, facc[t]);
+            const __m512i xu = _mm512_loadu_si512((const void *)xp);
+            __m512i acc = _mm512_dpbusd_epi32(neg, xu, ws);
+            const __m512 dx = _mm512_loadu_ps((const float *)(xp + 64));
+            facc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), _mm512_mul_ps(dw, dx), facc[t]);
+            if (QX86_HAS_MIN(kind)) {
+                const __m512i sx = _mm512_dpbusd_epi32(_mm512_set1_epi32(-512), xu,
+                                                       _mm512_set1_epi8(1));
+                facc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sx), _mm512_mul_ps(mw, dx), facc[t]);
+            }
         }
     }
     if (nb & 1) {
         uint16_t d;
-        __m256i ws = SFX(unpack_q8fam)(kind, w + (size_t)(nb - 1) * bbytes, &d);
+        const uint8_t *wb = w + (size_t)(nb - 1) * bbytes;
+        __m256i ws = SFX(unpack_q8fam)(kind, wb, &d);
         __m256 dw = _mm256_set1_ps(SFX(h16)(d));
+        const __m256 mw = _mm256_set1_ps(QX86_HAS_MIN(kind) ? SFX(q8fam_min)(wb) : 0.0f);
         __m256i neg = _mm256_sub_epi32(_mm256_setzero_si256(),
                                        _mm256_dpbusd_epi32(_mm256_setzero_si256(),
                                                            _mm256_set1_epi8((char)0x80), ws));
         for (int t = 0; t < nt; t++) {
-            __m256i acc = _mm256_dpbusd_epi32(
-                neg, _mm256_loadu_si256((const __m256i *)aotx_act8_xu(xa[t], nb - 1)), ws);
-            __m256 sc = _mm256_mul_ps(dw, _mm256_loadu_ps(aotx_act8_dx(xa[t], nb - 1)));
-            tail[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc), sc, tail[t]);
+            const __m256i xu = _mm256_loadu_si256((const __m256i *)aotx_act8_xu(xa[t], nb - 1));
+            __m256i acc = _mm256_dpbusd_epi32(neg, xu, ws);
+            const __m256 dx = _mm256_loadu_ps(aotx_act8_dx(xa[t], nb - 1));
+            tail[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc), _mm256_mul_ps(dw, dx), tail[t]);
+            if (QX86_HAS_MIN(kind)) {
+                const __m256i sx = _mm256_dpbusd_epi32(_mm256_set1_epi32(-512), xu,
+                                                       _mm256_set1_epi8(1));
+                tail[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sx), _mm256_mul_ps(mw, dx), tail[t]);
+            }
         }
     }
     for (int t = 0; t < nt; t++)
@@ -829,12 +868,14 @@ static void SFX(q8_0_rows1)(const uint8_t *w, size_t rb, int64_t nb, const uint8
 }
 #else
 /* AVX2: maddubs(x_q + 128, w_s) - maddubs(128, w_s) per int16 pair (no saturation for
- * |w_s| <= 16); Q8_0 and IQ4_NL use the sign trick maddubs(|w|, sign(x_q, w)) instead. */
+ * |w_s| <= 31); Q8_0 and IQ4_NL use the sign trick maddubs(|w|, sign(x_q, w)) instead.
+ * Q4_1 / Q5_1 add X = madd(maddubs(x_q + 128, 1), 1) - 512 per 4-lane times m_w dx. */
 AI void SFX(step_q8fam)(int kind, const uint8_t *wb, const uint8_t *const *xa, int64_t i, int nt,
                         __m256 *facc) {
     uint16_t d;
     __m256i ws = SFX(unpack_q8fam)(kind, wb, &d);
     __m256 dw = _mm256_set1_ps(SFX(h16)(d));
+    const __m256 mw = _mm256_set1_ps(QX86_HAS_MIN(kind) ? SFX(q8fam_min)(wb) : 0.0f);
     const __m256i c80 = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1);
     const int wide = kind == K_Q8_0 || kind == K_IQ4_NL;  /* |w| up to 127 */
     __m256i aux = wide ? _mm256_sign_epi8(ws, ws) : _mm256_maddubs_epi16(c80, ws);
@@ -846,8 +887,14 @@ AI void SFX(step_q8fam)(int kind, const uint8_t *wb, const uint8_t *const *xa, i
         else
             p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(xu, ws), aux);
         __m256i acc = _mm256_madd_epi16(p16, ones);
-        __m256 sc = _mm256_mul_ps(dw, _mm256_loadu_ps(aotx_act8_dx(xa[t], i)));
-        facc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc), sc, facc[t]);
+        const __m256 dx = _mm256_loadu_ps(aotx_act8_dx(xa[t], i));
+        facc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc), _mm256_mul_ps(dw, dx), facc[t]);
+        if (QX86_HAS_MIN(kind)) {
+            const __m256i sx = _mm256_sub_epi32(
+                _mm256_madd_epi16(_mm256_maddubs_epi16(xu, _mm256_set1_epi8(1)), ones),
+                _mm256_set1_epi32(512));
+            facc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sx), _mm256_mul_ps(mw, dx), facc[t]);
+        }
     }
 }
 
@@ -974,21 +1021,9 @@ AI void SFX(k4_scales)(const uint8_t *q, uint8_t *sc, uint8_t *m) {
     }
 }
 
-/* ---------------------------------------- Q4_1 / Q5_1, Q2_K / Q3_K / IQ4_XS unpacking
- * Q4_1 / Q5_1: the block's unsigned quants q (0..15 / 0..31) as bytes.  Q2_K / Q3_K /
- * IQ4_XS: a super-block as 8 vectors of 32 signed quants (Q2_K 0..3, Q3_K -4..3, IQ4_XS
- * its codebook levels), the 16 group scales and (Q2_K) mins as int8, d and dmin. */
-AI __m256i SFX(unpack_q8min)(int kind, const uint8_t *wb) {
-    __m128i q = _mm_loadu_si128((const __m128i *)(wb + (kind == K_Q5_1 ? 8 : 4)));
-    __m256i v = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0x0f));
-    if (kind == K_Q5_1) {
-        uint32_t qh;
-        memcpy(&qh, wb + 4, 4);
-        v = _mm256_or_si256(v, _mm256_and_si256(SFX(bits_to_bytes)(qh), _mm256_set1_epi8(0x10)));
-    }
-    return v;
-}
-
+/* ---------------------------------------- Q2_K / Q3_K / IQ4_XS unpacking
+ * A super-block as 8 vectors of 32 signed quants (Q2_K 0..3, Q3_K -4..3, IQ4_XS its
+ * codebook levels), the 16 group scales and (Q2_K) mins as int8, d and dmin. */
 typedef struct {
     __m256i w[8];
     int8_t sc[16], m[16];
@@ -1168,11 +1203,9 @@ AI void SFX(dq_q8min)(int kind, const uint8_t *src, float *dst, int64_t nb) {
     const size_t bb = kind == K_Q5_1 ? sizeof(aotx_block_q5_1) : sizeof(aotx_block_q4_1);
     for (int64_t i = 0; i < nb; i++, dst += 32) {
         const uint8_t *wb = src + (size_t)i * bb;
-        uint16_t d16, m16;
-        memcpy(&d16, wb, 2);
-        memcpy(&m16, wb + 2, 2);
-        const __m512 d = _mm512_set1_ps(SFX(h16)(d16)), m = _mm512_set1_ps(SFX(h16)(m16));
-        const __m256i q = SFX(unpack_q8min)(kind, wb);
+        uint16_t d16;
+        const __m256i q = SFX(unpack_q8fam)(kind, wb, &d16);
+        const __m512 d = _mm512_set1_ps(SFX(h16)(d16)), m = _mm512_set1_ps(SFX(q8fam_min)(wb));
         for (int h = 0; h < 2; h++) {
             __m512i qi = _mm512_cvtepu8_epi32(h ? _mm256_extracti128_si256(q, 1) : _mm256_castsi256_si128(q));
             __m512 p = _mm512_mul_round_ps(d, _mm512_cvtepi32_ps(qi), QX86_RN);
@@ -1515,50 +1548,6 @@ AI void SFX(row_half)(int bf, const uint8_t *w, int64_t cols, const uint8_t *act
     }
 }
 
-/* ---------------------------------------------- Q4_1 / Q5_1 x Q8_0 family (rows)
- * Per block and token: S = DP(q, x_q) and X = DP(1, x_q) (unsigned q <= 31 against the
- * signed quants: no maddubs saturation), then facc += S * (d_w dx) + X * (m_w dx) per lane;
- * two accumulator chains (even / odd blocks) per token, summed at the end.  A token's float
- * steps do not depend on n_tok: batch invariant on every path. */
-AI void SFX(step_q8min)(int kind, const uint8_t *wb, const uint8_t *const *xa, int64_t i, int nt,
-                        __m256 *facc) {
-    uint16_t d16, m16;
-    memcpy(&d16, wb, 2);
-    memcpy(&m16, wb + 2, 2);
-    const __m256i wq = SFX(unpack_q8min)(kind, wb);
-    const __m256 dw = _mm256_set1_ps(SFX(h16)(d16)), mw = _mm256_set1_ps(SFX(h16)(m16));
-    const __m256i c80 = _mm256_set1_epi8((char)0x80), one = _mm256_set1_epi8(1);
-    for (int t = 0; t < nt; t++) {
-        const __m256i xs = _mm256_xor_si256(
-            _mm256_loadu_si256((const __m256i *)aotx_act8_xu(xa[t], i)), c80);
-        const __m256i sq = DP_U8S8(_mm256_setzero_si256(), wq, xs);
-        const __m256i sx = DP_U8S8(_mm256_setzero_si256(), one, xs);
-        const __m256 dx = _mm256_loadu_ps(aotx_act8_dx(xa[t], i));
-        facc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sq), _mm256_mul_ps(dw, dx), facc[t]);
-        facc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sx), _mm256_mul_ps(mw, dx), facc[t]);
-    }
-}
-
-AI void SFX(row_q8min)(int kind, const uint8_t *w, int64_t nb, const uint8_t *act, size_t astride,
-                       int nt, float *out) {
-    const size_t bb = kind == K_Q5_1 ? sizeof(aotx_block_q5_1) : sizeof(aotx_block_q4_1);
-    const uint8_t *xa[QX86_NT];
-    __m256 f0[QX86_NT], f1[QX86_NT];
-    for (int t = 0; t < nt; t++) {
-        xa[t] = act + (size_t)t * astride;
-        f0[t] = _mm256_setzero_ps();
-        f1[t] = _mm256_setzero_ps();
-    }
-    int64_t i = 0;
-    for (; i + 1 < nb; i += 2) {
-        _mm_prefetch((const char *)(w + (size_t)i * bb) + QX86_PF, _MM_HINT_T0);
-        SFX(step_q8min)(kind, w + (size_t)i * bb, xa, i, nt, f0);
-        SFX(step_q8min)(kind, w + (size_t)(i + 1) * bb, xa, i + 1, nt, f1);
-    }
-    if (i < nb) SFX(step_q8min)(kind, w + (size_t)i * bb, xa, i, nt, f0);
-    for (int t = 0; t < nt; t++) out[t] = SFX(hsum)(_mm256_add_ps(f0[t], f1[t]));
-}
-
 /* ------------------------------------------- Q2_K / Q3_K / IQ4_XS x Q8_K32 (rows)
  * Per super-block and token: per 32 values j, maddubs(|w|, sign(x_q, w)) (|w| <= 127: no
  * saturation) times the two groups' scales (int16 pairs), a hadd tree into lane j = T_j;
@@ -1639,8 +1628,10 @@ AI void SFX(row_kx)(int type, const uint8_t *w, int64_t nb, const uint8_t *act, 
 #define ROW_Q4_K(w, nb, a, as, nt, o) SFX(row_kq)(KQ_Q4_K, w, nb, a, as, nt, o)
 #define ROW_Q5_K(w, nb, a, as, nt, o) SFX(row_kq)(KQ_Q5_K, w, nb, a, as, nt, o)
 #define ROW_Q6_K(w, nb, a, as, nt, o) SFX(row_kq)(KQ_Q6_K, w, nb, a, as, nt, o)
-#define ROW_Q4_1(w, nb, a, as, nt, o) SFX(row_q8min)(K_Q4_1, w, nb, a, as, nt, o)
-#define ROW_Q5_1(w, nb, a, as, nt, o) SFX(row_q8min)(K_Q5_1, w, nb, a, as, nt, o)
+#define ROW_Q4_1(w, nb, a, as, nt, o) \
+    SFX(row_q8fam)(K_Q4_1, sizeof(aotx_block_q4_1), w, nb, a, as, nt, o)
+#define ROW_Q5_1(w, nb, a, as, nt, o) \
+    SFX(row_q8fam)(K_Q5_1, sizeof(aotx_block_q5_1), w, nb, a, as, nt, o)
 #define ROW_IQ4_NL(w, nb, a, as, nt, o) \
     SFX(row_q8fam)(K_IQ4_NL, sizeof(aotx_block_iq4_nl), w, nb, a, as, nt, o)
 #define ROW_Q2_K(w, nb, a, as, nt, o) SFX(row_kx)(AOTX_T_Q2_K, w, nb, a, as, nt, o)
@@ -2083,6 +2074,9 @@ static aotx_mm_fn SFX(qx86_pick)(int type) {
 #undef ROW_Q6_K
 #undef ROW_F16
 #undef ROW_Q4_1
+#undef QX86_HAS_MIN
+#undef QX86_QS_OFF
+#undef QX86_QH_OFF
 #undef ROW_Q5_1
 #undef ROW_IQ4_NL
 #undef ROW_Q2_K
