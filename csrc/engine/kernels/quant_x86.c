@@ -19,14 +19,15 @@
  *
  * Loop structure: n_tok == 1 streams each weight row once (software prefetch
  * QX86_PF bytes ahead: it doubles the DRAM rate on this machine).  n_tok > 1
- * with AVX-512 VNNI for Q4_0/Q5_0/Q8_0/Q4_K/Q6_K: register tiles of 16 rows (the
+ * with AVX-512 VNNI for Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q6_K: register tiles of 16 rows (the
  * int32 lanes) x up to 8 tokens: a 16-row chunk is transposed once per step into
  * unsigned quant dwords per row lane, the activation quants are broadcast 4 at a
  * time, so each block costs 8 vpdpbusd (512 multiply-adds) plus 3 float ops per
  * token (see mm_q8fam_tiles / mm_k_tiles); with aotx_kernel_invariant(1) n_tok == 1
  * runs them too (Q8_0: q8_0_rows1), so that results do not depend on the batch.
  * AVX2 runs Q4_0/Q5_0/Q8_0/Q4_K/Q6_K as the register tiles of quant_avx2_tiles.c at
- * every n_tok.  Otherwise (Q5_K, F16/BF16, and the unused AVX2 row kernels below)
+ * every n_tok.  Otherwise (Q5_K, F16/BF16, the common types Q4_1/Q5_1 (AVX2), IQ4_NL,
+ * Q2_K/Q3_K/IQ4_XS, and the unused AVX2 row kernels below)
  * n_tok > 1 walks chunks of QX86_ROWS rows x groups of QX86_NT tokens (8 with
  * AVX-512, 4 with AVX2) so that each unpacked weight block serves QX86_NT tokens.
  * Activation quantization (Q8_0 pairs, Q8_K32) also has AVX2 and AVX-512 versions here
@@ -521,12 +522,15 @@ typedef struct {
 typedef struct {
     qx_wt wt[QX86_KB];                      /* [block][8 dwords][16 rows] */
     __m512 dw[QX86_KB];                     /* [block][16 rows] weight scales */
+    __m512 mw[QX86_KB];                     /* [block][16 rows] Q4_1 / Q5_1 mins */
     uint16_t d16[QX86_KB][QX86_TR];         /* [block][row] fp16 scales (staging) */
-    uint32_t qh[QX86_KB][QX86_TR];          /* [block][row] Q5_0 high bits (staging) */
+    uint16_t m16[QX86_KB][QX86_TR];         /* [block][row] fp16 mins (staging) */
+    uint32_t qh[QX86_KB][QX86_TR];          /* [block][row] Q5_0 / Q5_1 high bits (staging) */
     int8_t xq[QX86_ACTB];                   /* [token][block][32] signed x_q */
     int32_t sd[QX86_ACTB / 32];             /* [token][block] seed -c * sum x_q */
     float dx[QX86_ACTB / 32];               /* [token][block] activation scale */
-} qx_tiles;                                 /* ~47 KiB, on the caller's stack */
+    float dxs[QX86_ACTB / 32];              /* [token][block] dx * sum x_q (the mins' term) */
+} qx_tiles;                                 /* ~53 KiB, on the caller's stack */
 
 /* The slab's activations: tokens [0, ts) x blocks [k0, k0 + kn). */
 AI void SFX(tile_act)(const uint8_t *act, size_t as, int64_t ts, int64_t k0, int64_t kn,
@@ -542,6 +546,7 @@ AI void SFX(tile_act)(const uint8_t *act, size_t as, int64_t ts, int64_t k0, int
             _mm256_storeu_si256((__m256i *)(tb->xq + (t * kn + b) * 32), _mm256_xor_si256(xu, c80));
             tb->sd[t * kn + b] = -c * sum;
             tb->dx[t * kn + b] = *aotx_act8_dx(row, k0 + b);
+            tb->dxs[t * kn + b] = tb->dx[t * kn + b] * (float)sum;
         }
     }
 }
@@ -580,7 +585,8 @@ AI void SFX(tile_weights)(int kind, size_t bbytes, const uint8_t *const *rows, i
         const uint8_t *p = rows[r];
         for (int64_t b = 0; b < kn; b++, p += bbytes) {
             memcpy(&tb->d16[b][r], p, 2);
-            if (kind == K_Q5_0) memcpy(&tb->qh[b][r], p + 2, 4);
+            if (QX86_HAS_MIN(kind)) memcpy(&tb->m16[b][r], p + 2, 2);
+            if (kind == K_Q5_0 || kind == K_Q5_1) memcpy(&tb->qh[b][r], p + QX86_QH_OFF(kind), 4);
         }
     }
     const __m512i m4 = _mm512_set1_epi8(0x0f), c80 = _mm512_set1_epi8((char)0x80);
@@ -591,6 +597,8 @@ AI void SFX(tile_weights)(int kind, size_t bbytes, const uint8_t *const *rows, i
         __m512i *out = tb->wt[b].q;
         AOTX_PF_SLICE(pl, b, _MM_HINT_T0);
         tb->dw[b] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)tb->d16[b]));
+        if (QX86_HAS_MIN(kind))
+            tb->mw[b] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)tb->m16[b]));
         if (kind == K_Q8_0) {
             SFX(tr16x8)(rows, off + 2, out);
             for (int g = 0; g < 8; g++) out[g] = _mm512_xor_si512(out[g], c80);
@@ -598,7 +606,7 @@ AI void SFX(tile_weights)(int kind, size_t bbytes, const uint8_t *const *rows, i
         }
         /* Q4_0 / Q5_0: transpose the 16 packed bytes (4 dwords) of each row, then split
          * nibbles: dword g < 4 holds elements 4g.. (low nibbles), g + 4 the high ones */
-        const size_t qo = off + (kind == K_Q5_0 ? 6 : 2);
+        const size_t qo = off + QX86_QS_OFF(kind);
         __m512i z[4], t[4], p[4];
         for (int i = 0; i < 4; i++) {
             __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(rows[i] + qo)));
@@ -620,7 +628,7 @@ AI void SFX(tile_weights)(int kind, size_t bbytes, const uint8_t *const *rows, i
             out[g] = _mm512_and_si512(p[g], m4);
             out[g + 4] = _mm512_and_si512(_mm512_srli_epi16(p[g], 4), m4);
         }
-        if (kind == K_Q5_0) {
+        if (kind == K_Q5_0 || kind == K_Q5_1) {
             /* byte i of dword g gets bit 4g + i of the row's qh: byte g/2, bit 4(g&1) + i */
             __m512i h = _mm512_loadu_si512((const void *)tb->qh[b]);
             const __m512i b0 = _mm512_set1_epi32(0x08040201), b1 = _mm512_set1_epi32((int)0x80402010u);
@@ -649,8 +657,8 @@ AI void SFX(tile_store)(__m512 *f, int nt, int64_t t0, float *y, int64_t ldy, __
 }
 
 /* One tile: 16 rows (lanes) x NT tokens over the slab's kn blocks; y rows masked by m. */
-AI void SFX(tile_dot)(const qx_tiles *tb, int64_t kn, int64_t t0, int nt, float *y, int64_t ldy,
-                      __mmask16 m, int accum) {
+AI void SFX(tile_dot)(const qx_tiles *tb, int has_min, int64_t kn, int64_t t0, int nt, float *y,
+                      int64_t ldy, __mmask16 m, int accum) {
     __m512 f[QX86_TT];
     for (int t = 0; t < nt; t++) f[t] = _mm512_setzero_ps();
     for (int64_t b = 0; b < kn; b++) {
@@ -669,18 +677,23 @@ AI void SFX(tile_dot)(const qx_tiles *tb, int64_t kn, int64_t t0, int nt, float 
         for (int t = 0; t < nt; t++)
             f[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a[t]),
                                    _mm512_mul_ps(dw, _mm512_set1_ps(tb->dx[(t0 + t) * kn + b])), f[t]);
+        if (has_min)  /* Q4_1 / Q5_1: + m_w * (dx * sum x_q) */
+            for (int t = 0; t < nt; t++)
+                f[t] = _mm512_fmadd_ps(tb->mw[b], _mm512_set1_ps(tb->dxs[(t0 + t) * kn + b]), f[t]);
     }
     SFX(tile_store)(f, nt, t0, y, ldy, m, accum);
 }
 
-#define QX86_TCASE(n) case n: SFX(tile_dot)(tb, kn, tg, n, yc, ldy, m, accum); break;
+#define QX86_TCASE(n) \
+    case n: SFX(tile_dot)(tb, QX86_HAS_MIN(kind), kn, tg, n, yc, ldy, m, accum); break;
 
 static void SFX(mm_q8fam_tiles)(int kind, const uint8_t *w, size_t rb, int64_t nb,
                                 const uint8_t *act, size_t as, int64_t n_tok, float *y,
                                 int64_t ldy, int64_t r0, int64_t r1) {
     qx_tiles tiles, *tb = &tiles;
     const size_t bbytes = rb / (size_t)nb;
-    const int32_t c = kind == K_Q8_0 ? 128 : kind == K_Q5_0 ? 16 : 8;
+    /* Q4_1 / Q5_1: u = q, no offset (their mins' term is added per block) */
+    const int32_t c = kind == K_Q8_0 ? 128 : kind == K_Q5_0 ? 16 : QX86_HAS_MIN(kind) ? 0 : 8;
     for (int64_t k0 = 0; k0 < nb; k0 += QX86_KB) {
         const int64_t kn = nb - k0 < QX86_KB ? nb - k0 : QX86_KB;
         int64_t ts_max = QX86_ACTB / (kn * 32);
@@ -1673,6 +1686,8 @@ QX86_DEFINE_MM(mm_iq4_xs, ROW_IQ4_XS)
 QX86_DEFINE_MM_BUF(mmb_q4_0, K_Q4_0, mm_q4_0)
 QX86_DEFINE_MM_BUF(mmb_q5_0, K_Q5_0, mm_q5_0)
 QX86_DEFINE_MM_BUF(mmb_q8_0, K_Q8_0, mm_q8_0)
+QX86_DEFINE_MM_BUF(mmb_q4_1, K_Q4_1, mm_q4_1)
+QX86_DEFINE_MM_BUF(mmb_q5_1, K_Q5_1, mm_q5_1)
 #undef QX86_DEFINE_MM_BUF
 #define QX86_MM_Q8FAM(x) SFX(mmb_##x)
 #else
@@ -2011,6 +2026,8 @@ static aotx_mm_fn SFX(qx86_pick_inv)(int type) {
     case AOTX_T_Q4_0: return SFX(mmi_mmb_q4_0);
     case AOTX_T_Q5_0: return SFX(mmi_mmb_q5_0);
     case AOTX_T_Q8_0: return SFX(mmi_mmb_q8_0);
+    case AOTX_T_Q4_1: return SFX(mmi_mmb_q4_1);
+    case AOTX_T_Q5_1: return SFX(mmi_mmb_q5_1);
     case AOTX_T_Q4_K: return SFX(mmi_q4_k);
     case AOTX_T_Q6_K: return SFX(mmi_q6_k);
     default: return NULL;
@@ -2030,8 +2047,8 @@ static aotx_mm_fn SFX(qx86_pick)(int type) {
     case AOTX_T_Q4_0: return QX86_MM_Q8FAM(q4_0);
     case AOTX_T_Q5_0: return QX86_MM_Q8FAM(q5_0);
     case AOTX_T_Q8_0: return QX86_MM_Q8FAM(q8_0);
-    case AOTX_T_Q4_1: return SFX(mm_q4_1);
-    case AOTX_T_Q5_1: return SFX(mm_q5_1);
+    case AOTX_T_Q4_1: return QX86_MM_Q8FAM(q4_1);
+    case AOTX_T_Q5_1: return QX86_MM_Q8FAM(q5_1);
     case AOTX_T_IQ4_NL: return SFX(mm_iq4_nl);
     case AOTX_T_Q2_K: return SFX(mm_q2_k);
     case AOTX_T_Q3_K: return SFX(mm_q3_k);
