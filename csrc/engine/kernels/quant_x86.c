@@ -25,9 +25,9 @@
  * time, so each block costs 8 vpdpbusd (512 multiply-adds) plus 3 float ops per
  * token (see mm_q8fam_tiles / mm_k_tiles); with aotx_kernel_invariant(1) n_tok == 1
  * runs them too (Q8_0: q8_0_rows1), so that results do not depend on the batch.
- * AVX2 runs Q4_0/Q5_0/Q8_0/Q4_K/Q6_K as the register tiles of quant_avx2_tiles.c at
- * every n_tok.  Otherwise (Q5_K, F16/BF16, the common types Q4_1/Q5_1 (AVX2), IQ4_NL,
- * Q2_K/Q3_K/IQ4_XS, and the unused AVX2 row kernels below)
+ * AVX2 runs Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q6_K as the register tiles of
+ * quant_avx2_tiles.c at every n_tok.  Otherwise (Q5_K, F16/BF16, IQ4_NL, Q2_K/Q3_K/IQ4_XS,
+ * and the unused AVX2 row kernels below)
  * n_tok > 1 walks chunks of QX86_ROWS rows x groups of QX86_NT tokens (8 with
  * AVX-512, 4 with AVX2) so that each unpacked weight block serves QX86_NT tokens.
  * Activation quantization (Q8_0 pairs, Q8_K32) also has AVX2 and AVX-512 versions here
@@ -80,6 +80,8 @@ enum { KQ_Q4_K, KQ_Q5_K, KQ_Q6_K };  /* and of the Q8_K family */
 QX86_TILE2(t2_q4_0, aotx_avx2_q8fam_tiles, AOTX_TK_Q4_0)
 QX86_TILE2(t2_q5_0, aotx_avx2_q8fam_tiles, AOTX_TK_Q5_0)
 QX86_TILE2(t2_q8_0, aotx_avx2_q8fam_tiles, AOTX_TK_Q8_0)
+QX86_TILE2(t2_q4_1, aotx_avx2_q8fam_tiles, AOTX_TK_Q4_1)
+QX86_TILE2(t2_q5_1, aotx_avx2_q8fam_tiles, AOTX_TK_Q5_1)
 QX86_TILE2(t2_q4_k, aotx_avx2_k_tiles, AOTX_TK_Q4_K)
 QX86_TILE2(t2_q6_k, aotx_avx2_k_tiles, AOTX_TK_Q6_K)
 #undef QX86_TILE2
@@ -89,6 +91,8 @@ static aotx_mm_fn qx86_pick_tiles2(int type) {
     case AOTX_T_Q4_0: return t2_q4_0;
     case AOTX_T_Q5_0: return t2_q5_0;
     case AOTX_T_Q8_0: return t2_q8_0;
+    case AOTX_T_Q4_1: return t2_q4_1;
+    case AOTX_T_Q5_1: return t2_q5_1;
     case AOTX_T_Q4_K: return t2_q4_k;
     case AOTX_T_Q6_K: return t2_q6_k;
     default: return NULL;
