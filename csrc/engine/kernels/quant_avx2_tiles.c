@@ -481,23 +481,18 @@ AI void q45_rows1(int kind, const uint8_t *w, size_t rb, int64_t nb, const uint8
 void aotx_avx2_q8fam_tiles(int kind, const uint8_t *w, size_t rb, int64_t nb, const uint8_t *act,
                            size_t as, int64_t n_tok, float *y, int64_t ldy, int64_t r0,
                            int64_t r1) {
+/* the 4-bit kinds: q45_rows1 at one token, the tiles at more (the same bits) */
+#define Q45_CASE(K)                                                                             \
+    case K:                                                                                     \
+        if (n_tok == 1) q45_rows1(K, w, rb, nb, act, y, r0, r1);                                \
+        else q8fam_tiles(K, w, rb, nb, act, as, n_tok, y, ldy, r0, r1);                         \
+        break;
     switch (kind) {  /* one instantiation per kind: the kind folds into constants */
-    case AOTX_TK_Q4_0:
-        if (n_tok == 1) q45_rows1(AOTX_TK_Q4_0, w, rb, nb, act, y, r0, r1);
-        else q8fam_tiles(AOTX_TK_Q4_0, w, rb, nb, act, as, n_tok, y, ldy, r0, r1);
-        break;
-    case AOTX_TK_Q5_0:
-        if (n_tok == 1) q45_rows1(AOTX_TK_Q5_0, w, rb, nb, act, y, r0, r1);
-        else q8fam_tiles(AOTX_TK_Q5_0, w, rb, nb, act, as, n_tok, y, ldy, r0, r1);
-        break;
-    case AOTX_TK_Q4_1:
-        if (n_tok == 1) q45_rows1(AOTX_TK_Q4_1, w, rb, nb, act, y, r0, r1);
-        else q8fam_tiles(AOTX_TK_Q4_1, w, rb, nb, act, as, n_tok, y, ldy, r0, r1);
-        break;
-    case AOTX_TK_Q5_1:
-        if (n_tok == 1) q45_rows1(AOTX_TK_Q5_1, w, rb, nb, act, y, r0, r1);
-        else q8fam_tiles(AOTX_TK_Q5_1, w, rb, nb, act, as, n_tok, y, ldy, r0, r1);
-        break;
+    Q45_CASE(AOTX_TK_Q4_0)
+    Q45_CASE(AOTX_TK_Q5_0)
+    Q45_CASE(AOTX_TK_Q4_1)
+    Q45_CASE(AOTX_TK_Q5_1)
+#undef Q45_CASE
     default:
         if (n_tok == 1) q8_0_rows1(w, rb, nb, act, y, r0, r1);
         else q8fam_tiles(AOTX_TK_Q8_0, w, rb, nb, act, as, n_tok, y, ldy, r0, r1);
