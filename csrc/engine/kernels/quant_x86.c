@@ -10,9 +10,12 @@
  * Every kernel computes, per weight block and token, the same integer sum as
  * the reference in quant.c, then scales it by the same floats; only the order of
  * the float additions differs (the AVX-512 k-quant tiles repeat the reference's):
- *   Q4_0/Q5_0/Q8_0: weights as signed bytes w_s (q - 8, q - 16, or int8), the
- *     activation stored as x_q + 128 (unsigned):  sum (x_q+128)*w_s - 128*sum w_s;
- *     the correction depends on the weights only and seeds each token's sum.
+ *   Q4_0/Q5_0/Q8_0/IQ4_NL: weights as signed bytes w_s (q - 8, q - 16, int8, or the
+ *     IQ4 codebook's level by pshufb), the activation stored as x_q + 128 (unsigned):
+ *     sum (x_q+128)*w_s - 128*sum w_s; the correction depends on the weights only and
+ *     seeds each token's sum.  Q4_1/Q5_1 likewise with w_s = q, plus m_w * dx * sum x_q.
+ *   Q2_K/Q3_K/IQ4_XS x Q8_K32: a super-block unpacked to signed quants and 16 group
+ *     scales; maddubs(|w|, sign(x_q, w)) * scale (madd) per 32 values, by its d[j].
  *   Q4_K/Q5_K x Q8_K32 (one activation scale per 32 values): per 32-value sub-block
  *     maddubs(q, x_q) * sc (vpdpwssd) scaled by its own d[j]; the mins m_j * dm[j].
  *   Q6_K: per 32 values maddubs(q, x_q) * sc minus 32 * sum sc * (16-sums), by d[j].
@@ -497,7 +500,8 @@ AI void SFX(row_q8fam)(int kind, size_t bbytes, const uint8_t *w, int64_t nb, co
  * A chunk of 16 weight rows is transposed once per K slab (QX86_KB blocks) into
  * wt[b].q[g] = quants 4g..4g+3 of block b of rows 0..15 (one dword per lane), as
  * unsigned bytes u = w + c: c = 128 for Q8_0 (w xor 0x80), c = 8 / 16 for Q4_0 / Q5_0
- * (the raw q).  The activations of the K slab are copied once per call as signed
+ * (the raw q), c = 0 for Q4_1 / Q5_1 (u = q; their mins' term m_w * (d_x * sum x_q) is one
+ * more FMA per block and token).  The activations of the K slab are copied once per call as signed
  * x_q with a seed -c * sum(x_q) per token and block, so that
  *   vpdpbusd(seed, u, broadcast 4 x_q) over the 8 dwords of a block = sum w * x_q,
  * the reference's block sum exactly.  Per block and token the float work is one
