@@ -391,7 +391,7 @@ def test_matmul_every_n_tok(t: GT, impl: str) -> None:
         run_case(t, rows, nb, n_tok, r0, r1, seed=1000 + n_tok, impl=impl)
 
 
-@pytest.mark.parametrize("t", [GT.Q4_0, GT.Q5_0, GT.Q8_0, GT.Q4_1, GT.Q5_1],
+@pytest.mark.parametrize("t", [GT.Q4_0, GT.Q5_0, GT.Q8_0, GT.Q4_1, GT.Q5_1, GT.IQ4_NL],
                          ids=lambda t: t.name)
 @pytest.mark.parametrize("shape", [
     (16, 20, 8, 0, 16),    # one full tile, the model's 640 columns
@@ -464,7 +464,8 @@ def test_matmul_q8fam_tiles_extreme_quants(impl: str) -> None:
     x = np.where(rng.random((n_tok, cols)) < 0.5, -1.0, 1.0).astype(np.float32)
     act = prepare(GT.Q8_0, x)
     for t, fill in ((GT.Q8_0, (0x80, 0x7F)), (GT.Q4_0, (0x00, 0xFF)), (GT.Q5_0, (0x00, 0xFF)),
-                    (GT.Q4_1, (0x00, 0xFF)), (GT.Q5_1, (0x00, 0xFF))):
+                    (GT.Q4_1, (0x00, 0xFF)), (GT.Q5_1, (0x00, 0xFF)),
+                    (GT.IQ4_NL, (0x00, 0xFF))):
         _, bb, offs = LAYOUT[t]
         raw = rng.choice(np.array(fill, np.uint8), (rows * cols // 32, bb))
         for off in offs:
@@ -524,7 +525,7 @@ def test_matmul_new_types_extreme_quants(t: GT, impl: str) -> None:
         lib.aotx_kernel_invariant(0)
 
 
-@pytest.mark.parametrize("t", [GT.Q8_0, GT.Q5_0, GT.Q4_0, GT.Q4_1, GT.Q5_1],
+@pytest.mark.parametrize("t", [GT.Q8_0, GT.Q5_0, GT.Q4_0, GT.Q4_1, GT.Q5_1, GT.IQ4_NL],
                          ids=lambda t: t.name)
 def test_q8_0_tiles_bits_equal_rows1_at_extremes(t: GT, impl: str) -> None:
     """Q8_0 at the head's 640 columns with weights at -128 / 127 (Q4_0 / Q5_0: quants
@@ -533,8 +534,8 @@ def test_q8_0_tiles_bits_equal_rows1_at_extremes(t: GT, impl: str) -> None:
     n_tok = 1 run (AVX2: rows as stored, hadd tree), at 8 tokens (the 8-sequence step)
     and 37 (a prefill slab with a partial token group), on row ranges that cut 8- and
     16-row chunks; and stay within the reference's bound.  Q4_0 / Q5_0 also at 1088
-    columns (two K slabs of 32 blocks); Q4_1 / Q5_1 likewise (AVX-512: the tiles with the
-    mins' term; AVX2: their row kernels)."""
+    columns (two K slabs of 32 blocks); Q4_1 / Q5_1 likewise (the tiles with the mins'
+    term on both paths), IQ4_NL too (AVX-512 tiles with u = level + 128; AVX2 rows)."""
     rng = np.random.default_rng(23)
     rows = 43
     cols = 640 if t == GT.Q8_0 else 1088

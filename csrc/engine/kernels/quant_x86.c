@@ -22,7 +22,7 @@
  *
  * Loop structure: n_tok == 1 streams each weight row once (software prefetch
  * QX86_PF bytes ahead: it doubles the DRAM rate on this machine).  n_tok > 1
- * with AVX-512 VNNI for Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q6_K: register tiles of 16 rows (the
+ * with AVX-512 VNNI for Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/IQ4_NL/Q4_K/Q6_K: register tiles of 16 rows (the
  * int32 lanes) x up to 8 tokens: a 16-row chunk is transposed once per step into
  * unsigned quant dwords per row lane, the activation quants are broadcast 4 at a
  * time, so each block costs 8 vpdpbusd (512 multiply-adds) plus 3 float ops per
@@ -500,7 +500,7 @@ AI void SFX(row_q8fam)(int kind, size_t bbytes, const uint8_t *w, int64_t nb, co
  * A chunk of 16 weight rows is transposed once per K slab (QX86_KB blocks) into
  * wt[b].q[g] = quants 4g..4g+3 of block b of rows 0..15 (one dword per lane), as
  * unsigned bytes u = w + c: c = 128 for Q8_0 (w xor 0x80), c = 8 / 16 for Q4_0 / Q5_0
- * (the raw q), c = 0 for Q4_1 / Q5_1 (u = q; their mins' term m_w * (d_x * sum x_q) is one
+ * (the raw q), c = 128 for IQ4_NL (u = its codebook level + 128), c = 0 for Q4_1 / Q5_1 (u = q; their mins' term m_w * (d_x * sum x_q) is one
  * more FMA per block and token).  The activations of the K slab are copied once per call as signed
  * x_q with a seed -c * sum(x_q) per token and block, so that
  *   vpdpbusd(seed, u, broadcast 4 x_q) over the 8 dwords of a block = sum w * x_q,
@@ -636,6 +636,11 @@ AI void SFX(tile_weights)(int kind, size_t bbytes, const uint8_t *const *rows, i
             out[g] = _mm512_and_si512(p[g], m4);
             out[g + 4] = _mm512_and_si512(_mm512_srli_epi16(p[g], 4), m4);
         }
+        if (kind == K_IQ4_NL) {  /* u = the codebook level + 128 */
+            const __m512i tab = _mm512_xor_si512(
+                _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)aotx_iq4nl_values)), c80);
+            for (int g = 0; g < 8; g++) out[g] = _mm512_shuffle_epi8(tab, out[g]);
+        }
         if (kind == K_Q5_0 || kind == K_Q5_1) {
             /* byte i of dword g gets bit 4g + i of the row's qh: byte g/2, bit 4(g&1) + i */
             __m512i h = _mm512_loadu_si512((const void *)tb->qh[b]);
@@ -701,7 +706,9 @@ static void SFX(mm_q8fam_tiles)(int kind, const uint8_t *w, size_t rb, int64_t n
     qx_tiles tiles, *tb = &tiles;
     const size_t bbytes = rb / (size_t)nb;
     /* Q4_1 / Q5_1: u = q, no offset (their mins' term is added per block) */
-    const int32_t c = kind == K_Q8_0 ? 128 : kind == K_Q5_0 ? 16 : QX86_HAS_MIN(kind) ? 0 : 8;
+    const int32_t c = kind == K_Q8_0 || kind == K_IQ4_NL ? 128 : kind == K_Q5_0 ? 16
+                      : QX86_HAS_MIN(kind)                  ? 0
+                                                            : 8;
     for (int64_t k0 = 0; k0 < nb; k0 += QX86_KB) {
         const int64_t kn = nb - k0 < QX86_KB ? nb - k0 : QX86_KB;
         int64_t ts_max = QX86_ACTB / (kn * 32);
@@ -1696,6 +1703,7 @@ QX86_DEFINE_MM_BUF(mmb_q5_0, K_Q5_0, mm_q5_0)
 QX86_DEFINE_MM_BUF(mmb_q8_0, K_Q8_0, mm_q8_0)
 QX86_DEFINE_MM_BUF(mmb_q4_1, K_Q4_1, mm_q4_1)
 QX86_DEFINE_MM_BUF(mmb_q5_1, K_Q5_1, mm_q5_1)
+QX86_DEFINE_MM_BUF(mmb_iq4_nl, K_IQ4_NL, mm_iq4_nl)
 #undef QX86_DEFINE_MM_BUF
 #define QX86_MM_Q8FAM(x) SFX(mmb_##x)
 #else
@@ -2036,6 +2044,7 @@ static aotx_mm_fn SFX(qx86_pick_inv)(int type) {
     case AOTX_T_Q8_0: return SFX(mmi_mmb_q8_0);
     case AOTX_T_Q4_1: return SFX(mmi_mmb_q4_1);
     case AOTX_T_Q5_1: return SFX(mmi_mmb_q5_1);
+    case AOTX_T_IQ4_NL: return SFX(mmi_mmb_iq4_nl);
     case AOTX_T_Q4_K: return SFX(mmi_q4_k);
     case AOTX_T_Q6_K: return SFX(mmi_q6_k);
     default: return NULL;
@@ -2057,7 +2066,7 @@ static aotx_mm_fn SFX(qx86_pick)(int type) {
     case AOTX_T_Q8_0: return QX86_MM_Q8FAM(q8_0);
     case AOTX_T_Q4_1: return QX86_MM_Q8FAM(q4_1);
     case AOTX_T_Q5_1: return QX86_MM_Q8FAM(q5_1);
-    case AOTX_T_IQ4_NL: return SFX(mm_iq4_nl);
+    case AOTX_T_IQ4_NL: return QX86_MM_Q8FAM(iq4_nl);
     case AOTX_T_Q2_K: return SFX(mm_q2_k);
     case AOTX_T_Q3_K: return SFX(mm_q3_k);
     case AOTX_T_IQ4_XS: return SFX(mm_iq4_xs);
