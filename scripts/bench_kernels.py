@@ -1,4 +1,5 @@
-"""Kernel throughput on the real model's shapes (Gemma 3 270M Q4_K_M + MiniLM F32).
+"""Kernel throughput on the real model's shapes (Gemma 3 270M Q4_K_M + MiniLM F32; the
+common types Q4_1 / Q5_1 / IQ4_NL / Q2_K / Q3_K / IQ4_XS on like shapes).
 
     AOTX_NATIVE_DIR=build/dev-kernels .venv/bin/python scripts/bench_kernels.py [--quick]
         [--types Q8_0,Q5_0 | --cases Q8_0:262144:8,Q8_0:8192:64,Q8P:262144:8]
@@ -26,10 +27,11 @@ import numpy as np
 
 from aotx_trio.native.lib import ffi, lib
 
-T = {"F32": 0, "F16": 1, "Q4_0": 2, "Q5_0": 6, "Q8_0": 8, "Q4_K": 12, "Q5_K": 13, "Q6_K": 14,
-     "BF16": 30}
-SCALE_OFFS = {"Q4_0": (0,), "Q5_0": (0,), "Q8_0": (0,), "Q4_K": (0, 2), "Q5_K": (0, 2),
-              "Q6_K": (208,)}
+T = {"F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q5_0": 6, "Q5_1": 7, "Q8_0": 8, "Q2_K": 10,
+     "Q3_K": 11, "Q4_K": 12, "Q5_K": 13, "Q6_K": 14, "IQ4_NL": 20, "IQ4_XS": 23, "BF16": 30}
+SCALE_OFFS = {"Q4_0": (0,), "Q4_1": (0, 2), "Q5_0": (0,), "Q5_1": (0, 2), "Q8_0": (0,),
+              "IQ4_NL": (0,), "Q2_K": (80, 82), "Q3_K": (108,), "Q4_K": (0, 2),
+              "Q5_K": (0, 2), "Q6_K": (208,), "IQ4_XS": (0,)}
 
 # (type, rows, cols, what)
 SHAPES = [
@@ -42,6 +44,15 @@ SHAPES = [
     ("Q6_K", 640, 2048, "ffn_down"),
     ("Q4_0", 2048, 640, "(not in model)"),
     ("Q5_K", 640, 2048, "(not in model)"),
+    # the common types' row kernels (no register tiles); Q4_1 at SmolLM2-135M's shapes
+    ("Q4_1", 49152, 576, "SmolLM2 token_embd / head"),
+    ("Q4_1", 1536, 576, "SmolLM2 ffn_gate / ffn_up"),
+    ("Q4_1", 576, 1536, "SmolLM2 ffn_down"),
+    ("Q5_1", 2048, 640, "(not in model)"),
+    ("IQ4_NL", 2048, 640, "(not in model)"),
+    ("Q2_K", 640, 2048, "(not in model)"),
+    ("Q3_K", 640, 2048, "(not in model)"),
+    ("IQ4_XS", 640, 2048, "(not in model)"),
     ("F16", 2048, 640, "(not in model)"),
     ("BF16", 2048, 640, "(not in model)"),
     ("F32", 1536, 384, "MiniLM ffn up"),

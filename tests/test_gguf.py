@@ -101,6 +101,13 @@ def write_sample(path: Path, alignment: int | None = None) -> None:
     w.add_tensor("q5", gguf.quants.quantize(x, Q.Q5_0), raw_dtype=Q.Q5_0)
     w.add_tensor("q4k", rng.integers(0, 256, (2, 144), dtype=np.uint8), raw_dtype=Q.Q4_K)
     w.add_tensor("q6k", rng.integers(0, 256, (1, 210), dtype=np.uint8), raw_dtype=Q.Q6_K)
+    # the common quant types (issue 26), IQ4_NL / IQ4_XS among them
+    w.add_tensor("q4_1", gguf.quants.quantize(x, Q.Q4_1), raw_dtype=Q.Q4_1)
+    w.add_tensor("q5_1", gguf.quants.quantize(x, Q.Q5_1), raw_dtype=Q.Q5_1)
+    for name, t in (("q2k", Q.Q2_K), ("q3k", Q.Q3_K), ("iq4nl", Q.IQ4_NL), ("iq4xs", Q.IQ4_XS)):
+        w.add_tensor(name, rng.integers(0, 256, (2, gguf.GGML_QUANT_SIZES[t][1]), dtype=np.uint8),
+                     raw_dtype=t)
+    # last: its data ends at the file's end (no alignment padding after it)
     w.add_tensor("bf16", gguf.quants.quantize(x, Q.BF16), raw_dtype=Q.BF16)
     w.write_header_to_file()
     w.write_kv_data_to_file()

@@ -391,7 +391,8 @@ def test_matmul_every_n_tok(t: GT, impl: str) -> None:
         run_case(t, rows, nb, n_tok, r0, r1, seed=1000 + n_tok, impl=impl)
 
 
-@pytest.mark.parametrize("t", [GT.Q4_0, GT.Q5_0, GT.Q8_0], ids=lambda t: t.name)
+@pytest.mark.parametrize("t", [GT.Q4_0, GT.Q5_0, GT.Q8_0, GT.Q4_1, GT.Q5_1, GT.IQ4_NL],
+                         ids=lambda t: t.name)
 @pytest.mark.parametrize("shape", [
     (16, 20, 8, 0, 16),    # one full tile, the model's 640 columns
     (50, 20, 16, 17, 18),  # one row in the middle
@@ -462,7 +463,9 @@ def test_matmul_q8fam_tiles_extreme_quants(impl: str) -> None:
     rows, cols, n_tok = 19, 96, 11
     x = np.where(rng.random((n_tok, cols)) < 0.5, -1.0, 1.0).astype(np.float32)
     act = prepare(GT.Q8_0, x)
-    for t, fill in ((GT.Q8_0, (0x80, 0x7F)), (GT.Q4_0, (0x00, 0xFF)), (GT.Q5_0, (0x00, 0xFF))):
+    for t, fill in ((GT.Q8_0, (0x80, 0x7F)), (GT.Q4_0, (0x00, 0xFF)), (GT.Q5_0, (0x00, 0xFF)),
+                    (GT.Q4_1, (0x00, 0xFF)), (GT.Q5_1, (0x00, 0xFF)),
+                    (GT.IQ4_NL, (0x00, 0xFF))):
         _, bb, offs = LAYOUT[t]
         raw = rng.choice(np.array(fill, np.uint8), (rows * cols // 32, bb))
         for off in offs:
@@ -495,7 +498,8 @@ def test_matmul_new_types_extreme_quants(t: GT, impl: str) -> None:
     """The new types' row kernels at their integer extremes against activations at +-127
     (maddubs near saturation: |w| <= 127 by the sign trick, q <= 31 unsigned): the integer
     sums stay exact, so the fast kernels equal W x X (dequantized, float64) to float
-    rounding, and the reference too; also on every n_tok up to 9 (batch invariant)."""
+    rounding, and the reference too; a token alone gets its bits in the batch of 9 (in the
+    batch-invariant mode: AVX-512 runs Q4_1 / Q5_1 batches on the register tiles)."""
     rng = np.random.default_rng(24)
     rows, cols, n_tok = 19, 768, 9
     raw = new_type_extremes(t, rows * cols // block_elems(t), rng)
@@ -511,12 +515,18 @@ def test_matmul_new_types_extreme_quants(t: GT, impl: str) -> None:
     y_fast = matmul(t, w, cols, act, n_tok, rows, 0, rows, rows, ref=False)
     assert np.all(np.abs(y_fast - exact) <= 2e-6 * mag + 1e-30), t.name
     assert np.all(np.abs(y_ref - exact) <= 2e-6 * mag + 1e-30), t.name
-    for i in range(n_tok):
-        alone = matmul(t, w, cols, prepare(t, x[i:i + 1]), 1, rows, 0, rows, rows, ref=False)
-        assert np.array_equal(alone[0].view(np.uint32), y_fast[i].view(np.uint32)), (t.name, i)
+    lib.aotx_kernel_invariant(1)  # AVX-512 Q4_1 / Q5_1: the tiles at n_tok = 1 too
+    try:
+        y_inv = matmul(t, w, cols, act, n_tok, rows, 0, rows, rows, ref=False)
+        for i in range(n_tok):
+            alone = matmul(t, w, cols, prepare(t, x[i:i + 1]), 1, rows, 0, rows, rows, ref=False)
+            assert np.array_equal(alone[0].view(np.uint32), y_inv[i].view(np.uint32)), (t.name, i)
+    finally:
+        lib.aotx_kernel_invariant(0)
 
 
-@pytest.mark.parametrize("t", [GT.Q8_0, GT.Q5_0, GT.Q4_0], ids=lambda t: t.name)
+@pytest.mark.parametrize("t", [GT.Q8_0, GT.Q5_0, GT.Q4_0, GT.Q4_1, GT.Q5_1, GT.IQ4_NL],
+                         ids=lambda t: t.name)
 def test_q8_0_tiles_bits_equal_rows1_at_extremes(t: GT, impl: str) -> None:
     """Q8_0 at the head's 640 columns with weights at -128 / 127 (Q4_0 / Q5_0: quants
     0 / 15 / 31, random fifth bits) and activations at +-127: the multi-token tiles
@@ -524,7 +534,8 @@ def test_q8_0_tiles_bits_equal_rows1_at_extremes(t: GT, impl: str) -> None:
     n_tok = 1 run (AVX2: rows as stored, hadd tree), at 8 tokens (the 8-sequence step)
     and 37 (a prefill slab with a partial token group), on row ranges that cut 8- and
     16-row chunks; and stay within the reference's bound.  Q4_0 / Q5_0 also at 1088
-    columns (two K slabs of 32 blocks)."""
+    columns (two K slabs of 32 blocks); Q4_1 / Q5_1 likewise (the tiles with the mins'
+    term on both paths), IQ4_NL too (AVX-512 tiles with u = level + 128; AVX2 rows)."""
     rng = np.random.default_rng(23)
     rows = 43
     cols = 640 if t == GT.Q8_0 else 1088

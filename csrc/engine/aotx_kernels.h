@@ -15,7 +15,7 @@
  *
  * Buffers: W as mapped from the GGUF (2-byte aligned at least; tensor data is
  * 32-aligned); act and X 4-byte aligned (64 recommended).  No call allocates;
- * aotx_matmul_rows with n_tok > 1 uses up to 50 KiB of the caller's stack (16-row
+ * aotx_matmul_rows with n_tok > 1 uses up to 68 KiB of the caller's stack (16-row
  * chunks unpacked / transposed once, then reused for every token).  The reference and
  * AVX2 kernels are batch invariant (a token's results do not depend on n_tok, its
  * position or the row range); the AVX-512 ones only with aotx_kernel_invariant(1) /

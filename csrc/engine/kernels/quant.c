@@ -100,6 +100,12 @@ static void scale_min_k4(int j, const uint8_t *q, uint8_t *sc, uint8_t *m) {
 
 static inline uint16_t rd16(const uint8_t *p) { uint16_t v; memcpy(&v, p, 2); return v; }
 
+/* A dequantizer / reference product of one type from a shared one taking its kind first. */
+#define DQ_BIND(name, fn, kind) \
+    static void name(const uint8_t *src, float *dst, int64_t nb) { fn(kind, src, dst, nb); }
+#define DOT_BIND(name, fn, kind) \
+    static float name(const uint8_t *w, const uint8_t *a, int64_t nb) { return fn(kind, w, a, nb); }
+
 static void dq_f32(const uint8_t *src, float *dst, int64_t n) { memcpy(dst, src, (size_t)n * 4); }
 
 static void dq_f16(const uint8_t *src, float *dst, int64_t n) {
@@ -154,8 +160,8 @@ static void dq_q41_51(int has_qh, const uint8_t *src, float *dst, int64_t nb) {
     }
 }
 
-static void dq_q4_1(const uint8_t *src, float *dst, int64_t nb) { dq_q41_51(0, src, dst, nb); }
-static void dq_q5_1(const uint8_t *src, float *dst, int64_t nb) { dq_q41_51(1, src, dst, nb); }
+DQ_BIND(dq_q4_1, dq_q41_51, 0)
+DQ_BIND(dq_q5_1, dq_q41_51, 1)
 
 static void dq_iq4_nl(const uint8_t *src, float *dst, int64_t nb) {
     const aotx_block_iq4_nl *b = (const aotx_block_iq4_nl *)src;
@@ -300,11 +306,9 @@ static void dq_kx(int type, const uint8_t *src, float *dst, int64_t nb) {
     }
 }
 
-static void dq_q2_k(const uint8_t *src, float *dst, int64_t nb) { dq_kx(AOTX_T_Q2_K, src, dst, nb); }
-static void dq_q3_k(const uint8_t *src, float *dst, int64_t nb) { dq_kx(AOTX_T_Q3_K, src, dst, nb); }
-static void dq_iq4_xs(const uint8_t *src, float *dst, int64_t nb) {
-    dq_kx(AOTX_T_IQ4_XS, src, dst, nb);
-}
+DQ_BIND(dq_q2_k, dq_kx, AOTX_T_Q2_K)
+DQ_BIND(dq_q3_k, dq_kx, AOTX_T_Q3_K)
+DQ_BIND(dq_iq4_xs, dq_kx, AOTX_T_IQ4_XS)
 
 static void dq_q8_k(const uint8_t *src, float *dst, int64_t nb) {
     const aotx_block_q8_k *b = (const aotx_block_q8_k *)src;
@@ -569,7 +573,10 @@ static inline float act8_block(const uint8_t *a, int64_t i, int *xq) {
     return *aotx_act8_dx(a, i);
 }
 
-static float dot_q4_0(const uint8_t *w, const uint8_t *a, int64_t nb) {
+/* Q4_0 / IQ4_NL (the same block layout): nibble n is the value n - 8 / the codebook's level */
+static inline int nib_value(int iq4, int n) { return iq4 ? aotx_iq4nl_values[n] : n - 8; }
+
+static float dot_nib(int iq4, const uint8_t *w, const uint8_t *a, int64_t nb) {
     const aotx_block_q4_0 *b = (const aotx_block_q4_0 *)w;
     float sum = 0.0f;
     for (int64_t i = 0; i < nb; i++) {
@@ -577,11 +584,14 @@ static float dot_q4_0(const uint8_t *w, const uint8_t *a, int64_t nb) {
         float dx = act8_block(a, i, xq);
         int32_t s = 0;
         for (int j = 0; j < 16; j++)
-            s += ((b[i].qs[j] & 0x0f) - 8) * xq[j] + ((b[i].qs[j] >> 4) - 8) * xq[j + 16];
+            s += nib_value(iq4, b[i].qs[j] & 0x0f) * xq[j] + nib_value(iq4, b[i].qs[j] >> 4) * xq[j + 16];
         sum += aotx_fp16_to_f32(b[i].d) * dx * (float)s;
     }
     return sum;
 }
+
+DOT_BIND(dot_q4_0, dot_nib, 0)
+DOT_BIND(dot_iq4_nl, dot_nib, 1)
 
 static float dot_q5_0(const uint8_t *w, const uint8_t *a, int64_t nb) {
     const aotx_block_q5_0 *b = (const aotx_block_q5_0 *)w;
@@ -625,28 +635,8 @@ static float dot_q41_51(int has_qh, const uint8_t *w, const uint8_t *a, int64_t 
     return sum;
 }
 
-static float dot_q4_1(const uint8_t *w, const uint8_t *a, int64_t nb) {
-    return dot_q41_51(0, w, a, nb);
-}
-
-static float dot_q5_1(const uint8_t *w, const uint8_t *a, int64_t nb) {
-    return dot_q41_51(1, w, a, nb);
-}
-
-static float dot_iq4_nl(const uint8_t *w, const uint8_t *a, int64_t nb) {
-    const aotx_block_iq4_nl *b = (const aotx_block_iq4_nl *)w;
-    float sum = 0.0f;
-    for (int64_t i = 0; i < nb; i++) {
-        int xq[32];
-        float dx = act8_block(a, i, xq);
-        int32_t s = 0;
-        for (int j = 0; j < 16; j++)
-            s += aotx_iq4nl_values[b[i].qs[j] & 0x0f] * xq[j] +
-                 aotx_iq4nl_values[b[i].qs[j] >> 4] * xq[j + 16];
-        sum += aotx_fp16_to_f32(b[i].d) * dx * (float)s;
-    }
-    return sum;
-}
+DOT_BIND(dot_q4_1, dot_q41_51, 0)
+DOT_BIND(dot_q5_1, dot_q41_51, 1)
 
 static float dot_q8_0(const uint8_t *w, const uint8_t *a, int64_t nb) {
     const aotx_block_q8_0 *b = (const aotx_block_q8_0 *)w;
@@ -692,13 +682,8 @@ static float dot_k45(int has_qh, const uint8_t *w, const uint8_t *a, int64_t nb)
     return sum;
 }
 
-static float dot_q4_k(const uint8_t *w, const uint8_t *a, int64_t nb) {
-    return dot_k45(0, w, a, nb);
-}
-
-static float dot_q5_k(const uint8_t *w, const uint8_t *a, int64_t nb) {
-    return dot_k45(1, w, a, nb);
-}
+DOT_BIND(dot_q4_k, dot_k45, 0)
+DOT_BIND(dot_q5_k, dot_k45, 1)
 
 static float dot_q6_k(const uint8_t *w, const uint8_t *a, int64_t nb) {
     const aotx_block_q6_k *b = (const aotx_block_q6_k *)w;
@@ -748,17 +733,9 @@ static float dot_kx(int type, const uint8_t *w, const uint8_t *a, int64_t nb) {
     return sum;
 }
 
-static float dot_q2_k(const uint8_t *w, const uint8_t *a, int64_t nb) {
-    return dot_kx(AOTX_T_Q2_K, w, a, nb);
-}
-
-static float dot_q3_k(const uint8_t *w, const uint8_t *a, int64_t nb) {
-    return dot_kx(AOTX_T_Q3_K, w, a, nb);
-}
-
-static float dot_iq4_xs(const uint8_t *w, const uint8_t *a, int64_t nb) {
-    return dot_kx(AOTX_T_IQ4_XS, w, a, nb);
-}
+DOT_BIND(dot_q2_k, dot_kx, AOTX_T_Q2_K)
+DOT_BIND(dot_q3_k, dot_kx, AOTX_T_Q3_K)
+DOT_BIND(dot_iq4_xs, dot_kx, AOTX_T_IQ4_XS)
 
 static float dot_f16(const uint8_t *w, const uint8_t *a, int64_t n) {
     const float *x = (const float *)a;

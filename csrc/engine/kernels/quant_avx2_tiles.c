@@ -11,6 +11,8 @@
  *   Q4_0 / Q5_0: u = the raw quant (0..15 / 0..31); four maddubs are summed in int16
  *     (|sum| <= 8 * 31 * 127 < 32768) and the offset comes back as a per-token seed
  *     -c * sum(x_q), c = 8 / 16: the block's integer sum is the reference's exactly.
+ *     Q4_1 / Q5_1 likewise with c = 0, and per block and token one more FMA adds
+ *     m_w * (d_x * sum x_q), the mins' term.
  *   Q8_0 tiles: int16 pairs, no sign step: each row's dword g (quants 4g .. 4g + 3) is
  *     sign-extended into two int16-pair lanes (4g, 4g + 2) and (4g + 1, 4g + 3), the
  *     activation staged as int16 in the same pair order, so one madd (|pair| <= 2 * 128 *
@@ -59,18 +61,27 @@
                              * come in a burst per chunk, and to L1 they stall (measured: +10-20%
                              * at 8 tokens on the 262144-row head) */
 #define KSL 8               /* super-blocks per scale staging slab */
+#define HAS_MIN(kind) ((kind) == AOTX_TK_Q4_1 || (kind) == AOTX_TK_Q5_1)
+#define HAS_QH(kind) ((kind) == AOTX_TK_Q5_0 || (kind) == AOTX_TK_Q5_1)
+/* byte offsets in a block of the nibbles and of the fifth bits */
+#define QS_OFF(kind) \
+    ((kind) == AOTX_TK_Q5_0 ? 6 : (kind) == AOTX_TK_Q4_1 ? 4 : (kind) == AOTX_TK_Q5_1 ? 8 : 2)
+#define QH_OFF(kind) ((kind) == AOTX_TK_Q5_1 ? 4 : 2)
+#define SEED_C(kind) ((kind) == AOTX_TK_Q5_0 ? 16 : (kind) == AOTX_TK_Q4_0 ? 8 : 0)
 
 typedef struct {
     __m256i q[KB][8];       /* [block][dword g] lane r: 4 unsigned quants of row r */
     __m256i s[KB][8];       /* Q8_0: the signed weights (their signs) */
     __m256 dw[KB];          /* [block] weight scales per row */
+    __m256 mw[KB];          /* [block] Q4_1 / Q5_1 mins per row */
     union {
         int8_t xq[ACTB];        /* [token][block][32] signed x_q (Q4_0 / Q5_0) */
         int16_t x16[ACTB];      /* Q8_0: [token][block][32] x_q as int16, in pair order */
     };
     int32_t sd[ACTB / 32];  /* [token][block] seed -c * sum x_q */
     float dx[ACTB / 32];    /* [token][block] activation scale */
-} tiles8;                   /* ~64 KiB, on the caller's stack */
+    float dxs[ACTB / 32];   /* [token][block] dx * sum x_q (Q4_1 / Q5_1's mins' term) */
+} tiles8;                   /* ~68 KiB, on the caller's stack */
 
 AI __m256i row_mask(int nr) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(nr), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
@@ -160,7 +171,7 @@ AI uint32_t ld32(const uint8_t *p) {
 
 /* The slab's activations: tokens [0, ts) x blocks [k0, k0 + kn). */
 NOCLONE static void tile_act(const uint8_t *act, size_t as, int64_t ts, int64_t k0, int64_t kn, int32_t c,
-                     tiles8 *tb) {
+                     int q8, tiles8 *tb) {
     const __m256i c80 = _mm256_set1_epi8((char)0x80);
     for (int64_t t = 0; t < ts; t++) {
         const uint8_t *row = act + (size_t)t * as;
@@ -170,7 +181,7 @@ NOCLONE static void tile_act(const uint8_t *act, size_t as, int64_t ts, int64_t 
             __m128i s2 = _mm_add_epi64(_mm256_castsi256_si128(s4), _mm256_extracti128_si256(s4, 1));
             int32_t sum = (int32_t)(_mm_cvtsi128_si32(s2) + _mm_extract_epi32(s2, 2)) - 32 * 128;
             const __m256i xs = _mm256_xor_si256(xu, c80);
-            if (c == 0) {  /* Q8_0: see tile_weights' int16 pairs */
+            if (q8) {  /* Q8_0: see tile_weights' int16 pairs */
                 /* dword 2g + 0 = (x[4g], x[4g + 2]), dword 2g + 1 = (x[4g + 1], x[4g + 3]) */
                 const __m256i ev = _mm256_srai_epi16(_mm256_slli_epi16(xs, 8), 8);
                 const __m256i od = _mm256_srai_epi16(xs, 8);
@@ -184,6 +195,7 @@ NOCLONE static void tile_act(const uint8_t *act, size_t as, int64_t ts, int64_t 
             }
             tb->sd[t * kn + b] = -c * sum;
             tb->dx[t * kn + b] = *aotx_act8_dx(row, k0 + b);
+            tb->dxs[t * kn + b] = tb->dx[t * kn + b] * (float)sum;
         }
     }
 }
@@ -201,6 +213,7 @@ static void tile_weights(int kind, size_t bbytes, const uint8_t *const *rows, in
         AOTX_PF_SLICE(pl, b, _MM_HINT_T1);
         /* the rows' scales (and Q5_0 high bits) gathered by inserts (rows_dw) */
         tb->dw[b] = rows_dw(rows, off);
+        if (HAS_MIN(kind)) tb->mw[b] = rows_dw(rows, off + 2);
         __m256i *q = tb->q[b];
         if (kind == AOTX_TK_Q8_0) {
             __m256i *s = tb->s[b];
@@ -216,18 +229,19 @@ static void tile_weights(int kind, size_t bbytes, const uint8_t *const *rows, in
         }
         /* packed byte j: low nibble = element j, high = element j + 16 */
         __m256i p[4];
-        tr8x4(rows, off + (kind == AOTX_TK_Q5_0 ? 6 : 2), p);
+        tr8x4(rows, off + QS_OFF(kind), p);
         for (int g = 0; g < 4; g++) {
             q[g] = _mm256_and_si256(p[g], m4);
             q[g + 4] = _mm256_and_si256(_mm256_srli_epi16(p[g], 4), m4);
         }
-        if (kind == AOTX_TK_Q5_0) {
+        if (HAS_QH(kind)) {
             /* byte i of dword g (element 4g + i) gets bit 4g + i of the row's qh:
              * byte g / 2 of qh, bit 4 (g & 1) + i */
+            const size_t ho = off + QH_OFF(kind);
             const __m256i h = _mm256_setr_epi32(
-                (int)ld32(rows[0] + off + 2), (int)ld32(rows[1] + off + 2), (int)ld32(rows[2] + off + 2),
-                (int)ld32(rows[3] + off + 2), (int)ld32(rows[4] + off + 2), (int)ld32(rows[5] + off + 2),
-                (int)ld32(rows[6] + off + 2), (int)ld32(rows[7] + off + 2));
+                (int)ld32(rows[0] + ho), (int)ld32(rows[1] + ho), (int)ld32(rows[2] + ho),
+                (int)ld32(rows[3] + ho), (int)ld32(rows[4] + ho), (int)ld32(rows[5] + ho),
+                (int)ld32(rows[6] + ho), (int)ld32(rows[7] + ho));
             for (int g = 0; g < 8; g++) {
                 __m256i rep = _mm256_shuffle_epi8(h, _mm256_add_epi8(rep0, _mm256_set1_epi8((char)(g / 2))));
                 const __m256i bits = (g & 1) ? bit_hi : bit_lo;
@@ -283,6 +297,9 @@ AI void tile_dot(int kind, const tiles8 *tb, int64_t kn, int64_t t0, int nt, flo
         for (int t = 0; t < nt; t++)
             f[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a[t]),
                                    _mm256_mul_ps(dw, _mm256_set1_ps(tb->dx[(t0 + t) * kn + b])), f[t]);
+        if (HAS_MIN(kind))
+            for (int t = 0; t < nt; t++)
+                f[t] = _mm256_fmadd_ps(tb->mw[b], _mm256_set1_ps(tb->dxs[(t0 + t) * kn + b]), f[t]);
     }
     store_tile(f, nt, y, t0, ldy, nr, accum);
 }
@@ -304,13 +321,13 @@ AI void q8fam_tiles(int kind, const uint8_t *w, size_t rb, int64_t nb, const uin
                     size_t as, int64_t n_tok, float *y, int64_t ldy, int64_t r0, int64_t r1) {
     tiles8 tiles, *tb = &tiles;
     const size_t bbytes = rb / (size_t)nb;
-    const int32_t c = kind == AOTX_TK_Q5_0 ? 16 : kind == AOTX_TK_Q4_0 ? 8 : 0;
+    const int32_t c = SEED_C(kind);
     for (int64_t k0 = 0; k0 < nb; k0 += KB) {
         const int64_t kn = nb - k0 < KB ? nb - k0 : KB;
         const int64_t ts_max = ACTB / (kn * 32);
         for (int64_t s0 = 0; s0 < n_tok; s0 += ts_max) {
             const int64_t ts = n_tok - s0 < ts_max ? n_tok - s0 : ts_max;
-            tile_act(act + (size_t)s0 * as, as, ts, k0, kn, c, tb);
+            tile_act(act + (size_t)s0 * as, as, ts, k0, kn, c, kind == AOTX_TK_Q8_0, tb);
             for (int64_t rc = r0; rc < r1; rc += TR) {
                 const int64_t nr = r1 - rc < TR ? r1 - rc : TR;
                 const uint8_t *rows[TR];
@@ -323,6 +340,8 @@ AI void q8fam_tiles(int kind, const uint8_t *w, size_t rb, int64_t nb, const uin
                 const int accum = k0 > 0;
                 float *yc = y + s0 * ldy + rc;
                 if (kind == AOTX_TK_Q8_0) tile_tokens(AOTX_TK_Q8_0, tb, kn, ts, yc, ldy, (int)nr, accum);
+                else if (HAS_MIN(kind))  /* Q4_1, Q5_1: one dot */
+                    tile_tokens(AOTX_TK_Q4_1, tb, kn, ts, yc, ldy, (int)nr, accum);
                 else tile_tokens(AOTX_TK_Q4_0, tb, kn, ts, yc, ldy, (int)nr, accum);  /* Q4_0, Q5_0: one dot */
             }
         }
@@ -398,9 +417,12 @@ AI void q45_rows1(int kind, const uint8_t *w, size_t rb, int64_t nb, const uint8
                                          6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7);
     const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
     const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-    const int32_t c = kind == AOTX_TK_Q5_0 ? 16 : 8;
-    const size_t bb = kind == AOTX_TK_Q5_0 ? sizeof(aotx_block_q5_0) : sizeof(aotx_block_q4_0);
-    const size_t qoff = kind == AOTX_TK_Q5_0 ? 6 : 2;
+    const int32_t c = SEED_C(kind);
+    const size_t bb = kind == AOTX_TK_Q5_0   ? sizeof(aotx_block_q5_0)
+                      : kind == AOTX_TK_Q4_1 ? sizeof(aotx_block_q4_1)
+                      : kind == AOTX_TK_Q5_1 ? sizeof(aotx_block_q5_1)
+                                             : sizeof(aotx_block_q4_0);
+    const size_t qoff = QS_OFF(kind), hoff = QH_OFF(kind);
     for (int64_t rc = r0; rc < r1; rc += TR) {
         const int64_t nr = r1 - rc < TR ? r1 - rc : TR;
         const uint8_t *rows[TR];
@@ -427,10 +449,10 @@ AI void q45_rows1(int kind, const uint8_t *w, size_t rb, int64_t nb, const uint8
                                                             (const __m128i *)(pa_ + qoff));
                     __m256i lo = _mm256_and_si256(raw, m4);
                     __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
-                    if (kind == AOTX_TK_Q5_0) {
+                    if (HAS_QH(kind)) {
                         uint32_t qa, qb;
-                        memcpy(&qa, pa_ + 2, 4);
-                        memcpy(&qb, pb_ + 2, 4);
+                        memcpy(&qa, pa_ + hoff, 4);
+                        memcpy(&qb, pb_ + hoff, 4);
                         const __m256i h = _mm256_set1_epi64x((long long)((uint64_t)qb << 32 | qa));
                         const __m256i hl = _mm256_and_si256(_mm256_shuffle_epi8(h, rlo), bit);
                         const __m256i hh = _mm256_and_si256(_mm256_shuffle_epi8(h, rhi), bit);
@@ -446,8 +468,10 @@ AI void q45_rows1(int kind, const uint8_t *w, size_t rb, int64_t nb, const uint8
                 const __m256i a = _mm256_add_epi32(_mm256_set1_epi32(-c * sum),
                                                    _mm256_permutevar8x32_epi32(h, order));
                 const __m256 dw = rows_dw(rows, off);
-                f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a),
-                                    _mm256_mul_ps(dw, _mm256_set1_ps(*aotx_act8_dx(act, b))), f);
+                const float dx = *aotx_act8_dx(act, b);
+                f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a), _mm256_mul_ps(dw, _mm256_set1_ps(dx)), f);
+                if (HAS_MIN(kind))  /* tile_act's dx * sum and tile_dot's FMA */
+                    f = _mm256_fmadd_ps(rows_dw(rows, off + 2), _mm256_set1_ps(dx * (float)sum), f);
             }
             store_tile(&f, 1, yc, 0, 0, (int)nr, k0 > 0);
         }
@@ -457,15 +481,18 @@ AI void q45_rows1(int kind, const uint8_t *w, size_t rb, int64_t nb, const uint8
 void aotx_avx2_q8fam_tiles(int kind, const uint8_t *w, size_t rb, int64_t nb, const uint8_t *act,
                            size_t as, int64_t n_tok, float *y, int64_t ldy, int64_t r0,
                            int64_t r1) {
+/* the 4-bit kinds: q45_rows1 at one token, the tiles at more (the same bits) */
+#define Q45_CASE(K)                                                                             \
+    case K:                                                                                     \
+        if (n_tok == 1) q45_rows1(K, w, rb, nb, act, y, r0, r1);                                \
+        else q8fam_tiles(K, w, rb, nb, act, as, n_tok, y, ldy, r0, r1);                         \
+        break;
     switch (kind) {  /* one instantiation per kind: the kind folds into constants */
-    case AOTX_TK_Q4_0:
-        if (n_tok == 1) q45_rows1(AOTX_TK_Q4_0, w, rb, nb, act, y, r0, r1);
-        else q8fam_tiles(AOTX_TK_Q4_0, w, rb, nb, act, as, n_tok, y, ldy, r0, r1);
-        break;
-    case AOTX_TK_Q5_0:
-        if (n_tok == 1) q45_rows1(AOTX_TK_Q5_0, w, rb, nb, act, y, r0, r1);
-        else q8fam_tiles(AOTX_TK_Q5_0, w, rb, nb, act, as, n_tok, y, ldy, r0, r1);
-        break;
+    Q45_CASE(AOTX_TK_Q4_0)
+    Q45_CASE(AOTX_TK_Q5_0)
+    Q45_CASE(AOTX_TK_Q4_1)
+    Q45_CASE(AOTX_TK_Q5_1)
+#undef Q45_CASE
     default:
         if (n_tok == 1) q8_0_rows1(w, rb, nb, act, y, r0, r1);
         else q8fam_tiles(AOTX_TK_Q8_0, w, rb, nb, act, as, n_tok, y, ldy, r0, r1);
@@ -780,7 +807,7 @@ AI void q45_packed(int kind, const uint8_t *pk, int64_t nb, const uint8_t *act, 
         const int64_t ts_max = ACTB / (kn * 32);
         for (int64_t s0 = 0; s0 < n_tok; s0 += ts_max) {
             const int64_t ts = n_tok - s0 < ts_max ? n_tok - s0 : ts_max;
-            tile_act(act + (size_t)s0 * as, as, ts, k0, kn, c, tb);
+            tile_act(act + (size_t)s0 * as, as, ts, k0, kn, c, 0, tb);
             for (int64_t rc = r0; rc < r1; rc += TR) {
                 const int64_t nr = r1 - rc < TR ? r1 - rc : TR;
                 const uint8_t *pb = pk + (size_t)(rc / TR) * gbytes + (size_t)k0 * bb;

@@ -11,7 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum { AOTX_TK_Q4_0 = 0, AOTX_TK_Q5_0 = 1, AOTX_TK_Q8_0 = 2 };  /* Q8_0-activation family */
+/* Q8_0-activation family (Q4_1 / Q5_1: no re-blocked copies) */
+enum { AOTX_TK_Q4_0 = 0, AOTX_TK_Q5_0 = 1, AOTX_TK_Q8_0 = 2, AOTX_TK_Q4_1 = 3, AOTX_TK_Q5_1 = 4 };
 enum { AOTX_TK_Q4_K = 0, AOTX_TK_Q6_K = 1 };                    /* Q8_K family */
 
 /* The aotx_mm_fn contract (aotx_kernels.h) plus the weight kind. */

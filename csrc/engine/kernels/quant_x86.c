@@ -10,23 +10,27 @@
  * Every kernel computes, per weight block and token, the same integer sum as
  * the reference in quant.c, then scales it by the same floats; only the order of
  * the float additions differs (the AVX-512 k-quant tiles repeat the reference's):
- *   Q4_0/Q5_0/Q8_0: weights as signed bytes w_s (q - 8, q - 16, or int8), the
- *     activation stored as x_q + 128 (unsigned):  sum (x_q+128)*w_s - 128*sum w_s;
- *     the correction depends on the weights only and seeds each token's sum.
+ *   Q4_0/Q5_0/Q8_0/IQ4_NL: weights as signed bytes w_s (q - 8, q - 16, int8, or the
+ *     IQ4 codebook's level by pshufb), the activation stored as x_q + 128 (unsigned):
+ *     sum (x_q+128)*w_s - 128*sum w_s; the correction depends on the weights only and
+ *     seeds each token's sum.  Q4_1/Q5_1 likewise with w_s = q, plus m_w * dx * sum x_q.
+ *   Q2_K/Q3_K/IQ4_XS x Q8_K32: a super-block unpacked to signed quants and 16 group
+ *     scales; maddubs(|w|, sign(x_q, w)) * scale (madd) per 32 values, by its d[j].
  *   Q4_K/Q5_K x Q8_K32 (one activation scale per 32 values): per 32-value sub-block
  *     maddubs(q, x_q) * sc (vpdpwssd) scaled by its own d[j]; the mins m_j * dm[j].
  *   Q6_K: per 32 values maddubs(q, x_q) * sc minus 32 * sum sc * (16-sums), by d[j].
  *
  * Loop structure: n_tok == 1 streams each weight row once (software prefetch
  * QX86_PF bytes ahead: it doubles the DRAM rate on this machine).  n_tok > 1
- * with AVX-512 VNNI for Q4_0/Q5_0/Q8_0/Q4_K/Q6_K: register tiles of 16 rows (the
+ * with AVX-512 VNNI for Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/IQ4_NL/Q4_K/Q6_K: register tiles of 16 rows (the
  * int32 lanes) x up to 8 tokens: a 16-row chunk is transposed once per step into
  * unsigned quant dwords per row lane, the activation quants are broadcast 4 at a
  * time, so each block costs 8 vpdpbusd (512 multiply-adds) plus 3 float ops per
  * token (see mm_q8fam_tiles / mm_k_tiles); with aotx_kernel_invariant(1) n_tok == 1
  * runs them too (Q8_0: q8_0_rows1), so that results do not depend on the batch.
- * AVX2 runs Q4_0/Q5_0/Q8_0/Q4_K/Q6_K as the register tiles of quant_avx2_tiles.c at
- * every n_tok.  Otherwise (Q5_K, F16/BF16, and the unused AVX2 row kernels below)
+ * AVX2 runs Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q6_K as the register tiles of
+ * quant_avx2_tiles.c at every n_tok.  Otherwise (Q5_K, F16/BF16, IQ4_NL, Q2_K/Q3_K/IQ4_XS,
+ * and the unused AVX2 row kernels below)
  * n_tok > 1 walks chunks of QX86_ROWS rows x groups of QX86_NT tokens (8 with
  * AVX-512, 4 with AVX2) so that each unpacked weight block serves QX86_NT tokens.
  * Activation quantization (Q8_0 pairs, Q8_K32) also has AVX2 and AVX-512 versions here
@@ -79,6 +83,8 @@ enum { KQ_Q4_K, KQ_Q5_K, KQ_Q6_K };  /* and of the Q8_K family */
 QX86_TILE2(t2_q4_0, aotx_avx2_q8fam_tiles, AOTX_TK_Q4_0)
 QX86_TILE2(t2_q5_0, aotx_avx2_q8fam_tiles, AOTX_TK_Q5_0)
 QX86_TILE2(t2_q8_0, aotx_avx2_q8fam_tiles, AOTX_TK_Q8_0)
+QX86_TILE2(t2_q4_1, aotx_avx2_q8fam_tiles, AOTX_TK_Q4_1)
+QX86_TILE2(t2_q5_1, aotx_avx2_q8fam_tiles, AOTX_TK_Q5_1)
 QX86_TILE2(t2_q4_k, aotx_avx2_k_tiles, AOTX_TK_Q4_K)
 QX86_TILE2(t2_q6_k, aotx_avx2_k_tiles, AOTX_TK_Q6_K)
 #undef QX86_TILE2
@@ -88,6 +94,8 @@ static aotx_mm_fn qx86_pick_tiles2(int type) {
     case AOTX_T_Q4_0: return t2_q4_0;
     case AOTX_T_Q5_0: return t2_q5_0;
     case AOTX_T_Q8_0: return t2_q8_0;
+    case AOTX_T_Q4_1: return t2_q4_1;
+    case AOTX_T_Q5_1: return t2_q5_1;
     case AOTX_T_Q4_K: return t2_q4_k;
     case AOTX_T_Q6_K: return t2_q6_k;
     default: return NULL;
@@ -351,27 +359,45 @@ AI __m256i SFX(bits_to_bytes)(uint32_t x) {
 #endif
 }
 
-/* ---------------------------------------------- Q4_0 / Q5_0 / Q8_0 x Q8_0 */
+/* --------------------- Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / IQ4_NL x Q8_0 */
+
+/* Q4_1 / Q5_1: w = d q + m, q unsigned; the kernels add m dx X per block (X = sum x_q) */
+#define QX86_HAS_MIN(kind) ((kind) == K_Q4_1 || (kind) == K_Q5_1)
+/* byte offsets in a block of the nibbles and of the fifth bits */
+#define QX86_QS_OFF(kind) \
+    ((kind) == K_Q5_0 ? 6 : (kind) == K_Q4_1 ? 4 : (kind) == K_Q5_1 ? 8 : 2)
+#define QX86_QH_OFF(kind) ((kind) == K_Q5_1 ? 4 : 2)
 
 /* The IQ4_NL codebook in both 128-bit lanes (a pshufb table) */
 AI __m256i SFX(iq4_table)(void) {
     return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)aotx_iq4nl_values));
 }
 
-/* Weights of one block as signed bytes (q - offset, IQ4_NL's level, or Q8_0's own int8), 256-bit. */
+/* Weights of one block as signed bytes (q - offset, IQ4_NL's level, Q8_0's own int8, or
+ * Q4_1 / Q5_1's unsigned q), 256-bit. */
 AI __m256i SFX(unpack_q8fam)(int kind, const uint8_t *wb, uint16_t *d) {
     memcpy(d, wb, 2);
     if (kind == K_Q8_0) return _mm256_loadu_si256((const __m256i *)(wb + 2));
-    const uint8_t *qs = wb + (kind == K_Q5_0 ? 6 : 2);
+    const uint8_t *qs = wb + QX86_QS_OFF(kind);
     __m128i q = _mm_loadu_si128((const __m128i *)qs);
     __m256i v = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0x0f));
     if (kind == K_IQ4_NL) return _mm256_shuffle_epi8(SFX(iq4_table)(), v);
     if (kind == K_Q4_0) return _mm256_sub_epi8(v, _mm256_set1_epi8(8));
+    if (kind == K_Q4_1) return v;
     uint32_t qh;
-    memcpy(&qh, wb + 2, 4);
+    memcpy(&qh, wb + QX86_QH_OFF(kind), 4);
     v = _mm256_or_si256(v, _mm256_and_si256(SFX(bits_to_bytes)(qh), _mm256_set1_epi8(0x10)));
-    return _mm256_sub_epi8(v, _mm256_set1_epi8(16));
+    return kind == K_Q5_1 ? v : _mm256_sub_epi8(v, _mm256_set1_epi8(16));
 }
+
+AI uint16_t SFX(rd16)(const uint8_t *p) {
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return v;
+}
+
+/* Q4_1 / Q5_1: the block's m as float */
+AI float SFX(q8fam_min)(const uint8_t *wb) { return SFX(h16)(SFX(rd16)(wb + 2)); }
 
 #if QX86_VNNI
 /* Two blocks at once: [block 2p | block 2p+1] signed bytes in one zmm. */
@@ -382,7 +408,7 @@ AI __m512i SFX(unpack2_q8fam)(int kind, const uint8_t *b0, const uint8_t *b1, ui
     if (kind == K_Q8_0)
         return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(b0 + 2))),
                                   _mm256_loadu_si256((const __m256i *)(b1 + 2)), 1);
-    size_t off = kind == K_Q5_0 ? 6 : 2;
+    size_t off = QX86_QS_OFF(kind);
     __m128i q0 = _mm_loadu_si128((const __m128i *)(b0 + off));
     __m128i q1 = _mm_loadu_si128((const __m128i *)(b1 + off));
     __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set_m128i(_mm_srli_epi16(q0, 4), q0)),
@@ -392,17 +418,21 @@ AI __m512i SFX(unpack2_q8fam)(int kind, const uint8_t *b0, const uint8_t *b1, ui
         return _mm512_shuffle_epi8(
             _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)aotx_iq4nl_values)), v);
     if (kind == K_Q4_0) return _mm512_sub_epi8(v, _mm512_set1_epi8(8));
+    if (kind == K_Q4_1) return v;
     /* the two blocks' 32 high bits straight into a mask register (kmovd, kunpckdq) */
     uint32_t h0, h1;  /* memcpy: the fields are only 2-byte aligned */
-    memcpy(&h0, b0 + 2, 4);
-    memcpy(&h1, b1 + 2, 4);
+    memcpy(&h0, b0 + QX86_QH_OFF(kind), 4);
+    memcpy(&h1, b1 + QX86_QH_OFF(kind), 4);
     __mmask64 hm = _mm512_kunpackd((__mmask64)_cvtu32_mask32(h1), (__mmask64)_cvtu32_mask32(h0));
     v = _mm512_mask_add_epi8(v, hm, v, _mm512_set1_epi8(0x10));
+    if (kind == K_Q5_1) return v;
     return _mm512_sub_epi8(v, _mm512_set1_epi8(16));
 }
 
 /* VNNI: sum (x_q + 128) * w_s - 128 * sum w_s = sum x_q * w_s, exact in int32.  The
- * correction depends on the weights only, so it seeds every token's accumulator. */
+ * correction depends on the weights only, so it seeds every token's accumulator.  Q4_1 /
+ * Q5_1 (w_s = q) add X = sum (x_q + 128) - 128 * 32 (vpdpbusd with ones seeded by -512 per
+ * 4-lane) times m_w dx. */
 AI void SFX(row_q8fam)(int kind, size_t bbytes, const uint8_t *w, int64_t nb, const uint8_t *act,
                        size_t astride, int nt, float *out) {
     const uint8_t *xa[QX86_NT];
@@ -423,27 +453,44 @@ AI void SFX(row_q8fam)(int kind, size_t bbytes, const uint8_t *w, int64_t nb, co
         __m512i ws = SFX(unpack2_q8fam)(kind, b0, b0 + bbytes, &d0, &d1);
         __m512 dw = _mm512_cvtph_ps(_mm256_set_m128i(_mm_set1_epi16((short)d1),
                                                      _mm_set1_epi16((short)d0)));
+        __m512 mw = _mm512_setzero_ps();
+        if (QX86_HAS_MIN(kind))
+            mw = _mm512_cvtph_ps(_mm256_set_m128i(_mm_set1_epi16((short)SFX(rd16)(b0 + bbytes + 2)),
+                                                  _mm_set1_epi16((short)SFX(rd16)(b0 + 2))));
         __m512i neg = _mm512_sub_epi32(_mm512_setzero_si512(),
                                        _mm512_dpbusd_epi32(_mm512_setzero_si512(), c80, ws));
         for (int t = 0; t < nt; t++) {
             const uint8_t *xp = xa[t] + (size_t)p * AOTX_ACT8_PAIR_BYTES;
-            __m512i acc = _mm512_dpbusd_epi32(neg, _mm512_loadu_si512((const void *)xp), ws);
-            __m512 sc = _mm512_mul_ps(dw, _mm512_loadu_ps((const float *)(xp + 64)));
-            facc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), sc, facc[t]);
+            const __m512i xu = _mm512_loadu_si512((const void *)xp);
+            __m512i acc = _mm512_dpbusd_epi32(neg, xu, ws);
+            const __m512 dx = _mm512_loadu_ps((const float *)(xp + 64));
+            facc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), _mm512_mul_ps(dw, dx), facc[t]);
+            if (QX86_HAS_MIN(kind)) {
+                const __m512i sx = _mm512_dpbusd_epi32(_mm512_set1_epi32(-512), xu,
+                                                       _mm512_set1_epi8(1));
+                facc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sx), _mm512_mul_ps(mw, dx), facc[t]);
+            }
         }
     }
     if (nb & 1) {
         uint16_t d;
-        __m256i ws = SFX(unpack_q8fam)(kind, w + (size_t)(nb - 1) * bbytes, &d);
+        const uint8_t *wb = w + (size_t)(nb - 1) * bbytes;
+        __m256i ws = SFX(unpack_q8fam)(kind, wb, &d);
         __m256 dw = _mm256_set1_ps(SFX(h16)(d));
+        const __m256 mw = _mm256_set1_ps(QX86_HAS_MIN(kind) ? SFX(q8fam_min)(wb) : 0.0f);
         __m256i neg = _mm256_sub_epi32(_mm256_setzero_si256(),
                                        _mm256_dpbusd_epi32(_mm256_setzero_si256(),
                                                            _mm256_set1_epi8((char)0x80), ws));
         for (int t = 0; t < nt; t++) {
-            __m256i acc = _mm256_dpbusd_epi32(
-                neg, _mm256_loadu_si256((const __m256i *)aotx_act8_xu(xa[t], nb - 1)), ws);
-            __m256 sc = _mm256_mul_ps(dw, _mm256_loadu_ps(aotx_act8_dx(xa[t], nb - 1)));
-            tail[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc), sc, tail[t]);
+            const __m256i xu = _mm256_loadu_si256((const __m256i *)aotx_act8_xu(xa[t], nb - 1));
+            __m256i acc = _mm256_dpbusd_epi32(neg, xu, ws);
+            const __m256 dx = _mm256_loadu_ps(aotx_act8_dx(xa[t], nb - 1));
+            tail[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc), _mm256_mul_ps(dw, dx), tail[t]);
+            if (QX86_HAS_MIN(kind)) {
+                const __m256i sx = _mm256_dpbusd_epi32(_mm256_set1_epi32(-512), xu,
+                                                       _mm256_set1_epi8(1));
+                tail[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sx), _mm256_mul_ps(mw, dx), tail[t]);
+            }
         }
     }
     for (int t = 0; t < nt; t++)
@@ -453,7 +500,8 @@ AI void SFX(row_q8fam)(int kind, size_t bbytes, const uint8_t *w, int64_t nb, co
  * A chunk of 16 weight rows is transposed once per K slab (QX86_KB blocks) into
  * wt[b].q[g] = quants 4g..4g+3 of block b of rows 0..15 (one dword per lane), as
  * unsigned bytes u = w + c: c = 128 for Q8_0 (w xor 0x80), c = 8 / 16 for Q4_0 / Q5_0
- * (the raw q).  The activations of the K slab are copied once per call as signed
+ * (the raw q), c = 128 for IQ4_NL (u = its codebook level + 128), c = 0 for Q4_1 / Q5_1 (u = q; their mins' term m_w * (d_x * sum x_q) is one
+ * more FMA per block and token).  The activations of the K slab are copied once per call as signed
  * x_q with a seed -c * sum(x_q) per token and block, so that
  *   vpdpbusd(seed, u, broadcast 4 x_q) over the 8 dwords of a block = sum w * x_q,
  * the reference's block sum exactly.  Per block and token the float work is one
@@ -482,12 +530,15 @@ typedef struct {
 typedef struct {
     qx_wt wt[QX86_KB];                      /* [block][8 dwords][16 rows] */
     __m512 dw[QX86_KB];                     /* [block][16 rows] weight scales */
+    __m512 mw[QX86_KB];                     /* [block][16 rows] Q4_1 / Q5_1 mins */
     uint16_t d16[QX86_KB][QX86_TR];         /* [block][row] fp16 scales (staging) */
-    uint32_t qh[QX86_KB][QX86_TR];          /* [block][row] Q5_0 high bits (staging) */
+    uint16_t m16[QX86_KB][QX86_TR];         /* [block][row] fp16 mins (staging) */
+    uint32_t qh[QX86_KB][QX86_TR];          /* [block][row] Q5_0 / Q5_1 high bits (staging) */
     int8_t xq[QX86_ACTB];                   /* [token][block][32] signed x_q */
     int32_t sd[QX86_ACTB / 32];             /* [token][block] seed -c * sum x_q */
     float dx[QX86_ACTB / 32];               /* [token][block] activation scale */
-} qx_tiles;                                 /* ~47 KiB, on the caller's stack */
+    float dxs[QX86_ACTB / 32];              /* [token][block] dx * sum x_q (the mins' term) */
+} qx_tiles;                                 /* ~53 KiB, on the caller's stack */
 
 /* The slab's activations: tokens [0, ts) x blocks [k0, k0 + kn). */
 AI void SFX(tile_act)(const uint8_t *act, size_t as, int64_t ts, int64_t k0, int64_t kn,
@@ -503,6 +554,7 @@ AI void SFX(tile_act)(const uint8_t *act, size_t as, int64_t ts, int64_t k0, int
             _mm256_storeu_si256((__m256i *)(tb->xq + (t * kn + b) * 32), _mm256_xor_si256(xu, c80));
             tb->sd[t * kn + b] = -c * sum;
             tb->dx[t * kn + b] = *aotx_act8_dx(row, k0 + b);
+            tb->dxs[t * kn + b] = tb->dx[t * kn + b] * (float)sum;
         }
     }
 }
@@ -541,7 +593,8 @@ AI void SFX(tile_weights)(int kind, size_t bbytes, const uint8_t *const *rows, i
         const uint8_t *p = rows[r];
         for (int64_t b = 0; b < kn; b++, p += bbytes) {
             memcpy(&tb->d16[b][r], p, 2);
-            if (kind == K_Q5_0) memcpy(&tb->qh[b][r], p + 2, 4);
+            if (QX86_HAS_MIN(kind)) memcpy(&tb->m16[b][r], p + 2, 2);
+            if (kind == K_Q5_0 || kind == K_Q5_1) memcpy(&tb->qh[b][r], p + QX86_QH_OFF(kind), 4);
         }
     }
     const __m512i m4 = _mm512_set1_epi8(0x0f), c80 = _mm512_set1_epi8((char)0x80);
@@ -552,6 +605,8 @@ AI void SFX(tile_weights)(int kind, size_t bbytes, const uint8_t *const *rows, i
         __m512i *out = tb->wt[b].q;
         AOTX_PF_SLICE(pl, b, _MM_HINT_T0);
         tb->dw[b] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)tb->d16[b]));
+        if (QX86_HAS_MIN(kind))
+            tb->mw[b] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)tb->m16[b]));
         if (kind == K_Q8_0) {
             SFX(tr16x8)(rows, off + 2, out);
             for (int g = 0; g < 8; g++) out[g] = _mm512_xor_si512(out[g], c80);
@@ -559,7 +614,7 @@ AI void SFX(tile_weights)(int kind, size_t bbytes, const uint8_t *const *rows, i
         }
         /* Q4_0 / Q5_0: transpose the 16 packed bytes (4 dwords) of each row, then split
          * nibbles: dword g < 4 holds elements 4g.. (low nibbles), g + 4 the high ones */
-        const size_t qo = off + (kind == K_Q5_0 ? 6 : 2);
+        const size_t qo = off + QX86_QS_OFF(kind);
         __m512i z[4], t[4], p[4];
         for (int i = 0; i < 4; i++) {
             __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(rows[i] + qo)));
@@ -581,7 +636,12 @@ AI void SFX(tile_weights)(int kind, size_t bbytes, const uint8_t *const *rows, i
             out[g] = _mm512_and_si512(p[g], m4);
             out[g + 4] = _mm512_and_si512(_mm512_srli_epi16(p[g], 4), m4);
         }
-        if (kind == K_Q5_0) {
+        if (kind == K_IQ4_NL) {  /* u = the codebook level + 128 */
+            const __m512i tab = _mm512_xor_si512(
+                _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)aotx_iq4nl_values)), c80);
+            for (int g = 0; g < 8; g++) out[g] = _mm512_shuffle_epi8(tab, out[g]);
+        }
+        if (kind == K_Q5_0 || kind == K_Q5_1) {
             /* byte i of dword g gets bit 4g + i of the row's qh: byte g/2, bit 4(g&1) + i */
             __m512i h = _mm512_loadu_si512((const void *)tb->qh[b]);
             const __m512i b0 = _mm512_set1_epi32(0x08040201), b1 = _mm512_set1_epi32((int)0x80402010u);
@@ -610,8 +670,8 @@ AI void SFX(tile_store)(__m512 *f, int nt, int64_t t0, float *y, int64_t ldy, __
 }
 
 /* One tile: 16 rows (lanes) x NT tokens over the slab's kn blocks; y rows masked by m. */
-AI void SFX(tile_dot)(const qx_tiles *tb, int64_t kn, int64_t t0, int nt, float *y, int64_t ldy,
-                      __mmask16 m, int accum) {
+AI void SFX(tile_dot)(const qx_tiles *tb, int has_min, int64_t kn, int64_t t0, int nt, float *y,
+                      int64_t ldy, __mmask16 m, int accum) {
     __m512 f[QX86_TT];
     for (int t = 0; t < nt; t++) f[t] = _mm512_setzero_ps();
     for (int64_t b = 0; b < kn; b++) {
@@ -630,18 +690,25 @@ AI void SFX(tile_dot)(const qx_tiles *tb, int64_t kn, int64_t t0, int nt, float 
         for (int t = 0; t < nt; t++)
             f[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a[t]),
                                    _mm512_mul_ps(dw, _mm512_set1_ps(tb->dx[(t0 + t) * kn + b])), f[t]);
+        if (has_min)  /* Q4_1 / Q5_1: + m_w * (dx * sum x_q) */
+            for (int t = 0; t < nt; t++)
+                f[t] = _mm512_fmadd_ps(tb->mw[b], _mm512_set1_ps(tb->dxs[(t0 + t) * kn + b]), f[t]);
     }
     SFX(tile_store)(f, nt, t0, y, ldy, m, accum);
 }
 
-#define QX86_TCASE(n) case n: SFX(tile_dot)(tb, kn, tg, n, yc, ldy, m, accum); break;
+#define QX86_TCASE(n) \
+    case n: SFX(tile_dot)(tb, QX86_HAS_MIN(kind), kn, tg, n, yc, ldy, m, accum); break;
 
 static void SFX(mm_q8fam_tiles)(int kind, const uint8_t *w, size_t rb, int64_t nb,
                                 const uint8_t *act, size_t as, int64_t n_tok, float *y,
                                 int64_t ldy, int64_t r0, int64_t r1) {
     qx_tiles tiles, *tb = &tiles;
     const size_t bbytes = rb / (size_t)nb;
-    const int32_t c = kind == K_Q8_0 ? 128 : kind == K_Q5_0 ? 16 : 8;
+    /* Q4_1 / Q5_1: u = q, no offset (their mins' term is added per block) */
+    const int32_t c = kind == K_Q8_0 || kind == K_IQ4_NL ? 128 : kind == K_Q5_0 ? 16
+                      : QX86_HAS_MIN(kind)                  ? 0
+                                                            : 8;
     for (int64_t k0 = 0; k0 < nb; k0 += QX86_KB) {
         const int64_t kn = nb - k0 < QX86_KB ? nb - k0 : QX86_KB;
         int64_t ts_max = QX86_ACTB / (kn * 32);
@@ -829,12 +896,14 @@ static void SFX(q8_0_rows1)(const uint8_t *w, size_t rb, int64_t nb, const uint8
 }
 #else
 /* AVX2: maddubs(x_q + 128, w_s) - maddubs(128, w_s) per int16 pair (no saturation for
- * |w_s| <= 16); Q8_0 and IQ4_NL use the sign trick maddubs(|w|, sign(x_q, w)) instead. */
+ * |w_s| <= 31); Q8_0 and IQ4_NL use the sign trick maddubs(|w|, sign(x_q, w)) instead.
+ * Q4_1 / Q5_1 add X = madd(maddubs(x_q + 128, 1), 1) - 512 per 4-lane times m_w dx. */
 AI void SFX(step_q8fam)(int kind, const uint8_t *wb, const uint8_t *const *xa, int64_t i, int nt,
                         __m256 *facc) {
     uint16_t d;
     __m256i ws = SFX(unpack_q8fam)(kind, wb, &d);
     __m256 dw = _mm256_set1_ps(SFX(h16)(d));
+    const __m256 mw = _mm256_set1_ps(QX86_HAS_MIN(kind) ? SFX(q8fam_min)(wb) : 0.0f);
     const __m256i c80 = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1);
     const int wide = kind == K_Q8_0 || kind == K_IQ4_NL;  /* |w| up to 127 */
     __m256i aux = wide ? _mm256_sign_epi8(ws, ws) : _mm256_maddubs_epi16(c80, ws);
@@ -846,8 +915,14 @@ AI void SFX(step_q8fam)(int kind, const uint8_t *wb, const uint8_t *const *xa, i
         else
             p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(xu, ws), aux);
         __m256i acc = _mm256_madd_epi16(p16, ones);
-        __m256 sc = _mm256_mul_ps(dw, _mm256_loadu_ps(aotx_act8_dx(xa[t], i)));
-        facc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc), sc, facc[t]);
+        const __m256 dx = _mm256_loadu_ps(aotx_act8_dx(xa[t], i));
+        facc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc), _mm256_mul_ps(dw, dx), facc[t]);
+        if (QX86_HAS_MIN(kind)) {
+            const __m256i sx = _mm256_sub_epi32(
+                _mm256_madd_epi16(_mm256_maddubs_epi16(xu, _mm256_set1_epi8(1)), ones),
+                _mm256_set1_epi32(512));
+            facc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sx), _mm256_mul_ps(mw, dx), facc[t]);
+        }
     }
 }
 
@@ -974,21 +1049,9 @@ AI void SFX(k4_scales)(const uint8_t *q, uint8_t *sc, uint8_t *m) {
     }
 }
 
-/* ---------------------------------------- Q4_1 / Q5_1, Q2_K / Q3_K / IQ4_XS unpacking
- * Q4_1 / Q5_1: the block's unsigned quants q (0..15 / 0..31) as bytes.  Q2_K / Q3_K /
- * IQ4_XS: a super-block as 8 vectors of 32 signed quants (Q2_K 0..3, Q3_K -4..3, IQ4_XS
- * its codebook levels), the 16 group scales and (Q2_K) mins as int8, d and dmin. */
-AI __m256i SFX(unpack_q8min)(int kind, const uint8_t *wb) {
-    __m128i q = _mm_loadu_si128((const __m128i *)(wb + (kind == K_Q5_1 ? 8 : 4)));
-    __m256i v = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0x0f));
-    if (kind == K_Q5_1) {
-        uint32_t qh;
-        memcpy(&qh, wb + 4, 4);
-        v = _mm256_or_si256(v, _mm256_and_si256(SFX(bits_to_bytes)(qh), _mm256_set1_epi8(0x10)));
-    }
-    return v;
-}
-
+/* ---------------------------------------- Q2_K / Q3_K / IQ4_XS unpacking
+ * A super-block as 8 vectors of 32 signed quants (Q2_K 0..3, Q3_K -4..3, IQ4_XS its
+ * codebook levels), the 16 group scales and (Q2_K) mins as int8, d and dmin. */
 typedef struct {
     __m256i w[8];
     int8_t sc[16], m[16];
@@ -1168,11 +1231,9 @@ AI void SFX(dq_q8min)(int kind, const uint8_t *src, float *dst, int64_t nb) {
     const size_t bb = kind == K_Q5_1 ? sizeof(aotx_block_q5_1) : sizeof(aotx_block_q4_1);
     for (int64_t i = 0; i < nb; i++, dst += 32) {
         const uint8_t *wb = src + (size_t)i * bb;
-        uint16_t d16, m16;
-        memcpy(&d16, wb, 2);
-        memcpy(&m16, wb + 2, 2);
-        const __m512 d = _mm512_set1_ps(SFX(h16)(d16)), m = _mm512_set1_ps(SFX(h16)(m16));
-        const __m256i q = SFX(unpack_q8min)(kind, wb);
+        uint16_t d16;
+        const __m256i q = SFX(unpack_q8fam)(kind, wb, &d16);
+        const __m512 d = _mm512_set1_ps(SFX(h16)(d16)), m = _mm512_set1_ps(SFX(q8fam_min)(wb));
         for (int h = 0; h < 2; h++) {
             __m512i qi = _mm512_cvtepu8_epi32(h ? _mm256_extracti128_si256(q, 1) : _mm256_castsi256_si128(q));
             __m512 p = _mm512_mul_round_ps(d, _mm512_cvtepi32_ps(qi), QX86_RN);
@@ -1515,50 +1576,6 @@ AI void SFX(row_half)(int bf, const uint8_t *w, int64_t cols, const uint8_t *act
     }
 }
 
-/* ---------------------------------------------- Q4_1 / Q5_1 x Q8_0 family (rows)
- * Per block and token: S = DP(q, x_q) and X = DP(1, x_q) (unsigned q <= 31 against the
- * signed quants: no maddubs saturation), then facc += S * (d_w dx) + X * (m_w dx) per lane;
- * two accumulator chains (even / odd blocks) per token, summed at the end.  A token's float
- * steps do not depend on n_tok: batch invariant on every path. */
-AI void SFX(step_q8min)(int kind, const uint8_t *wb, const uint8_t *const *xa, int64_t i, int nt,
-                        __m256 *facc) {
-    uint16_t d16, m16;
-    memcpy(&d16, wb, 2);
-    memcpy(&m16, wb + 2, 2);
-    const __m256i wq = SFX(unpack_q8min)(kind, wb);
-    const __m256 dw = _mm256_set1_ps(SFX(h16)(d16)), mw = _mm256_set1_ps(SFX(h16)(m16));
-    const __m256i c80 = _mm256_set1_epi8((char)0x80), one = _mm256_set1_epi8(1);
-    for (int t = 0; t < nt; t++) {
-        const __m256i xs = _mm256_xor_si256(
-            _mm256_loadu_si256((const __m256i *)aotx_act8_xu(xa[t], i)), c80);
-        const __m256i sq = DP_U8S8(_mm256_setzero_si256(), wq, xs);
-        const __m256i sx = DP_U8S8(_mm256_setzero_si256(), one, xs);
-        const __m256 dx = _mm256_loadu_ps(aotx_act8_dx(xa[t], i));
-        facc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sq), _mm256_mul_ps(dw, dx), facc[t]);
-        facc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sx), _mm256_mul_ps(mw, dx), facc[t]);
-    }
-}
-
-AI void SFX(row_q8min)(int kind, const uint8_t *w, int64_t nb, const uint8_t *act, size_t astride,
-                       int nt, float *out) {
-    const size_t bb = kind == K_Q5_1 ? sizeof(aotx_block_q5_1) : sizeof(aotx_block_q4_1);
-    const uint8_t *xa[QX86_NT];
-    __m256 f0[QX86_NT], f1[QX86_NT];
-    for (int t = 0; t < nt; t++) {
-        xa[t] = act + (size_t)t * astride;
-        f0[t] = _mm256_setzero_ps();
-        f1[t] = _mm256_setzero_ps();
-    }
-    int64_t i = 0;
-    for (; i + 1 < nb; i += 2) {
-        _mm_prefetch((const char *)(w + (size_t)i * bb) + QX86_PF, _MM_HINT_T0);
-        SFX(step_q8min)(kind, w + (size_t)i * bb, xa, i, nt, f0);
-        SFX(step_q8min)(kind, w + (size_t)(i + 1) * bb, xa, i + 1, nt, f1);
-    }
-    if (i < nb) SFX(step_q8min)(kind, w + (size_t)i * bb, xa, i, nt, f0);
-    for (int t = 0; t < nt; t++) out[t] = SFX(hsum)(_mm256_add_ps(f0[t], f1[t]));
-}
-
 /* ------------------------------------------- Q2_K / Q3_K / IQ4_XS x Q8_K32 (rows)
  * Per super-block and token: per 32 values j, maddubs(|w|, sign(x_q, w)) (|w| <= 127: no
  * saturation) times the two groups' scales (int16 pairs), a hadd tree into lane j = T_j;
@@ -1639,8 +1656,10 @@ AI void SFX(row_kx)(int type, const uint8_t *w, int64_t nb, const uint8_t *act, 
 #define ROW_Q4_K(w, nb, a, as, nt, o) SFX(row_kq)(KQ_Q4_K, w, nb, a, as, nt, o)
 #define ROW_Q5_K(w, nb, a, as, nt, o) SFX(row_kq)(KQ_Q5_K, w, nb, a, as, nt, o)
 #define ROW_Q6_K(w, nb, a, as, nt, o) SFX(row_kq)(KQ_Q6_K, w, nb, a, as, nt, o)
-#define ROW_Q4_1(w, nb, a, as, nt, o) SFX(row_q8min)(K_Q4_1, w, nb, a, as, nt, o)
-#define ROW_Q5_1(w, nb, a, as, nt, o) SFX(row_q8min)(K_Q5_1, w, nb, a, as, nt, o)
+#define ROW_Q4_1(w, nb, a, as, nt, o) \
+    SFX(row_q8fam)(K_Q4_1, sizeof(aotx_block_q4_1), w, nb, a, as, nt, o)
+#define ROW_Q5_1(w, nb, a, as, nt, o) \
+    SFX(row_q8fam)(K_Q5_1, sizeof(aotx_block_q5_1), w, nb, a, as, nt, o)
 #define ROW_IQ4_NL(w, nb, a, as, nt, o) \
     SFX(row_q8fam)(K_IQ4_NL, sizeof(aotx_block_iq4_nl), w, nb, a, as, nt, o)
 #define ROW_Q2_K(w, nb, a, as, nt, o) SFX(row_kx)(AOTX_T_Q2_K, w, nb, a, as, nt, o)
@@ -1682,6 +1701,9 @@ QX86_DEFINE_MM(mm_iq4_xs, ROW_IQ4_XS)
 QX86_DEFINE_MM_BUF(mmb_q4_0, K_Q4_0, mm_q4_0)
 QX86_DEFINE_MM_BUF(mmb_q5_0, K_Q5_0, mm_q5_0)
 QX86_DEFINE_MM_BUF(mmb_q8_0, K_Q8_0, mm_q8_0)
+QX86_DEFINE_MM_BUF(mmb_q4_1, K_Q4_1, mm_q4_1)
+QX86_DEFINE_MM_BUF(mmb_q5_1, K_Q5_1, mm_q5_1)
+QX86_DEFINE_MM_BUF(mmb_iq4_nl, K_IQ4_NL, mm_iq4_nl)
 #undef QX86_DEFINE_MM_BUF
 #define QX86_MM_Q8FAM(x) SFX(mmb_##x)
 #else
@@ -2020,6 +2042,9 @@ static aotx_mm_fn SFX(qx86_pick_inv)(int type) {
     case AOTX_T_Q4_0: return SFX(mmi_mmb_q4_0);
     case AOTX_T_Q5_0: return SFX(mmi_mmb_q5_0);
     case AOTX_T_Q8_0: return SFX(mmi_mmb_q8_0);
+    case AOTX_T_Q4_1: return SFX(mmi_mmb_q4_1);
+    case AOTX_T_Q5_1: return SFX(mmi_mmb_q5_1);
+    case AOTX_T_IQ4_NL: return SFX(mmi_mmb_iq4_nl);
     case AOTX_T_Q4_K: return SFX(mmi_q4_k);
     case AOTX_T_Q6_K: return SFX(mmi_q6_k);
     default: return NULL;
@@ -2039,9 +2064,9 @@ static aotx_mm_fn SFX(qx86_pick)(int type) {
     case AOTX_T_Q4_0: return QX86_MM_Q8FAM(q4_0);
     case AOTX_T_Q5_0: return QX86_MM_Q8FAM(q5_0);
     case AOTX_T_Q8_0: return QX86_MM_Q8FAM(q8_0);
-    case AOTX_T_Q4_1: return SFX(mm_q4_1);
-    case AOTX_T_Q5_1: return SFX(mm_q5_1);
-    case AOTX_T_IQ4_NL: return SFX(mm_iq4_nl);
+    case AOTX_T_Q4_1: return QX86_MM_Q8FAM(q4_1);
+    case AOTX_T_Q5_1: return QX86_MM_Q8FAM(q5_1);
+    case AOTX_T_IQ4_NL: return QX86_MM_Q8FAM(iq4_nl);
     case AOTX_T_Q2_K: return SFX(mm_q2_k);
     case AOTX_T_Q3_K: return SFX(mm_q3_k);
     case AOTX_T_IQ4_XS: return SFX(mm_iq4_xs);
@@ -2083,6 +2108,9 @@ static aotx_mm_fn SFX(qx86_pick)(int type) {
 #undef ROW_Q6_K
 #undef ROW_F16
 #undef ROW_Q4_1
+#undef QX86_HAS_MIN
+#undef QX86_QS_OFF
+#undef QX86_QH_OFF
 #undef ROW_Q5_1
 #undef ROW_IQ4_NL
 #undef ROW_Q2_K
