@@ -42,7 +42,7 @@ from aotx_trio.gateway.fast import FastMutations
 from aotx_trio.gateway.framing import guard
 from aotx_trio.gateway.metrics import GatewayMetrics
 from aotx_trio.gateway.quota import Holdings, RateLimiter
-from aotx_trio.gateway.routes_table import ROUTES, Admission, route_of, unrouted
+from aotx_trio.gateway.routes_table import ROUTES, Admission, dialect_of, route_of, unrouted
 from aotx_trio.router.service import RouterService, Settings
 from aotx_trio.service.client import DeviceClient
 from aotx_trio.webhooks.service import WebhookService
@@ -120,8 +120,8 @@ def create_app(client: DeviceClient, principals: Iterable[PrincipalEntry], *,
     @app.errorhandler(Exception)
     async def _error(exc: Exception) -> Response:   # the one place errors are rendered
         route = route_of(request.endpoint, request.path)
-        return respond(unrouted(exc, request.path), "shared" if route is None
-                       else route.dialect)
+        return respond(unrouted(exc, request.path), dialect_of(request.path)
+                       if route is None else route.dialect)
 
     @app.after_request
     async def _no_store(resp: Response) -> Response:
