@@ -222,3 +222,68 @@ def test_the_async_openai_client(tmp_path: Path) -> None:
     assert got["text"] == _offline(model, [("user", b"Hi")], 6)
     assert got["stream"] == _offline(model, [("user", b"Hello")], 6)
     assert got["models"] == [TINY_MODEL]
+
+
+async def test_chat_as_clients_send_it(tmp_path: Path) -> None:
+    """Text content parts (joined with newlines), every neutral value of what the engine
+    does not do, ``refusal: null`` and ``system_fingerprint``; media parts are 400
+    naming the part; sync and streamed."""
+    async with served(tmp_path, {"alice": INVOKER}) as srv:
+        def run() -> tuple[object, list[object], list[tuple[str | None, str | None]]]:
+            c = _client(srv.url)
+            neutral = dict(response_format={"type": "text"}, tools=[], tool_choice="none",
+                           parallel_tool_calls=False, top_logprobs=0, n=1, logprobs=False,
+                           frequency_penalty=0, presence_penalty=0.0)
+            parts = [{"role": "system", "content": [{"type": "text", "text": "Be brief."}]},
+                     {"role": "user", "content": [{"type": "text", "text": "Hello"},
+                                                  {"type": "text", "text": "world"}]}]
+            done = c.chat.completions.create(model=TINY_MODEL, max_tokens=8,
+                                             messages=parts, **neutral)  # type: ignore[arg-type]
+            chunks = list(c.chat.completions.create(
+                model=TINY_MODEL, max_tokens=8, messages=parts, stream=True,
+                **neutral))  # type: ignore[call-overload]
+            refused = []
+            for part in ({"type": "image_url", "image_url": {"url": "data:image/png;base64,"}},
+                         {"type": "input_audio", "input_audio": {"data": "", "format": "wav"}},
+                         {"type": "text"}):
+                try:
+                    c.chat.completions.create(model=TINY_MODEL, messages=[
+                        {"role": "user", "content": [{"type": "text", "text": "x"}, part]}])
+                    refused.append((None, None))
+                except openai.BadRequestError as exc:
+                    body = exc.body if isinstance(exc.body, dict) else {}
+                    refused.append((body.get("param"), body.get("message")))
+            for kw in (dict(tools=[{"type": "function", "function": {"name": "f"}}]),
+                       dict(logprobs=True), dict(top_logprobs=2),
+                       dict(response_format={"type": "json_object"}),
+                       dict(tool_choice="required"), dict(frequency_penalty=True)):
+                try:
+                    c.chat.completions.create(model=TINY_MODEL, **kw,  # type: ignore[call-overload]
+                                              messages=[{"role": "user", "content": "x"}])
+                    refused.append((None, None))
+                except openai.BadRequestError as exc:
+                    body = exc.body if isinstance(exc.body, dict) else {}
+                    refused.append((body.get("param"), body.get("code")))
+            return done, chunks, refused
+
+        done, chunks, refused = await trio.to_thread.run_sync(run)
+    model = tmp_path / "rt" / TINY_MODEL
+    want = _offline(model, [("system", b"Be brief."), ("user", b"Hello\nworld")], 8)
+    choice = done.choices[0]                                      # type: ignore[attr-defined]
+    assert choice.message.content == want and choice.message.refusal is None
+    fp = done.system_fingerprint                                  # type: ignore[attr-defined]
+    assert fp.startswith("fp_") and len(fp) == 3 + 12 + 1 + 12
+    streamed = "".join(ch.delta.content or "" for k in chunks
+                       for ch in k.choices)                       # type: ignore[attr-defined]
+    assert streamed == want
+    assert {k.system_fingerprint for k in chunks} == {fp}        # type: ignore[attr-defined]
+    assert refused[0][0] == "messages.0.content.1" and "image_url" in str(refused[0][1])
+    assert "text-only" in str(refused[0][1])
+    assert refused[1][0] == "messages.0.content.1" and "input_audio" in str(refused[1][1])
+    assert refused[2][0] == "messages.0.content.1"
+    assert refused[3:] == [("tools", "unsupported_parameter"),
+                           ("logprobs", "unsupported_parameter"),
+                           ("top_logprobs", "unsupported_parameter"),
+                           ("response_format", "unsupported_parameter"),
+                           ("tool_choice", "unsupported_parameter"),
+                           ("frequency_penalty", "unsupported_parameter")]

@@ -23,7 +23,7 @@ import numpy as np
 from quart import Response, request
 
 from aotx_trio import errors
-from aotx_trio.gateway.chat import EMBEDDING_ID, INVALID, UNSUPPORTED
+from aotx_trio.gateway.chat import EMBEDDING_ID, INVALID, UNSUPPORTED, refuse_unknown
 from aotx_trio.gateway.errors import json_response
 from aotx_trio.gateway.routes_table import decode_json
 from aotx_trio.gateway.shared_routes import client, principal
@@ -55,12 +55,7 @@ async def _embedding_models(client: DeviceClient) -> set[str]:
 async def create_embeddings() -> Response:
     p = principal()
     raw = await request.get_data(cache=False, as_text=False, parse_form_data=False)
-    body = decode_json(raw)
-    if not isinstance(body, dict):
-        raise errors.InvalidParams("", INVALID, "the body must be a JSON object")
-    for key in body:
-        if key not in KNOWN:
-            raise errors.InvalidParams(key, UNSUPPORTED, f"unsupported parameter {key!r}")
+    body = refuse_unknown(decode_json(raw), KNOWN, {})
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise errors.InvalidParams("model", INVALID, "model must be a string")
