@@ -14,12 +14,14 @@ content or a list of text parts, joined with newlines; an ``image_url``,
 ``input_audio`` or ``file`` part is 400 naming it: the models are text-only),
 ``stream`` (SSE chunks, then ``data: [DONE]``; ``stream_options.include_usage``
 adds the usage chunk), ``max_tokens`` / ``max_completion_tokens``,
-``temperature``, ``top_p``, ``seed``, ``stop`` (a string or up to 4), ``n`` = 1,
+``temperature``, ``top_p``, ``seed``, ``stop`` (a string or up to 4), ``n``
+(1..8: a generation per choice, choice i with seed + i; streamed, interleaved by
+``index``),
 and what the engine does not do yet only at its neutral values (:data:`NEUTRAL`:
 penalties 0, ``logprobs`` false, ``top_logprobs`` 0, ``tools`` [],
 ``tool_choice`` none/auto, ``parallel_tool_calls``, ``response_format`` text).
-Anything else that changes the answer (tools, logprobs, json response formats,
-n > 1) is 400 naming the parameter: never silently ignored.  Answers carry
+Anything else that changes the answer (tools, logprobs, json response formats)
+is 400 naming the parameter: never silently ignored.  Answers carry
 ``message.refusal: null`` and ``system_fingerprint`` (:func:`fingerprint`).  Errors are
 rendered in the ``openai`` dialect of :mod:`aotx_trio.gateway.errors` (the rule
 of an :class:`~aotx_trio.errors.InvalidParams` is OpenAI's ``code``:
@@ -33,6 +35,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+import trio
 from quart import Response, current_app, request
 
 from aotx_trio import errors
@@ -40,7 +43,7 @@ from aotx_trio.gateway.auth import Principal
 from aotx_trio.gateway.errors import dumps, event_body, json_response
 from aotx_trio.gateway.routes_table import decode_json
 from aotx_trio.gateway.shared_routes import client, principal
-from aotx_trio.gateway.streams import open_stream, sse_response
+from aotx_trio.gateway.streams import open_streams, sse_response
 
 #: Parameters that do not change the answer: accepted with any value.
 IGNORED = {"user", "metadata", "store", "stream_options"}
@@ -57,6 +60,7 @@ KNOWN = {"model", "messages", "stream", "max_tokens", "max_completion_tokens",
 EMBEDDING_ID = "embedding"
 #: the rules of a wrong parameter here (OpenAI's error ``code``)
 INVALID, UNSUPPORTED = "invalid_parameter", "unsupported_parameter"
+MAX_N = 8          # choices of one request at most
 FINISH = {"stop": "stop", "length": "length", "deadline_exceeded": "length",
           "cancelled": "stop", "error": "stop"}
 #: content part types of other modalities (a text-only model refuses them by name)
@@ -115,11 +119,9 @@ def _messages(raw: Any) -> Any:
             for i, m in enumerate(raw)]
 
 
-def _params(caller: Principal, body: Any) -> tuple[dict[str, Any], bool, bool]:
-    """(the chat.generate params, stream?, include usage?) of a request body."""
+def _params(caller: Principal, body: Any) -> tuple[dict[str, Any], bool, bool, int]:
+    """(the chat.generate params, stream?, include usage?, n) of a request body."""
     body = refuse_unknown(body, KNOWN, NEUTRAL)
-    if body.get("n", 1) not in (None, 1) or isinstance(body.get("n"), bool):
-        raise errors.InvalidParams("n", UNSUPPORTED, "n must be 1")
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise errors.InvalidParams("stream", INVALID, "stream must be a boolean")
@@ -132,7 +134,7 @@ def _params(caller: Principal, body: Any) -> tuple[dict[str, Any], bool, bool]:
               "model": body.get("model"), "messages": _messages(body.get("messages")),
               "max_tokens": max_tokens, "temperature": body.get("temperature"),
               "top_p": body.get("top_p"), "seed": body.get("seed"), "stop": stops}
-    return params, stream, usage
+    return params, stream, usage, count_n(body)
 
 
 def fingerprint(opened: dict[str, Any]) -> str:
@@ -148,63 +150,107 @@ def _data(doc: Any) -> bytes:
     return b"data: " + dumps(doc).encode("utf-8") + b"\n\n"
 
 
-def _chunk(cid: str, created: int, model: str, fp: str, delta: dict[str, Any] | None,
-           finish: str | None, usage: Any = None) -> bytes:
-    """A ``chat.completion.chunk``; ``delta`` None is the usage-only chunk."""
-    doc: dict[str, Any] = {"id": cid, "object": "chat.completion.chunk", "created": created,
-                           "model": model, "system_fingerprint": fp,
-                           "choices": [] if delta is None else [
-                               {"index": 0, "delta": delta, "finish_reason": finish,
-                                "logprobs": None}]}
-    if delta is None:
-        doc["usage"] = usage
-    return _data(doc)
+DONE = b"data: [DONE]\n\n"
+
+
+def choice_params(params: dict[str, Any], n: int) -> list[dict[str, Any]]:
+    """The ``chat.generate`` params of each of ``n`` choices: choice i with ``seed`` +
+    i when a seed is given (so the choices differ under sampling, and repeat)."""
+    seed = params.get("seed")
+    return [{**params, "seed": None if seed is None or isinstance(seed, bool)
+             or not isinstance(seed, int) else (seed + i) % (1 << 64)} if i else params
+            for i in range(n)]
+
+
+def count_n(body: dict[str, Any]) -> int:
+    """``n`` (1..:data:`MAX_N`; null is 1)."""
+    n = body.get("n")
+    if n is None:
+        return 1
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_N:
+        raise errors.InvalidParams("n", INVALID, f"n must be an integer in 1..{MAX_N}")
+    return n
+
+
+def usage_of(finals: list[dict[str, Any]]) -> dict[str, int]:
+    """The usage of n choices of one prompt: its tokens once, every choice's output."""
+    usages = [f.get("usage") or {} for f in finals]
+    prompt = max((int(u.get("prompt_tokens", 0)) for u in usages), default=0)
+    out = sum(int(u.get("completion_tokens", 0)) for u in usages)
+    return {"prompt_tokens": prompt, "completion_tokens": out, "total_tokens": prompt + out}
+
+
+async def collect(merged: trio.MemoryReceiveChannel[tuple[int, str, Any]], n: int,
+                  ) -> tuple[list[str], list[dict[str, Any]]]:
+    """(text, final item) of each of n merged streams, read to their ends; a stream's
+    error raises."""
+    parts: list[list[str]] = [[] for _ in range(n)]
+    finals: list[dict[str, Any]] = [{} for _ in range(n)]
+    async with merged:
+        async for i, kind, value in merged:
+            if kind == "error":
+                raise value
+            if kind == "item" and "text" in value:
+                parts[i].append(value["text"])
+            elif kind == "item":
+                finals[i] = value
+    return ["".join(p) for p in parts], finals
+
+
+def finish_of(final: dict[str, Any]) -> str:
+    return FINISH.get(str(final.get("finish_reason", "stop")), "stop")
 
 
 async def chat_completions() -> Response:
     raw = await request.get_data(cache=False, as_text=False, parse_form_data=False)
-    params, stream, with_usage = _params(principal(), decode_json(raw))
+    params, stream, with_usage, n = _params(principal(), decode_json(raw))
     depth = int(current_app.config.get("AOTX_SSE_QUEUE_DEPTH", 256))
-    opened, receive = await open_stream(client(), "chat.generate", params, depth)
-    cid, model, created = f"chatcmpl-{opened['id']}", str(opened["model"]), int(time.time())
-    fp = fingerprint(opened)
+    opened, merged = await open_streams(client(), "chat.generate",
+                                        choice_params(params, n), depth)
+    first = opened[0]
+    cid, model, created = f"chatcmpl-{first['id']}", str(first["model"]), int(time.time())
+    fp = fingerprint(first)
+
+    def chunk(choices: list[dict[str, Any]], usage: Any = None) -> bytes:
+        """A ``chat.completion.chunk``; no choices: the usage-only chunk."""
+        doc: dict[str, Any] = {"id": cid, "object": "chat.completion.chunk",
+                               "created": created, "model": model,
+                               "system_fingerprint": fp, "choices": choices}
+        if not choices:
+            doc["usage"] = usage
+        return _data(doc)
+
+    def delta(i: int, d: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {"index": i, "delta": d, "finish_reason": finish, "logprobs": None}
 
     if not stream:
-        parts: list[str] = []
-        final: dict[str, Any] = {}
-        async with receive:
-            async for kind, value in receive:
-                if kind == "error":
-                    raise value
-                if kind == "item" and "text" in value:
-                    parts.append(value["text"])
-                elif kind == "item":
-                    final = value
+        texts, finals = await collect(merged, n)
         return json_response({
             "id": cid, "object": "chat.completion", "created": created, "model": model,
             "system_fingerprint": fp,
-            "choices": [{"index": 0, "finish_reason": FINISH.get(final.get(
-                "finish_reason", "stop"), "stop"), "logprobs": None,
-                "message": {"role": "assistant", "content": "".join(parts),
-                            "refusal": None}}],
-            "usage": final.get("usage")}, 200)
+            "choices": [{"index": i, "finish_reason": finish_of(f), "logprobs": None,
+                         "message": {"role": "assistant", "content": t, "refusal": None}}
+                        for i, (t, f) in enumerate(zip(texts, finals, strict=True))],
+            "usage": usage_of(finals)}, 200)
 
     async def body() -> AsyncIterator[bytes]:
-        async with receive:
-            yield _chunk(cid, created, model, fp,
-                         {"role": "assistant", "content": "", "refusal": None}, None)
-            async for kind, value in receive:
+        finals: list[dict[str, Any]] = []
+        async with merged:
+            yield chunk([delta(i, {"role": "assistant", "content": "", "refusal": None})
+                         for i in range(n)])
+            async for i, kind, value in merged:
                 if kind == "error":
                     yield _data(event_body(value, "openai"))
                     break
                 if kind == "item" and "text" in value:
-                    yield _chunk(cid, created, model, fp, {"content": value["text"]}, None)
+                    yield chunk([delta(i, {"content": value["text"]})])
                 elif kind == "item":
-                    yield _chunk(cid, created, model, fp, {},
-                                 FINISH.get(value["finish_reason"], "stop"))
-                    if with_usage:
-                        yield _chunk(cid, created, model, fp, None, None, value["usage"])
-            yield b"data: [DONE]\n\n"
+                    finals.append(value)
+                    yield chunk([delta(i, {}, finish_of(value))])
+            else:
+                if with_usage:
+                    yield chunk([], usage_of(finals))
+            yield DONE
 
     return sse_response(body())
 
