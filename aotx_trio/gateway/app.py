@@ -28,6 +28,7 @@ from aotx_trio import errors
 from aotx_trio.config import GatewayConfig
 from aotx_trio.gateway import (
     chat,
+    completions,
     embeddings,
     media,
     metrics,
@@ -52,7 +53,7 @@ DEFAULT_MAX_MEDIA_BYTES = 2 * 1024 * 1024
 
 #: every row's view, by endpoint (a test checks these are exactly the table's rows)
 VIEWS: dict[str, Callable[..., Awaitable[Response]]] = {
-    **shared_routes.VIEWS, **media.VIEWS, **chat.VIEWS, **embeddings.VIEWS,
+    **shared_routes.VIEWS, **media.VIEWS, **chat.VIEWS, **completions.VIEWS, **embeddings.VIEWS,
     **metrics.VIEWS, **router_routes.VIEWS, **webhook_routes.VIEWS}
 
 

@@ -32,7 +32,7 @@ raises its usual exceptions.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import trio
@@ -60,6 +60,7 @@ KNOWN = {"model", "messages", "stream", "max_tokens", "max_completion_tokens",
 EMBEDDING_ID = "embedding"
 #: the rules of a wrong parameter here (OpenAI's error ``code``)
 INVALID, UNSUPPORTED = "invalid_parameter", "unsupported_parameter"
+OWNED_BY = "aotx"   # the models' owner in /v1/models
 MAX_N = 8          # choices of one request at most
 FINISH = {"stop": "stop", "length": "length", "deadline_exceeded": "length",
           "cancelled": "stop", "error": "stop"}
@@ -83,7 +84,7 @@ def refuse_unknown(body: Any, known: set[str],
         if key not in known:
             raise errors.InvalidParams(key, UNSUPPORTED, f"unsupported parameter {key!r}")
         if key in neutral and not _neutral(value, neutral[key]):
-            shown = " or ".join(dumps(v) for v in neutral[key])
+            shown = " or ".join(dumps(v) for v in neutral[key]) or "null"
             raise errors.InvalidParams(key, UNSUPPORTED,
                                        f"{key} is not supported (only {shown})")
     return body
@@ -145,7 +146,7 @@ def fingerprint(opened: dict[str, Any]) -> str:
             f"{str(ident.get('artifact_sha256', ''))[:12]}")
 
 
-def _data(doc: Any) -> bytes:
+def sse_data(doc: Any) -> bytes:
     """One SSE event of the chat stream (no event name, no id: OpenAI's framing)."""
     return b"data: " + dumps(doc).encode("utf-8") + b"\n\n"
 
@@ -172,10 +173,13 @@ def count_n(body: dict[str, Any]) -> int:
     return n
 
 
-def usage_of(finals: list[dict[str, Any]]) -> dict[str, int]:
-    """The usage of n choices of one prompt: its tokens once, every choice's output."""
+def usage_of(finals: list[dict[str, Any]], n: int | None = None) -> dict[str, int]:
+    """The usage of choices in groups of ``n`` per prompt (None: one prompt): each
+    prompt's tokens once, every choice's output."""
     usages = [f.get("usage") or {} for f in finals]
-    prompt = max((int(u.get("prompt_tokens", 0)) for u in usages), default=0)
+    step = n or max(1, len(usages))
+    prompt = sum(max((int(u.get("prompt_tokens", 0)) for u in usages[g:g + step]),
+                     default=0) for g in range(0, len(usages), step))
     out = sum(int(u.get("completion_tokens", 0)) for u in usages)
     return {"prompt_tokens": prompt, "completion_tokens": out, "total_tokens": prompt + out}
 
@@ -218,7 +222,7 @@ async def chat_completions() -> Response:
                                "system_fingerprint": fp, "choices": choices}
         if not choices:
             doc["usage"] = usage
-        return _data(doc)
+        return sse_data(doc)
 
     def delta(i: int, d: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
         return {"index": i, "delta": d, "finish_reason": finish, "logprobs": None}
@@ -240,7 +244,7 @@ async def chat_completions() -> Response:
                          for i in range(n)])
             async for i, kind, value in merged:
                 if kind == "error":
-                    yield _data(event_body(value, "openai"))
+                    yield sse_data(event_body(value, "openai"))
                     break
                 if kind == "item" and "text" in value:
                     yield chunk([delta(i, {"content": value["text"]})])
@@ -255,12 +259,27 @@ async def chat_completions() -> Response:
     return sse_response(body())
 
 
-async def list_models() -> Response:
-    caps = await client().capabilities()
-    data = [{"id": m["name"] if m.get("kind") == "text" else EMBEDDING_ID, "object": "model",
-             "created": 0, "owned_by": "aotx"}
+def _model_rows(caps: dict[str, Any]) -> list[dict[str, Any]]:
+    """OpenAI's model objects of the ready models: ``created`` is when the runtime
+    process loaded the model (capabilities' ``loaded_at``)."""
+    return [{"id": m["name"] if m.get("kind") == "text" else EMBEDDING_ID, "object": "model",
+             "created": int(m.get("loaded_at") or 0), "owned_by": OWNED_BY}
             for m in caps.get("models", []) if m.get("ready")]   # text and embedding
-    return json_response({"object": "list", "data": data}, 200)
 
 
-VIEWS = {"v1_chat": chat_completions, "v1_models": list_models}
+async def list_models() -> Response:
+    rows = _model_rows(await client().capabilities())
+    return json_response({"object": "list", "data": rows}, 200)
+
+
+async def get_model(model: str) -> Response:
+    """``GET /v1/models/{id}``: one of :func:`list_models`' rows, else 404
+    ``model_not_found``."""
+    for row in _model_rows(await client().capabilities()):
+        if row["id"] == model:
+            return json_response(row, 200)
+    raise errors.NotFound(f"no model {model!r}", code="model_not_found")
+
+
+VIEWS: dict[str, Callable[..., Awaitable[Response]]] = {
+    "v1_chat": chat_completions, "v1_models": list_models, "v1_model": get_model}

@@ -138,6 +138,10 @@ ROUTES: tuple[Route, ...] = (
           dialect="openai"),
     Route("v1_models", "GET", "/v1/models", ("models_read", "models_invoke"), bucket="v1",
           dialect="openai"),
+    Route("v1_model", "GET", "/v1/models/<path:model>", ("models_read", "models_invoke"),
+          bucket="v1", dialect="openai"),
+    Route("v1_completions", "POST", "/v1/completions", ("models_invoke",), bucket="v1",
+          dialect="openai"),
     # metrics
     Route("metrics", "GET", "/metrics", ("metrics_read",)),
     # the serving router
