@@ -133,3 +133,30 @@ async def test_models_retrieve_created_and_async_completions(tmp_path: Path) -> 
                               ("best_of", "unsupported_parameter"),
                               ("suffix", "unsupported_parameter"),
                               ("n", "invalid_parameter")]
+
+
+async def test_choices_through_the_service_socket_and_a_client_leaving(
+        tmp_path: Path) -> None:
+    """As ``aotx gateway serve`` runs it (the runtime behind its service socket): n
+    streamed choices arrive whole; a client that leaves mid-stream frees every
+    choice's generation (the runtime's executor ends with nothing running)."""
+    async with served(tmp_path, {"alice": INVOKER}, socket=True) as srv:
+        def run() -> list[Any]:
+            c = _client(srv.url)
+            whole = list(c.completions.create(model=TINY_MODEL, prompt="Hi", max_tokens=4,
+                                              n=3, stream=True))
+            with c.completions.create(model=TINY_MODEL, prompt="Hi", max_tokens=200, n=4,
+                                      stream=True) as left:
+                next(iter(left))
+            return whole
+
+        whole = await trio.to_thread.run_sync(run)
+        executor = srv.handler.executor
+        assert executor is not None
+        with trio.fail_after(30):
+            while executor.metrics()["running"] or executor.queued():
+                await trio.sleep(0.05)
+    want = _offline(tmp_path / "rt" / TINY_MODEL, "Hi", 4)
+    texts = ["".join(ch.text for k in whole for ch in k.choices if ch.index == i)
+             for i in range(3)]
+    assert texts == [want] * 3
