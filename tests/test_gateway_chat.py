@@ -72,7 +72,7 @@ async def test_errors_in_openai_terms(tmp_path: Path) -> None:
             out: list[tuple[type[Exception], str | None]] = []
             attempts = [
                 dict(model="nope", messages=[{"role": "user", "content": "x"}]),
-                dict(model=TINY_MODEL, n=2, messages=[{"role": "user", "content": "x"}]),
+                dict(model=TINY_MODEL, n=9, messages=[{"role": "user", "content": "x"}]),
                 dict(model=TINY_MODEL, messages=[]),
                 dict(model=TINY_MODEL, max_tokens=999999,
                      messages=[{"role": "user", "content": "x"}]),
@@ -103,7 +103,7 @@ async def test_errors_in_openai_terms(tmp_path: Path) -> None:
         got = await trio.to_thread.run_sync(run)
     assert got[0] == (openai.NotFoundError, "model_not_found")
     assert [g[0] for g in got[1:6]] == [openai.BadRequestError] * 5
-    assert got[1][1] == "unsupported_parameter" and got[3][1] == "context_length_exceeded"
+    assert got[1][1] == "invalid_parameter" and got[3][1] == "context_length_exceeded"
     assert got[6][0] is openai.PermissionDeniedError
     assert got[7][0] is openai.AuthenticationError
 
@@ -222,3 +222,121 @@ def test_the_async_openai_client(tmp_path: Path) -> None:
     assert got["text"] == _offline(model, [("user", b"Hi")], 6)
     assert got["stream"] == _offline(model, [("user", b"Hello")], 6)
     assert got["models"] == [TINY_MODEL]
+
+
+async def test_chat_as_clients_send_it(tmp_path: Path) -> None:
+    """Text content parts (joined with newlines), every neutral value of what the engine
+    does not do, ``refusal: null`` and ``system_fingerprint``; media parts are 400
+    naming the part; sync and streamed."""
+    async with served(tmp_path, {"alice": INVOKER}) as srv:
+        def run() -> tuple[object, list[object], list[tuple[str | None, str | None]]]:
+            c = _client(srv.url)
+            neutral = dict(response_format={"type": "text"}, tools=[], tool_choice="none",
+                           parallel_tool_calls=False, top_logprobs=0, n=1, logprobs=False,
+                           frequency_penalty=0, presence_penalty=0.0)
+            parts = [{"role": "system", "content": [{"type": "text", "text": "Be brief."}]},
+                     {"role": "user", "content": [{"type": "text", "text": "Hello"},
+                                                  {"type": "text", "text": "world"}]}]
+            done = c.chat.completions.create(model=TINY_MODEL, max_tokens=8,
+                                             messages=parts, **neutral)  # type: ignore[arg-type]
+            chunks = list(c.chat.completions.create(
+                model=TINY_MODEL, max_tokens=8, messages=parts, stream=True,
+                **neutral))  # type: ignore[call-overload]
+            refused = []
+            for part in ({"type": "image_url", "image_url": {"url": "data:image/png;base64,"}},
+                         {"type": "input_audio", "input_audio": {"data": "", "format": "wav"}},
+                         {"type": "text"}):
+                try:
+                    c.chat.completions.create(model=TINY_MODEL, messages=[
+                        {"role": "user", "content": [{"type": "text", "text": "x"}, part]}])
+                    refused.append((None, None))
+                except openai.BadRequestError as exc:
+                    body = exc.body if isinstance(exc.body, dict) else {}
+                    refused.append((body.get("param"), body.get("message")))
+            for kw in (dict(tools=[{"type": "function", "function": {"name": "f"}}]),
+                       dict(logprobs=True), dict(top_logprobs=2),
+                       dict(response_format={"type": "json_object"}),
+                       dict(tool_choice="required"), dict(frequency_penalty=True)):
+                try:
+                    c.chat.completions.create(model=TINY_MODEL, **kw,  # type: ignore[call-overload]
+                                              messages=[{"role": "user", "content": "x"}])
+                    refused.append((None, None))
+                except openai.BadRequestError as exc:
+                    body = exc.body if isinstance(exc.body, dict) else {}
+                    refused.append((body.get("param"), body.get("code")))
+            return done, chunks, refused
+
+        done, chunks, refused = await trio.to_thread.run_sync(run)
+    model = tmp_path / "rt" / TINY_MODEL
+    want = _offline(model, [("system", b"Be brief."), ("user", b"Hello\nworld")], 8)
+    choice = done.choices[0]                                      # type: ignore[attr-defined]
+    assert choice.message.content == want and choice.message.refusal is None
+    fp = done.system_fingerprint                                  # type: ignore[attr-defined]
+    assert fp.startswith("fp_") and len(fp) == 3 + 12 + 1 + 12
+    streamed = "".join(ch.delta.content or "" for k in chunks
+                       for ch in k.choices)                       # type: ignore[attr-defined]
+    assert streamed == want
+    assert {k.system_fingerprint for k in chunks} == {fp}        # type: ignore[attr-defined]
+    assert refused[0][0] == "messages.0.content.1" and "image_url" in str(refused[0][1])
+    assert "text-only" in str(refused[0][1])
+    assert refused[1][0] == "messages.0.content.1" and "input_audio" in str(refused[1][1])
+    assert refused[2][0] == "messages.0.content.1"
+    assert refused[3:] == [("tools", "unsupported_parameter"),
+                           ("logprobs", "unsupported_parameter"),
+                           ("top_logprobs", "unsupported_parameter"),
+                           ("response_format", "unsupported_parameter"),
+                           ("tool_choice", "unsupported_parameter"),
+                           ("frequency_penalty", "unsupported_parameter")]
+
+
+async def test_n_choices_sync_streamed_and_async(tmp_path: Path) -> None:
+    """``n`` up to 8: each choice is its own generation of the prompt (choice i with
+    seed + i), so each equals that seed's completion alone; streamed choices come back
+    interleaved by ``index``; usage counts the prompt once, every choice's output."""
+    msgs = [{"role": "user", "content": "Hello"}]
+    async with served(tmp_path, {"alice": INVOKER}) as srv:
+        def run() -> tuple[object, list[object], list[str]]:
+            c = _client(srv.url)
+            many = c.chat.completions.create(model=TINY_MODEL, max_tokens=6, n=3,
+                                             temperature=1.0, seed=7,
+                                             messages=msgs)  # type: ignore[arg-type]
+            alone = [c.chat.completions.create(
+                model=TINY_MODEL, max_tokens=6, temperature=1.0, seed=7 + i,
+                messages=msgs).choices[0].message.content or ""  # type: ignore[arg-type]
+                for i in range(3)]
+            chunks = list(c.chat.completions.create(
+                model=TINY_MODEL, max_tokens=6, n=3, temperature=1.0, seed=7,
+                stream=True, stream_options={"include_usage": True},
+                messages=msgs))  # type: ignore[arg-type]
+            return many, chunks, alone
+
+        many, chunks, alone = await trio.to_thread.run_sync(run)
+
+        async def run_async() -> object:
+            async with openai.AsyncOpenAI(base_url=srv.url + "/v1", max_retries=0,
+                                          api_key=token_for("alice"), timeout=60) as c:
+                return await c.chat.completions.create(
+                    model=TINY_MODEL, max_tokens=6, n=8, messages=msgs)  # type: ignore[arg-type]
+
+        # the async client (asyncio) in its own thread, next to the trio server
+        import asyncio
+        greedy = await trio.to_thread.run_sync(asyncio.run, run_async())
+    choices = many.choices                                        # type: ignore[attr-defined]
+    assert [ch.index for ch in choices] == [0, 1, 2]
+    assert [ch.message.content for ch in choices] == alone
+    usage = many.usage                                            # type: ignore[attr-defined]
+    assert usage.completion_tokens <= 18 and usage.prompt_tokens > 0
+    by_index: dict[int, str] = {}
+    finishes: dict[int, str] = {}
+    usages = []
+    for k in chunks:
+        if k.usage is not None:                                   # type: ignore[attr-defined]
+            usages.append(k.usage)                                # type: ignore[attr-defined]
+        for ch in k.choices:                                      # type: ignore[attr-defined]
+            by_index[ch.index] = by_index.get(ch.index, "") + (ch.delta.content or "")
+            if ch.finish_reason:
+                finishes[ch.index] = ch.finish_reason
+    assert [by_index[i] for i in range(3)] == alone and set(finishes) == {0, 1, 2}
+    assert len(usages) == 1 and usages[0].prompt_tokens == usage.prompt_tokens
+    want = _offline(tmp_path / "rt" / TINY_MODEL, [("user", b"Hello")], 6)
+    assert [ch.message.content for ch in greedy.choices] == [want] * 8  # type: ignore[attr-defined]

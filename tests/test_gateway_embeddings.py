@@ -81,6 +81,7 @@ async def test_embeddings_equal_the_embedder_alone(tmp_path: Path, ccir: Path) -
 
 async def test_embedding_errors_in_openai_terms(tmp_path: Path, ccir: Path) -> None:
     people = {"alice": INVOKER, "reader": ("shared_read", "models_read")}
+    long: dict[str, Any] = {}
     async with served(tmp_path, people, ccir=ccir) as srv:
         def run() -> list[tuple[type[Exception], str | None]]:
             c = _client(srv.url)
@@ -92,6 +93,9 @@ async def test_embedding_errors_in_openai_terms(tmp_path: Path, ccir: Path) -> N
                 lambda: c.embeddings.create(model="embedding", input="x", dimensions=12),
                 lambda: c.embeddings.create(model="embedding", input="x",
                                             extra_body={"bogus": 1}),
+                lambda: c.embeddings.create(model="embedding",
+                                            input=["short", "word " * 300]),
+                lambda: c.embeddings.create(model="embedding", input="word " * 254),
                 lambda: _client(srv.url, "reader").embeddings.create(model="embedding",
                                                                      input="x"),
                 lambda: _client(srv.url, "nobody").embeddings.create(model="embedding",
@@ -104,7 +108,10 @@ async def test_embedding_errors_in_openai_terms(tmp_path: Path, ccir: Path) -> N
                 except openai.APIStatusError as exc:
                     body = exc.body if isinstance(exc.body, dict) else {}
                     seen.append((type(exc), body.get("code")))
+                    if body.get("code") == "context_length_exceeded":
+                        long.update(body)
             return seen
+
 
         seen = await trio.to_thread.run_sync(run)
     assert seen == [
@@ -113,6 +120,13 @@ async def test_embedding_errors_in_openai_terms(tmp_path: Path, ccir: Path) -> N
         (openai.BadRequestError, "invalid_parameter"),
         (openai.BadRequestError, "unsupported_parameter"),
         (openai.BadRequestError, "unsupported_parameter"),
+        (openai.BadRequestError, "context_length_exceeded"),   # not silently cut
+        (type(None), None),                                     # exactly the limit
         (openai.PermissionDeniedError, "forbidden"),
-        (openai.AuthenticationError, "unauthorized"),
+        (openai.AuthenticationError, "invalid_api_key"),
     ]
+    assert (long["param"], long["limit"], long["type"]) == \
+        ("input.1", 256, "invalid_request_error")
+    assert "256 tokens" in long["message"]
+    # the limit exactly (embedded above): 254 word pieces and [CLS], [SEP]
+    assert len(embedder().tokenize("word " * 254)) == 256

@@ -119,10 +119,10 @@ async def test_v1_authenticates_once() -> None:
     assert r.status_code == 200 and (await r.get_json())["data"][0]["id"] == "m"
     assert seen == ["Bearer tok"] and client.calls == 1
     seen.clear()
-    r = await http.post("/v1/chat/completions", headers=TOKEN, json={"n": 2})
+    r = await http.post("/v1/chat/completions", headers=TOKEN, json={"n": 9})
     err = (await r.get_json())["error"]
     assert r.status_code == 400 and err == {
-        "code": "unsupported_parameter", "message": "n must be 1",
+        "code": "invalid_parameter", "message": "n must be an integer in 1..8",
         "type": "invalid_request_error", "param": "n"}
     assert seen == ["Bearer tok"]
 

@@ -28,6 +28,7 @@ from aotx_trio import errors
 from aotx_trio.config import GatewayConfig
 from aotx_trio.gateway import (
     chat,
+    completions,
     embeddings,
     media,
     metrics,
@@ -42,7 +43,7 @@ from aotx_trio.gateway.fast import FastMutations
 from aotx_trio.gateway.framing import guard
 from aotx_trio.gateway.metrics import GatewayMetrics
 from aotx_trio.gateway.quota import Holdings, RateLimiter
-from aotx_trio.gateway.routes_table import ROUTES, Admission, route_of, unrouted
+from aotx_trio.gateway.routes_table import ROUTES, Admission, dialect_of, route_of, unrouted
 from aotx_trio.router.service import RouterService, Settings
 from aotx_trio.service.client import DeviceClient
 from aotx_trio.webhooks.service import WebhookService
@@ -52,7 +53,7 @@ DEFAULT_MAX_MEDIA_BYTES = 2 * 1024 * 1024
 
 #: every row's view, by endpoint (a test checks these are exactly the table's rows)
 VIEWS: dict[str, Callable[..., Awaitable[Response]]] = {
-    **shared_routes.VIEWS, **media.VIEWS, **chat.VIEWS, **embeddings.VIEWS,
+    **shared_routes.VIEWS, **media.VIEWS, **chat.VIEWS, **completions.VIEWS, **embeddings.VIEWS,
     **metrics.VIEWS, **router_routes.VIEWS, **webhook_routes.VIEWS}
 
 
@@ -120,8 +121,8 @@ def create_app(client: DeviceClient, principals: Iterable[PrincipalEntry], *,
     @app.errorhandler(Exception)
     async def _error(exc: Exception) -> Response:   # the one place errors are rendered
         route = route_of(request.endpoint, request.path)
-        return respond(unrouted(exc, request.path), "shared" if route is None
-                       else route.dialect)
+        return respond(unrouted(exc, request.path), dialect_of(request.path)
+                       if route is None else route.dialect)
 
     @app.after_request
     async def _no_store(resp: Response) -> Response:

@@ -22,6 +22,7 @@ from typing import Any
 from aotx_trio import errors
 from aotx_trio.gateway.errors import render
 from aotx_trio.gateway.fast import respond
+from aotx_trio.gateway.routes_table import dialect_of
 
 ASGIApp = Callable[[Any, Any, Any], Awaitable[None]]
 
@@ -58,7 +59,8 @@ class BodyBudget:
             exc = errors.NotReady(
                 "the gateway is buffering its limit of request bodies; try again shortly",
                 code="body_budget_exhausted", limit=self.budget)
-            status, body, headers = render(exc, retry_after_s=self.retry_after_s)
+            status, body, headers = render(exc, dialect_of(str(scope.get("path", ""))),
+                                           self.retry_after_s)
             await respond(send, status, body, {**headers, "Connection": "close"})
             return
         self.reserved += need

@@ -6,8 +6,10 @@ string or a list of 1..256 strings), ``encoding_format`` (``float``, the
 default, or ``base64``: the little-endian float32 bytes, which the official
 ``openai`` client asks for and decodes itself), ``dimensions`` (only the
 model's own) and ``user`` (ignored).  Token-id inputs and anything else are 400
-naming the parameter.  One runtime ``embed`` call runs every text (our C
-encoder, mean pooled and L2-normalised); nothing persists.  Answer:
+naming the parameter; a text over the model's tokens (256 for MiniLM) is 400
+``context_length_exceeded`` with ``param: "input.<i>"`` and the ``limit``, never
+cut.  One runtime ``embed`` call runs every text (our C encoder, mean pooled and
+L2-normalised); nothing persists.  Answer:
 ``{"object": "list", "data": [{"object": "embedding", "index", "embedding"}],
 "model", "usage": {"prompt_tokens", "total_tokens"}}``.
 """
@@ -21,7 +23,7 @@ import numpy as np
 from quart import Response, request
 
 from aotx_trio import errors
-from aotx_trio.gateway.chat import EMBEDDING_ID, INVALID, UNSUPPORTED
+from aotx_trio.gateway.chat import EMBEDDING_ID, INVALID, UNSUPPORTED, refuse_unknown
 from aotx_trio.gateway.errors import json_response
 from aotx_trio.gateway.routes_table import decode_json
 from aotx_trio.gateway.shared_routes import client, principal
@@ -53,12 +55,7 @@ async def _embedding_models(client: DeviceClient) -> set[str]:
 async def create_embeddings() -> Response:
     p = principal()
     raw = await request.get_data(cache=False, as_text=False, parse_form_data=False)
-    body = decode_json(raw)
-    if not isinstance(body, dict):
-        raise errors.InvalidParams("", INVALID, "the body must be a JSON object")
-    for key in body:
-        if key not in KNOWN:
-            raise errors.InvalidParams(key, UNSUPPORTED, f"unsupported parameter {key!r}")
+    body = refuse_unknown(decode_json(raw), KNOWN, {})
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise errors.InvalidParams("model", INVALID, "model must be a string")
@@ -73,11 +70,14 @@ async def create_embeddings() -> Response:
     try:
         out = await client().call("embed", {"principal": p.name,
                                             "actions": list(p.actions),
-                                          "model": model, "texts": texts})
+                                            "model": model, "texts": texts,
+                                            "truncate": False})
     except errors.InvalidInput as exc:   # the runtime's ``texts[i]`` is OpenAI's input
         field = str(exc.fields.get("field") or "")
-        raise errors.InvalidParams("input" if field.startswith("texts") else field,
-                                   exc.code, exc.message) from exc
+        param = field.replace("texts", "input", 1) if field.startswith("texts") else field
+        raise errors.InvalidParams(param, exc.code, exc.message,
+                                   **{k: v for k, v in exc.fields.items()
+                                      if k == "limit"}) from exc
     dim = int(out["dim"])
     dims = body.get("dimensions")
     if dims is not None and dims != dim:

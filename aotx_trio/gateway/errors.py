@@ -15,12 +15,15 @@ Every error leaves with ``Cache-Control: no-store``; the dialects:
   logged 500 ``internal_error``.
 * ``router`` (the serving router's invoke routes): the shared envelope with
   ``"ok": false`` first.
-* ``openai`` (``/v1``): a wrong field (``InvalidParams``, or the runtime's
-  ``InvalidInput`` naming a ``field``) is 400 ``{"error": {"code", "message",
-  "type": "invalid_request_error", "param"}}`` (``code`` is the rule, or the
-  runtime's code); an unknown model is 404 ``model_not_found`` with ``param:
-  "model"``; everything else is the shared envelope.  The official ``openai``
-  client raises its usual exceptions on these.
+* ``openai`` (every path under ``/v1``, routed or not): every error is OpenAI's
+  ``{"error": {"message", "type", "param", "code"}}`` (:func:`openai_body`; the
+  ``type`` by status, :data:`OPENAI_TYPES`; the codes in one ``/v1`` vocabulary,
+  :data:`OPENAI_CODES`).  A wrong field (``InvalidParams``, or the runtime's
+  ``InvalidInput`` naming a ``field``) is 400 with ``param`` the field and ``code``
+  the rule (or the runtime's code); an unknown model is 404 ``model_not_found``
+  with ``param: "model"``; 401, 404, 405, 413, 429, malformed JSON and invalid
+  UTF-8 keep their status, headers and code with ``param: null``.  The official
+  ``openai`` client raises its usual exceptions on these.
 
 A stream's error event carries :func:`event_body` (the dialect's body without the
 HTTP-only ``retry_after``).
@@ -74,25 +77,51 @@ INTERNAL_ERROR: dict[str, Any] = {"error": {"code": "internal_error",
                                            "message": "internal error; see the gateway log"}}
 
 
+#: OpenAI's error ``type`` by status (anything else: ``invalid_request_error``)
+OPENAI_TYPES: dict[int, str] = {401: "authentication_error", 403: "permission_error",
+                                429: "rate_limit_error", 500: "server_error",
+                                503: "server_error"}
+#: our codes -> the ``/v1`` vocabulary's (the one list is docs/api.md "Errors")
+OPENAI_CODES: dict[str, str] = {"invalid_argument": "invalid_parameter",
+                                "unknown_model": "model_not_found",
+                                "unauthorized": "invalid_api_key"}
+
+
 def _openai(exc: errors.AotxError) -> tuple[int, dict[str, Any]] | None:
-    """The OpenAI form of a wrong field or an unknown model (None: the shared one)."""
+    """The OpenAI status and body of a wrong field or an unknown model (None: the
+    shared status, body reshaped by :func:`openai_body`)."""
     if exc.code in ("unknown_model", "model_not_found"):   # the runtime's, or ours
-        return 404, {"error": {"code": "model_not_found", "message": exc.message,
-                               "type": "invalid_request_error", "param": "model"}}
+        return 404, openai_body(404, {"code": "model_not_found", "message": exc.message},
+                                "model")
     if isinstance(exc, errors.InvalidParams):
         code, param = str(exc.fields["rule"]), str(exc.fields["param"])
     elif isinstance(exc, errors.InvalidInput):
         code, param = exc.code, str(exc.fields.get("field") or "")
     else:
         return None
-    return 400, {"error": {"code": code, "message": exc.message,
-                           "type": "invalid_request_error", "param": param}}
+    extra = {k: v for k, v in exc.fields.items() if k not in ("rule", "param", "field")}
+    return 400, openai_body(400, {"code": code, "message": exc.message, **extra}, param)
+
+
+def openai_body(status: int, error: dict[str, Any], param: str | None = None,
+                ) -> dict[str, Any]:
+    """OpenAI's error shape ``{"error": {"message", "type", "param", "code"}}`` of a
+    shared envelope's ``error`` object: the code in the ``/v1`` vocabulary, ``param``
+    null for none, the envelope's other fields (``limit``, ``offset``,
+    ``retry_after``...) kept."""
+    rest = {k: v for k, v in error.items() if k not in ("code", "message", "param")}
+    code = str(error.get("code") or "")
+    return {"error": {"message": str(error.get("message") or ""),
+                      "type": OPENAI_TYPES.get(status, "invalid_request_error"),
+                      "param": param or None, "code": OPENAI_CODES.get(code, code),
+                      **rest}}
 
 
 def render(exc: BaseException, dialect: Dialect = "shared",
            retry_after_s: int = DEFAULT_RETRY_AFTER_S, limit: int | None = None) -> Parts:
     """(status, body, extra headers) of any exception in ``dialect``; ``limit`` is the
     body limit a werkzeug 413 names."""
+    own = None
     if isinstance(exc, errors.AotxError):
         own = _openai(exc) if dialect == "openai" else None
         status, body, headers = (*own, {}) if own else errors.http_parts(exc, retry_after_s)
@@ -100,16 +129,22 @@ def render(exc: BaseException, dialect: Dialect = "shared",
         status, body, headers = http_error_parts(exc, limit)
     else:
         log.error("unhandled error", exc_info=exc)
-        return 500, INTERNAL_ERROR, {}
+        if dialect != "openai":
+            return 500, INTERNAL_ERROR, {}
+        status, body, headers = 500, INTERNAL_ERROR, {}
     if dialect == "router":
         body = {"ok": False, **body}
+    elif dialect == "openai" and not own:
+        body = openai_body(status, body["error"])
     return status, body, headers
 
 
 def event_body(exc: errors.AotxError, dialect: Dialect = "shared") -> dict[str, Any]:
     """The error body a stream ends with (no HTTP: no ``retry_after``)."""
-    own = _openai(exc) if dialect == "openai" else None
-    return own[1] if own else exc.envelope()
+    if dialect != "openai":
+        return exc.envelope()
+    own = _openai(exc)
+    return own[1] if own else openai_body(exc.status, exc.envelope()["error"])
 
 
 def http_error_parts(exc: HTTPException, limit: int | None = None) -> Parts:

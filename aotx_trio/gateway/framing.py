@@ -36,7 +36,7 @@ from urllib.parse import parse_qsl, unquote
 from aotx_trio import errors
 from aotx_trio.gateway.errors import render
 from aotx_trio.gateway.fast import respond
-from aotx_trio.gateway.routes_table import row_of
+from aotx_trio.gateway.routes_table import dialect_of
 from aotx_trio.vocab import BASE_PATH
 
 ASGIApp = Callable[[Any, Any, Any], Awaitable[None]]
@@ -94,9 +94,8 @@ def guard(app: ASGIApp) -> Callable[[Any, Any, Any], Coroutine[Any, Any, None]]:
         if scope.get("type") == "http":
             exc = _refusal(scope)
             if exc is not None:
-                row = row_of(str(scope.get("path", "")), scope.get("method"))
-                status, body, headers = render(exc, "shared" if row is None
-                                               else row[0].dialect)
+                status, body, headers = render(exc, dialect_of(
+                    str(scope.get("path", "")), scope.get("method")))
                 await respond(send, status, body, {**headers, "Connection": "close"})
                 return
             raw = scope.get("raw_path") or b""

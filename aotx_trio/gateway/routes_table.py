@@ -60,6 +60,7 @@ from aotx_trio.service.client import DeviceClient
 from aotx_trio.vocab import BASE_PATH, SCHEMA
 
 BASE = BASE_PATH
+V1 = "/v1"      # the OpenAI-compatible routes (all in the ``openai`` dialect)
 Bucket = Literal["requests", "v1"]     # limits.requests_per_second / v1_requests_per_second
 BodyLimit = Literal["body", "media"]   # limits.max_body_bytes / max_media_bytes
 
@@ -137,6 +138,10 @@ ROUTES: tuple[Route, ...] = (
           dialect="openai"),
     Route("v1_models", "GET", "/v1/models", ("models_read", "models_invoke"), bucket="v1",
           dialect="openai"),
+    Route("v1_model", "GET", "/v1/models/<path:model>", ("models_read", "models_invoke"),
+          bucket="v1", dialect="openai"),
+    Route("v1_completions", "POST", "/v1/completions", ("models_invoke",), bucket="v1",
+          dialect="openai"),
     # metrics
     Route("metrics", "GET", "/metrics", ("metrics_read",)),
     # the serving router
@@ -181,6 +186,15 @@ def route_of(endpoint: str | None, path: str) -> Route | None:
     if endpoint is not None and endpoint in BY_ENDPOINT:
         return BY_ENDPOINT[endpoint]
     return UNROUTED if path == BASE or path.startswith(BASE + "/") else None
+
+
+def dialect_of(path: str, method: str | None = None) -> Dialect:
+    """The error dialect of a request path before or without routing: its row's
+    (:func:`row_of`), ``openai`` for any other path under ``/v1``, else ``shared``."""
+    row = row_of(path, method)
+    if row is not None:
+        return row[0].dialect
+    return "openai" if path == V1 or path.startswith(V1 + "/") else "shared"
 
 
 def unrouted(exc: Exception, path: str) -> Exception:

@@ -58,6 +58,40 @@ async def open_stream(client: DeviceClient, method: str, params: dict[str, Any],
     return opened, receive
 
 
+async def open_streams(client: DeviceClient, method: str, params: list[dict[str, Any]],
+                       depth: int) -> tuple[list[Any], trio.MemoryReceiveChannel[
+                           tuple[int, str, Any]]]:
+    """:func:`open_stream` of each of ``params`` (in order; one that fails to open
+    closes those already open and raises), merged into one channel of ``(index, kind,
+    value)`` by a forwarder per stream in the app's nursery.  Closing the merged channel
+    closes every stream."""
+    opened: list[Any] = []
+    channels: list[trio.MemoryReceiveChannel[Message]] = []
+    try:
+        for p in params:
+            value, channel = await open_stream(client, method, p, depth)
+            opened.append(value)
+            channels.append(channel)
+    except BaseException:
+        for channel in channels:
+            channel.close()
+        raise
+    send, merged = trio.open_memory_channel[tuple[int, str, Any]](depth)
+
+    async def forward(i: int, channel: trio.MemoryReceiveChannel[Message],
+                      out: trio.MemorySendChannel[tuple[int, str, Any]]) -> None:
+        async with out, channel:
+            with contextlib.suppress(*_GONE):
+                async for kind, value in channel:
+                    await out.send((i, kind, value))
+
+    nursery: trio.Nursery = current_app.nursery   # type: ignore[attr-defined]
+    async with send:
+        for i, channel in enumerate(channels):
+            nursery.start_soon(forward, i, channel, send.clone())
+    return opened, merged
+
+
 class Feed:
     """The messages of one open subscription, read by the response body itself (no
     pump hop between the subscription and the body): :meth:`batch` waits for the next

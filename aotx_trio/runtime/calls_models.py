@@ -51,14 +51,28 @@ class ModelCalls:
                 "descriptor_sha256": descriptor_sha256(descriptor), "gpu": None}
 
     async def embed(self, params: Mapping[str, Any]) -> dict[str, Any]:
-        """``embed``: one float32 vector (little-endian, base64) per text, in order."""
+        """``embed``: one float32 vector (little-endian, base64) per text, in order.
+        A text over the model's tokens is cut to them, or with ``"truncate": false``
+        refused (400 ``context_length_exceeded`` naming ``texts.<i>`` and the limit)."""
         self.callers.require_invoke(params)
         texts = validate.embed_texts(params)
+        truncate = params.get("truncate", True)
+        if not isinstance(truncate, bool):
+            raise errors.InvalidInput("truncate must be a boolean", field="truncate")
         model = self.services.models.embedding
         if model is None:
             raise errors.InvalidInput("this runtime has no embedding model",
                                       code="unknown_model", field="model")
         embedder = model.get()
+        if not truncate:
+            limit = embedder.max_len      # word pieces with [CLS] and [SEP]
+            for i, text in enumerate(texts):
+                # one piece past what fits is enough to know (no whole-text tokenizing)
+                if len(embedder.tokenizer.pieces(text, limit - 1)) + 2 > limit:
+                    raise errors.InvalidInput(
+                        f"texts.{i} is over the {limit} tokens of the embedding model "
+                        f"{model.name!r}", code="context_length_exceeded",
+                        field=f"texts.{i}", limit=limit)
         if self.embed_limiter.statistics().tasks_waiting >= EMBED_QUEUE:
             raise errors.OverCapacity("the embedding queue is full", retry_after=1)
         tokens = [len(embedder.tokenize(t)) for t in texts]

@@ -24,6 +24,7 @@ import hashlib
 import logging
 import os
 import shutil
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,6 +58,8 @@ class TextModel:
     # part of the reported descriptor only when set, so that its digest stays the
     # release's; the KV type actually served is :attr:`kv_type`
     descriptor_kv_type: str | None = None
+    #: when this runtime process loaded it (unix seconds): ``/v1/models``' ``created``
+    loaded_at: int = field(default_factory=lambda: int(time.time()))
 
     @property
     def context(self) -> int:
@@ -86,7 +89,7 @@ class TextModel:
                 "kv_free_pages": kv.free_pages, "max_sequences": info.max_seqs,
                 "automatic_memory": self.automatic_memory,
                 "kv_type": _kv_type(kv.elem_bytes),
-                "kv_page_bytes": kv.page_bytes}
+                "kv_page_bytes": kv.page_bytes, "loaded_at": self.loaded_at}
 
 
 EMBEDDING_NAME = "embedding"
@@ -104,6 +107,8 @@ class EmbeddingModel:
     not_ready: str | None = None
     threads: int = EMBEDDING_THREADS
     files: list[Component] = field(default_factory=list)
+    #: when this runtime process made it (unix seconds): ``/v1/models``' ``created``
+    loaded_at: int = field(default_factory=lambda: int(time.time()))
 
     @property
     def descriptor(self) -> dict[str, Any]:
@@ -208,7 +213,8 @@ class ModelSet:
         if e is not None:
             weights = next(c for c in e.files if c.name.endswith(".safetensors")).name
             row: dict[str, Any] = {"name": weights, "kind": "embedding", "digest": e.digest,
-                                   "ready": e.embedder is not None, "not_ready": e.not_ready}
+                                   "ready": e.embedder is not None, "not_ready": e.not_ready,
+                                   "loaded_at": e.loaded_at}
             if e.embedder is not None:
                 row.update(dim=e.embedder.dim, max_tokens=e.embedder.max_len)
             out.append(row)
