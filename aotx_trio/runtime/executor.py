@@ -403,7 +403,7 @@ class Executor:
             take = min(OUTPUT_BATCH_BYTES, end - job.journaled)
             piece = bytes(job.out[job.journaled:job.journaled + take])
             try:
-                self.device.output(job.op_id, piece)
+                self.device.output(job.op_id, piece, len(job.prompt), len(job.out_tokens))
             except errors.Refusal:
                 return
             except errors.AotxError as exc:
