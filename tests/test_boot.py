@@ -17,8 +17,7 @@ import pytest
 import synth_gguf as sg
 import trio
 from _gateway_env import ALL, LINEAGE, TINY, make_config, make_runtime_file, short_dir
-from _runtime_proc import body, connected
-from _runtime_proc import boot as boot_proc
+from _runtime_proc import body, connected, kill_once
 
 from aotx_trio import errors
 from aotx_trio.runtime import boot, pack
@@ -351,22 +350,16 @@ def test_a_damaged_save_acknowledged_just_before_a_kill9_refuses_the_boot(
     ccir = make_runtime_file(tmp_path / "rt")
     make_config(folder, {"alice": ALL})
     journal = folder / "journal"
-    proc = boot_proc(ccir, folder)
-    try:
-        async def main() -> None:
-            async with connected(str(journal / SOCKET_NAME)) as client:
-                await client.call("mutation.submit", body("participant.register", 1))
-                r = await client.call("mutation.submit", body("space.create", 2))
-                os.kill(proc.pid, signal.SIGKILL)   # at once: the receipt says it is saved
-                assert r["receipt"]["resource"]
 
-        trio.run(main)
-        proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate(timeout=60)
-    assert proc.returncode == -signal.SIGKILL
+    async def main() -> None:
+        async with connected(str(journal / SOCKET_NAME)) as client:
+            await client.call("mutation.submit", body("participant.register", 1))
+            r = await client.call("mutation.submit", body("space.create", 2))
+            # at once: the receipt says it is saved (the lock file names the runtime)
+            os.kill(int((journal / "journal.lock").read_text()), signal.SIGKILL)
+            assert r["receipt"]["resource"]
+
+    kill_once(ccir, folder, main)
     path = journal / "journal.aotxj"
     data = bytearray(path.read_bytes())
     records = (len(data) - 64) // 192

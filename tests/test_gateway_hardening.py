@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -36,6 +37,19 @@ def _error(r: httpx.Response, status: int, code: str) -> dict[str, object]:
     return err
 
 
+async def _register_alice(http: httpx.AsyncClient, lineage: str) -> httpx.Response:
+    return await http.post(BASE_PATH + "/participant", headers=_auth("alice"), json={
+        "schema": SCHEMA, "lineage": lineage, "operation_key": "1" * 32, "sequence": "1"})
+
+
+def _held_for_disk(r: httpx.Response, srv: Any) -> None:
+    """A media upload refused for the disk (429 journal_hold, hold disk): nothing stored."""
+    err = _error(r, 429, "journal_hold")
+    assert err["hold"] == ["disk"] and r.headers["retry-after"] == "1"
+    media = srv.handler.services.media
+    assert media is not None and not (media.folder / "blobs").exists()
+
+
 async def test_media_upload_is_held_with_the_journal(tmp_path: Path) -> None:
     """Item 14: POST /media during a journal hold is 429 journal_hold like every write;
     nothing is stored."""
@@ -44,16 +58,11 @@ async def test_media_upload_is_held_with_the_journal(tmp_path: Path) -> None:
     async with served(tmp_path, {"alice": ALL},
                       limits={"journal_min_free_bytes": floor}) as srv, \
             httpx.AsyncClient(base_url=srv.url, timeout=30) as http:
-        r = await http.post(BASE_PATH + "/participant", headers=_auth("alice"), json={
-            "schema": SCHEMA, "lineage": srv.lineage, "operation_key": "1" * 32,
-            "sequence": "1"})
+        r = await _register_alice(http, srv.lineage)
         _error(r, 429, "journal_hold")
         r = await http.post(BASE_PATH + "/media", headers=_auth("alice", "image/png"),
                             content=PNG)
-        err = _error(r, 429, "journal_hold")
-        assert err["hold"] == ["disk"] and r.headers["retry-after"] == "1"
-        media = srv.handler.services.media
-        assert media is not None and not (media.folder / "blobs").exists()
+        _held_for_disk(r, srv)
 
 
 async def test_a_media_upload_never_takes_the_disk_below_the_floor(tmp_path: Path) -> None:
@@ -67,18 +76,14 @@ async def test_a_media_upload_never_takes_the_disk_below_the_floor(tmp_path: Pat
                       limits={"journal_min_free_bytes": floor,
                               "max_media_bytes": 3 << 20}) as srv, \
             httpx.AsyncClient(base_url=srv.url, timeout=30) as http:
-        r = await http.post(BASE_PATH + "/participant", headers=_auth("alice"), json={
-            "schema": SCHEMA, "lineage": srv.lineage, "operation_key": "1" * 32,
-            "sequence": "1"})
+        r = await _register_alice(http, srv.lineage)
         assert r.is_success and r.json()["save"]["hold"] == [], r.text   # no journal hold
         big = b"RIFF" + os.urandom((3 << 20) - 4)
         r = await http.post(BASE_PATH + "/media", headers=_auth("alice", "audio/wav"),
                             content=big)
-        err = _error(r, 429, "journal_hold")
-        assert err["hold"] == ["disk"] and r.headers["retry-after"] == "1"
+        _held_for_disk(r, srv)
         media = srv.handler.services.media
-        assert media is not None and not (media.folder / "blobs").exists()
-        assert not (media.folder / "owners").exists()
+        assert media is not None and not (media.folder / "owners").exists()
         r = await http.post(BASE_PATH + "/media", headers=_auth("alice", "image/png"),
                             content=PNG)
         assert r.status_code == 201, r.text
