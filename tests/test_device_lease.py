@@ -76,8 +76,9 @@ def test_lease_transfer_matches_the_worked_example() -> None:
     doc = doc_block("### Worked example 4")
     assert len(doc) == 88
     assert (lib.AOTX_LEASE_HEADER, lib.AOTX_LEASE_ROW_BYTES, lib.AOTX_LEASE_ROW_V1_BYTES,
-            lib.AOTX_LEASE_MAX_ROWS, lib.AOTX_OUTPUT_HEADER) == (
-        D.LEASE_HEADER, D.LEASE_ROW, D.LEASE_ROW_V1, D.LEASE_MAX_ROWS, D.OUTPUT_HEADER)
+            lib.AOTX_LEASE_MAX_ROWS, lib.AOTX_OUTPUT_HEADER, lib.AOTX_OUTPUT_HEADER_V2) == (
+        D.LEASE_HEADER, D.LEASE_ROW, D.LEASE_ROW_V1, D.LEASE_MAX_ROWS, D.OUTPUT_HEADER,
+        D.OUTPUT_HEADER_V2)
     assert ffi.sizeof("aotx_lease_row") == 40
     assert D.encode_lease(3, rows) == doc
     assert D.decode_lease(doc) == (3, rows)
@@ -92,10 +93,10 @@ def test_lease_transfer_matches_the_worked_example() -> None:
     assert len(v1) == 40 and v1 == D.encode_lease(1, rows[:1])
     assert D.decode_lease(v1) == (1, [D.LeaseRow(0, 3, 4, A, 1)])
     # and the output example: three bytes of the first input
-    rig.dev.output(first.op_id, b"par")
+    rig.dev.output(first.op_id, b"par", 12, 1)
     (out,) = transfers(rig, XFER_OUTPUT)
     assert first.op_id == "976fb84bc1853e3c8e965ea710ff4be7"
-    assert out.data == doc_block("### Worked example 5") and len(out.data) == 35
+    assert out.data == doc_block("### Worked example 5") and len(out.data) == 43
     rig.dev.close()
 
 
@@ -307,22 +308,44 @@ def test_output_rules_and_reads() -> None:
 def test_a_restored_leased_input_is_interrupted_with_its_journaled_output() -> None:
     rig, first, second, _ = example_rig()
     rig.dev.lease(4, [rig.dev.lease_row(first.op_id)])
-    rig.dev.output(first.op_id, "caf\u00e9 ".encode())
-    rig.dev.output(first.op_id, b"au lait")
+    rig.dev.output(first.op_id, "caf\u00e9 ".encode(), 11, 2)
+    live = rig.dev.receipt(ALL, A, first.op_id)   # a running input reports them too
+    assert (live.status, live.input_tokens, live.output_tokens) == ("running", 11, 2)
+    rig.dev.output(first.op_id, b"au lait", 11, 4)
     rig.journal.save()
     _j, dev, _k = recover_from(bytes(rig.journal.file))
     r = dev.receipt(ALL, A, first.op_id)
     assert (r.status, r.leased, r.lease_revision) == ("interrupted", True, 4)
+    # the token counts its last saved output carried
+    assert (r.input_tokens, r.output_tokens) == (11, 4)
     assert dev.result(ALL, A, first.op_id)[0] == "caf\u00e9 au lait".encode()
-    assert dev.receipt(ALL, A, second.op_id).status == "interrupted"
+    other = dev.receipt(ALL, A, second.op_id)   # no output saved: no counts
+    assert (other.status, other.input_tokens, other.output_tokens) == ("interrupted", 0, 0)
     refused("already_terminal", dev.lease, 3, [dev.lease_row(second.op_id)])
     # and a second restart reads the same (the interrupted completion carries no bytes)
     _j.file[:] = rig.journal.file      # the recovered journal continues this file
     _j.save()
     _j3, dev3, _k3 = recover_from(bytes(_j.file))
     assert dev3.result(ALL, A, first.op_id)[0] == "caf\u00e9 au lait".encode()
+    r3 = dev3.receipt(ALL, A, first.op_id)
+    assert (r3.input_tokens, r3.output_tokens) == (11, 4)
     for d in (dev, dev3, rig.dev):
         d.close()
+
+
+def test_a_version_1_output_transfer_is_still_read() -> None:
+    """Journals written before the token counts (version 1 OUTPUT transfers) recover as
+    before: the bytes are the result, the interrupted input's counts stay 0."""
+    rig, first, _second, _ = example_rig()
+    rig.dev.lease(3, [rig.dev.lease_row(first.op_id)])
+    enqueue(rig, XFER_OUTPUT, output_bytes(first.op_id, 0, b"old form"))
+    rig.journal.save()
+    _j, dev, _k = recover_from(bytes(rig.journal.file))
+    r = dev.receipt(ALL, A, first.op_id)
+    assert (r.status, r.input_tokens, r.output_tokens) == ("interrupted", 0, 0)
+    assert dev.result(ALL, A, first.op_id)[0] == b"old form"
+    dev.close()
+    rig.dev.close()
 
 
 # ---- recovery fails closed ----------------------------------------------------------
@@ -369,7 +392,7 @@ def output_bytes(op_id: str, offset: int, data: bytes) -> bytes:
 
 
 @pytest.mark.parametrize("case", ["unleased", "offset", "over_limit", "unknown", "reserved",
-                                  "terminal", "empty"])
+                                  "terminal", "empty", "version", "v2_short"])
 def test_recovery_fails_closed_on_an_inconsistent_output(case: str) -> None:
     rig, first, _second, _ = example_rig()
     if case != "unleased":
@@ -382,6 +405,10 @@ def test_recovery_fails_closed_on_an_inconsistent_output(case: str) -> None:
             "empty": output_bytes(op, 0, b"")}.get(case, output_bytes(op, 0, b"abc"))
     if case == "reserved":
         data = data[:12] + b"\x01" + data[13:]
+    elif case == "version":   # no version 3
+        data = b"\x03" + data[1:]
+    elif case == "v2_short":  # version 2 whose length leaves no room for its token counts
+        data = b"\x02" + data[1:]
     damaged(rig, data, XFER_OUTPUT)
     rig.dev.close()
 

@@ -15,7 +15,7 @@ from _gateway_env import ALL, TINY_MODEL, Env, embedded
 
 from aotx_trio.native import lib as native
 from aotx_trio.native.engine import Engine
-from aotx_trio.runtime.executor import Executor
+from aotx_trio.runtime.executor import Executor, _prefill_shares
 from aotx_trio.runtime.history import label_of
 from aotx_trio.runtime.job import Job
 from aotx_trio.runtime.prompt import Turn, render
@@ -563,3 +563,99 @@ async def test_an_inputs_history_texts_are_read_once(tmp_path: Path) -> None:
             D.Device.result = real_result  # type: ignore[method-assign]
         # each earlier turn: its text once and its output once (the join's render)
         assert {op: reads.count(op) for op in earlier} == dict.fromkeys(earlier, 2)
+
+
+async def test_one_principals_queue_does_not_hold_anothers_input_back(
+        tmp_path: Path) -> None:
+    """Fair execution (issue 25 item 3): alice queues 12 inputs that fill every sequence
+    slot; bob's one input, submitted while they run, finishes within 2x its steps alone
+    plus one of alice's inputs (a group's turn), not after her whole queue.  Counted in
+    engine steps (through the real runtime, device and tiny real model), not wall time."""
+    async with embedded(tmp_path, {"alice": ALL, "bob": ALL}) as env:
+        hog = await _room(env, ("alice",))
+        seq = 1                                  # bob's own space and conversation
+        for path, fields in (("/participant", {}), ("/spaces", {"scope": "room"})):
+            status, body = await _post(env, "bob", path, env.body(900 + seq, seq, **fields))
+            assert status == 202, body
+            seq += 1
+        status, con = await _post(env, "bob", f"/spaces/{body['resource']}/conversations",
+                                  env.body(900 + seq, seq))
+        assert status == 202, con
+        mine = con["resource"]
+        env.next_seq["bob"] = seq + 1  # type: ignore[attr-defined]
+        eng = Engine.load(tmp_path / "rt" / TINY_MODEL, kv_pages=64, max_seqs=4,
+                          page_tokens=16)
+        env.handler.models = ModelSet({TINY_MODEL: TextModel(TINY_MODEL, "0" * 64, eng)}, [])
+        state = env.handler.state
+        assert state is not None
+        done_at: dict[str, int] = {}             # op id (hex) -> steps when it ended
+
+        def executor() -> Executor:
+            ex = Executor(state.device, state.emitter, native.capacities()["result_bytes"],
+                          revision=2)
+            ex.on_complete = lambda job, status: done_at.setdefault(job.op_id, ex.steps)
+            env.handler.executor = ex
+            return ex
+
+        async def steps_alone(ex: Executor, who: str, con: str, n_out: int) -> int:
+            before = ex.steps
+            status, body = await _input(env, who, con, f"{who}: a city", max_output_tokens=n_out)
+            assert status == 202, body
+            assert (await _finished(env, who, body["operation"]))["status"] == "succeeded"
+            return done_at[body["operation"].rsplit("-", 1)[1]] - before
+
+        try:
+            ex = executor()
+            async with trio.open_nursery() as n:
+                await n.start(ex.run)
+                alone = await steps_alone(ex, "bob", mine, 2)
+                group = await steps_alone(ex, "alice", hog, 24)
+                n.cancel_scope.cancel()
+            ex.resident.clear()
+            ex = executor()
+            hogs = []
+            for _ in range(12):                  # all queued before the executor starts
+                status, body = await _input(env, "alice", hog, "alice: a city",
+                                            max_output_tokens=24)
+                assert status == 202, body
+                hogs.append(body["operation"])
+            async with trio.open_nursery() as n:
+                await n.start(ex.run)
+                with trio.fail_after(60):
+                    while ex.steps < 2:          # alice's inputs run, every slot taken
+                        await trio.sleep(0.001)
+                start = ex.steps
+                status, body = await _input(env, "bob", mine, "bob: a city",
+                                            max_output_tokens=2)
+                assert status == 202, body
+                assert (await _finished(env, "bob", body["operation"]))["status"] == \
+                    "succeeded"
+                waited = done_at[body["operation"].rsplit("-", 1)[1]] - start
+                for op in hogs:
+                    assert (await _finished(env, "alice", op))["status"] == "succeeded"
+                n.cancel_scope.cancel()
+            ex.resident.clear()
+        finally:
+            eng.close()
+        assert ex.max_group >= 3 and group > 4 * alone   # alice ran side by side
+        assert waited <= 2 * alone + group, (waited, alone, group)
+        # alice's queue itself took about three groups: bob did not wait for it
+        last = max(done_at[op.rsplit("-", 1)[1]] for op in hogs)
+        assert last - start > 2 * group > waited
+
+
+def test_prefill_budget_is_shared_across_principals() -> None:
+    """A step's prefill budget: each principal's inputs take up to an equal share
+    first, the rest goes in group order; a principal's short prompt is never left out
+    behind another's long ones."""
+    def job(actor: str, prompt: int, fed: int = 0) -> Job:
+        return Job(op_id=f"{actor}{prompt}", conversation=actor, model=None,  # type: ignore[arg-type]
+                   turn=None, max_output=1, prompt=[1] * prompt, fed=fed,  # type: ignore[arg-type]
+                   actor=actor)
+
+    hog = [job("a", 300), job("a", 300), job("a", 300)]
+    # a's share (128), b's 5, then the 123 left to a's first input in group order
+    assert _prefill_shares([*hog, job("b", 5)], 256) == [251, 0, 0, 5]
+    assert _prefill_shares([job("a", 300), job("b", 300)], 256) == [128, 128]
+    assert _prefill_shares([job("a", 10, fed=4), job("b", 3)], 256) == [6, 3]
+    assert _prefill_shares([job("a", 300)], 0) == [0]

@@ -59,6 +59,7 @@ def test_kill9_during_generation_keeps_the_journaled_output(tmp_path: Path) -> N
             async with connected(sock) as client:
                 r = await client.call("operation.get", {**WHO, "operation": state["op"]})
                 assert r["status"] == r["finish"] == "interrupted"
+                state["tokens"] = (r["result"]["input_tokens"], r["result"]["output_tokens"])
                 got, data = await result(client, state["op"])
                 # every byte a read showed before the kill is still there, in order
                 assert data[:len(state["seen"])] == state["seen"]
@@ -73,12 +74,19 @@ def test_kill9_during_generation_keeps_the_journaled_output(tmp_path: Path) -> N
         # interrupted result's bytes, none written after the restart
         outputs = [t for t in _journal_transfers(folder)
                    if t.kind == XFER_OUTPUT and t.data[16:32].hex() == op_hex]
-        assert b"".join(t.data[32:] for t in outputs) == state["after"]
+        assert b"".join(t.data[40:] for t in outputs) == state["after"]
         offsets = [struct.unpack_from("<I", t.data, 4)[0] for t in outputs]
         assert offsets == [i * OUTPUT_BATCH_BYTES for i in range(len(outputs))]
         # a batch per 128 bytes (one journal record each), not a record per token
-        assert len(outputs) >= 2 and all(len(t.data) == 32 + OUTPUT_BATCH_BYTES
+        assert len(outputs) >= 2 and all(len(t.data) == 40 + OUTPUT_BATCH_BYTES
                                           for t in outputs)
+        # each batch carries the token counts then; the interrupted input reports the last
+        counts = [struct.unpack_from("<II", t.data, 32) for t in outputs]
+        assert state["tokens"] == counts[-1]
+        n_in, n_out = counts[-1]
+        assert n_in > 10 and 0 < n_out < len(state["after"])
+        assert [c[0] for c in counts] == [n_in] * len(counts)
+        assert [c[1] for c in counts] == sorted({c[1] for c in counts})   # rising
         leases = [t for t in _journal_transfers(folder) if t.kind == XFER_LEASE]
         assert len(leases) == 1
 

@@ -8,11 +8,12 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 import trio
-from _gateway_env import ALL, served, token_for
+from _gateway_env import ALL, make_runtime_file, served, token_for
 from prometheus_client.parser import text_string_to_metric_families
 
 from aotx_trio.vocab import BASE_PATH
@@ -36,6 +37,19 @@ def _error(r: httpx.Response, status: int, code: str) -> dict[str, object]:
     return err
 
 
+async def _register_alice(http: httpx.AsyncClient, lineage: str) -> httpx.Response:
+    return await http.post(BASE_PATH + "/participant", headers=_auth("alice"), json={
+        "schema": SCHEMA, "lineage": lineage, "operation_key": "1" * 32, "sequence": "1"})
+
+
+def _held_for_disk(r: httpx.Response, srv: Any) -> None:
+    """A media upload refused for the disk (429 journal_hold, hold disk): nothing stored."""
+    err = _error(r, 429, "journal_hold")
+    assert err["hold"] == ["disk"] and r.headers["retry-after"] == "1"
+    media = srv.handler.services.media
+    assert media is not None and not (media.folder / "blobs").exists()
+
+
 async def test_media_upload_is_held_with_the_journal(tmp_path: Path) -> None:
     """Item 14: POST /media during a journal hold is 429 journal_hold like every write;
     nothing is stored."""
@@ -44,16 +58,63 @@ async def test_media_upload_is_held_with_the_journal(tmp_path: Path) -> None:
     async with served(tmp_path, {"alice": ALL},
                       limits={"journal_min_free_bytes": floor}) as srv, \
             httpx.AsyncClient(base_url=srv.url, timeout=30) as http:
-        r = await http.post(BASE_PATH + "/participant", headers=_auth("alice"), json={
-            "schema": SCHEMA, "lineage": srv.lineage, "operation_key": "1" * 32,
-            "sequence": "1"})
+        r = await _register_alice(http, srv.lineage)
         _error(r, 429, "journal_hold")
         r = await http.post(BASE_PATH + "/media", headers=_auth("alice", "image/png"),
                             content=PNG)
-        err = _error(r, 429, "journal_hold")
-        assert err["hold"] == ["disk"] and r.headers["retry-after"] == "1"
+        _held_for_disk(r, srv)
+
+
+async def test_a_media_upload_never_takes_the_disk_below_the_floor(tmp_path: Path) -> None:
+    """Item 4: the disk floor is checked before a blob is written, counting the blob: with
+    the floor 1.5 MiB under the free space (no journal hold: a mutation is saved), a
+    3 MiB upload is 429 journal_hold (hold disk) and stores nothing, a small one is 201."""
+    ccir = make_runtime_file(tmp_path / "rt")       # written before the floor is measured
+    st = os.statvfs(tmp_path)
+    floor = st.f_bavail * st.f_frsize - (3 << 19)
+    async with served(tmp_path, {"alice": ALL}, ccir=ccir,
+                      limits={"journal_min_free_bytes": floor,
+                              "max_media_bytes": 3 << 20}) as srv, \
+            httpx.AsyncClient(base_url=srv.url, timeout=30) as http:
+        r = await _register_alice(http, srv.lineage)
+        assert r.is_success and r.json()["save"]["hold"] == [], r.text   # no journal hold
+        big = b"RIFF" + os.urandom((3 << 20) - 4)
+        r = await http.post(BASE_PATH + "/media", headers=_auth("alice", "audio/wav"),
+                            content=big)
+        _held_for_disk(r, srv)
         media = srv.handler.services.media
-        assert media is not None and not (media.folder / "blobs").exists()
+        assert media is not None and not (media.folder / "owners").exists()
+        r = await http.post(BASE_PATH + "/media", headers=_auth("alice", "image/png"),
+                            content=PNG)
+        assert r.status_code == 201, r.text
+
+
+async def test_the_media_floor_counts_the_blob_in_whole_blocks(tmp_path: Path) -> None:
+    """Item 4, the accounting: a put needs the blob rounded up to blocks plus four blocks
+    (owner folder, record, temp files) above the floor; bytes already stored need only
+    the record's blocks."""
+    from aotx_trio import errors
+    from aotx_trio.runtime.media import MediaStore, block_size
+
+    free = [0]
+    store = MediaStore(tmp_path / "media", min_free_bytes=1 << 20, free=lambda _p: free[0])
+    (tmp_path / "media").mkdir()
+    block = block_size(str(tmp_path / "media"))
+    data = b"\x89PNG" + bytes(block + 1)            # two blocks
+    need = (1 << 20) + 2 * block + 4 * block
+    free[0] = need - 1
+    with pytest.raises(errors.JournalHold) as info:
+        await store.put("a" * 32, "image/png", data)
+    assert info.value.fields["hold"] == ["disk"]
+    assert not (tmp_path / "media" / "blobs").exists()
+    free[0] = need
+    media, created = await store.put("a" * 32, "image/png", data)
+    assert created and (tmp_path / "media" / "blobs" / media.sha256).read_bytes() == data
+    free[0] = (1 << 20) + 4 * block                  # the blob is there: a record only
+    assert (await store.put("b" * 32, "image/png", data))[1]
+    free[0] -= 1
+    with pytest.raises(errors.JournalHold):
+        await store.put("c" * 32, "image/png", data)
 
 
 async def test_v1_routes_are_labelled_and_invoke_bodies_are_400(tmp_path: Path) -> None:

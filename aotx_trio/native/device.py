@@ -24,6 +24,7 @@ from aotx_trio.native.device_codec import (  # noqa: F401  (re-exported: the dev
     LEASE_ROW,
     LEASE_ROW_V1,
     OUTPUT_HEADER,
+    OUTPUT_HEADER_V2,
     Conversation,
     LeaseRow,
     Member,
@@ -127,9 +128,13 @@ class Device:
         c = fill_lease_rows(rows)
         check(lib.aotx_device_lease(self._handle, u32(revision, "revision"), c, len(rows)))
 
-    def output(self, op_id: str, data: bytes) -> None:
-        """Journal output bytes of a leased, running INPUT (one OUTPUT transfer)."""
-        check(lib.aotx_device_output(self._handle, hex16(op_id, "op_id"), data, len(data)))
+    def output(self, op_id: str, data: bytes, input_tokens: int = 0,
+               output_tokens: int = 0) -> None:
+        """Journal output bytes of a leased, running INPUT (one OUTPUT transfer) with its
+        token counts so far (what its receipt reports until it ends, and after a crash
+        as ``interrupted``)."""
+        check(lib.aotx_device_output(self._handle, hex16(op_id, "op_id"), data, len(data),
+                                     input_tokens, output_tokens))
 
     def complete(self, op_id: str, status: str, result: bytes = b"", input_tokens: int = 0,
                  output_tokens: int = 0, finish: str = "none") -> None:

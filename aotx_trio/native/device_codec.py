@@ -520,7 +520,8 @@ LEASE_HEADER = 8
 LEASE_ROW = 40          # revisions 2..5
 LEASE_ROW_V1 = 32       # revisions 0 and 1 (read on recovery only)
 LEASE_MAX_ROWS = 256
-OUTPUT_HEADER = 32
+OUTPUT_HEADER = 32      # version 1 (read on recovery only)
+OUTPUT_HEADER_V2 = 40   # version 2: + the input's token counts so far
 
 
 @dataclass(frozen=True)

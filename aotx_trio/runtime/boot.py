@@ -172,9 +172,10 @@ async def run_runtime(ccir: str | Path, journal: str | Path, grants_dir: str | P
                                     native.capacities()["result_bytes"],
                                     deadline_s=execution_deadline_s)
                 fanout = Fanout(state.device, state.emitter, state.lineage)
+                media = MediaStore(journal_dir / "media",   # under the journal's disk floor
+                                   min_free_bytes=state.emitter.min_free_bytes)
                 handler = ServiceHandler(Services.booted(
-                    state, models, executor, MediaStore(journal_dir / "media"), fanout),
-                    grants)
+                    state, models, executor, media, fanout), grants)
                 async with trio.open_nursery() as nursery:
                     await nursery.start(state.emitter.run)
                     await nursery.start(executor.run)

@@ -2,7 +2,11 @@
 
 One supervised task per runtime (:meth:`Executor.run`).  The handler hands it
 an input only after its admission record is saved (:meth:`Executor.submit`);
-inputs wait in admission order.  Each text model keeps a group of running
+inputs wait, and join in a fair order across principals (least served first:
+:meth:`Executor._fair_order`; each conversation's in admission order), and a
+step's prefill budget is shared evenly between principals
+(:func:`_prefill_shares`), so one principal's queue holds another's input back
+by about one input's run at most.  Each text model keeps a group of running
 inputs; an input joins the group when its KV pages can be reserved
 (``prompt + max_output_tokens`` positions, the engine's page accounting), so
 the pool is never over-committed and a queued input is never failed for lack
@@ -80,6 +84,35 @@ def _lowered_step(eng: Engine, feeds: list[tuple[EngineSequence, list[int]]],
     (aotx_trio/_latency.py: the step's spinning pool must not take the loop's slices)."""
     _latency.lower_this_thread()
     return eng.step(feeds, want)
+
+
+def _prefill_shares(jobs: list[Job], budget: int) -> list[int]:
+    """The prefill tokens each of ``jobs`` (in group order) feeds in one step of
+    ``budget`` tokens, shared fairly across principals: each principal's inputs take up
+    to an equal share of the budget first (in group order), then what is left goes to
+    the inputs in group order.  So a principal's short input is not held back a step
+    behind another principal's long prefills."""
+    left = [len(job.prompt) - job.fed for job in jobs]
+    takes = [0] * len(jobs)
+    actors: dict[str, list[int]] = {}
+    for i, job in enumerate(jobs):
+        actors.setdefault(job.actor, []).append(i)
+    if not actors or budget <= 0:
+        return takes
+    share = max(1, budget // len(actors))
+    for idx in actors.values():
+        quota = share
+        for i in idx:
+            t = min(quota, budget, left[i])
+            takes[i] += t
+            left[i] -= t
+            quota -= t
+            budget -= t
+    for i in range(len(jobs)):
+        t = min(budget, left[i])
+        takes[i] += t
+        budget -= t
+    return takes
 
 
 class Executor:
@@ -276,19 +309,49 @@ class Executor:
                 await self._step(group)
         self._progressed()
 
+    def _fair_order(self) -> list[Job]:
+        """The waiting inputs in the order they may join (fair execution): least served
+        principal first.  A principal's k-th waiting input (k = 0, 1, ...) ranks
+        ``running + k``, where ``running`` is how many of its inputs run now, ties in
+        admission order; so one principal's queue of many inputs never holds another's
+        one input back by more than one group.  An input never ranks before an earlier
+        one of its conversation (conversations keep their admission order)."""
+        running: dict[str, int] = {}
+        for group in self._running.values():
+            for job in group:
+                running[job.actor] = running.get(job.actor, 0) + 1
+        seen: dict[str, int] = {}
+        last_in: dict[str, int] = {}   # conversation -> the rank of its latest input
+        ranked: list[tuple[int, int, Job]] = []
+        for pos, job in enumerate(self._waiting):
+            k = seen.get(job.actor, 0)
+            seen[job.actor] = k + 1
+            rank = running.get(job.actor, 0) + k
+            if not job.ephemeral:
+                rank = max(rank, last_in.get(job.conversation, 0))
+                last_in[job.conversation] = rank
+            ranked.append((rank, pos, job))
+        ranked.sort(key=lambda r: (r[0], r[1]))
+        return [job for _, _, job in ranked]
+
     def _admit(self) -> None:
-        """Join waiting inputs to their model's group, in admission order; an input
-        whose pages cannot be reserved waits (and so do the ones behind it on the
-        same model).  Pages and sequence slots free up only when an input ends, so
-        an input that could not join is tried again (its context read and rendered
-        again) only once another input has ended since."""
+        """Join waiting inputs to their model's group, in fair order
+        (:meth:`_fair_order`); an input whose pages cannot be reserved waits (and so do
+        the ones after it on the same model), and an input waits while an earlier one
+        of its conversation does (conversations join in admission order).  Pages and
+        sequence slots free up only when an input ends, so an input that could not
+        join is tried again (its context read and rendered again) only once another
+        input has ended since."""
         blocked: set[int] = set()
-        still: deque[Job] = deque()
+        behind: set[str] = set()   # conversations with an earlier input still waiting
+        still: list[Job] = []
         ended = self.completed
-        for job in self._waiting:
+        for job in self._fair_order():
             key = id(job.model)
-            if key in blocked:
+            if key in blocked or (not job.ephemeral and job.conversation in behind):
                 still.append(job)
+                if not job.ephemeral:
+                    behind.add(job.conversation)
                 continue
             if job.tried_at != ended:
                 if self._join(job):
@@ -306,7 +369,11 @@ class Executor:
             self.page_waits += 1
             blocked.add(key)
             still.append(job)
-        self._waiting = still
+            if not job.ephemeral:
+                behind.add(job.conversation)
+        # back in admission order (their order in _waiting is that order)
+        order = {id(job): i for i, job in enumerate(self._waiting)}
+        self._waiting = deque(sorted(still, key=lambda j: order[id(j)]))
 
     def _join(self, job: Job) -> bool:
         eng = job.model.engine
@@ -403,7 +470,7 @@ class Executor:
             take = min(OUTPUT_BATCH_BYTES, end - job.journaled)
             piece = bytes(job.out[job.journaled:job.journaled + take])
             try:
-                self.device.output(job.op_id, piece)
+                self.device.output(job.op_id, piece, len(job.prompt), len(job.out_tokens))
             except errors.Refusal:
                 return
             except errors.AotxError as exc:
@@ -464,14 +531,14 @@ class Executor:
                 want.append(True)
                 fed.append(job)
                 budget -= 1
-        for job in group:                                  # then prefill chunks
-            if job.next_token is None and job.seq is not None and budget > 0 \
-                    and (job.leased or job.ephemeral):
-                take = min(budget, len(job.prompt) - job.fed)
+        pre = [job for job in group                          # then prefill chunks
+               if job.next_token is None and job.seq is not None
+               and (job.leased or job.ephemeral)]
+        for job, take in zip(pre, _prefill_shares(pre, budget), strict=True):
+            if job.seq is not None and (take or job.fed == len(job.prompt)):
                 feeds.append((job.seq, job.prompt[job.fed:job.fed + take]))
                 want.append(job.fed + take == len(job.prompt))
                 fed.append(job)
-                budget -= take
         if not feeds:
             return
         self.max_group = max(self.max_group, len(feeds))

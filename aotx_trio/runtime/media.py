@@ -18,6 +18,12 @@ same bytes again under another ``Content-Type`` are 409 ``media_type_conflict``
 :data:`aotx_trio.vocab.MEDIA_CONTENT_TYPES` (422 ``media_type_invalid``).  Puts are
 serialised (one lock): they are rare, and two uploads of one blob must not share a
 temp file.
+
+The journal's disk floor (``limits.journal_min_free_bytes``) holds for media too: before
+a new blob is written, the file system must keep ``min_free_bytes`` free after it (the
+blob rounded up to whole blocks, plus a block for each file and folder the put may
+create), else 429 ``journal_hold`` (hold ``disk``) and nothing is stored, so an upload
+never takes the disk below the records the floor protects.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,10 +50,49 @@ class Media:
     bytes: int
 
 
+def free_bytes(path: str) -> int:
+    """Bytes an unprivileged writer may still use on ``path``'s file system."""
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
+def block_size(path: str) -> int:
+    """The allocation unit of ``path``'s file system."""
+    return max(1, os.statvfs(path).f_frsize)
+
+
+#: files and folders a put may create besides the blob (owner folder, owner record and
+#: each one's temp file), a block each
+_PUT_EXTRA_BLOCKS = 4
+
+
 class MediaStore:
-    def __init__(self, folder: str | os.PathLike[str]) -> None:
+    def __init__(self, folder: str | os.PathLike[str], *, min_free_bytes: int = 0,
+                 free: Callable[[str], int] = free_bytes) -> None:
         self.folder = Path(folder)
+        self.min_free_bytes = min_free_bytes   # the journal's disk floor (0: none)
+        self._free = free
         self._lock = trio.Lock()
+
+    def check_floor(self, size: int) -> None:
+        """429 ``journal_hold`` (hold ``disk``) unless the file system keeps
+        ``min_free_bytes`` free after a put of a new ``size``-byte blob."""
+        if self.min_free_bytes <= 0:
+            return
+        self.folder.mkdir(parents=True, exist_ok=True)
+        where = str(self.folder)
+        block = block_size(where)
+        need = -(-size // block) * block + _PUT_EXTRA_BLOCKS * block
+        try:
+            free = self._free(where)
+        except OSError as exc:   # cannot tell: refuse rather than risk the floor
+            raise errors.JournalHold(f"the media folder's free space is unknown ({exc}); "
+                                     "retry later", hold=["disk"], retry_after=1) from None
+        if free - need < self.min_free_bytes:
+            raise errors.JournalHold(
+                f"storing {size} bytes would leave under the disk floor of "
+                f"{self.min_free_bytes} free bytes; retry later", hold=["disk"],
+                retry_after=1)
 
     def _blob(self, sha: str) -> Path:
         return self.folder / "blobs" / sha
@@ -75,6 +121,7 @@ class MediaStore:
                     content_type=had.content_type, sha256=media.sha256)
             return had, False
         blob = self._blob(media.sha256)
+        self.check_floor(0 if blob.exists() else media.bytes)   # the owner record's too
         if not blob.exists():
             blob.parent.mkdir(parents=True, exist_ok=True)
             with atomic_file(blob, mode=0o600) as out:

@@ -151,7 +151,8 @@ enum {
     AOTX_LEASE_ROW_V1_BYTES = 32,    /* revisions 0 and 1 (read on recovery only) */
     AOTX_LEASE_MAX_REVISION = 5,
     AOTX_LEASE_MAX_ROWS = 256,       /* rows in one lease transfer */
-    AOTX_OUTPUT_HEADER = 32          /* output transfer header */
+    AOTX_OUTPUT_HEADER = 32,         /* output transfer header, version 1 (read on recovery) */
+    AOTX_OUTPUT_HEADER_V2 = 40       /* version 2: + the input's token counts */
 };
 
 typedef struct aotx_device aotx_device;
@@ -329,9 +330,11 @@ int aotx_device_lease_row(aotx_device *d, const uint8_t op_id[16], uint32_t requ
 int aotx_device_lease(aotx_device *d, uint32_t revision, const aotx_lease_row *rows,
                       uint32_t n);
 /* Output bytes of a leased, running INPUT: one OUTPUT transfer, appended to
- * the receipt's result (within AOTX_MAX_RESULT_BYTES). */
+ * the receipt's result (within AOTX_MAX_RESULT_BYTES), with its token counts so far
+ * (input tokens, output tokens generated): the receipt reports them until it is
+ * terminal, and an input interrupted by a crash keeps the last ones journaled. */
 int aotx_device_output(aotx_device *d, const uint8_t op_id[16], const uint8_t *data,
-                       uint32_t len);
+                       uint32_t len, uint32_t input_tokens, uint32_t output_tokens);
 
 /* Reads (check current grants AND stored rights). */
 int aotx_device_receipt(aotx_device *d, uint32_t grants, const uint8_t actor[16],

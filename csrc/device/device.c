@@ -108,6 +108,8 @@ int aotx_device_new(const aotx_device_params *p, const uint8_t lineage[16], aotx
     d->scratch_cap = AOTX_COMPLETION_HEADER + (size_t)AOTX_MAX_RESULT_BYTES;
     if (d->scratch_cap < AOTX_ADMISSION_HEADER + DEV_CANON_MAX + DEV_RESULT_JSON_MAX)
         d->scratch_cap = AOTX_ADMISSION_HEADER + DEV_CANON_MAX + DEV_RESULT_JSON_MAX;
+    if (d->scratch_cap < AOTX_OUTPUT_HEADER_V2 + (size_t)AOTX_MAX_RESULT_BYTES)
+        d->scratch_cap = AOTX_OUTPUT_HEADER_V2 + (size_t)AOTX_MAX_RESULT_BYTES;
     if (d->scratch_cap < AOTX_LEASE_HEADER + AOTX_LEASE_MAX_ROWS * AOTX_LEASE_ROW_BYTES)
         d->scratch_cap = AOTX_LEASE_HEADER + AOTX_LEASE_MAX_ROWS * AOTX_LEASE_ROW_BYTES;
     d->scratch = malloc(d->scratch_cap);

@@ -52,9 +52,10 @@ int aotx_device_lease(aotx_device *d, uint32_t revision, const aotx_lease_row *r
 }
 
 int aotx_device_output(aotx_device *d, const uint8_t op_id[16], const uint8_t *data,
-                       uint32_t len) {
+                       uint32_t len, uint32_t input_tokens, uint32_t output_tokens) {
     if (!d) return AOTX_E_INVALID_ARGUMENT;
-    LOCKED(d->failed ? AOTX_E_DEVICE_STATE : dev_output_locked(d, op_id, data, len));
+    LOCKED(d->failed ? AOTX_E_DEVICE_STATE
+                     : dev_output_locked(d, op_id, data, len, input_tokens, output_tokens));
 }
 
 int aotx_device_receipt(aotx_device *d, uint32_t grants, const uint8_t actor[16],

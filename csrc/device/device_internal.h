@@ -240,7 +240,8 @@ uint32_t dev_retention_mode(const aotx_device *d, uint32_t slot);
 int dev_lease_locked(aotx_device *d, uint32_t revision, const aotx_lease_row *rows, uint32_t n);
 int dev_lease_row_locked(aotx_device *d, const uint8_t op_id[16], uint32_t request_index,
                          aotx_lease_row *out);
-int dev_output_locked(aotx_device *d, const uint8_t op_id[16], const uint8_t *data, uint32_t len);
+int dev_output_locked(aotx_device *d, const uint8_t op_id[16], const uint8_t *data, uint32_t len,
+                      uint32_t input_tokens, uint32_t output_tokens);
 int dev_lease_replay(aotx_device *d, const uint8_t *data, uint32_t len, uint64_t record);
 int dev_output_replay(aotx_device *d, const uint8_t *data, uint32_t len, uint64_t record);
 

@@ -202,8 +202,12 @@ static int output_check(const aotx_device *d, uint32_t s, uint32_t offset, uint3
 }
 
 static void output_apply(aotx_device *d, uint32_t s, const uint8_t *data, uint32_t len,
-                         uint64_t record) {
+                         uint64_t record, const uint32_t *tokens) {
     dev_receipt *r = &d->receipts[s];
+    if (tokens) {   /* version 2: the counts so far (an interrupted input keeps them) */
+        r->input_tokens = tokens[0];
+        r->output_tokens = tokens[1];
+    }
     if (!r->has_output || r->output_record < dev_saved_records(d))
         r->output_visible = r->result_len;   /* everything before this transfer is saved */
     memcpy(r->result + r->result_len, data, len);
@@ -213,35 +217,44 @@ static void output_apply(aotx_device *d, uint32_t s, const uint8_t *data, uint32
     d->used = true;
 }
 
-int dev_output_locked(aotx_device *d, const uint8_t op_id[16], const uint8_t *data, uint32_t len) {
+int dev_output_locked(aotx_device *d, const uint8_t op_id[16], const uint8_t *data, uint32_t len,
+                      uint32_t input_tokens, uint32_t output_tokens) {
     if (!d || !op_id || (len && !data)) return AOTX_E_INVALID_ARGUMENT;
     if (d->replaying) return AOTX_E_DEVICE_STATE;
     uint32_t s = dev_find_receipt_by_op(d, op_id);
     int rc = output_check(d, s, s == DEV_NONE ? 0 : d->receipts[s].result_len, len);
     if (rc) return rc;
     uint8_t *b = d->scratch;
-    memset(b, 0, AOTX_OUTPUT_HEADER);
-    b[0] = 1;
+    memset(b, 0, AOTX_OUTPUT_HEADER_V2);
+    b[0] = 2;
     dev_le32(b + 4, d->receipts[s].result_len);
     dev_le32(b + 8, len);
     memcpy(b + 16, op_id, 16);
-    memcpy(b + AOTX_OUTPUT_HEADER, data, len);
+    dev_le32(b + 32, input_tokens);
+    dev_le32(b + 36, output_tokens);
+    memcpy(b + AOTX_OUTPUT_HEADER_V2, data, len);
     uint64_t last = 0;
-    rc = aotx_journal_enqueue(d->journal, AOTX_XFER_OUTPUT, b, AOTX_OUTPUT_HEADER + len, &last);
+    rc = aotx_journal_enqueue(d->journal, AOTX_XFER_OUTPUT, b, AOTX_OUTPUT_HEADER_V2 + len,
+                              &last);
     if (rc) return rc;
-    output_apply(d, s, data, len, last);
+    const uint32_t tokens[2] = {input_tokens, output_tokens};
+    output_apply(d, s, data, len, last, tokens);
     return AOTX_OK;
 }
 
 int dev_output_replay(aotx_device *d, const uint8_t *data, uint32_t len, uint64_t record) {
-    if (len <= AOTX_OUTPUT_HEADER || data[0] != 1 || !dev_is_zero(data + 1, 3) ||
+    /* version 1 (no token counts) or 2 (the counts after the header's first 32 bytes) */
+    uint32_t head = len && data[0] == 2 ? AOTX_OUTPUT_HEADER_V2 : AOTX_OUTPUT_HEADER;
+    if (len <= head || data[0] < 1 || data[0] > 2 || !dev_is_zero(data + 1, 3) ||
         !dev_is_zero(data + 12, 4))
         return AOTX_E_RECOVERY_DAMAGE;
     uint32_t n = dev_rd32(data + 8);
-    if ((uint64_t)AOTX_OUTPUT_HEADER + n != len) return AOTX_E_RECOVERY_DAMAGE;
+    if ((uint64_t)head + n != len) return AOTX_E_RECOVERY_DAMAGE;
     uint32_t s = dev_find_receipt_by_op(d, data + 16);
     if (output_check(d, s, dev_rd32(data + 4), n) != AOTX_OK) return AOTX_E_RECOVERY_DAMAGE;
-    output_apply(d, s, data + AOTX_OUTPUT_HEADER, n, record);
+    const uint32_t tokens[2] = {head == AOTX_OUTPUT_HEADER_V2 ? dev_rd32(data + 32) : 0,
+                                head == AOTX_OUTPUT_HEADER_V2 ? dev_rd32(data + 36) : 0};
+    output_apply(d, s, data + head, n, record, head == AOTX_OUTPUT_HEADER_V2 ? tokens : NULL);
     return AOTX_OK;
 }
 

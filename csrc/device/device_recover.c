@@ -194,8 +194,10 @@ int dev_recover_locked(aotx_device *d, aotx_journal_reader *r, uint64_t *out_bad
         dev_receipt *rc_ = &d->receipts[i];
         if (!rc_->used || rc_->kind != AOTX_KIND_INPUT || rc_->has_terminal_record) continue;
         /* keeps the output bytes journaled so far (its whole result) */
+        /* and the token counts its last OUTPUT transfer journaled (0 without one) */
         const dev_completion c = {.status = AOTX_STATUS_INTERRUPTED, .result = rc_->result,
-                                  .len = rc_->result_len};
+                                  .len = rc_->result_len, .in_tok = rc_->input_tokens,
+                                  .out_tok = rc_->output_tokens};
         rc = dev_complete_locked(d, rc_->op_id, &c);
         if (rc) {
             if (out_bad_record) *out_bad_record = rc_->admission_record;
