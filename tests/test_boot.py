@@ -17,12 +17,10 @@ import pytest
 import synth_gguf as sg
 import trio
 from _gateway_env import ALL, LINEAGE, TINY, make_config, make_runtime_file, short_dir
-from _runtime_proc import body, connected, kill_once
 
 from aotx_trio import errors
 from aotx_trio.runtime import boot, pack
 from aotx_trio.runtime.socket_server import SOCKET_NAME
-from aotx_trio.runtime.watermark import read_watermark
 
 
 @pytest.fixture
@@ -338,39 +336,3 @@ async def test_pack_refuses_a_runtime_file_in_use(tmp_path: Path, folder: Path) 
                                       check=False, env=dict(os.environ))
     assert proc.returncode == 0, proc.stderr      # the runtime stopped: the lock went with it
     assert ccir.read_bytes() == stopped           # already shared: nothing to write
-
-
-def test_a_damaged_save_acknowledged_just_before_a_kill9_refuses_the_boot(
-        tmp_path: Path, folder: Path) -> None:
-    """The commit watermark is written by the ack itself (before the receipt goes out), so a
-    real `aotx boot` killed with SIGKILL right after a saved receipt, well within the
-    emitter's idle delay, leaves a watermark naming that save: a flipped bit in its record
-    then refuses the next boot (journal_damage, nothing truncated) instead of being read as
-    a torn tail and dropped."""
-    ccir = make_runtime_file(tmp_path / "rt")
-    make_config(folder, {"alice": ALL})
-    journal = folder / "journal"
-
-    async def main() -> None:
-        async with connected(str(journal / SOCKET_NAME)) as client:
-            await client.call("mutation.submit", body("participant.register", 1))
-            r = await client.call("mutation.submit", body("space.create", 2))
-            # at once: the receipt says it is saved (the lock file names the runtime)
-            os.kill(int((journal / "journal.lock").read_text()), signal.SIGKILL)
-            assert r["receipt"]["resource"]
-
-    kill_once(ccir, folder, main)
-    path = journal / "journal.aotxj"
-    data = bytearray(path.read_bytes())
-    records = (len(data) - 64) // 192
-    assert len(data) == 64 + 192 * records
-    mark = read_watermark(journal, int.from_bytes(data[32:40], "little"))
-    assert mark is not None and mark.saved_records == records   # the last ack is in it
-    data[64 + 192 * (records - 1) + 40] ^= 0x01   # one bit of the newest saved record
-    path.write_bytes(bytes(data))
-    again = subprocess.run(_boot_cmd(ccir, folder), capture_output=True, text=True,
-                           timeout=60, env=dict(os.environ))
-    assert again.returncode == 1, again.stderr
-    assert again.stderr.strip().splitlines()[-1].startswith("aotx boot: journal_damage")
-    assert path.read_bytes() == bytes(data)   # nothing truncated
-    assert not (journal / "quarantine").exists() or not any((journal / "quarantine").iterdir())

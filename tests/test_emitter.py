@@ -611,42 +611,6 @@ async def test_idle_emitter_writes_the_commit_watermark_that_guards_the_last_sav
     assert path.read_bytes() == bytes(data)
 
 
-@pytest.mark.parametrize("steps", ["native", "python"])
-async def test_each_ack_writes_the_commit_watermark_before_its_waiters_wake(
-        tmp_path: Path, steps: str) -> None:
-    """The journal's ack writes the watermark (no fsync) before it returns, so a waiter
-    woken by a save (a receipt, a 202) always finds the save named in it, long before
-    the idle spell that fsyncs it; on the native loop and on the Python steps alike."""
-    from aotx_trio.runtime.watermark import read_watermark
-
-    jf = open_journal_file(tmp_path, LINEAGE)
-    if steps == "python":   # a patched fsync: the thread makes the Python steps
-        jf.ops.fsync = lambda fd: os.fsync(fd)   # type: ignore[method-assign]
-    emitter = Emitter.for_file(jf, commit_delay_s=3600)
-    try:
-        async with trio.open_nursery() as n:
-            await n.start(emitter.run)
-            assert emitter.native_run_possible() is (steps == "native")
-            for i in range(5):
-                last = jf.journal.enqueue(XFER_ADMISSION, b"acknowledged %d" % i)
-                emitter.wake()
-                await emitter.wait_saved(last)
-                s = jf.journal.save_state()
-                mark = read_watermark(tmp_path, s.file_incarnation)
-                assert mark is not None and mark.saved_records >= last + 1
-                if mark.saved_records == s.saved_records:
-                    assert mark.commit_digest == s.commit_digest
-                    assert mark.generation == s.generation
-            assert emitter.watermarks == 0   # none fsynced by the idle spell yet
-            n.cancel_scope.cancel()
-    finally:
-        jf.close()   # detaches the watermark: fsynced, closed, no more writes
-    s = jf.journal.save_state()
-    mark = read_watermark(tmp_path, s.file_incarnation)
-    assert mark is not None and mark.saved_records == s.saved_records
-    assert mark.commit_digest == s.commit_digest
-
-
 # --------------------------------------------------------------------------- thread loop
 
 

@@ -316,20 +316,6 @@ class Journal:
     def ack(self) -> None:
         check(lib.aotx_journal_ack(self._j), "ack")
 
-    def set_commit_mark(self, fd: int, sequence: int) -> None:
-        """From now on every ack writes its save into the next slot of the commit
-        watermark open at ``fd`` (no fsync) before it returns; ``sequence``: the last one
-        already in the file.  ``fd`` -1: no more (close the file after this)."""
-        lib.aotx_journal_set_commit_mark(self._j, fd, sequence)
-
-    def commit_mark(self) -> tuple[int, int, int]:
-        """(the last watermark sequence the acks wrote, the saved records now, the errno
-        of the last failed slot write since the last call or 0)."""
-        saved = ffi.new("uint64_t *")
-        err = ffi.new("int *")
-        seq = int(lib.aotx_journal_commit_mark(self._j, saved, err))
-        return seq, int(saved[0]), int(err[0])
-
     def nack(self, err: int) -> None:
         check(lib.aotx_journal_nack(self._j, err), "nack")
 

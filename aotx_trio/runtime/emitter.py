@@ -83,7 +83,7 @@ from aotx_trio.runtime.watermark import WatermarkWriter
 
 log = logging.getLogger(__name__)
 
-COMMIT_DELAY_S = 0.05     # idle this long after a save before the watermark is fsynced
+COMMIT_DELAY_S = 0.05     # idle this long after a save before the watermark records it
 TICK_SPACING_S = 0.001    # the thread loop's ticks start at least this far apart
 FLOOR_STAT_S = 0.005      # the native loop's statvfs for the disk floor: at most this often
 NATIVE_WAIT_S = 1.0       # the native loop comes back this often when nothing happens
@@ -116,9 +116,8 @@ class Emitter:
         self.floor_recheck_s = floor_recheck_s
         self.floor_stat_s = floor_stat_s   # the native loop's statvfs interval
         self.floor_hold = False
-        # the commit watermark, so recovery never reads a damaged acknowledged record as
-        # a torn tail (watermark.py): attached, each ack writes it and an idle spell of
-        # commit_delay_s after a save fsyncs it; else the idle spell writes it
+        # idle this long after a save: record it in the commit watermark, so recovery
+        # never reads a damaged acknowledged record as a torn tail (watermark.py)
         self.watermark = watermark
         self.commit_delay_s = commit_delay_s
         # the thread loop starts a tick at most this often (module doc)
@@ -190,11 +189,8 @@ class Emitter:
                  backoff_initial: float = 0.05, backoff_max: float = 2.0,
                  min_free_bytes: int = 0, floor_recheck_s: float = 1.0,
                  watermark: bool = True, commit_delay_s: float = COMMIT_DELAY_S) -> Emitter:
-        mark = None
-        if watermark:   # every ack writes it from now on; detached by jf.close()
-            mark = WatermarkWriter(jf.path.parent, jf.journal.save_state().file_incarnation)
-            mark.attach(jf.journal)
-            jf.commit_mark = mark
+        mark = WatermarkWriter(jf.path.parent, jf.journal.save_state().file_incarnation) \
+            if watermark else None
         return cls(jf.journal, jf.fd, ops=jf.ops, tick_records=tick_records,
                    backoff_initial=backoff_initial, backoff_max=backoff_max,
                    directory=jf.path.parent, min_free_bytes=min_free_bytes,
@@ -330,30 +326,22 @@ class Emitter:
         return True
 
     async def _maybe_mark(self) -> None:
-        """Idle since the last save for commit_delay_s: record the commit watermark."""
+        """Idle since the last save for commit_delay_s: write the commit watermark."""
         mark = self.watermark
         if mark is None or self._commit_at is None or trio.current_time() < self._commit_at \
                 or self._pending():
             return
         self._commit_at = None
-        if self.ops.in_thread:
-            await trio.to_thread.run_sync(self._record_mark, mark)
-        else:
-            self._record_mark(mark)
-
-    def _record_mark(self, mark: WatermarkWriter) -> None:
-        """(blocking) Make the commit watermark name the saves so far on disk: attached,
-        the acks wrote it and this fsyncs it; else this writes it (and fsyncs it)."""
+        s = self.journal.save_state()
+        if s.saved_records <= mark.saved_records:
+            return
         try:
-            if mark.attached:
-                done = mark.sync()
+            if self.ops.in_thread:
+                await trio.to_thread.run_sync(mark.write, s.generation, s.saved_records,
+                                              s.commit_digest)
             else:
-                s = self.journal.save_state()
-                done = s.saved_records > mark.saved_records
-                if done:
-                    mark.write(s.generation, s.saved_records, s.commit_digest)
-            if done:
-                self.watermarks += 1
+                mark.write(s.generation, s.saved_records, s.commit_digest)
+            self.watermarks += 1
         except OSError as exc:   # the journal is fine; only the damage check is weaker
             log.warning("journal commit watermark not written: %s", exc)
 
@@ -608,14 +596,22 @@ class Emitter:
             self._wake_saved()
 
     def _mark_if_due(self) -> None:
-        """(worker thread) Idle since the last save for commit_delay_s: record the commit
+        """(worker thread) Idle since the last save for commit_delay_s: write the commit
         watermark (time.monotonic, as _thread_loop sets _commit_at)."""
         mark = self.watermark
         if mark is None or self._commit_at is None or time.monotonic() < self._commit_at:
             return
         self._commit_at = None   # the next save sets it again
-        if not self._pending():
-            self._record_mark(mark)
+        if self._pending():
+            return
+        s = self.journal.save_state()
+        if s.saved_records <= mark.saved_records:
+            return
+        try:
+            mark.write(s.generation, s.saved_records, s.commit_digest)
+            self.watermarks += 1
+        except OSError as exc:   # the journal is fine; only the damage check is weaker
+            log.warning("journal commit watermark not written: %s", exc)
 
     async def _run(self, task_status: trio.TaskStatus[None]) -> None:
         backoff = self.backoff_initial

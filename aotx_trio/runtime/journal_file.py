@@ -44,7 +44,7 @@ from aotx_trio.native.journal import (
     Transfer,
     record_offset,
 )
-from aotx_trio.runtime.watermark import WatermarkWriter, read_watermark
+from aotx_trio.runtime.watermark import read_watermark
 
 log = logging.getLogger(__name__)
 
@@ -199,7 +199,6 @@ class JournalFile:
     ops: FileOps = field(default_factory=FileOps)
     lock_fd: int = -1            # the folder's lock (lock_journal_dir), released by close()
     start: Anchor | None = None  # a checkpoint's position: records before it are not read
-    commit_mark: WatermarkWriter | None = None   # attached to the journal (Emitter.for_file)
 
     def replay_reader(self, expected_lineage: bytes | None = None) -> JournalReader:
         """A fresh reader over the verified bytes (for a replay that resumes the journal),
@@ -210,9 +209,6 @@ class JournalFile:
         return reader
 
     def close(self) -> None:
-        if self.commit_mark is not None:   # the acks stop writing it before it is closed
-            self.commit_mark.detach()
-            self.commit_mark = None
         if self.fd >= 0:
             self.ops.close(self.fd)
             self.fd = -1

@@ -1,12 +1,8 @@
 """The journal's commit watermark: ``<journal>/journal.commit``.
 
 A small file beside the journal that says how many records were acknowledged
-(saved), with the save's generation and commit digest.  While a runtime runs, the
-journal's own ack writes it (:meth:`WatermarkWriter.attach`: one pwrite into the
-next slot before the ack returns, so before any caller hears of the save; the
-page cache keeps it through a process crash) and the emitter fsyncs it when idle
-(:meth:`WatermarkWriter.sync`, so after a power loss it may lag the acks).
-It is what tells a damaged last save from a torn tail: recovery
+(saved) when the emitter last went idle, with the save's generation and commit
+digest.  It is what tells a damaged last save from a torn tail: recovery
 refuses to drop a record the watermark says was acknowledged.  It is written
 outside the record stream (record indices stay as the producer made them), in
 one of two 128-byte slots taken in turn, so a torn write of one slot leaves
@@ -21,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aotx_trio._fs import fsync_dir
-from aotx_trio.native.journal import Journal, crc32c
+from aotx_trio.native.journal import crc32c
 
 NAME = "journal.commit"
 MAGIC = b"AOTXCMIT"
@@ -69,9 +65,7 @@ def read_watermark(directory: str | os.PathLike[str], file_incarnation: int) -> 
 
 
 class WatermarkWriter:
-    """Writes watermarks into the two slots in turn: by itself (:meth:`write`: open,
-    pwrite, fsync, close each), or attached to a journal whose acks write them
-    (:meth:`attach`, :meth:`sync`, :meth:`detach`)."""
+    """Writes watermarks into the two slots in turn (open, pwrite, fsync, close each)."""
 
     def __init__(self, directory: str | os.PathLike[str], file_incarnation: int) -> None:
         self.directory = Path(directory)
@@ -79,64 +73,9 @@ class WatermarkWriter:
         last = read_watermark(directory, file_incarnation)
         self.sequence = last.sequence if last else 0
         self.saved_records = last.saved_records if last else 0
-        self._journal: Journal | None = None
-        self._fd = -1
-
-    @property
-    def attached(self) -> bool:
-        return self._journal is not None
-
-    def attach(self, journal: Journal) -> None:
-        """From now on each of ``journal``'s acks writes its save into the next slot
-        (no fsync: :meth:`sync` does that) before the ack returns."""
-        if self._journal is not None:
-            raise RuntimeError("the watermark is already attached to a journal")
-        path = self.directory / NAME
-        created = not path.exists()
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-        if created:
-            try:
-                fsync_dir(self.directory)
-            except BaseException:
-                os.close(fd)
-                raise
-        self._fd = fd
-        self._journal = journal
-        journal.set_commit_mark(fd, self.sequence)
-
-    def sync(self) -> bool:
-        """Blocking (attached): fsync the slots the acks wrote since the last call.  True
-        when there was one to fsync; OSError when a slot write or the fsync failed."""
-        assert self._journal is not None, "sync() is for an attached watermark"
-        sequence, saved, err = self._journal.commit_mark()
-        if err:
-            raise OSError(err, f"{self.directory / NAME}: {os.strerror(err)}")
-        if sequence <= self.sequence:
-            return False
-        os.fsync(self._fd)
-        self.sequence = sequence
-        self.saved_records = saved
-        return True
-
-    def detach(self) -> None:
-        """The acks stop writing; what they wrote is fsynced (a failure logged by the
-        caller's next start: the file is only a damage check) and the file closed."""
-        journal, self._journal = self._journal, None
-        if journal is None:
-            return
-        journal.set_commit_mark(-1, 0)
-        try:
-            os.fsync(self._fd)
-        except OSError:
-            pass   # the next start reads whichever slot reached the disk
-        finally:
-            os.close(self._fd)
-            self._fd = -1
 
     def write(self, generation: int, saved_records: int, commit_digest: bytes) -> None:
-        """Blocking (not attached): record that ``[0, saved_records)`` is acknowledged."""
-        if self._journal is not None:
-            raise RuntimeError("an attached watermark is written by the journal's acks")
+        """Blocking: record that ``[0, saved_records)`` is acknowledged."""
         path = self.directory / NAME
         created = not path.exists()
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)

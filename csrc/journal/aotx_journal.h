@@ -43,7 +43,6 @@ enum {
     AOTX_JOURNAL_RECORD_SIZE = 192,      /* header + data, data zero-padded */
     AOTX_JOURNAL_FILE_HEADER = 64,
     AOTX_JOURNAL_TICK_RECORDS = 16,      /* the emitter writes at most this many per tick */
-    AOTX_JOURNAL_MARK_SLOT = 128,        /* a commit watermark slot (journal.commit) */
     AOTX_JOURNAL_FORMAT_VERSION = 2,     /* 2: records carry their save generation */
     AOTX_JOURNAL_MAX_PARTS = 65535,      /* part count is a u16 */
     AOTX_JOURNAL_MAX_TRANSFER = 10485600,/* 65535 * 160 */
@@ -215,19 +214,6 @@ enum {
 
 int aotx_journal_run(aotx_journal *j, const aotx_journal_run_params *p,
                      aotx_journal_run_result *out);
-/* The commit watermark (docs/formats/journal.md, "Commit watermark"): with fd >= 0 (a
- * journal.commit file open for writing), every ack from now on, before it returns,
- * writes the save it acknowledged (generation, saved records, commit digest) into the
- * next of the file's two slots (sequence + 1, slot = sequence mod 2): one pwrite, no
- * fsync (the page cache outlives a process crash; the caller fsyncs the file when
- * idle).  `sequence` = the last sequence already in the file.  fd -1: no more writes
- * (the caller closes the file after this returns).  A failed slot write leaves the ack
- * as it is and is reported by aotx_journal_commit_mark. */
-void aotx_journal_set_commit_mark(aotx_journal *j, int fd, uint64_t sequence);
-/* The last watermark sequence written; *out_saved_records = the saved records now;
- * *out_errno = the errno of the last failed slot write since the last call (0: none). */
-uint64_t aotx_journal_commit_mark(aotx_journal *j, uint64_t *out_saved_records,
-                                  int *out_errno);
 /* End the wait of a running aotx_journal_run (or the next call's, if none runs):
  * it returns AOTX_JOURNAL_RUN_INTERRUPTED before its next tick. */
 void aotx_journal_interrupt(aotx_journal *j);

@@ -57,10 +57,6 @@ struct aotx_journal {
     uint32_t log_n;               /* tick log: acked ticks' times until taken */
     uint64_t log_tick_ns[AOTX_JOURNAL_TICK_LOG];
     uint64_t log_fsync_ns[AOTX_JOURNAL_TICK_LOG];
-    /* the commit watermark every ack writes (aotx_journal_set_commit_mark; -1: none) */
-    int mark_fd;
-    uint64_t mark_sequence;       /* the last slot's sequence written */
-    int32_t mark_errno;           /* the last failed slot write's errno, until read */
 };
 
 /* ---- codec ---- */
@@ -145,7 +141,6 @@ int aotx_journal_new(const aotx_journal_params *p, aotx_journal **out) {
     }
     j->p = *p;
     j->retain_from = UINT64_MAX;
-    j->mark_fd = -1;
     encode_file_header(p, j->header);
     aotx_sha256(j->header, AOTX_JOURNAL_FILE_HEADER, j->saved_digest);
     memcpy(j->drain_digest, j->saved_digest, 32);
@@ -298,28 +293,6 @@ int64_t aotx_journal_drain(aotx_journal *j, uint8_t *buf, size_t cap, uint32_t m
     return rc;
 }
 
-/* Write the save just acked into the next commit watermark slot (mutex held): one
- * 128-byte pwrite, no fsync (docs/formats/journal.md, "Commit watermark"). */
-static void write_commit_mark(aotx_journal *j) {
-    uint8_t slot[AOTX_JOURNAL_MARK_SLOT];
-    memset(slot, 0, sizeof slot);
-    static const uint8_t magic[8] = {'A', 'O', 'T', 'X', 'C', 'M', 'I', 'T'};
-    uint64_t seq = j->mark_sequence + 1;
-    memcpy(slot, magic, 8);
-    put_u32(slot + 8, 1);
-    put_u64(slot + 16, j->p.file_incarnation);
-    put_u64(slot + 24, seq);
-    put_u64(slot + 32, j->generation);
-    put_u64(slot + 40, j->saved_records);
-    memcpy(slot + 48, j->saved_digest, 32);
-    put_u32(slot + 124, aotx_crc32c(0, slot, 124));
-    off_t at = (off_t)((seq % 2) * AOTX_JOURNAL_MARK_SLOT);
-    ssize_t w;
-    do w = pwrite(j->mark_fd, slot, sizeof slot, at); while (w < 0 && errno == EINTR);
-    if (w == (ssize_t)sizeof slot) j->mark_sequence = seq;
-    else j->mark_errno = w < 0 ? errno : EIO;
-}
-
 int aotx_journal_ack(aotx_journal *j) {
     if (!j) return AOTX_E_INVALID_ARGUMENT;
     pthread_mutex_lock(&j->mu);
@@ -342,8 +315,6 @@ int aotx_journal_ack(aotx_journal *j) {
          * be written under the floor */
         j->hold &= ~(uint32_t)(AOTX_JOURNAL_HOLD_PENDING |
                                (j->disk_held ? 0 : AOTX_JOURNAL_HOLD_DISK));
-        /* before the ack returns, so before any waiter hears of it */
-        if (j->mark_fd >= 0) write_commit_mark(j);
     }
     pthread_mutex_unlock(&j->mu);
     return rc;
@@ -515,26 +486,6 @@ int aotx_journal_run(aotx_journal *j, const aotx_journal_run_params *p,
             do w = write(p->notify_fd, &one, sizeof one); while (w < 0 && errno == EINTR);
         }
     }
-}
-
-void aotx_journal_set_commit_mark(aotx_journal *j, int fd, uint64_t sequence) {
-    if (!j) return;
-    pthread_mutex_lock(&j->mu);
-    j->mark_fd = fd < 0 ? -1 : fd;
-    j->mark_sequence = sequence;
-    j->mark_errno = 0;
-    pthread_mutex_unlock(&j->mu);
-}
-
-uint64_t aotx_journal_commit_mark(aotx_journal *j, uint64_t *out_saved_records, int *out_errno) {
-    if (!j) return 0;
-    pthread_mutex_lock(&j->mu);
-    uint64_t seq = j->mark_sequence;
-    if (out_saved_records) *out_saved_records = j->saved_records;
-    if (out_errno) *out_errno = j->mark_errno;
-    j->mark_errno = 0;
-    pthread_mutex_unlock(&j->mu);
-    return seq;
 }
 
 void aotx_journal_interrupt(aotx_journal *j) {
