@@ -135,6 +135,10 @@ async def test_models_retrieve_created_and_async_completions(tmp_path: Path) -> 
                               ("n", "invalid_parameter")]
 
 
+@pytest.mark.xfail(strict=False, reason=(
+    "known intermittent hang, open in issue 28: under CPU load (two busy loops beside it) "
+    "about 1 run in 4 never finishes the n=3 streamed choices through the service socket "
+    "(the client's read times out after 60 s); alone it passes"))
 async def test_choices_through_the_service_socket_and_a_client_leaving(
         tmp_path: Path) -> None:
     """As ``aotx gateway serve`` runs it (the runtime behind its service socket): n
